@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Configures and builds everything (the CUDA backend too when nvcc is found) into build/.
+# Extra arguments go to cmake's configure step, e.g. -DATTNRES_ENABLE_CUDA=OFF.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+build=${ATTNRES_BUILD_DIR:-$repo/build}
+# nvcc lives outside PATH in the standard CUDA install.
+[ -x /usr/local/cuda/bin/nvcc ] && export PATH="$PATH:/usr/local/cuda/bin"
+cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+cmake --build "$build" -j "$(nproc)"

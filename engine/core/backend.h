@@ -1,0 +1,128 @@
+// The op interface the transformer forward is written against. A backend owns device
+// memory and implements each op for its device; the forward never branches on the device.
+// kernels/cpu implements it today (the reference for every other backend); kernels/cuda
+// will implement the same signatures.
+//
+// Conventions for every op:
+// - Activations are f32, contiguous, row-major; "T" is the number of tokens in the step
+//   (all sequences of the batch concatenated), d the hidden size.
+// - Weights may be F32, BF16 or F16 and are read as stored (never widened in memory).
+// - Outputs are preallocated by the caller with the right shape; ops never allocate them.
+// - Shapes and dtypes are validated by the op (ATTNRES_CHECK): a mismatch is a bug.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/core/tensor.h"
+
+namespace attnres {
+
+// Per-step batch layout, built on the host by whoever schedules the step. Tokens of
+// sequence s occupy rows [query_start[s], query_start[s+1]) of every [T, ...] activation.
+struct BatchMeta {
+  int num_tokens = 0;                 // T
+  std::vector<int32_t> token_ids;     // [T]
+  std::vector<int32_t> positions;     // [T] absolute position of each token in its sequence
+  std::vector<int32_t> slot_mapping;  // [T] KV cache slot (block * block_size + offset) to write
+  std::vector<int32_t> query_start;   // [num_seqs + 1]
+  std::vector<int32_t> context_len;   // [num_seqs] tokens in the cache once this step is written
+  std::vector<std::vector<int32_t>> block_tables;  // [num_seqs][blocks] physical block ids
+  int num_seqs() const { return static_cast<int>(context_len.size()); }
+};
+
+// One layer's paged KV cache: K and V are [num_blocks, block_size, num_kv_heads, head_dim].
+struct KvCacheLayer {
+  Tensor k;
+  Tensor v;
+  int block_size() const { return static_cast<int>(k.dim(1)); }
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;
+
+  // --- memory ---
+  // A zero-filled tensor on this backend's device.
+  virtual Tensor alloc(const Shape& shape, DType dtype) = 0;
+  // A host tensor made usable by the ops (CPU: the same memory, no copy; a mmap'd bf16
+  // weight stays a mmap'd bf16 weight).
+  virtual Tensor upload(const Tensor& host) = 0;
+  // Copy a device tensor into host memory of nbytes() bytes.
+  virtual void download(const Tensor& src, void* host_dst) = 0;
+  virtual void copy(const Tensor& src, Tensor& dst) = 0;  // same shape and dtype
+  virtual void fill_zero(Tensor& dst) = 0;
+  // Waits for queued work (a no-op on the CPU).
+  virtual void synchronize() = 0;
+
+  // --- ops ---
+  // out[t] = table[ids[t]] widened to f32. table [V, d]; out [T, d].
+  virtual void embedding(const Tensor& table, const BatchMeta& batch, Tensor& out) = 0;
+
+  // out = x / sqrt(mean(x^2) + eps) * gain, per row. x, out [R, n]; gain [n] (any dtype).
+  // x and out may alias.
+  virtual void rms_norm(const Tensor& x, const Tensor& gain, float eps, Tensor& out) = 0;
+
+  // out = x W^T (+ bias). x [R, in] f32; w [out, in] any dtype; bias [out] or null.
+  virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) = 0;
+
+  // In place on q [T, Hq * hd] and k [T, Hkv * hd]: optional per-head RMSNorm (Qwen3's
+  // q_norm / k_norm, gains [hd], null to skip), then rotary embedding in the rotate-half
+  // (NeoX / HF Llama) layout at batch.positions with inverse frequencies inv_freq [hd / 2].
+  virtual void qk_norm_rope(Tensor& q, Tensor& k, int head_dim, const Tensor* q_gain,
+                            const Tensor* k_gain, float eps, const Tensor& inv_freq,
+                            const BatchMeta& batch) = 0;
+
+  // Write this step's k, v [T, Hkv * hd] into the cache at batch.slot_mapping.
+  virtual void store_kv(const Tensor& k, const Tensor& v, const BatchMeta& batch,
+                        KvCacheLayer& cache) = 0;
+
+  // Causal GQA attention of q [T, Hq * hd] over each sequence's cached keys/values
+  // (positions 0..positions[t] inclusive, read through block_tables), scaled by `scale`.
+  // out [T, Hq * hd].
+  virtual void attention(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
+                         int head_dim, float scale, Tensor& out) = 0;
+
+  // out = silu(gate) * up. gate, up, out [R, n].
+  virtual void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
+
+  // x += y, same shape.
+  virtual void add_inplace(Tensor& x, const Tensor& y) = 0;
+
+  // out[i] = x[rows[i]]. x [R, n]; out [rows.size(), n].
+  virtual void gather_rows(const Tensor& x, std::span<const int32_t> rows, Tensor& out) = 0;
+
+  // --- depth attention (ATTNRES.md §3) ---
+  // Phase 1, once per block, for the S sublayers that read the same bank:
+  //   logit[l, j, t] = queries[l] . bank[j, t] / rms(bank[j, t])   (rms with eps)
+  //   m[l, t] = max_j logit;  s[l, t] = sum_j exp(logit - m);  o[l, t] = sum_j exp(logit - m)
+  //   bank[j, t]
+  // queries [S, d] f32 (projection already multiplied by the norm gain); bank [>= n, T, d]
+  // with its first n entries live (n >= 1); m, s [S, T]; o [S, T, d].
+  virtual void depth_phase1(const Tensor& queries, const Tensor& bank, int n, float eps, Tensor& m,
+                            Tensor& s, Tensor& o) = 0;
+
+  // Phase 2 fused with the sublayer's PreNorm. For each token:
+  //   q = query . p / rms(p) + bias
+  //   h = (e^(m-M) o + e^(q-M) p) / (e^(m-M) s + e^(q-M)),  M = max(m, q)
+  //   out = rms_norm(h, prenorm_gain, eps)
+  // m, s [T] and o [T, d] are one sublayer's rows of the Phase-1 outputs; when
+  // m is null the bank is empty and h = p. p (the partial) [T, d]; query [d] f32.
+  struct DepthMixArgs {
+    const Tensor* m = nullptr;
+    const Tensor* s = nullptr;
+    const Tensor* o = nullptr;
+    const Tensor* query = nullptr;  // null: no depth mix, h = p (plain pre-norm model)
+    float bias = 0.0f;
+    float mix_eps = 1e-6f;  // the depth RMSNorm's eps
+  };
+  virtual void depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& partial,
+                                    const Tensor& prenorm_gain, float norm_eps, Tensor& out) = 0;
+};
+
+}  // namespace attnres
