@@ -1,0 +1,426 @@
+#include "engine/model/model_config.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "engine/core/error.h"
+
+namespace attnres {
+namespace {
+
+using nlohmann::json;
+
+// Reads typed fields of one JSON object and words every failure the same way:
+// "<origin>: field 'x' must be <what>, found <value>".
+class FieldReader {
+ public:
+  FieldReader(const json& object, const std::string& origin) : object_(object), origin_(origin) {}
+
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+    throw Error(origin_ + ": field '" + key + "' " + what);
+  }
+
+  // The value, or null when the key is absent (JSON null counts as absent).
+  const json* find(const std::string& key) const {
+    auto it = object_.find(key);
+    if (it == object_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  std::optional<int64_t> optional_int(const std::string& key, int64_t lo, int64_t hi) const {
+    const json* v = find(key);
+    if (!v) return std::nullopt;
+    if (!v->is_number_integer()) fail(key, "must be an integer, found " + v->dump());
+    int64_t x = v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX)
+                    ? INT64_MAX
+                    : v->get<int64_t>();
+    if (x < lo || x > hi) {
+      fail(key, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], found " +
+                    v->dump());
+    }
+    return x;
+  }
+
+  int required_positive_int(const std::string& key) const {
+    if (!find(key)) fail(key, "is missing (required, a positive integer)");
+    return static_cast<int>(*optional_int(key, 1, std::numeric_limits<int32_t>::max()));
+  }
+
+  int positive_int_or(const std::string& key, int fallback) const {
+    auto v = optional_int(key, 1, std::numeric_limits<int32_t>::max());
+    return v ? static_cast<int>(*v) : fallback;
+  }
+
+  std::optional<double> optional_number(const std::string& key) const {
+    const json* v = find(key);
+    if (!v) return std::nullopt;
+    if (!v->is_number()) fail(key, "must be a number, found " + v->dump());
+    double x = v->get<double>();
+    if (!std::isfinite(x)) fail(key, "must be finite, found " + v->dump());
+    return x;
+  }
+
+  float positive_float_or(const std::string& key, float fallback) const {
+    auto v = optional_number(key);
+    if (!v) return fallback;
+    if (*v <= 0) fail(key, "must be > 0, found " + object_.at(key).dump());
+    return static_cast<float>(*v);
+  }
+
+  std::optional<bool> optional_bool(const std::string& key) const {
+    const json* v = find(key);
+    if (!v) return std::nullopt;
+    if (!v->is_boolean()) fail(key, "must be true or false, found " + v->dump());
+    return v->get<bool>();
+  }
+
+  std::optional<std::string> optional_string(const std::string& key) const {
+    const json* v = find(key);
+    if (!v) return std::nullopt;
+    if (!v->is_string()) fail(key, "must be a string, found " + v->dump());
+    return v->get<std::string>();
+  }
+
+  std::optional<int32_t> optional_token_id(const std::string& key) const {
+    auto v = optional_int(key, 0, std::numeric_limits<int32_t>::max());
+    if (!v) return std::nullopt;
+    return static_cast<int32_t>(*v);
+  }
+
+  // eos_token_id: an integer or a list of integers (Llama 3 lists several).
+  std::vector<int32_t> token_id_list(const std::string& key) const {
+    const json* v = find(key);
+    if (!v) return {};
+    if (v->is_array()) {
+      std::vector<int32_t> ids;
+      for (const json& item : *v) {
+        if (!item.is_number_integer() || item.get<int64_t>() < 0 ||
+            item.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+          fail(key, "must be a token id or a list of token ids, found " + v->dump());
+        }
+        ids.push_back(item.get<int32_t>());
+      }
+      return ids;
+    }
+    if (!v->is_number_integer()) {
+      fail(key, "must be a token id or a list of token ids, found " + v->dump());
+    }
+    return {*optional_token_id(key)};
+  }
+
+ private:
+  const json& object_;
+  const std::string& origin_;
+};
+
+json read_json_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open");
+  std::stringstream text;
+  text << in.rdbuf();
+  json parsed;
+  try {
+    parsed = json::parse(text.str());
+  } catch (const json::parse_error& e) {
+    throw Error(path + ": not valid JSON (" + e.what() + ")");
+  }
+  if (!parsed.is_object()) throw Error(path + ": expected a JSON object at the top level");
+  return parsed;
+}
+
+const char* kSupportedModelTypes = "qwen3_attnres, qwen3, qwen2, llama, mistral";
+
+Architecture parse_architecture(const std::string& model_type, const std::string& origin) {
+  if (model_type == "qwen3_attnres") return Architecture::Qwen3AttnRes;
+  if (model_type == "qwen3") return Architecture::Qwen3;
+  if (model_type == "qwen2") return Architecture::Qwen2;
+  if (model_type == "llama" || model_type == "mistral") return Architecture::Llama;
+  throw Error(origin + ": unsupported model_type '" + model_type +
+              "' (supported: " + kSupportedModelTypes + ")");
+}
+
+std::optional<RopeScaling> parse_rope_scaling(const FieldReader& config,
+                                              const std::string& origin) {
+  const json* rs = config.find("rope_scaling");
+  if (!rs) return std::nullopt;
+  if (!rs->is_object())
+    config.fail("rope_scaling", "must be an object or null, found " + rs->dump());
+  std::string where = origin + " (rope_scaling)";
+  FieldReader fields(*rs, where);
+  // Transformers writes "rope_type" since 4.43 and "type" before; either may appear.
+  std::optional<std::string> type = fields.optional_string("rope_type");
+  if (!type) type = fields.optional_string("type");
+  if (!type || *type == "default") return std::nullopt;
+  RopeScaling scaling;
+  scaling.type = *type;
+  if (*type == "linear") {
+    if (!fields.find("factor")) fields.fail("factor", "is missing (required for linear)");
+    scaling.factor = fields.positive_float_or("factor", 1);
+    return scaling;
+  }
+  if (*type == "llama3") {
+    for (const char* key :
+         {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) {
+      if (!fields.find(key)) fields.fail(key, "is missing (required for llama3)");
+    }
+    scaling.factor = fields.positive_float_or("factor", 1);
+    scaling.low_freq_factor = fields.positive_float_or("low_freq_factor", 1);
+    scaling.high_freq_factor = fields.positive_float_or("high_freq_factor", 4);
+    scaling.original_max_position_embeddings =
+        fields.positive_int_or("original_max_position_embeddings", 8192);
+    if (scaling.high_freq_factor <= scaling.low_freq_factor) {
+      throw Error(where + ": high_freq_factor (" + std::to_string(scaling.high_freq_factor) +
+                  ") must be greater than low_freq_factor (" +
+                  std::to_string(scaling.low_freq_factor) + ")");
+    }
+    return scaling;
+  }
+  throw Error(origin + ": field 'rope_scaling' has unsupported type '" + *type +
+              "' (supported: null, default, linear, llama3)");
+}
+
+// The qwen3_attnres fields (ATTNRES.md §2a/2b).
+void parse_attnres(const FieldReader& config, ModelConfig& cfg) {
+  std::optional<std::string> mode = config.optional_string("attnres_mode");
+  if (!mode) config.fail("attnres_mode", "is missing (required for qwen3_attnres: block or full)");
+  if (*mode == "block") {
+    cfg.attnres_mode = AttnResMode::Block;
+  } else if (*mode == "full") {
+    cfg.attnres_mode = AttnResMode::Full;
+  } else {
+    config.fail("attnres_mode", "must be \"block\" or \"full\", found \"" + *mode + "\"");
+  }
+  auto blocks = config.optional_int("attnres_num_blocks", 1, cfg.num_layers);
+  if (cfg.attnres_mode == AttnResMode::Block && !blocks) {
+    config.fail("attnres_num_blocks", "is missing (required with attnres_mode block, in [1, " +
+                                          std::to_string(cfg.num_layers) + "])");
+  }
+  // Full AttnRes gives every layer its own bank entry: as if each layer were a block.
+  cfg.attnres_num_blocks =
+      cfg.attnres_mode == AttnResMode::Full ? cfg.num_layers : static_cast<int>(*blocks);
+  std::optional<std::string> gate = config.optional_string("attnres_gate_type");
+  if (gate && *gate != "bias") {
+    config.fail("attnres_gate_type", "must be \"bias\" or absent, found \"" + *gate + "\"");
+  }
+  cfg.attnres_gate_type = gate.value_or("");
+}
+
+}  // namespace
+
+std::string_view architecture_name(Architecture arch) {
+  switch (arch) {
+    case Architecture::Qwen3AttnRes:
+      return "qwen3_attnres";
+    case Architecture::Qwen3:
+      return "qwen3";
+    case Architecture::Qwen2:
+      return "qwen2";
+    case Architecture::Llama:
+      return "llama";
+  }
+  return "?";
+}
+
+std::string_view attnres_mode_name(AttnResMode mode) {
+  switch (mode) {
+    case AttnResMode::None:
+      return "none";
+    case AttnResMode::Block:
+      return "block";
+    case AttnResMode::Full:
+      return "full";
+  }
+  return "?";
+}
+
+GenerationDefaults GenerationDefaults::from_json(const json& json, const std::string& origin) {
+  if (!json.is_object()) throw Error(origin + ": expected a JSON object at the top level");
+  FieldReader fields(json, origin);
+  GenerationDefaults gen;
+  auto as_float = [](std::optional<double> v) -> std::optional<float> {
+    if (!v) return std::nullopt;
+    return static_cast<float>(*v);
+  };
+  gen.temperature = as_float(fields.optional_number("temperature"));
+  gen.top_p = as_float(fields.optional_number("top_p"));
+  gen.min_p = as_float(fields.optional_number("min_p"));
+  gen.repetition_penalty = as_float(fields.optional_number("repetition_penalty"));
+  if (gen.temperature && *gen.temperature < 0) fields.fail("temperature", "must be >= 0");
+  if (gen.top_p && (*gen.top_p <= 0 || *gen.top_p > 1)) fields.fail("top_p", "must be in (0, 1]");
+  if (gen.min_p && (*gen.min_p < 0 || *gen.min_p > 1)) fields.fail("min_p", "must be in [0, 1]");
+  if (gen.repetition_penalty && *gen.repetition_penalty <= 0) {
+    fields.fail("repetition_penalty", "must be > 0");
+  }
+  // top_k 0 means "disabled" in transformers.
+  if (auto k = fields.optional_int("top_k", 0, std::numeric_limits<int32_t>::max())) {
+    gen.top_k = static_cast<int>(*k);
+  }
+  if (auto n = fields.optional_int("max_new_tokens", 1, std::numeric_limits<int32_t>::max())) {
+    gen.max_new_tokens = static_cast<int>(*n);
+  }
+  gen.do_sample = fields.optional_bool("do_sample");
+  gen.eos_token_ids = fields.token_id_list("eos_token_id");
+  gen.bos_token_id = fields.optional_token_id("bos_token_id");
+  gen.pad_token_id = fields.optional_token_id("pad_token_id");
+  return gen;
+}
+
+ModelConfig ModelConfig::from_json(const json& config, const std::string& origin) {
+  if (!config.is_object()) throw Error(origin + ": expected a JSON object at the top level");
+  FieldReader fields(config, origin);
+  ModelConfig cfg;
+  std::optional<std::string> model_type = fields.optional_string("model_type");
+  if (!model_type) {
+    fields.fail("model_type", std::string("is missing (supported: ") + kSupportedModelTypes + ")");
+  }
+  cfg.model_type = *model_type;
+  cfg.arch = parse_architecture(cfg.model_type, origin);
+
+  if (fields.find("quantization_config")) {
+    fields.fail("quantization_config",
+                "is present: quantized checkpoints are not supported "
+                "(use F32, BF16 or F16 weights)");
+  }
+  std::string act = fields.optional_string("hidden_act").value_or("silu");
+  if (act != "silu") fields.fail("hidden_act", "must be \"silu\", found \"" + act + "\"");
+  if (fields.optional_bool("use_sliding_window").value_or(false)) {
+    fields.fail("use_sliding_window", "is true: sliding-window attention is not supported");
+  }
+  // Mistral has no use_sliding_window switch: a non-null sliding_window means it is on.
+  if (cfg.model_type == "mistral" && fields.find("sliding_window")) {
+    fields.fail("sliding_window",
+                "is " + config.at("sliding_window").dump() +
+                    ": sliding-window attention is not supported (expected null)");
+  }
+
+  cfg.hidden_size = fields.required_positive_int("hidden_size");
+  cfg.intermediate_size = fields.required_positive_int("intermediate_size");
+  cfg.num_layers = fields.required_positive_int("num_hidden_layers");
+  cfg.num_heads = fields.required_positive_int("num_attention_heads");
+  cfg.vocab_size = fields.required_positive_int("vocab_size");
+  cfg.num_kv_heads = fields.positive_int_or("num_key_value_heads", cfg.num_heads);
+  if (cfg.num_heads % cfg.num_kv_heads != 0) {
+    throw Error(origin + ": field 'num_attention_heads' (" + std::to_string(cfg.num_heads) +
+                ") must be a multiple of 'num_key_value_heads' (" +
+                std::to_string(cfg.num_kv_heads) + ")");
+  }
+  if (fields.find("head_dim")) {
+    cfg.head_dim = fields.required_positive_int("head_dim");
+  } else {
+    if (cfg.hidden_size % cfg.num_heads != 0) {
+      throw Error(origin + ": field 'head_dim' is absent and 'hidden_size' (" +
+                  std::to_string(cfg.hidden_size) + ") is not a multiple of " +
+                  "'num_attention_heads' (" + std::to_string(cfg.num_heads) + ")");
+    }
+    cfg.head_dim = cfg.hidden_size / cfg.num_heads;
+  }
+  if (cfg.head_dim % 2 != 0) {
+    throw Error(origin + ": field 'head_dim' must be even for rotary embeddings, found " +
+                std::to_string(cfg.head_dim) +
+                (fields.find("head_dim") ? "" : " (hidden_size / num_attention_heads)"));
+  }
+  // Defaults are those of the transformers config classes.
+  int default_max_pos = cfg.arch == Architecture::Llama ? 2048 : 32768;
+  cfg.max_position_embeddings = fields.positive_int_or("max_position_embeddings", default_max_pos);
+  cfg.rms_norm_eps = fields.positive_float_or("rms_norm_eps", 1e-6f);
+  cfg.rope_theta = fields.positive_float_or("rope_theta", 10000.f);
+  cfg.rope_scaling = parse_rope_scaling(fields, origin);
+  cfg.tie_word_embeddings = fields.optional_bool("tie_word_embeddings").value_or(false);
+
+  bool attention_bias = fields.optional_bool("attention_bias").value_or(false);
+  switch (cfg.arch) {
+    case Architecture::Qwen2:  // q, k, v always carry a bias; o never does
+      cfg.attention_bias = true;
+      cfg.o_proj_bias = false;
+      break;
+    case Architecture::Llama:
+    case Architecture::Qwen3:
+    case Architecture::Qwen3AttnRes:
+      cfg.attention_bias = attention_bias;
+      cfg.o_proj_bias = attention_bias;
+      break;
+  }
+  cfg.mlp_bias =
+      cfg.arch == Architecture::Llama && fields.optional_bool("mlp_bias").value_or(false);
+  cfg.qk_norm = cfg.arch == Architecture::Qwen3 || cfg.arch == Architecture::Qwen3AttnRes;
+  if (cfg.arch == Architecture::Qwen3AttnRes) parse_attnres(fields, cfg);
+
+  // Newer transformers write "dtype", older "torch_dtype".
+  cfg.torch_dtype =
+      fields.optional_string("torch_dtype").value_or(fields.optional_string("dtype").value_or(""));
+  cfg.eos_token_ids = fields.token_id_list("eos_token_id");
+  cfg.bos_token_id = fields.optional_token_id("bos_token_id");
+  return cfg;
+}
+
+ModelConfig ModelConfig::load(const std::string& model_dir) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(model_dir)) throw Error(model_dir + ": not a directory");
+  std::string config_path = (fs::path(model_dir) / "config.json").string();
+  if (!fs::exists(config_path)) throw Error(config_path + ": missing (every model needs one)");
+  ModelConfig cfg = from_json(read_json_file(config_path), config_path);
+  cfg.model_dir = model_dir;
+  std::string gen_path = (fs::path(model_dir) / "generation_config.json").string();
+  if (fs::exists(gen_path)) {
+    cfg.generation = GenerationDefaults::from_json(read_json_file(gen_path), gen_path);
+  }
+  return cfg;
+}
+
+int ModelConfig::layers_per_block() const {
+  if (attnres_num_blocks <= 0) return num_layers;
+  return (num_layers + attnres_num_blocks - 1) / attnres_num_blocks;
+}
+
+std::vector<float> ModelConfig::rope_inv_freq() const {
+  std::vector<float> inv_freq(head_dim / 2);
+  for (int i = 0; i < head_dim / 2; ++i) {
+    // transformers computes base ** (2i / dim) in float32.
+    float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+    inv_freq[i] = 1.0f / std::pow(rope_theta, exponent);
+  }
+  if (!rope_scaling) return inv_freq;
+  const RopeScaling& rs = *rope_scaling;
+  if (rs.type == "linear") {
+    for (float& f : inv_freq) f /= rs.factor;
+    return inv_freq;
+  }
+  // llama3: long wavelengths slowed by factor, short ones kept, a smooth ramp between.
+  const float kPi = 3.14159265358979323846f;
+  float old_len = static_cast<float>(rs.original_max_position_embeddings);
+  float low_freq_wavelen = old_len / rs.low_freq_factor;
+  float high_freq_wavelen = old_len / rs.high_freq_factor;
+  for (float& f : inv_freq) {
+    float wavelen = 2 * kPi / f;
+    if (wavelen > low_freq_wavelen) {
+      f /= rs.factor;
+    } else if (wavelen >= high_freq_wavelen) {
+      float smooth =
+          (old_len / wavelen - rs.low_freq_factor) / (rs.high_freq_factor - rs.low_freq_factor);
+      f = (1 - smooth) * f / rs.factor + smooth * f;
+    }
+  }
+  return inv_freq;
+}
+
+std::string ModelConfig::summary() const {
+  std::ostringstream s;
+  s << model_type;
+  if (attnres_mode != AttnResMode::None) {
+    s << " (attnres " << attnres_mode_name(attnres_mode) << ", " << attnres_num_blocks
+      << " blocks of " << layers_per_block() << " layers"
+      << (attnres_gate_type.empty() ? "" : ", gate " + attnres_gate_type) << ")";
+  }
+  s << ": layers=" << num_layers << " hidden=" << hidden_size << " ffn=" << intermediate_size
+    << " heads=" << num_heads << "/" << num_kv_heads << "x" << head_dim << " vocab=" << vocab_size
+    << " ctx=" << max_position_embeddings << " rope_theta=" << rope_theta;
+  if (rope_scaling) s << " rope_scaling=" << rope_scaling->type << "x" << rope_scaling->factor;
+  s << (tie_word_embeddings ? " tied" : " untied");
+  if (!torch_dtype.empty()) s << " " << torch_dtype;
+  return s.str();
+}
+
+}  // namespace attnres

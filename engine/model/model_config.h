@@ -1,0 +1,74 @@
+// The model's hyperparameters, read from a Hugging Face model directory: config.json (the
+// architecture) and generation_config.json (sampling defaults, optional). Every defect that
+// would make the engine compute something else than the checkpoint's own code is rejected
+// here with an attnres::Error naming the file, the field, what was found and what was
+// expected; nothing downstream re-validates the config.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace attnres {
+
+enum class Architecture { Qwen3AttnRes, Qwen3, Qwen2, Llama };  // "mistral" loads as Llama
+enum class AttnResMode { None, Block, Full };
+
+// rope_scaling from config.json. Only set for types that change the frequencies:
+// "llama3" and "linear" ("default" and null leave rope_scaling unset).
+struct RopeScaling {
+  std::string type;  // "llama3" or "linear"
+  float factor = 1, low_freq_factor = 1, high_freq_factor = 4;
+  int original_max_position_embeddings = 8192;
+};
+
+// generation_config.json; unset fields stay nullopt (or empty).
+struct GenerationDefaults {
+  std::optional<float> temperature, top_p, min_p, repetition_penalty;
+  std::optional<int> top_k, max_new_tokens;
+  std::optional<bool> do_sample;
+  std::vector<int32_t> eos_token_ids;
+  std::optional<int32_t> bos_token_id, pad_token_id;
+
+  static GenerationDefaults from_json(const nlohmann::json& json, const std::string& origin);
+};
+
+struct ModelConfig {
+  std::string model_dir, model_type;
+  Architecture arch = Architecture::Llama;
+  int hidden_size = 0, intermediate_size = 0, num_layers = 0, num_heads = 0, num_kv_heads = 0,
+      head_dim = 0, vocab_size = 0, max_position_embeddings = 0;
+  float rms_norm_eps = 1e-6f, rope_theta = 10000.f;
+  std::optional<RopeScaling> rope_scaling;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q,k,v biases (qwen2: always; llama/qwen3: config attention_bias)
+  bool o_proj_bias = false;     // llama/qwen3: config attention_bias; qwen2: never
+  bool mlp_bias = false;        // llama: config mlp_bias (gate, up, down)
+  bool qk_norm = false;         // qwen3 family: per-head RMSNorm on q and k before RoPE
+  AttnResMode attnres_mode = AttnResMode::None;
+  int attnres_num_blocks = 0;     // block: from config; full: num_layers; none: 0
+  std::string attnres_gate_type;  // "bias" or ""
+  std::string torch_dtype;        // as written ("bfloat16"), "" when absent
+  std::vector<int32_t> eos_token_ids;
+  std::optional<int32_t> bos_token_id;
+  GenerationDefaults generation;
+
+  // P = ceil(L / num_blocks): decoder layers per AttnRes block (full: 1; none: L).
+  int layers_per_block() const;
+  // RoPE inverse frequencies [head_dim / 2], with rope_scaling applied (llama3, linear).
+  std::vector<float> rope_inv_freq() const;
+
+  // config.json (+ generation_config.json when present) from a model directory.
+  static ModelConfig load(const std::string& model_dir);
+  // origin names the source in error messages (usually the config.json path).
+  static ModelConfig from_json(const nlohmann::json& config, const std::string& origin);
+  // One line for logs: "qwen3_attnres (block, 4 blocks, gate bias): L=12 d=768 ...".
+  std::string summary() const;
+};
+
+std::string_view architecture_name(Architecture arch);
+std::string_view attnres_mode_name(AttnResMode mode);
+
+}  // namespace attnres

@@ -1,0 +1,195 @@
+#include "engine/model/model_weights.h"
+
+#include <set>
+#include <string>
+
+#include "engine/core/error.h"
+
+namespace attnres {
+namespace {
+
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Takes tensors out of the store one by one, checking each against what the config implies,
+// and remembers which names were used so leftovers can be reported at the end.
+class WeightChecker {
+ public:
+  WeightChecker(const ModelConfig& cfg, const WeightStore& store) : cfg_(cfg), store_(store) {}
+
+  Tensor take(const std::string& name, const Shape& expected) {
+    if (!store_.has(name)) {
+      throw Error(store_.source() + ": tensor " + name + " is missing (expected shape " +
+                  shape_str(expected) + " for this " + cfg_.model_type + " config" +
+                  missing_hint(name) + ")");
+    }
+    used_.insert(name);
+    const SafetensorsFile::Entry& entry = store_.entry(name);
+    std::string file = store_.file_of(name);
+    if (!entry.supported || entry.dtype == DType::I32) {
+      throw Error(file + ": unsupported dtype " + entry.dtype_name + " for tensor " + name +
+                  " (weights must be F32, BF16 or F16)");
+    }
+    if (entry.shape != expected) {
+      throw Error(file + ": tensor " + name + " has shape " + shape_str(entry.shape) +
+                  ", expected " + shape_str(expected));
+    }
+    if (!dtype_) {
+      dtype_ = entry.dtype;
+      dtype_source_ = name;
+    } else if (entry.dtype != *dtype_) {
+      throw Error(file + ": tensor " + name + " has dtype " + entry.dtype_name + ", but " +
+                  dtype_source_ + " is " + std::string(dtype_name(*dtype_)) +
+                  ": all weights must share one dtype");
+    }
+    return store_.get(name);
+  }
+
+  // A 0-dim gate bias of any float dtype, read as a float.
+  float take_scalar(const std::string& name) {
+    if (!store_.has(name)) {
+      throw Error(store_.source() + ": tensor " + name + " is missing (expected a 0-dim float; " +
+                  "config.json has attnres_gate_type \"bias\")");
+    }
+    used_.insert(name);
+    const SafetensorsFile::Entry& entry = store_.entry(name);
+    if (!(entry.shape.empty() || entry.shape == Shape{1})) {
+      throw Error(store_.file_of(name) + ": tensor " + name + " has shape " +
+                  shape_str(entry.shape) + ", expected [] (a single value)");
+    }
+    return store_.read_scalar(name);
+  }
+
+  AttnResWeights take_res(const std::string& prefix) {
+    int64_t d = cfg_.hidden_size;
+    AttnResWeights res;
+    res.proj = take(prefix + "_res_proj.weight", {1, d});
+    res.norm = take(prefix + "_res_norm.weight", {d});
+    if (cfg_.attnres_gate_type == "bias") res.bias = take_scalar(prefix + "_res_bias");
+    return res;
+  }
+
+  // Names may appear without being used: known buffers that carry no weights.
+  void ignore(const std::string& name) { used_.insert(name); }
+
+  void reject_leftovers() const {
+    for (const std::string& name : store_.names()) {
+      if (used_.count(name) || ends_with(name, ".rotary_emb.inv_freq")) continue;
+      throw Error(store_.file_of(name) + ": unexpected tensor " + name + " (a " + cfg_.model_type +
+                  " model with this config.json has no such weight" + leftover_hint(name) + ")");
+    }
+  }
+
+  DType dtype() const { return dtype_.value_or(DType::BF16); }
+
+ private:
+  std::string missing_hint(const std::string& name) const {
+    if (name == "lm_head.weight") {
+      return "; config.json has tie_word_embeddings false, set it true if the embeddings are "
+             "shared";
+    }
+    if (ends_with(name, "_bias") || ends_with(name, ".bias")) {
+      return "; the config implies this bias";
+    }
+    return "";
+  }
+
+  std::string leftover_hint(const std::string& name) const {
+    if (name.find("_res_") != std::string::npos && cfg_.arch != Architecture::Qwen3AttnRes) {
+      return "; AttnRes weights need model_type qwen3_attnres";
+    }
+    if (ends_with(name, "_res_bias")) return "; config.json has no attnres_gate_type \"bias\"";
+    if (name.rfind("model.layers.", 0) == 0) {
+      int layer = std::atoi(name.c_str() + std::string("model.layers.").size());
+      if (layer >= cfg_.num_layers) {
+        return "; config.json has num_hidden_layers " + std::to_string(cfg_.num_layers);
+      }
+    }
+    if (ends_with(name, ".bias")) return "; the config implies no bias here";
+    if (ends_with(name, "q_norm.weight") || ends_with(name, "k_norm.weight")) {
+      return "; only the qwen3 family has q_norm / k_norm";
+    }
+    return "";
+  }
+
+  const ModelConfig& cfg_;
+  const WeightStore& store_;
+  std::set<std::string> used_;
+  std::optional<DType> dtype_;
+  std::string dtype_source_;
+};
+
+LayerWeights load_layer(const ModelConfig& cfg, WeightChecker& checker, int i) {
+  const std::string p = "model.layers." + std::to_string(i) + ".";
+  const int64_t d = cfg.hidden_size, ffn = cfg.intermediate_size, hd = cfg.head_dim;
+  const int64_t q_out = cfg.num_heads * hd, kv_out = cfg.num_kv_heads * hd;
+  LayerWeights w;
+  w.input_norm = checker.take(p + "input_layernorm.weight", {d});
+  w.q_proj = checker.take(p + "self_attn.q_proj.weight", {q_out, d});
+  w.k_proj = checker.take(p + "self_attn.k_proj.weight", {kv_out, d});
+  w.v_proj = checker.take(p + "self_attn.v_proj.weight", {kv_out, d});
+  w.o_proj = checker.take(p + "self_attn.o_proj.weight", {d, q_out});
+  if (cfg.attention_bias) {
+    w.q_bias = checker.take(p + "self_attn.q_proj.bias", {q_out});
+    w.k_bias = checker.take(p + "self_attn.k_proj.bias", {kv_out});
+    w.v_bias = checker.take(p + "self_attn.v_proj.bias", {kv_out});
+  }
+  if (cfg.o_proj_bias) w.o_bias = checker.take(p + "self_attn.o_proj.bias", {d});
+  if (cfg.qk_norm) {
+    w.q_norm = checker.take(p + "self_attn.q_norm.weight", {hd});
+    w.k_norm = checker.take(p + "self_attn.k_norm.weight", {hd});
+  }
+  w.post_attention_norm = checker.take(p + "post_attention_layernorm.weight", {d});
+  w.gate_proj = checker.take(p + "mlp.gate_proj.weight", {ffn, d});
+  w.up_proj = checker.take(p + "mlp.up_proj.weight", {ffn, d});
+  w.down_proj = checker.take(p + "mlp.down_proj.weight", {d, ffn});
+  if (cfg.mlp_bias) {
+    w.gate_bias = checker.take(p + "mlp.gate_proj.bias", {ffn});
+    w.up_bias = checker.take(p + "mlp.up_proj.bias", {ffn});
+    w.down_bias = checker.take(p + "mlp.down_proj.bias", {d});
+  }
+  if (cfg.attnres_mode != AttnResMode::None) {
+    w.attn_res = checker.take_res(p + "attn");
+    w.mlp_res = checker.take_res(p + "mlp");
+  }
+  return w;
+}
+
+}  // namespace
+
+ModelWeights ModelWeights::load(const ModelConfig& cfg, const WeightStore& store) {
+  WeightChecker checker(cfg, store);
+  const int64_t d = cfg.hidden_size, vocab = cfg.vocab_size;
+  ModelWeights w;
+  w.embed_tokens = checker.take("model.embed_tokens.weight", {vocab, d});
+  for (int i = 0; i < cfg.num_layers; ++i) w.layers.push_back(load_layer(cfg, checker, i));
+  w.final_norm = checker.take("model.norm.weight", {d});
+  if (cfg.tie_word_embeddings) {
+    w.lm_head = w.embed_tokens;
+    // Some exporters still write the tied copy; transformers ignores it when tied, so do we.
+    if (store.has("lm_head.weight")) checker.ignore("lm_head.weight");
+  } else {
+    w.lm_head = checker.take("lm_head.weight", {vocab, d});
+  }
+
+  // Variant 2b is told apart from 2a only by the final-mix weights (ATTNRES.md §2b).
+  const char* kFinalResNames[] = {"model.final_res_proj.weight", "model.final_res_norm.weight",
+                                  "model.final_res_bias"};
+  for (const char* name : kFinalResNames) {
+    if (!store.has(name) || cfg.arch != Architecture::Qwen3AttnRes) continue;
+    if (cfg.attnres_mode != AttnResMode::Block) {
+      throw Error(store.file_of(name) + ": tensor " + name + " (the final mix of variant 2b) " +
+                  "requires attnres_mode \"block\", but config.json has attnres_mode \"" +
+                  std::string(attnres_mode_name(cfg.attnres_mode)) + "\"");
+    }
+    w.final_res = checker.take_res("model.final");
+    break;
+  }
+  checker.reject_leftovers();
+  w.dtype = checker.dtype();
+  return w;
+}
+
+}  // namespace attnres

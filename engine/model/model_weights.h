@@ -1,0 +1,54 @@
+// The model's weights as named views into the mapped checkpoint, checked against the config:
+// every expected tensor present with the expected shape, one float dtype for all of them,
+// and no tensor left over (a leftover means the config and the checkpoint disagree, and
+// computing without it would silently give a different model).
+//
+// Tensor names (Hugging Face layout; AttnRes names per ATTNRES.md §2a/2b):
+//   model.embed_tokens.weight [V,d]   model.norm.weight [d]   lm_head.weight [V,d] (untied)
+//   model.layers.{i}.input_layernorm.weight [d]  .post_attention_layernorm.weight [d]
+//   model.layers.{i}.self_attn.{q,k,v,o}_proj.weight (+ .bias)  .self_attn.{q,k}_norm.weight [hd]
+//   model.layers.{i}.mlp.{gate,up,down}_proj.weight (+ .bias)
+//   model.layers.{i}.{attn,mlp}_res_proj.weight [1,d]  .{attn,mlp}_res_norm.weight [d]
+//   model.layers.{i}.{attn,mlp}_res_bias []            (attnres_gate_type "bias")
+//   model.final_res_proj.weight [1,d]  model.final_res_norm.weight [d]  model.final_res_bias []
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "engine/core/tensor.h"
+#include "engine/model/model_config.h"
+#include "engine/model/weight_store.h"
+
+namespace attnres {
+
+// One depth-attention query: logit_j = proj . RMSNorm_norm(src_j) (+ bias on the last source).
+struct AttnResWeights {
+  Tensor proj;                // [1, d]
+  Tensor norm;                // [d]
+  std::optional<float> bias;  // set when attnres_gate_type is "bias"
+};
+
+struct LayerWeights {
+  Tensor input_norm, q_proj, k_proj, v_proj, o_proj;
+  Tensor q_norm, k_norm;                  // [head_dim]; undefined unless cfg.qk_norm
+  Tensor q_bias, k_bias, v_bias, o_bias;  // undefined when the config has none
+  Tensor post_attention_norm, gate_proj, up_proj, down_proj;
+  Tensor gate_bias, up_bias, down_bias;             // undefined unless cfg.mlp_bias
+  std::optional<AttnResWeights> attn_res, mlp_res;  // qwen3_attnres only
+};
+
+struct ModelWeights {
+  Tensor embed_tokens, final_norm;
+  Tensor lm_head;  // the same view as embed_tokens when tied
+  std::vector<LayerWeights> layers;
+  // Present => variant 2b (block sums with reset and a final mix); absent on 2a and 2c.
+  std::optional<AttnResWeights> final_res;
+  DType dtype = DType::BF16;  // the one dtype every weight matrix and gain shares
+
+  // Validates names, shapes and dtypes against cfg and throws attnres::Error on the first
+  // defect (naming the file, the tensor, what was found and what was expected).
+  static ModelWeights load(const ModelConfig& cfg, const WeightStore& store);
+};
+
+}  // namespace attnres
