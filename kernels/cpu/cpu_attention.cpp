@@ -1,0 +1,135 @@
+// store_kv and causal GQA attention over a paged KV cache.
+//
+// Cache layout (per layer): K, V [num_blocks, block_size, Hkv, hd] f32; token position p of
+// sequence s lives in physical block block_tables[s][p / block_size] at offset
+// p % block_size. A query token t (row t of q [T, Hq * hd]) of sequence s attends to
+// positions 0..positions[t] inclusive, which covers both a cached prefix and the tokens of
+// this step (store_kv runs first). Query head h reads KV head h / (Hq / Hkv).
+//
+// One work item per (token, query head), parallel over all of them: each item walks the
+// sequence's blocks once for the scores (q . k * scale, kept in a per-thread buffer), takes
+// the max, exponentiates, and accumulates the weighted V rows — an exact two-pass softmax in
+// f32. KV rows are hd contiguous floats, so every dot / axpy is a straight SIMD loop.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "engine/core/error.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_simd.h"
+
+namespace attnres {
+namespace {
+
+void check_cache(const KvCacheLayer& cache) {
+  ATTNRES_CHECK(cache.k.rank() == 4 && cache.k.shape == cache.v.shape,
+                "kv cache k " + shape_str(cache.k.shape) + " v " + shape_str(cache.v.shape));
+  ATTNRES_CHECK(cache.k.dtype == DType::F32 && cache.v.dtype == DType::F32,
+                "the CPU kv cache must be F32");
+  ATTNRES_CHECK(cache.k.device == Device::CPU && cache.v.device == Device::CPU,
+                "kv cache must be on the CPU");
+}
+
+}  // namespace
+
+void CpuBackend::store_kv(const Tensor& k, const Tensor& v, const BatchMeta& batch,
+                          KvCacheLayer& cache) {
+  check_cache(cache);
+  const int64_t row = cache.k.dim(2) * cache.k.dim(3);  // Hkv * hd
+  const int64_t slots = cache.k.dim(0) * cache.k.dim(1);
+  cpu::check_f32_rows(k, row, "store_kv k");
+  cpu::check_f32_rows(v, row, "store_kv v");
+  const int64_t t_dim = cpu::rows_of(k);
+  ATTNRES_CHECK(cpu::rows_of(v) == t_dim && t_dim == batch.num_tokens &&
+                    static_cast<int64_t>(batch.slot_mapping.size()) == t_dim,
+                "store_kv: T mismatch");
+  for (int64_t t = 0; t < t_dim; ++t) {
+    const int64_t slot = batch.slot_mapping[t];
+    ATTNRES_CHECK(slot >= 0 && slot < slots, "store_kv slot " + std::to_string(slot) +
+                                                 " out of range " + std::to_string(slots));
+    std::memcpy(cache.k.ptr<float>() + slot * row, k.ptr<float>() + t * row, row * 4);
+    std::memcpy(cache.v.ptr<float>() + slot * row, v.ptr<float>() + t * row, row * 4);
+  }
+}
+
+void CpuBackend::attention(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
+                           int head_dim, float scale, Tensor& out) {
+  check_cache(cache);
+  const int64_t hd = head_dim, hkv = cache.k.dim(2), block_size = cache.k.dim(1);
+  const int64_t num_blocks = cache.k.dim(0);
+  ATTNRES_CHECK(hd > 0 && cache.k.dim(3) == hd, "attention head_dim " + std::to_string(hd) +
+                                                    " vs cache " + shape_str(cache.k.shape));
+  ATTNRES_CHECK(q.rank() >= 1 && q.dim(-1) % hd == 0, "attention q " + shape_str(q.shape));
+  const int64_t hq = q.dim(-1) / hd;
+  ATTNRES_CHECK(hq % hkv == 0, "attention: Hq must be a multiple of Hkv");
+  const int64_t group = hq / hkv;
+  cpu::check_f32_rows(q, hq * hd, "attention q");
+  cpu::check_f32_rows(out, hq * hd, "attention out");
+  const int64_t t_dim = cpu::rows_of(q);
+  ATTNRES_CHECK(cpu::rows_of(out) == t_dim && t_dim == batch.num_tokens &&
+                    static_cast<int64_t>(batch.positions.size()) == t_dim,
+                "attention: T mismatch");
+  const int num_seqs = batch.num_seqs();
+  ATTNRES_CHECK(static_cast<int>(batch.query_start.size()) == num_seqs + 1 &&
+                    static_cast<int>(batch.block_tables.size()) == num_seqs &&
+                    batch.query_start[0] == 0 && batch.query_start[num_seqs] == t_dim,
+                "attention: query_start / block_tables do not match the batch");
+
+  // Token -> sequence, validating every position against its block table up front.
+  std::vector<int32_t> seq_of(static_cast<size_t>(t_dim));
+  int64_t max_ctx = 0;
+  for (int s = 0; s < num_seqs; ++s) {
+    const auto& table = batch.block_tables[s];
+    for (int64_t b : table)
+      ATTNRES_CHECK(b >= 0 && b < num_blocks, "attention: block id " + std::to_string(b));
+    ATTNRES_CHECK(batch.query_start[s] <= batch.query_start[s + 1], "attention: query_start");
+    for (int64_t t = batch.query_start[s]; t < batch.query_start[s + 1]; ++t) {
+      const int64_t pos = batch.positions[t];
+      ATTNRES_CHECK(pos >= 0 && pos < batch.context_len[s] &&
+                        pos < static_cast<int64_t>(table.size()) * block_size,
+                    "attention: position " + std::to_string(pos) + " outside the context");
+      seq_of[t] = s;
+      max_ctx = std::max(max_ctx, pos + 1);
+    }
+  }
+
+  const float* kc = cache.k.ptr<float>();
+  const float* vc = cache.v.ptr<float>();
+  const int64_t items = t_dim * hq;
+#pragma omp parallel num_threads(threads_) if (threads_ > 1 && items > 1)
+  {
+    std::vector<float> scores(static_cast<size_t>(max_ctx));
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t item = 0; item < items; ++item) {
+      const int64_t t = item / hq, h = item % hq, kvh = h / group;
+      const auto& table = batch.block_tables[seq_of[t]];
+      const int64_t ctx = batch.positions[t] + 1;
+      const float* qh = q.ptr<float>() + t * hq * hd + h * hd;
+      float* oh = out.ptr<float>() + t * hq * hd + h * hd;
+      float max_score = -INFINITY;
+      for (int64_t p = 0; p < ctx; ++p) {
+        const int64_t slot = table[p / block_size] * block_size + p % block_size;
+        const float sc = cpu::dot_f32(qh, kc + (slot * hkv + kvh) * hd, hd) * scale;
+        scores[p] = sc;
+        max_score = std::max(max_score, sc);
+      }
+      float denom = 0.0f;
+      for (int64_t p = 0; p < ctx; ++p) {
+        scores[p] = std::exp(scores[p] - max_score);
+        denom += scores[p];
+      }
+      std::fill(oh, oh + hd, 0.0f);
+      for (int64_t p = 0; p < ctx; ++p) {
+        const int64_t slot = table[p / block_size] * block_size + p % block_size;
+        cpu::scale_add_f32(oh, 1.0f, scores[p], vc + (slot * hkv + kvh) * hd, hd);
+      }
+      const float inv = 1.0f / denom;
+      for (int64_t i = 0; i < hd; ++i) oh[i] *= inv;
+    }
+  }
+}
+
+}  // namespace attnres

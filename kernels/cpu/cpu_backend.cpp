@@ -1,0 +1,86 @@
+// CpuBackend construction and memory ops. On the CPU "device" memory is host memory:
+// upload returns the same tensor (a mmap'd bf16 weight stays mmap'd, never widened), and
+// download / copy are memcpy. Also the small validation helpers the op files share.
+#include "kernels/cpu/cpu_backend.h"
+
+#include <omp.h>
+
+#include <cstring>
+#include <vector>
+
+#include "engine/core/error.h"
+
+namespace attnres {
+
+CpuBackend::CpuBackend(int num_threads)
+    : threads_(num_threads > 0 ? num_threads : omp_get_max_threads()) {}
+
+std::string CpuBackend::name() const { return "cpu(" + std::to_string(threads_) + " threads)"; }
+
+Tensor CpuBackend::alloc(const Shape& shape, DType dtype) { return Tensor::empty(shape, dtype); }
+
+Tensor CpuBackend::upload(const Tensor& host) {
+  ATTNRES_CHECK(host.device == Device::CPU, "upload expects a host tensor");
+  return host;
+}
+
+void CpuBackend::download(const Tensor& src, void* host_dst) {
+  ATTNRES_CHECK(src.device == Device::CPU, "download of a non-CPU tensor");
+  if (src.nbytes()) std::memcpy(host_dst, src.data, src.nbytes());
+}
+
+void CpuBackend::copy(const Tensor& src, Tensor& dst) {
+  ATTNRES_CHECK(src.shape == dst.shape && src.dtype == dst.dtype,
+                "copy " + shape_str(src.shape) + " -> " + shape_str(dst.shape));
+  if (src.nbytes() && src.data != dst.data) std::memmove(dst.data, src.data, src.nbytes());
+}
+
+void CpuBackend::fill_zero(Tensor& dst) {
+  if (dst.nbytes()) std::memset(dst.data, 0, dst.nbytes());
+}
+
+std::unique_ptr<Backend> make_cpu_backend(int num_threads) {
+  return std::make_unique<CpuBackend>(num_threads);
+}
+
+namespace cpu {
+
+int64_t rows_of(const Tensor& t) {
+  if (t.rank() == 0) return 1;
+  return t.dim(-1) ? t.numel() / t.dim(-1) : 0;
+}
+
+void check_f32_rows(const Tensor& t, int64_t n, const char* what) {
+  ATTNRES_CHECK(t.defined() || t.numel() == 0, std::string(what) + " is undefined");
+  ATTNRES_CHECK(t.device == Device::CPU, std::string(what) + " is not a CPU tensor");
+  ATTNRES_CHECK(t.dtype == DType::F32,
+                std::string(what) + " must be F32, got " + std::string(dtype_name(t.dtype)));
+  ATTNRES_CHECK(t.rank() >= 1 && t.dim(-1) == n, std::string(what) + " " + shape_str(t.shape) +
+                                                     ": last dim must be " + std::to_string(n));
+}
+
+std::vector<float> widen_vector(const Tensor& t, int64_t n, const char* what) {
+  ATTNRES_CHECK(
+      t.defined() && t.device == Device::CPU && t.numel() == n,
+      std::string(what) + " " + shape_str(t.shape) + ": expected " + std::to_string(n) + " values");
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    switch (t.dtype) {
+      case DType::F32:
+        v[i] = t.ptr<float>()[i];
+        break;
+      case DType::BF16:
+        v[i] = bf16_to_f32(t.ptr<uint16_t>()[i]);
+        break;
+      case DType::F16:
+        v[i] = f16_to_f32(t.ptr<uint16_t>()[i]);
+        break;
+      default:
+        ATTNRES_CHECK(false, std::string(what) + " must be a float dtype");
+    }
+  }
+  return v;
+}
+
+}  // namespace cpu
+}  // namespace attnres

@@ -1,0 +1,71 @@
+// The CPU implementation of attnres::Backend (engine/core/backend.h): f32 activations,
+// F32 / BF16 / F16 weights read as stored, OpenMP threads. It is the reference every other
+// backend is tested against, so each op validates shapes and dtypes (ATTNRES_CHECK) before
+// running. The ops are defined across several files by theme:
+//   cpu_backend.cpp      memory ops, factory, thread count
+//   cpu_linear.cpp       linear: GEMV (decode, R <= 8) and packed GEMM (prefill)
+//   cpu_attention.cpp    store_kv, paged causal GQA attention
+//   cpu_norm_rope.cpp    rms_norm, qk_norm_rope
+//   cpu_depth_mix.cpp    depth_phase1, depth_phase2_prenorm (ATTNRES.md §3)
+//   cpu_elementwise.cpp  embedding, swiglu, add_inplace, gather_rows
+// Parallel regions are never nested: each op opens at most one, with num_threads(threads_).
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+
+#include "engine/core/backend.h"
+
+namespace attnres {
+
+class CpuBackend : public Backend {
+ public:
+  // num_threads <= 0: the OpenMP default (omp_get_max_threads()).
+  explicit CpuBackend(int num_threads = 0);
+
+  Device device() const override { return Device::CPU; }
+  std::string name() const override;
+  int num_threads() const { return threads_; }
+
+  Tensor alloc(const Shape& shape, DType dtype) override;
+  Tensor upload(const Tensor& host) override;
+  void download(const Tensor& src, void* host_dst) override;
+  void copy(const Tensor& src, Tensor& dst) override;
+  void fill_zero(Tensor& dst) override;
+  void synchronize() override {}
+
+  void embedding(const Tensor& table, const BatchMeta& batch, Tensor& out) override;
+  void rms_norm(const Tensor& x, const Tensor& gain, float eps, Tensor& out) override;
+  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
+  void qk_norm_rope(Tensor& q, Tensor& k, int head_dim, const Tensor* q_gain, const Tensor* k_gain,
+                    float eps, const Tensor& inv_freq, const BatchMeta& batch) override;
+  void store_kv(const Tensor& k, const Tensor& v, const BatchMeta& batch,
+                KvCacheLayer& cache) override;
+  void attention(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch, int head_dim,
+                 float scale, Tensor& out) override;
+  void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) override;
+  void add_inplace(Tensor& x, const Tensor& y) override;
+  void gather_rows(const Tensor& x, std::span<const int32_t> rows, Tensor& out) override;
+  void depth_phase1(const Tensor& queries, const Tensor& bank, int n, float eps, Tensor& m,
+                    Tensor& s, Tensor& o) override;
+  void depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& partial,
+                            const Tensor& prenorm_gain, float norm_eps, Tensor& out) override;
+
+ private:
+  int threads_;
+};
+
+std::unique_ptr<Backend> make_cpu_backend(int num_threads = 0);
+
+// Internal helpers shared by the op files (not part of the Backend interface).
+namespace cpu {
+// Rows of a tensor viewed as a matrix: all dimensions but the last.
+int64_t rows_of(const Tensor& t);
+// Checks t is a CPU tensor of dtype F32 whose last dimension is n.
+void check_f32_rows(const Tensor& t, int64_t n, const char* what);
+// f32 copy of a small vector of any float dtype (gains, inv_freq): [n] -> std::vector.
+std::vector<float> widen_vector(const Tensor& t, int64_t n, const char* what);
+}  // namespace cpu
+
+}  // namespace attnres

@@ -1,0 +1,198 @@
+// Depth attention (ATTNRES.md §3), the two-phase form.
+//
+// Phase 1 (once per block, for the S sublayers that read the same bank), per token t:
+//   logit[l, j] = queries[l] . bank[j, t] / rms(bank[j, t])      rms(x) = sqrt(mean(x^2) + eps)
+//   m[l, t] = max_j logit,  s[l, t] = sum_j e^(logit - m),  o[l, t] = sum_j e^(logit - m) bank[j,
+//   t]
+// Layout: queries [S, d], bank [>= n, T, d] (first n live), m, s [S, T], o [S, T, d], all f32.
+// Each bank row is read from memory once per token: one pass computes its sum of squares and
+// all S dot products together (S + 1 accumulator chains per vector of the row); the S online-
+// softmax updates of o then re-read the row from L1. Parallel over tokens.
+//
+// Phase 2 fused with the sublayer's PreNorm, per token (p = partial row, o/m/s this
+// sublayer's Phase-1 rows):
+//   q = query . p / rms(p) + bias;  M = max(m, q);  a = e^(m - M), b = e^(q - M)
+//   h = (a o + b p) / (a s + b);   out = h / rms(h) * prenorm_gain
+// Pass 1 reads p (dot + sum of squares), pass 2 writes h into out while summing h^2, pass 3
+// scales out in place. Every write of out[i] follows the reads of p[i] and o[i], so out may
+// alias p. With no query (plain pre-norm model) or no bank (m null) h = p.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "engine/core/error.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_simd.h"
+
+namespace attnres {
+namespace {
+
+using cpu::kLanes;
+using cpu::VecF;
+
+constexpr int kMaxFusedS = 8;  // sublayers whose dots share one pass; more are done in groups
+
+// dots[l] = queries[l] . x for l < S, in the same pass as the returned sum of x^2.
+template <int S>
+float dots_and_squares(const float* queries, int64_t d, const float* x, float* dots) {
+  VecF acc[S], sq = cpu::vzero();
+  for (int l = 0; l < S; ++l) acc[l] = cpu::vzero();
+  int64_t i = 0;
+  for (; i + kLanes <= d; i += kLanes) {
+    const VecF xv = cpu::vload(x + i);
+    sq = cpu::vfma(xv, xv, sq);
+    for (int l = 0; l < S; ++l) acc[l] = cpu::vfma(cpu::vload(queries + l * d + i), xv, acc[l]);
+  }
+  float ss = cpu::hsum(sq);
+  for (int l = 0; l < S; ++l) dots[l] = cpu::hsum(acc[l]);
+  for (; i < d; ++i) {
+    ss += x[i] * x[i];
+    for (int l = 0; l < S; ++l) dots[l] += queries[l * d + i] * x[i];
+  }
+  return ss;
+}
+
+float dots_any(int s_count, const float* queries, int64_t d, const float* x, float* dots) {
+  switch (s_count) {
+    case 1:
+      return dots_and_squares<1>(queries, d, x, dots);
+    case 2:
+      return dots_and_squares<2>(queries, d, x, dots);
+    case 3:
+      return dots_and_squares<3>(queries, d, x, dots);
+    case 4:
+      return dots_and_squares<4>(queries, d, x, dots);
+    case 5:
+      return dots_and_squares<5>(queries, d, x, dots);
+    case 6:
+      return dots_and_squares<6>(queries, d, x, dots);
+    case 7:
+      return dots_and_squares<7>(queries, d, x, dots);
+    default:
+      return dots_and_squares<8>(queries, d, x, dots);
+  }
+}
+
+}  // namespace
+
+void CpuBackend::depth_phase1(const Tensor& queries, const Tensor& bank, int n, float eps,
+                              Tensor& m, Tensor& s, Tensor& o) {
+  ATTNRES_CHECK(queries.rank() == 2, "depth_phase1 queries " + shape_str(queries.shape));
+  const int64_t s_dim = queries.dim(0), d = queries.dim(1);
+  cpu::check_f32_rows(queries, d, "depth_phase1 queries");
+  ATTNRES_CHECK(bank.rank() == 3 && n >= 1 && bank.dim(0) >= n,
+                "depth_phase1 bank " + shape_str(bank.shape) + " n " + std::to_string(n));
+  cpu::check_f32_rows(bank, d, "depth_phase1 bank");
+  const int64_t t_dim = bank.dim(1);
+  ATTNRES_CHECK(m.numel() == s_dim * t_dim && s.numel() == s_dim * t_dim && m.dtype == DType::F32 &&
+                    s.dtype == DType::F32,
+                "depth_phase1 m " + shape_str(m.shape) + " s " + shape_str(s.shape));
+  cpu::check_f32_rows(o, d, "depth_phase1 o");
+  ATTNRES_CHECK(o.numel() == s_dim * t_dim * d, "depth_phase1 o " + shape_str(o.shape));
+
+  const float* qp = queries.ptr<float>();
+  const float* bp = bank.ptr<float>();
+  float* mp = m.ptr<float>();
+  float* sp = s.ptr<float>();
+  float* op = o.ptr<float>();
+  const bool parallel = threads_ > 1 && t_dim > 1;
+#pragma omp parallel for schedule(static) num_threads(threads_) if (parallel)
+  for (int64_t t = 0; t < t_dim; ++t) {
+    for (int64_t l0 = 0; l0 < s_dim; l0 += kMaxFusedS) {
+      const int group = static_cast<int>(std::min<int64_t>(kMaxFusedS, s_dim - l0));
+      for (int j = 0; j < n; ++j) {
+        const float* row = bp + (static_cast<int64_t>(j) * t_dim + t) * d;
+        float dots[kMaxFusedS];
+        const float ss = dots_any(group, qp + l0 * d, d, row, dots);
+        const float inv_rms = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
+        for (int g = 0; g < group; ++g) {
+          const int64_t l = l0 + g;
+          const float logit = dots[g] * inv_rms;
+          float* ol = op + (l * t_dim + t) * d;
+          float& ml = mp[l * t_dim + t];
+          float& sl = sp[l * t_dim + t];
+          if (j == 0) {
+            ml = logit;
+            sl = 1.0f;
+            std::copy(row, row + d, ol);
+          } else if (logit > ml) {  // new max: rescale what was accumulated
+            const float c = std::exp(ml - logit);
+            cpu::scale_add_f32(ol, c, 1.0f, row, d);
+            sl = sl * c + 1.0f;
+            ml = logit;
+          } else {
+            const float w = std::exp(logit - ml);
+            cpu::scale_add_f32(ol, 1.0f, w, row, d);
+            sl += w;
+          }
+        }
+      }
+    }
+  }
+}
+
+void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& partial,
+                                      const Tensor& prenorm_gain, float norm_eps, Tensor& out) {
+  ATTNRES_CHECK(partial.rank() >= 1, "depth_phase2 partial " + shape_str(partial.shape));
+  const int64_t d = partial.dim(-1);
+  cpu::check_f32_rows(partial, d, "depth_phase2 partial");
+  cpu::check_f32_rows(out, d, "depth_phase2 out");
+  const int64_t t_dim = cpu::rows_of(partial);
+  ATTNRES_CHECK(out.numel() == partial.numel(), "depth_phase2 out " + shape_str(out.shape));
+  const bool mixing = mix.query != nullptr && mix.m != nullptr;
+  if (!mixing) return rms_norm(partial, prenorm_gain, norm_eps, out);  // h = p
+
+  cpu::check_f32_rows(*mix.query, d, "depth_phase2 query");
+  ATTNRES_CHECK(mix.query->numel() == d, "depth_phase2 query " + shape_str(mix.query->shape));
+  ATTNRES_CHECK(mix.s && mix.o, "depth_phase2: m given without s / o");
+  ATTNRES_CHECK(mix.m->dtype == DType::F32 && mix.s->dtype == DType::F32 &&
+                    mix.m->numel() == t_dim && mix.s->numel() == t_dim,
+                "depth_phase2 m " + shape_str(mix.m->shape) + " s " + shape_str(mix.s->shape));
+  cpu::check_f32_rows(*mix.o, d, "depth_phase2 o");
+  ATTNRES_CHECK(mix.o->numel() == t_dim * d, "depth_phase2 o " + shape_str(mix.o->shape));
+  const std::vector<float> gain = cpu::widen_vector(prenorm_gain, d, "depth_phase2 gain");
+
+  const float* qv = mix.query->ptr<float>();
+  const float* mp = mix.m->ptr<float>();
+  const float* sp = mix.s->ptr<float>();
+  const float* opp = mix.o->ptr<float>();
+  const float* pp = partial.ptr<float>();
+  float* outp = out.ptr<float>();
+  const float inv_d = 1.0f / static_cast<float>(d);
+  const bool parallel = threads_ > 1 && t_dim > 1;
+#pragma omp parallel for schedule(static) num_threads(threads_) if (parallel)
+  for (int64_t t = 0; t < t_dim; ++t) {
+    const float* p = pp + t * d;
+    const float* ot = opp + t * d;
+    float* h = outp + t * d;
+    float dot;
+    const float ss = dots_and_squares<1>(qv, d, p, &dot);
+    const float q = dot / std::sqrt(ss * inv_d + mix.mix_eps) + mix.bias;
+    const float big = std::max(mp[t], q);
+    const float a = std::exp(mp[t] - big), b = std::exp(q - big);
+    const float inv_den = 1.0f / (a * sp[t] + b);
+    const VecF va = cpu::vset1(a * inv_den), vb = cpu::vset1(b * inv_den);
+    VecF hsq = cpu::vzero();
+    int64_t i = 0;
+    for (; i + kLanes <= d; i += kLanes) {
+      const VecF hv = cpu::vfma(va, cpu::vload(ot + i), cpu::vmul(vb, cpu::vload(p + i)));
+      hsq = cpu::vfma(hv, hv, hsq);
+      cpu::vstore(h + i, hv);
+    }
+    float hss = cpu::hsum(hsq);
+    for (; i < d; ++i) {
+      h[i] = a * inv_den * ot[i] + b * inv_den * p[i];
+      hss += h[i] * h[i];
+    }
+    const float inv_rms = 1.0f / std::sqrt(hss * inv_d + norm_eps);
+    const VecF vs = cpu::vset1(inv_rms);
+    i = 0;
+    for (; i + kLanes <= d; i += kLanes)
+      cpu::vstore(h + i, cpu::vmul(cpu::vmul(cpu::vload(h + i), vs), cpu::vload(gain.data() + i)));
+    for (; i < d; ++i) h[i] = h[i] * inv_rms * gain[i];
+  }
+}
+
+}  // namespace attnres

@@ -1,0 +1,105 @@
+// Row-wise and element-wise ops: embedding (gather + widen), swiglu, add_inplace,
+// gather_rows. All are pure streaming over contiguous f32 rows; each parallelises over rows
+// (or flat chunks) only when the op is large enough to amortise waking the thread team.
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "engine/core/error.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_simd.h"
+
+namespace attnres {
+namespace {
+
+constexpr int64_t kParallelMin = 1 << 15;  // elements below which ops stay single-threaded
+
+template <DType W>
+void widen_row(const cpu::StoredT<W>* src, int64_t n, float* dst) {
+  int64_t i = 0;
+  for (; i + cpu::kLanes <= n; i += cpu::kLanes) cpu::vstore(dst + i, cpu::vload_w<W>(src + i));
+  for (; i < n; ++i) dst[i] = cpu::load_scalar<W>(src + i);
+}
+
+template <DType W>
+void embed_rows(const void* table, const int32_t* ids, int64_t t_dim, int64_t d, float* out,
+                int threads) {
+  const auto* tab = static_cast<const cpu::StoredT<W>*>(table);
+#pragma omp parallel for schedule(static) \
+    num_threads(threads) if (threads > 1 && t_dim * d >= kParallelMin)
+  for (int64_t t = 0; t < t_dim; ++t) widen_row<W>(tab + ids[t] * d, d, out + t * d);
+}
+
+}  // namespace
+
+void CpuBackend::embedding(const Tensor& table, const BatchMeta& batch, Tensor& out) {
+  ATTNRES_CHECK(table.rank() == 2 && table.device == Device::CPU,
+                "embedding table " + shape_str(table.shape));
+  const int64_t vocab = table.dim(0), d = table.dim(1);
+  cpu::check_f32_rows(out, d, "embedding out");
+  const int64_t t_dim = cpu::rows_of(out);
+  ATTNRES_CHECK(t_dim == batch.num_tokens && static_cast<int64_t>(batch.token_ids.size()) == t_dim,
+                "embedding: T mismatch");
+  for (int64_t t = 0; t < t_dim; ++t)
+    ATTNRES_CHECK(batch.token_ids[t] >= 0 && batch.token_ids[t] < vocab,
+                  "embedding: token id " + std::to_string(batch.token_ids[t]) +
+                      " outside the vocabulary of " + std::to_string(vocab));
+  const int32_t* ids = batch.token_ids.data();
+  switch (table.dtype) {
+    case DType::F32:
+      return embed_rows<DType::F32>(table.data, ids, t_dim, d, out.ptr<float>(), threads_);
+    case DType::BF16:
+      return embed_rows<DType::BF16>(table.data, ids, t_dim, d, out.ptr<float>(), threads_);
+    case DType::F16:
+      return embed_rows<DType::F16>(table.data, ids, t_dim, d, out.ptr<float>(), threads_);
+    default:
+      ATTNRES_CHECK(false, "embedding table dtype " + std::string(dtype_name(table.dtype)));
+  }
+}
+
+void CpuBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor& out) {
+  ATTNRES_CHECK(gate.rank() >= 1, "swiglu gate " + shape_str(gate.shape));
+  const int64_t n = gate.dim(-1);
+  cpu::check_f32_rows(gate, n, "swiglu gate");
+  cpu::check_f32_rows(up, n, "swiglu up");
+  cpu::check_f32_rows(out, n, "swiglu out");
+  const int64_t total = gate.numel();
+  ATTNRES_CHECK(up.numel() == total && out.numel() == total, "swiglu: shape mismatch");
+  const float* g = gate.ptr<float>();
+  const float* u = up.ptr<float>();
+  float* o = out.ptr<float>();
+#pragma omp parallel for schedule(static) \
+    num_threads(threads_) if (threads_ > 1 && total >= kParallelMin)
+  for (int64_t i = 0; i < total; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
+void CpuBackend::add_inplace(Tensor& x, const Tensor& y) {
+  ATTNRES_CHECK(x.shape == y.shape && x.dtype == DType::F32 && y.dtype == DType::F32,
+                "add_inplace x " + shape_str(x.shape) + " y " + shape_str(y.shape));
+  const int64_t total = x.numel();
+  float* xp = x.ptr<float>();
+  const float* yp = y.ptr<float>();
+#pragma omp parallel for simd schedule(static) \
+    num_threads(threads_) if (threads_ > 1 && total >= kParallelMin)
+  for (int64_t i = 0; i < total; ++i) xp[i] += yp[i];
+}
+
+void CpuBackend::gather_rows(const Tensor& x, std::span<const int32_t> rows, Tensor& out) {
+  ATTNRES_CHECK(x.rank() >= 1 && out.rank() >= 1 && x.dtype == out.dtype,
+                "gather_rows x " + shape_str(x.shape) + " out " + shape_str(out.shape));
+  const int64_t r_dim = x.dim(0);
+  const int64_t n_out = static_cast<int64_t>(rows.size());
+  ATTNRES_CHECK(out.dim(0) == n_out &&
+                    (r_dim == 0 || out.numel() / std::max<int64_t>(n_out, 1) == x.numel() / r_dim),
+                "gather_rows x " + shape_str(x.shape) + " out " + shape_str(out.shape));
+  const size_t row_bytes = r_dim ? x.nbytes() / static_cast<size_t>(r_dim) : 0;
+  ATTNRES_CHECK(x.data != out.data || n_out == 0, "gather_rows: x and out must not alias");
+  for (int64_t i = 0; i < n_out; ++i) {
+    ATTNRES_CHECK(rows[i] >= 0 && rows[i] < r_dim, "gather_rows: row " + std::to_string(rows[i]));
+    std::memcpy(static_cast<char*>(out.data) + i * row_bytes,
+                static_cast<const char*>(x.data) + rows[i] * row_bytes, row_bytes);
+  }
+}
+
+}  // namespace attnres

@@ -1,0 +1,134 @@
+// rms_norm and qk_norm_rope.
+//
+// rms_norm: out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * gain, f32 rows [R, n], gain [n] in
+// any float dtype (widened in registers). Two passes over the row (sum of squares, then
+// scale), both in L1; because pass 2 reads x[i] before writing out[i], x and out may alias.
+// Parallel over rows when there are enough of them.
+//
+// qk_norm_rope: in place on q [T, Hq * hd] and k [T, Hkv * hd]. Per head of hd values:
+// optional RMSNorm with a per-head gain [hd] (Qwen3 q_norm / k_norm), then the rotate-half
+// rotary embedding: with x1 = x[:hd/2], x2 = x[hd/2:], angle_i = pos * inv_freq[i],
+//   out1 = x1 cos - x2 sin,  out2 = x2 cos + x1 sin.
+// The cos/sin table is computed once per token (shared by all its heads) in double from
+// the f32 inv_freq, then rounded to f32, so it matches a float64 reference to f32 rounding.
+#include <omp.h>
+
+#include <cmath>
+#include <vector>
+
+#include "engine/core/error.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_simd.h"
+
+namespace attnres {
+namespace {
+
+using cpu::kLanes;
+using cpu::VecF;
+
+template <DType G>
+void rms_norm_row(const float* x, const cpu::StoredT<G>* gain, float eps, int64_t n, float* out) {
+  const float inv_rms = 1.0f / std::sqrt(cpu::sum_squares_f32(x, n) / static_cast<float>(n) + eps);
+  const VecF vs = cpu::vset1(inv_rms);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    cpu::vstore(out + i, cpu::vmul(cpu::vmul(cpu::vload(x + i), vs), cpu::vload_w<G>(gain + i)));
+  for (; i < n; ++i) out[i] = x[i] * inv_rms * cpu::load_scalar<G>(gain + i);
+}
+
+template <DType G>
+void rms_norm_rows(const float* x, const void* gain, float eps, int64_t rows, int64_t n, float* out,
+                   int threads) {
+  const auto* g = static_cast<const cpu::StoredT<G>*>(gain);
+  const bool parallel = threads > 1 && rows > 1 && rows * n >= (1 << 14);
+#pragma omp parallel for schedule(static) num_threads(threads) if (parallel)
+  for (int64_t r = 0; r < rows; ++r) rms_norm_row<G>(x + r * n, g, eps, n, out + r * n);
+}
+
+// In place: optional per-head RMSNorm (gain may be empty), then rotate-half RoPE.
+void norm_rope_head(float* x, int64_t hd, const std::vector<float>& gain, float eps,
+                    const float* cos_t, const float* sin_t) {
+  if (!gain.empty()) {
+    const float inv_rms =
+        1.0f / std::sqrt(cpu::sum_squares_f32(x, hd) / static_cast<float>(hd) + eps);
+    for (int64_t i = 0; i < hd; ++i) x[i] = x[i] * inv_rms * gain[i];
+  }
+  const int64_t half = hd / 2;
+  float* x1 = x;
+  float* x2 = x + half;
+  for (int64_t i = 0; i < half; ++i) {
+    const float a = x1[i], b = x2[i];
+    x1[i] = a * cos_t[i] - b * sin_t[i];
+    x2[i] = b * cos_t[i] + a * sin_t[i];
+  }
+}
+
+}  // namespace
+
+void CpuBackend::rms_norm(const Tensor& x, const Tensor& gain, float eps, Tensor& out) {
+  ATTNRES_CHECK(x.rank() >= 1, "rms_norm x " + shape_str(x.shape));
+  const int64_t n = x.dim(-1);
+  cpu::check_f32_rows(x, n, "rms_norm x");
+  cpu::check_f32_rows(out, n, "rms_norm out");
+  ATTNRES_CHECK(out.numel() == x.numel(),
+                "rms_norm x " + shape_str(x.shape) + " out " + shape_str(out.shape));
+  ATTNRES_CHECK(gain.defined() && gain.numel() == n && gain.device == Device::CPU,
+                "rms_norm gain " + shape_str(gain.shape));
+  const int64_t rows = cpu::rows_of(x);
+  switch (gain.dtype) {
+    case DType::F32:
+      return rms_norm_rows<DType::F32>(x.ptr<float>(), gain.data, eps, rows, n, out.ptr<float>(),
+                                       threads_);
+    case DType::BF16:
+      return rms_norm_rows<DType::BF16>(x.ptr<float>(), gain.data, eps, rows, n, out.ptr<float>(),
+                                        threads_);
+    case DType::F16:
+      return rms_norm_rows<DType::F16>(x.ptr<float>(), gain.data, eps, rows, n, out.ptr<float>(),
+                                       threads_);
+    default:
+      ATTNRES_CHECK(false, "rms_norm gain dtype " + std::string(dtype_name(gain.dtype)));
+  }
+}
+
+void CpuBackend::qk_norm_rope(Tensor& q, Tensor& k, int head_dim, const Tensor* q_gain,
+                              const Tensor* k_gain, float eps, const Tensor& inv_freq,
+                              const BatchMeta& batch) {
+  const int64_t hd = head_dim;
+  ATTNRES_CHECK(hd > 0 && hd % 2 == 0, "qk_norm_rope head_dim " + std::to_string(hd));
+  ATTNRES_CHECK(q.rank() >= 1 && k.rank() >= 1 && q.dim(-1) % hd == 0 && k.dim(-1) % hd == 0,
+                "qk_norm_rope q " + shape_str(q.shape) + " k " + shape_str(k.shape));
+  cpu::check_f32_rows(q, q.dim(-1), "qk_norm_rope q");
+  cpu::check_f32_rows(k, k.dim(-1), "qk_norm_rope k");
+  const int64_t t_dim = cpu::rows_of(q);
+  ATTNRES_CHECK(cpu::rows_of(k) == t_dim && t_dim == batch.num_tokens &&
+                    static_cast<int64_t>(batch.positions.size()) == t_dim,
+                "qk_norm_rope: T mismatch");
+  const int64_t hq = q.dim(-1) / hd, hkv = k.dim(-1) / hd, half = hd / 2;
+  const std::vector<float> freq = cpu::widen_vector(inv_freq, half, "qk_norm_rope inv_freq");
+  const std::vector<float> qg =
+      q_gain && q_gain->defined() ? cpu::widen_vector(*q_gain, hd, "q_gain") : std::vector<float>{};
+  const std::vector<float> kg =
+      k_gain && k_gain->defined() ? cpu::widen_vector(*k_gain, hd, "k_gain") : std::vector<float>{};
+  const bool parallel = threads_ > 1 && t_dim > 1;
+#pragma omp parallel num_threads(threads_) if (parallel)
+  {
+    std::vector<float> cos_t(static_cast<size_t>(half)), sin_t(static_cast<size_t>(half));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < t_dim; ++t) {
+      const double pos = batch.positions[t];
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle = pos * static_cast<double>(freq[i]);
+        cos_t[i] = static_cast<float>(std::cos(angle));
+        sin_t[i] = static_cast<float>(std::sin(angle));
+      }
+      float* qt = q.ptr<float>() + t * hq * hd;
+      for (int64_t h = 0; h < hq; ++h)
+        norm_rope_head(qt + h * hd, hd, qg, eps, cos_t.data(), sin_t.data());
+      float* kt = k.ptr<float>() + t * hkv * hd;
+      for (int64_t h = 0; h < hkv; ++h)
+        norm_rope_head(kt + h * hd, hd, kg, eps, cos_t.data(), sin_t.data());
+    }
+  }
+}
+
+}  // namespace attnres
