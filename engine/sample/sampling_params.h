@@ -1,0 +1,48 @@
+// Per-request sampling parameters, in the vocabulary of the OpenAI / vLLM request fields the
+// server maps onto them (see shared/design/API.md), and their validation.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace attnres {
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0 (below kGreedyTemperature) => greedy
+  float top_p = 1.0f;
+  int top_k = 0;  // 0 or -1: off
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, bias added to its logit)
+  std::optional<uint64_t> seed;
+  int max_tokens = 16;
+  int min_tokens = 0;
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  int logprobs = -1;  // -1: none; k >= 0: the sampled token's logprob plus the top k
+  bool skip_special_tokens = true;
+
+  // Throws attnres::Error "field X: got Y, expected Z" for the first invalid field.
+  void validate(int vocab_size) const;
+
+  bool greedy() const;
+};
+
+// vLLM's _SAMPLING_EPS: temperatures below this sample greedily.
+inline constexpr float kGreedyTemperature = 1e-5f;
+
+// Validation limits, public so the server can quote them in its own messages and docs.
+inline constexpr float kMaxTemperature = 100.0f;  // OpenAI caps at 2; vLLM has no cap
+inline constexpr float kMaxRepetitionPenalty = 100.0f;
+inline constexpr float kMaxPresenceFrequencyPenalty = 2.0f;  // OpenAI / vLLM: [-2, 2]
+inline constexpr float kMaxLogitBias = 100.0f;               // OpenAI: [-100, 100]
+inline constexpr int kMaxLogprobs = 20;                      // vLLM's default max_logprobs
+inline constexpr size_t kMaxStopStrings = 16;
+
+}  // namespace attnres
