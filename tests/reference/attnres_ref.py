@@ -1,0 +1,352 @@
+"""Independent NumPy reference forward for AttnRes Serve (float64 compute).
+
+Written straight from /work/shared/design/ATTNRES.md and from how HF transformers
+computes the Qwen3 / Qwen2 / Llama backbones. It deliberately uses the *direct*
+softmax form of the depth mix (all logits over bank + [partial], softmax, weighted
+sum) and never the two-phase / online form the engine uses, so the two stay
+independent. Weights are read as stored (f32 / f16 / bf16) and widened exactly to
+float64; every computation then runs in float64.
+
+API:
+    m = load(model_dir)
+    m.logits(ids)          -> np.ndarray [T, vocab]   full causal forward
+    m.greedy(prompt, n)    -> list[int]               argmax, no EOS stop
+    m.depth_weights(ids)   -> list of [T, n_sources]  one per depth mix, in order
+    m.depth_names()        -> names of those mixes ("layers.0.attn", ..., "final")
+    m.forward(ids, cache)  -> logits of `ids` appended after the cache's tokens
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+
+# ----------------------------------------------------------------------------
+# safetensors reading (hand-written on purpose: numpy's safetensors loader
+# cannot read BF16, and an own reader is one more independent check)
+# ----------------------------------------------------------------------------
+
+_ST_DTYPES = {
+    "F64": np.dtype("<f8"),
+    "F32": np.dtype("<f4"),
+    "F16": np.dtype("<f2"),
+    "BF16": np.dtype(ml_dtypes.bfloat16),
+    "I64": np.dtype("<i8"),
+    "I32": np.dtype("<i4"),
+}
+
+
+def read_safetensors(path: Path) -> dict[str, np.ndarray]:
+    """Returns {name: array in its stored dtype} for one .safetensors file."""
+    raw = Path(path).read_bytes()
+    header_len = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8 : 8 + header_len])
+    base = 8 + header_len
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        dt = _ST_DTYPES[info["dtype"]]
+        begin, end = info["data_offsets"]
+        shape = tuple(info["shape"])
+        count = int(np.prod(shape)) if shape else 1
+        if end - begin != count * dt.itemsize:
+            raise ValueError(f"{path}: {name}: byte range does not match shape/dtype")
+        arr = np.frombuffer(raw, dtype=dt, count=count, offset=base + begin)
+        out[name] = arr.reshape(shape).copy()
+    return out
+
+
+def read_checkpoint_tensors(model_dir: Path) -> dict[str, np.ndarray]:
+    """All tensors of a checkpoint dir, single file or sharded via the index."""
+    model_dir = Path(model_dir)
+    index = model_dir / "model.safetensors.index.json"
+    if index.exists():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        tensors = {}
+        for shard in sorted(set(weight_map.values())):
+            tensors.update(read_safetensors(model_dir / shard))
+        missing = set(weight_map) - set(tensors)
+        if missing:
+            raise ValueError(f"index names tensors not in any shard: {sorted(missing)[:5]}")
+        return tensors
+    return read_safetensors(model_dir / "model.safetensors")
+
+
+# ----------------------------------------------------------------------------
+# Backbone pieces, as HF transformers computes them
+# ----------------------------------------------------------------------------
+
+
+def rms_norm(x: np.ndarray, gain: np.ndarray, eps: float) -> np.ndarray:
+    """x / sqrt(mean(x^2) + eps) * g over the last axis."""
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * gain
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    return x / (1.0 + np.exp(-x))
+
+
+def softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    z = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return z / np.sum(z, axis=axis, keepdims=True)
+
+
+def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None) -> np.ndarray:
+    """inv_freq = 1/theta^(arange(0,hd,2)/hd), with HF's llama3 scaling if asked."""
+    inv_freq = 1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
+    if not scaling:
+        return inv_freq
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if kind == "default":
+        return inv_freq
+    if kind != "llama3":
+        raise NotImplementedError(f"rope_scaling type {kind!r}")
+    # HF _compute_llama3_parameters, line for line.
+    factor = scaling["factor"]
+    low_freq_factor = scaling["low_freq_factor"]
+    high_freq_factor = scaling["high_freq_factor"]
+    old_context_len = scaling["original_max_position_embeddings"]
+    low_freq_wavelen = old_context_len / low_freq_factor
+    high_freq_wavelen = old_context_len / high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    inv_freq_llama = np.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    smoothed = (1 - smooth) * inv_freq_llama / factor + smooth * inv_freq_llama
+    is_medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
+    return np.where(is_medium, smoothed, inv_freq_llama)
+
+
+def rotate_half(x: np.ndarray) -> np.ndarray:
+    half = x.shape[-1] // 2
+    return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+
+
+def apply_rope(x: np.ndarray, positions: np.ndarray, inv_freq: np.ndarray) -> np.ndarray:
+    """x: [heads, T, hd]; HF rotate-half layout."""
+    freqs = positions[:, None].astype(np.float64) * inv_freq[None, :]
+    emb = np.concatenate([freqs, freqs], axis=-1)  # [T, hd]
+    return x * np.cos(emb) + rotate_half(x) * np.sin(emb)
+
+
+def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+    """HF nn.Linear: weight [out, in]."""
+    y = x @ w.T
+    return y if b is None else y + b
+
+
+# ----------------------------------------------------------------------------
+# KV cache (ordinary attention only: depth mixing is per token and needs none)
+# ----------------------------------------------------------------------------
+
+
+@dataclass
+class KVCache:
+    keys: list = field(default_factory=list)    # per layer: [n_kv, T, hd] (after RoPE)
+    values: list = field(default_factory=list)  # per layer: [n_kv, T, hd]
+
+    @property
+    def length(self) -> int:
+        return self.keys[0].shape[1] if self.keys else 0
+
+
+# ----------------------------------------------------------------------------
+# The model
+# ----------------------------------------------------------------------------
+
+
+class Model:
+    def __init__(self, config: dict, tensors: dict[str, np.ndarray]):
+        self.config = config
+        self.stored = tensors  # as stored (for dtype checks)
+        self.w = {k: v.astype(np.float64) for k, v in tensors.items()}
+        c = config
+        self.model_type = c["model_type"]
+        self.d = c["hidden_size"]
+        self.n_layers = c["num_hidden_layers"]
+        self.n_heads = c["num_attention_heads"]
+        self.n_kv = c.get("num_key_value_heads") or self.n_heads
+        self.head_dim = c.get("head_dim") or self.d // self.n_heads
+        self.vocab = c["vocab_size"]
+        self.eps = c["rms_norm_eps"]
+        self.inv_freq = rope_inv_freq(self.head_dim, c.get("rope_theta", 10000.0), c.get("rope_scaling"))
+
+        self.attnres = "model.layers.0.attn_res_proj.weight" in self.w
+        self.block_reset = "model.final_res_proj.weight" in self.w  # variant 2b
+        self.mode = c.get("attnres_mode", "block")
+        if self.attnres and self.block_reset and self.mode != "block":
+            raise ValueError("final_res_* (variant 2b) requires attnres_mode 'block'")
+        nb = c.get("attnres_num_blocks") or 1
+        self.block_layers = math.ceil(self.n_layers / nb)  # P
+
+        # LM head: HF ties when tie_word_embeddings (these model classes default it to
+        # False); a checkpoint without lm_head.weight can only mean tied.
+        tied = c.get("tie_word_embeddings", False) or "lm_head.weight" not in self.w
+        self.lm_head = self.w["model.embed_tokens.weight"] if tied else self.w["lm_head.weight"]
+        if self.lm_head.shape[0] != self.vocab:
+            raise ValueError(f"LM head rows {self.lm_head.shape[0]} != vocab_size {self.vocab}")
+
+    # --- small accessors -------------------------------------------------------
+
+    def _get(self, name: str) -> np.ndarray | None:
+        return self.w.get(name)
+
+    def _layer(self, i: int, suffix: str) -> np.ndarray | None:
+        return self.w.get(f"model.layers.{i}.{suffix}")
+
+    # --- sublayers (public so the self-check can drive its own two-phase loop) --
+
+    def attn_sublayer(self, i: int, h: np.ndarray, positions: np.ndarray, cache: KVCache | None) -> np.ndarray:
+        """Attention sublayer output for layer i given its (unnormalised) input h [T, d]."""
+        L = lambda s: self._layer(i, s)
+        x = rms_norm(h, L("input_layernorm.weight"), self.eps)
+        T, hd = h.shape[0], self.head_dim
+        q = linear(x, L("self_attn.q_proj.weight"), L("self_attn.q_proj.bias"))
+        k = linear(x, L("self_attn.k_proj.weight"), L("self_attn.k_proj.bias"))
+        v = linear(x, L("self_attn.v_proj.weight"), L("self_attn.v_proj.bias"))
+        q = q.reshape(T, self.n_heads, hd).transpose(1, 0, 2)  # [H, T, hd]
+        k = k.reshape(T, self.n_kv, hd).transpose(1, 0, 2)
+        v = v.reshape(T, self.n_kv, hd).transpose(1, 0, 2)
+        if L("self_attn.q_norm.weight") is not None:  # Qwen3: per-head RMSNorm before RoPE
+            q = rms_norm(q, L("self_attn.q_norm.weight"), self.eps)
+            k = rms_norm(k, L("self_attn.k_norm.weight"), self.eps)
+        q = apply_rope(q, positions, self.inv_freq)
+        k = apply_rope(k, positions, self.inv_freq)
+        if cache is not None:
+            if len(cache.keys) > i:
+                k = np.concatenate([cache.keys[i], k], axis=1)
+                v = np.concatenate([cache.values[i], v], axis=1)
+                cache.keys[i], cache.values[i] = k, v
+            else:
+                cache.keys.append(k)
+                cache.values.append(v)
+        group = self.n_heads // self.n_kv  # GQA: query head j uses kv head j // group
+        k = np.repeat(k, group, axis=0)
+        v = np.repeat(v, group, axis=0)
+        scores = q @ k.transpose(0, 2, 1) / math.sqrt(hd)  # [H, T, S]
+        key_pos = np.arange(k.shape[1])
+        causal = key_pos[None, :] <= positions[:, None]
+        scores = np.where(causal[None], scores, -np.inf)
+        ctx = softmax(scores, axis=-1) @ v  # [H, T, hd]
+        ctx = ctx.transpose(1, 0, 2).reshape(T, self.n_heads * hd)
+        return linear(ctx, L("self_attn.o_proj.weight"), L("self_attn.o_proj.bias"))
+
+    def mlp_sublayer(self, i: int, h: np.ndarray) -> np.ndarray:
+        L = lambda s: self._layer(i, s)
+        x = rms_norm(h, L("post_attention_layernorm.weight"), self.eps)
+        gate = linear(x, L("mlp.gate_proj.weight"), L("mlp.gate_proj.bias"))
+        up = linear(x, L("mlp.up_proj.weight"), L("mlp.up_proj.bias"))
+        return linear(silu(gate) * up, L("mlp.down_proj.weight"), L("mlp.down_proj.bias"))
+
+    def mix_params(self, prefix: str):
+        """(w [d], g [d], bias or None) of one depth mix; prefix like 'model.layers.3.attn_res'."""
+        w = self.w[f"{prefix}_proj.weight"].reshape(-1)
+        g = self.w[f"{prefix}_norm.weight"]
+        b = self.w.get(f"{prefix}_bias")
+        return w, g, (None if b is None else float(b))
+
+    def mix(self, sources: list[np.ndarray], prefix: str, name: str, trace: list | None) -> np.ndarray:
+        """Direct form: logit_j = w . RMSNorm(src_j) (+ bias on the LAST source), softmax, sum."""
+        w, g, b = self.mix_params(prefix)
+        S = np.stack(sources)                       # [n_src, T, d]
+        logits = rms_norm(S, g, self.eps) @ w       # [n_src, T]
+        if b is not None:
+            logits[-1] += b
+        alpha = softmax(logits, axis=0)
+        h = np.sum(alpha[:, :, None] * S, axis=0)
+        if trace is not None:
+            trace.append({"name": name, "alpha": alpha.T.copy(), "h": h.copy(), "sources": S.copy()})
+        return h
+
+    # --- the three variants, each written as ATTNRES.md's pseudocode -------------
+
+    def hidden_states(self, ids, positions, cache=None, trace=None) -> np.ndarray:
+        """Final normed hidden [T, d]."""
+        e = self.w["model.embed_tokens.weight"][np.asarray(ids)]
+        if not self.attnres:
+            return self._plain(e, positions, cache)
+        if self.block_reset:
+            return self._block_reset(e, positions, cache, trace)
+        return self._cumulative(e, positions, cache, trace)
+
+    def _plain(self, e, positions, cache):  # 2c
+        x = e
+        for i in range(self.n_layers):
+            x = x + self.attn_sublayer(i, x, positions, cache)
+            x = x + self.mlp_sublayer(i, x)
+        return rms_norm(x, self.w["model.norm.weight"], self.eps)
+
+    def _cumulative(self, e, positions, cache, trace):  # 2a
+        full = self.mode == "full"
+        P = self.block_layers
+        bank, x = [e], e
+        for i in range(self.n_layers):
+            h = self.mix(bank + [x], f"model.layers.{i}.attn_res", f"layers.{i}.attn", trace)
+            x = x + self.attn_sublayer(i, h, positions, cache)
+            if full:
+                bank = bank + [x]
+            h = self.mix(bank + [x], f"model.layers.{i}.mlp_res", f"layers.{i}.mlp", trace)
+            x = x + self.mlp_sublayer(i, h)
+            if full or (i + 1) % P == 0:
+                bank = bank + [x]
+        return rms_norm(x, self.w["model.norm.weight"], self.eps)
+
+    def _block_reset(self, e, positions, cache, trace):  # 2b
+        P = self.block_layers
+        bank, p = [e], e
+        for i in range(self.n_layers):
+            h = self.mix(bank + [p], f"model.layers.{i}.attn_res", f"layers.{i}.attn", trace)
+            if i > 0 and i % P == 0:  # after the attention-side mix
+                bank = bank + [p]
+                p = np.zeros_like(p)
+            p = p + self.attn_sublayer(i, h, positions, cache)
+            h = self.mix(bank + [p], f"model.layers.{i}.mlp_res", f"layers.{i}.mlp", trace)
+            p = p + self.mlp_sublayer(i, h)
+        h = self.mix(bank + [p], "model.final_res", "final", trace)
+        return rms_norm(h, self.w["model.norm.weight"], self.eps)
+
+    # --- public API ---------------------------------------------------------------
+
+    def forward(self, ids, cache: KVCache | None = None, trace: list | None = None) -> np.ndarray:
+        """Logits [len(ids), vocab] of ids placed after the tokens already in `cache`."""
+        start = cache.length if cache is not None else 0
+        positions = np.arange(start, start + len(ids))
+        hidden = self.hidden_states(ids, positions, cache, trace)
+        return hidden @ self.lm_head.T
+
+    def logits(self, token_ids) -> np.ndarray:
+        return self.forward(list(token_ids))
+
+    def greedy(self, prompt_ids, n: int) -> list[int]:
+        """n argmax tokens after the prompt (no EOS stop), using the KV cache."""
+        cache = KVCache()
+        logits = self.forward(list(prompt_ids), cache)
+        out = []
+        for _ in range(n):
+            tok = int(np.argmax(logits[-1]))
+            out.append(tok)
+            logits = self.forward([tok], cache)
+        return out
+
+    def depth_weights(self, token_ids) -> list[np.ndarray]:
+        """alpha per depth mix (order of depth_names()), each [T, n_sources]."""
+        trace = []
+        self.forward(list(token_ids), trace=trace)
+        return [t["alpha"] for t in trace]
+
+    def depth_names(self) -> list[str]:
+        if not self.attnres:
+            return []
+        names = [f"layers.{i}.{s}" for i in range(self.n_layers) for s in ("attn", "mlp")]
+        return names + (["final"] if self.block_reset else [])
+
+
+def load(model_dir) -> Model:
+    model_dir = Path(model_dir)
+    config = json.loads((model_dir / "config.json").read_text())
+    return Model(config, read_checkpoint_tensors(model_dir))
