@@ -1,0 +1,33 @@
+#include "engine/model/kv_cache.h"
+
+#include "engine/core/error.h"
+
+namespace attnres {
+
+size_t KvCache::bytes_per_block(const ModelConfig& config, int block_size) {
+  return 2ull * config.num_layers * block_size * config.num_kv_heads * config.head_dim *
+         dtype_size(DType::F32);
+}
+
+int KvCache::blocks_for_budget(const ModelConfig& config, int block_size, size_t budget_bytes) {
+  return static_cast<int>(budget_bytes / bytes_per_block(config, block_size));
+}
+
+KvCache KvCache::allocate(Backend& backend, const ModelConfig& config, int num_blocks,
+                          int block_size) {
+  if (num_blocks <= 0 || block_size <= 0) {
+    throw Error("KV cache needs at least one block (got " + std::to_string(num_blocks) +
+                " blocks of " + std::to_string(block_size) + " tokens)");
+  }
+  KvCache cache;
+  cache.num_blocks = num_blocks;
+  cache.block_size = block_size;
+  Shape shape{num_blocks, block_size, config.num_kv_heads, config.head_dim};
+  for (int i = 0; i < config.num_layers; ++i) {
+    cache.layers.push_back(
+        KvCacheLayer{backend.alloc(shape, DType::F32), backend.alloc(shape, DType::F32)});
+  }
+  return cache;
+}
+
+}  // namespace attnres

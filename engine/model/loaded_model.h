@@ -1,0 +1,49 @@
+// Everything a model directory provides, loaded and validated together: config,
+// weights (memory-mapped), tokenizer and chat template. Also the built-in models that need
+// no files: the demo model the commands use when no --model is given, and the benchmark
+// shapes of docs/BENCHMARKS.md, both with deterministic random weights.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/model/model_config.h"
+#include "engine/model/model_weights.h"
+#include "engine/tokenizer/chat_template.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace attnres {
+
+struct LoadedModel {
+  std::string source;  // the directory, or "built-in:<name>"
+  ModelConfig config;
+  ModelWeights weights;
+  std::shared_ptr<const Tokenizer> tokenizer;
+  TokenizerConfig tokenizer_config;
+  std::optional<ChatTemplate> chat_template;
+
+  // EOS ids: generation_config.json's, else config.json's, else the tokenizer's eos token.
+  std::vector<int32_t> eos_token_ids() const;
+};
+
+// A Hugging Face model directory: config.json, safetensors, tokenizer.json,
+// tokenizer_config.json (optional). Throws attnres::Error naming the file and the defect.
+LoadedModel load_model(const std::string& model_dir);
+
+// Names accepted by load_builtin_model: "demo" and the benchmark shapes.
+std::vector<std::string> builtin_model_names();
+// "demo": a small qwen3_attnres model (block mode) with the GPT-2 tokenizer from the
+// repository. "attnres-100m" / "plain-100m": the 100M open-attnres shape and its
+// no-AttnRes twin; "attnres-0.6b" / "plain-0.6b": the 0.6B shape and its twin.
+LoadedModel load_builtin_model(const std::string& name);
+
+// A --model argument: a directory, or "builtin:NAME" / empty for the demo model.
+LoadedModel load_model_arg(const std::string& arg);
+
+// Folder of the files the binary ships with (the demo tokenizer): $ATTNRES_ASSETS_DIR, or
+// engine/model/assets in the source tree it was built from.
+std::string assets_dir();
+
+}  // namespace attnres

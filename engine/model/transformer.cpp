@@ -1,0 +1,219 @@
+#include "engine/model/transformer.h"
+
+#include <cmath>
+
+#include "engine/core/error.h"
+
+namespace attnres {
+
+namespace {
+
+Tensor host_f32(const std::vector<float>& values, const Shape& shape) {
+  Tensor t = Tensor::empty(shape, DType::F32);
+  std::copy(values.begin(), values.end(), t.ptr<float>());
+  return t;
+}
+
+// The depth RMSNorm's gain g and the pseudo-query w only ever appear as w . (g * x), so the
+// logit is (w * g) . x / rms(x): fold them once here (ATTNRES.md §3).
+void fold_query(const AttnResWeights& res, int64_t d, float* out) {
+  for (int64_t k = 0; k < d; ++k) {
+    out[k] = element_as_float(res.proj, k) * element_as_float(res.norm, k);
+  }
+}
+
+const AttnResWeights* depth_weights_of(const ModelWeights& w, const DepthStep& step) {
+  if (step.kind == SublayerKind::Final) return w.final_res ? &*w.final_res : nullptr;
+  const LayerWeights& layer = w.layers[step.layer];
+  const auto& res = step.kind == SublayerKind::Attention ? layer.attn_res : layer.mlp_res;
+  return res ? &*res : nullptr;
+}
+
+}  // namespace
+
+// Per-step activations. Allocated per forward: on the CPU an allocation is noise next to
+// the matmuls; the CUDA backend will keep a persistent arena per batch-size bucket.
+struct Transformer::Scratch {
+  Tensor q, k, v, attn, gate, up, act;
+};
+
+Tensor Transformer::upload(const Tensor& t) {
+  if (!t.defined()) return t;
+  weight_bytes_ += t.nbytes();
+  return backend_.upload(t);
+}
+
+Transformer::Transformer(const ModelConfig& config, const ModelWeights& weights, Backend& backend)
+    : config_(config),
+      backend_(backend),
+      plan_(DepthPlan::build(config, weights.final_res.has_value())) {
+  weights_.embed_tokens = backend_.upload(weights.embed_tokens);
+  weights_.final_norm = upload(weights.final_norm);
+  weights_.lm_head = upload(weights.lm_head);  // tied: the same memory as embed_tokens
+  for (const LayerWeights& src : weights.layers) {
+    LayerWeights dst;
+    for (auto [to, from] : {std::pair{&dst.input_norm, &src.input_norm},
+                            {&dst.q_proj, &src.q_proj},
+                            {&dst.k_proj, &src.k_proj},
+                            {&dst.v_proj, &src.v_proj},
+                            {&dst.o_proj, &src.o_proj},
+                            {&dst.q_norm, &src.q_norm},
+                            {&dst.k_norm, &src.k_norm},
+                            {&dst.q_bias, &src.q_bias},
+                            {&dst.k_bias, &src.k_bias},
+                            {&dst.v_bias, &src.v_bias},
+                            {&dst.o_bias, &src.o_bias},
+                            {&dst.post_attention_norm, &src.post_attention_norm},
+                            {&dst.gate_proj, &src.gate_proj},
+                            {&dst.up_proj, &src.up_proj},
+                            {&dst.down_proj, &src.down_proj},
+                            {&dst.gate_bias, &src.gate_bias},
+                            {&dst.up_bias, &src.up_bias},
+                            {&dst.down_bias, &src.down_bias}}) {
+      *to = upload(*from);
+    }
+    weights_.layers.push_back(std::move(dst));
+  }
+
+  const int64_t d = config_.hidden_size;
+  step_bias_.assign(plan_.steps.size(), 0.0f);
+  for (const DepthGroup& group : plan_.groups) {
+    std::vector<float> queries(group.steps.size() * d);
+    for (size_t slot = 0; slot < group.steps.size(); ++slot) {
+      const int step_index = group.steps[slot];
+      const AttnResWeights* res = depth_weights_of(weights, plan_.steps[step_index]);
+      ATTNRES_CHECK(res != nullptr, "a mixing step without depth weights");
+      fold_query(*res, d, &queries[slot * d]);
+      step_bias_[step_index] = res->bias.value_or(0.0f);
+    }
+    Tensor q = upload(host_f32(queries, {static_cast<int64_t>(group.steps.size()), d}));
+    group_queries_.push_back(q);
+  }
+  std::vector<float> inv_freq = config_.rope_inv_freq();
+  inv_freq_ = backend_.upload(host_f32(inv_freq, {static_cast<int64_t>(inv_freq.size())}));
+}
+
+void Transformer::attention_sublayer(int layer, const Tensor& normed, const BatchMeta& batch,
+                                     KvCacheLayer& cache, Scratch& s, Tensor& out) {
+  const LayerWeights& w = weights_.layers[layer];
+  auto bias = [](const Tensor& b) { return b.defined() ? &b : nullptr; };
+  backend_.linear(normed, w.q_proj, bias(w.q_bias), s.q);
+  backend_.linear(normed, w.k_proj, bias(w.k_bias), s.k);
+  backend_.linear(normed, w.v_proj, bias(w.v_bias), s.v);
+  backend_.qk_norm_rope(s.q, s.k, config_.head_dim, bias(w.q_norm), bias(w.k_norm),
+                        config_.rms_norm_eps, inv_freq_, batch);
+  backend_.store_kv(s.k, s.v, batch, cache);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
+  backend_.attention(s.q, cache, batch, config_.head_dim, scale, s.attn);
+  backend_.linear(s.attn, w.o_proj, bias(w.o_bias), out);
+}
+
+void Transformer::mlp_sublayer(int layer, const Tensor& normed, Scratch& s, Tensor& out) {
+  const LayerWeights& w = weights_.layers[layer];
+  auto bias = [](const Tensor& b) { return b.defined() ? &b : nullptr; };
+  backend_.linear(normed, w.gate_proj, bias(w.gate_bias), s.gate);
+  backend_.linear(normed, w.up_proj, bias(w.up_bias), s.up);
+  backend_.swiglu(s.gate, s.up, s.act);
+  backend_.linear(s.act, w.down_proj, bias(w.down_bias), out);
+}
+
+Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
+                            std::span<const int32_t> logit_rows) {
+  const int64_t T = batch.num_tokens;
+  const int64_t d = config_.hidden_size;
+  ATTNRES_CHECK(T > 0 && static_cast<int64_t>(batch.token_ids.size()) == T, "empty batch");
+  const int64_t q_width = static_cast<int64_t>(config_.num_heads) * config_.head_dim;
+  const int64_t kv_width = static_cast<int64_t>(config_.num_kv_heads) * config_.head_dim;
+  const int64_t ffn = config_.intermediate_size;
+
+  Scratch s;
+  s.q = backend_.alloc({T, q_width}, DType::F32);
+  s.k = backend_.alloc({T, kv_width}, DType::F32);
+  s.v = backend_.alloc({T, kv_width}, DType::F32);
+  s.attn = backend_.alloc({T, q_width}, DType::F32);
+  s.gate = backend_.alloc({T, ffn}, DType::F32);
+  s.up = backend_.alloc({T, ffn}, DType::F32);
+  s.act = backend_.alloc({T, ffn}, DType::F32);
+  Tensor partial = backend_.alloc({T, d}, DType::F32);
+  Tensor normed = backend_.alloc({T, d}, DType::F32);
+  Tensor sublayer_out = backend_.alloc({T, d}, DType::F32);
+
+  // The bank holds completed representations; entry 0 is the embedding, and the partial
+  // starts as the embedding too (ATTNRES.md §2a and §2b).
+  const bool attnres = !plan_.groups.empty();
+  Tensor bank, phase1_m, phase1_s, phase1_o;
+  int bank_size = 0;
+  backend_.embedding(weights_.embed_tokens, batch, partial);
+  if (attnres) {
+    const int64_t slots = plan_.max_group_size();
+    bank = backend_.alloc({plan_.bank_capacity, T, d}, DType::F32);
+    phase1_m = backend_.alloc({slots, T}, DType::F32);
+    phase1_s = backend_.alloc({slots, T}, DType::F32);
+    phase1_o = backend_.alloc({slots, T, d}, DType::F32);
+    Tensor entry = bank.row(0);
+    backend_.copy(partial, entry);
+    bank_size = 1;
+  }
+  auto push_partial = [&] {
+    Tensor entry = bank.row(bank_size++);
+    backend_.copy(partial, entry);
+  };
+
+  Tensor hidden = backend_.alloc({T, d}, DType::F32);
+  for (size_t i = 0; i < plan_.steps.size(); ++i) {
+    const DepthStep& step = plan_.steps[i];
+    Backend::DepthMixArgs mix;
+    mix.mix_eps = config_.rms_norm_eps;
+    Tensor m, sum, o, query;
+    if (step.mixes) {
+      const DepthGroup& group = plan_.groups[step.group];
+      if (step.slot == 0) {  // Phase 1, once for every step of the group
+        ATTNRES_CHECK(bank_size >= group.num_bank_sources, "bank not filled yet");
+        const int64_t n_steps = static_cast<int64_t>(group.steps.size());
+        Tensor gm = phase1_m.rows(0, n_steps), gs = phase1_s.rows(0, n_steps),
+               go = phase1_o.rows(0, n_steps);
+        backend_.depth_phase1(group_queries_[step.group], bank, group.num_bank_sources,
+                              config_.rms_norm_eps, gm, gs, go);
+      }
+      m = phase1_m.row(step.slot);
+      sum = phase1_s.row(step.slot);
+      o = phase1_o.row(step.slot);
+      query = group_queries_[step.group].row(step.slot);
+      mix.m = &m;
+      mix.s = &sum;
+      mix.o = &o;
+      mix.query = &query;
+      mix.bias = step_bias_[i];
+    }
+    // Phase 2 (or, for a plain model, just the PreNorm) writes the sublayer's input.
+    const bool final_step = step.kind == SublayerKind::Final;
+    const Tensor& gain = final_step ? weights_.final_norm
+                         : step.kind == SublayerKind::Attention
+                             ? weights_.layers[step.layer].input_norm
+                             : weights_.layers[step.layer].post_attention_norm;
+    backend_.depth_phase2_prenorm(mix, partial, gain, config_.rms_norm_eps,
+                                  final_step ? hidden : normed);
+    if (step.kind == SublayerKind::Final) break;
+
+    if (step.push_and_reset_after_mix) {
+      push_partial();
+      backend_.fill_zero(partial);
+    }
+    if (step.kind == SublayerKind::Attention) {
+      attention_sublayer(step.layer, normed, batch, cache.layers[step.layer], s, sublayer_out);
+    } else {
+      mlp_sublayer(step.layer, normed, s, sublayer_out);
+    }
+    backend_.add_inplace(partial, sublayer_out);
+    if (step.push_after) push_partial();
+  }
+
+  const int64_t rows = static_cast<int64_t>(logit_rows.size());
+  Tensor selected = backend_.alloc({rows, d}, DType::F32);
+  backend_.gather_rows(hidden, logit_rows, selected);
+  Tensor logits = backend_.alloc({rows, static_cast<int64_t>(config_.vocab_size)}, DType::F32);
+  backend_.linear(selected, weights_.lm_head, nullptr, logits);
+  return logits;
+}
+
+}  // namespace attnres

@@ -1,0 +1,154 @@
+// attnres bench latency: engine-only latency at a fixed batch, input and output length,
+// reported next to the memory-bandwidth floor (PERF.md). Several --model values run in
+// the same process, one after the other, and are reported as ratios to the first: run an
+// AttnRes model and its no-AttnRes twin together to read the AttnRes overhead.
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/core/error.h"
+#include "engine/sched/offline_generator.h"
+#include "kernels/cpu/memory_bandwidth.h"
+#include "server/cli/commands.h"
+
+namespace attnres::cli {
+namespace {
+
+struct LatencyResult {
+  std::string model;
+  double prefill_seconds = 0;     // median over iterations
+  double decode_ms_per_step = 0;  // median
+  double bytes_per_step = 0;
+  double floor_ms = 0;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::vector<GenerationRequest> random_requests(int batch, int input_len, int output_len, int vocab,
+                                               uint64_t seed) {
+  uint64_t state = seed * 0x9e3779b97f4a7c15ull + 1;
+  std::vector<GenerationRequest> requests(batch);
+  for (GenerationRequest& r : requests) {
+    for (int i = 0; i < input_len; ++i) {
+      state ^= state << 13;
+      state ^= state >> 7;
+      state ^= state << 17;
+      r.prompt_ids.push_back(static_cast<int32_t>(state % static_cast<uint64_t>(vocab)));
+    }
+    r.params.temperature = 0;
+    r.params.max_tokens = output_len;
+    r.params.ignore_eos = true;
+    r.params.skip_special_tokens = true;
+  }
+  return requests;
+}
+
+LatencyResult bench_one(const std::string& model_arg, const Flags& flags, double bandwidth_gbps) {
+  LoadedModel model = load_model_arg(model_arg);
+  auto backend = make_backend_from_flags(flags);
+  const int batch = flags.get_int("batch", 1);
+  const int input_len = flags.get_int("input-len", 128);
+  const int output_len = flags.get_int("output-len", 32);
+  const int iters = flags.get_int("iters", 3);
+  const int warmup = flags.get_int("warmup", 1);
+  if (batch < 1 || input_len < 1 || output_len < 2 || iters < 1 || warmup < 0) {
+    throw Error("--batch, --input-len, --iters must be >= 1 and --output-len >= 2");
+  }
+  Transformer transformer(model.config, model.weights, *backend);
+  OfflineGenerator generator(transformer, model.tokenizer, model.eos_token_ids());
+  const int vocab = std::min(model.config.vocab_size, model.tokenizer->vocab_size());
+  std::vector<double> prefill, decode;
+  for (int it = 0; it < warmup + iters; ++it) {
+    GenerationTimings t;
+    generator.generate(random_requests(batch, input_len, output_len, vocab, it), {}, &t);
+    if (it < warmup) continue;
+    prefill.push_back(t.prefill_seconds);
+    decode.push_back(t.decode_seconds * 1e3 / std::max(1, t.decode_steps));
+  }
+  const ModelConfig& c = model.config;
+  // A decode step reads every weight once (the embedding only by row) and each sequence's
+  // K/V cache (f32 on the CPU) at its average context length.
+  const double kv_bytes_per_token = 2.0 * c.num_layers * c.num_kv_heads * c.head_dim * 4;
+  const double avg_context = input_len + output_len / 2.0;
+  LatencyResult r;
+  r.model = model.source;
+  r.prefill_seconds = median(prefill);
+  r.decode_ms_per_step = median(decode);
+  r.bytes_per_step =
+      static_cast<double>(transformer.weight_bytes()) + batch * avg_context * kv_bytes_per_token;
+  r.floor_ms = r.bytes_per_step / (bandwidth_gbps * 1e9) * 1e3;
+  return r;
+}
+
+int run_latency(const std::vector<std::string>& args) {
+  std::vector<FlagSpec> specs = model_flags();
+  specs[0].repeatable = true;
+  std::vector<FlagSpec> own = {
+      {"batch", "B", "sequences decoded together (default 1)"},
+      {"input-len", "I", "prompt tokens per sequence (default 128)"},
+      {"output-len", "O", "generated tokens per sequence (default 32)"},
+      {"iters", "N", "measured repetitions; medians are reported (default 3)"},
+      {"warmup", "N", "unmeasured repetitions first (default 1)"},
+      {"json", "FILE", "also write the results as JSON"},
+  };
+  specs.insert(specs.end(), own.begin(), own.end());
+  if (print_help_if_asked(
+          args, "bench latency",
+          "Engine latency: prefill tokens/s and decode ms per step against the\n"
+          "memory-bandwidth floor. Repeat --model to compare (e.g. builtin:attnres-100m\n"
+          "and builtin:plain-100m).",
+          specs)) {
+    return 0;
+  }
+  Flags flags(specs, args);
+  std::vector<std::string> models = flags.get_all("model");
+  if (models.empty()) models.push_back("");
+  const double bandwidth = measure_copy_bandwidth_gbps();
+  const int batch = flags.get_int("batch", 1);
+  const int input_len = flags.get_int("input-len", 128);
+  std::printf("memory bandwidth (copy, read+write): %.1f GB/s\n", bandwidth);
+  std::printf("batch %d, input %d, output %d\n\n", batch, input_len,
+              flags.get_int("output-len", 32));
+  std::printf("%-28s %14s %14s %12s %10s %10s\n", "model", "prefill tok/s", "decode ms/step",
+              "floor ms", "of floor", "vs first");
+  nlohmann::json out = nlohmann::json::array();
+  double first_decode = 0;
+  for (const std::string& m : models) {
+    LatencyResult r = bench_one(m, flags, bandwidth);
+    if (first_decode == 0) first_decode = r.decode_ms_per_step;
+    const double prefill_tps = batch * input_len / r.prefill_seconds;
+    std::printf("%-28s %14.1f %14.3f %12.3f %9.1f%% %9.3fx\n", r.model.c_str(), prefill_tps,
+                r.decode_ms_per_step, r.floor_ms, 100.0 * r.floor_ms / r.decode_ms_per_step,
+                r.decode_ms_per_step / first_decode);
+    out.push_back({{"model", r.model},
+                   {"batch", batch},
+                   {"input_len", input_len},
+                   {"output_len", flags.get_int("output-len", 32)},
+                   {"prefill_tokens_per_s", prefill_tps},
+                   {"decode_ms_per_step", r.decode_ms_per_step},
+                   {"bytes_per_step", r.bytes_per_step},
+                   {"floor_ms", r.floor_ms},
+                   {"fraction_of_floor", r.floor_ms / r.decode_ms_per_step},
+                   {"bandwidth_gbps", bandwidth}});
+  }
+  if (flags.has("json")) std::ofstream(flags.get("json")) << out.dump(2) << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int run_bench(const std::vector<std::string>& args) {
+  if (args.empty() || args[0] != "latency") {
+    std::cerr << "usage: attnres bench latency [flags]   (see attnres bench latency --help)\n";
+    return 2;
+  }
+  return run_latency(std::vector<std::string>(args.begin() + 1, args.end()));
+}
+
+}  // namespace attnres::cli

@@ -1,0 +1,35 @@
+// The `attnres` subcommands, and what they share: model/backend flags and sampling flags.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/core/backend.h"
+#include "engine/model/loaded_model.h"
+#include "engine/sample/sampling_params.h"
+#include "server/cli/flags.h"
+
+namespace attnres::cli {
+
+int run_generate(const std::vector<std::string>& args);
+int run_inspect(const std::vector<std::string>& args);
+int run_logits(const std::vector<std::string>& args);
+int run_bench(const std::vector<std::string>& args);
+
+// --model, --device, --threads.
+std::vector<FlagSpec> model_flags();
+// Sampling flags (--temperature, --top-p, ... --seed, --stop, --max-tokens).
+std::vector<FlagSpec> sampling_flags();
+// The model named by --model (a directory, builtin:NAME, or the demo model when absent).
+LoadedModel load_model_from_flags(const Flags& flags);
+// The backend named by --device (cpu; cuda once the CUDA backend exists).
+std::unique_ptr<Backend> make_backend_from_flags(const Flags& flags);
+// Sampling parameters: flags first, then generation_config.json defaults, then ours.
+SamplingParams sampling_from_flags(const Flags& flags, const LoadedModel& model);
+
+// Prints usage when --help is among args; returns true if it did.
+bool print_help_if_asked(const std::vector<std::string>& args, const std::string& command,
+                         const std::string& summary, const std::vector<FlagSpec>& specs);
+
+}  // namespace attnres::cli

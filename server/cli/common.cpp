@@ -1,0 +1,102 @@
+#include "server/cli/commands.h"
+
+#include <iostream>
+
+#include "engine/core/error.h"
+#include "kernels/cpu/cpu_backend.h"
+
+namespace attnres::cli {
+
+std::vector<FlagSpec> model_flags() {
+  return {
+      {"model", "DIR", "Hugging Face model directory, or builtin:NAME (default: builtin:demo)"},
+      {"device", "cpu|cuda", "backend to run on (default: cpu; cuda needs a CUDA build)"},
+      {"threads", "N", "CPU threads (default: all cores)"},
+  };
+}
+
+std::vector<FlagSpec> sampling_flags() {
+  return {
+      {"max-tokens", "N", "tokens to generate at most (default 64)"},
+      {"temperature", "T", "0 = greedy (default: generation_config.json, else 1)"},
+      {"top-p", "P", "nucleus sampling mass"},
+      {"top-k", "K", "keep the K most likely tokens (0 = off)"},
+      {"min-p", "P", "drop tokens below P x the top probability"},
+      {"repetition-penalty", "R", "penalise tokens of prompt and output (1 = off)"},
+      {"presence-penalty", "X", "penalise tokens already generated, once"},
+      {"frequency-penalty", "X", "penalise tokens by how often they were generated"},
+      {"logit-bias", "ID:BIAS", "add BIAS to token ID's logit", true},
+      {"seed", "N", "seed for reproducible sampling"},
+      {"stop", "TEXT", "stop when TEXT is generated (not included in the output)", true},
+      {"stop-token-ids", "IDS", "comma-separated token ids that stop generation"},
+      {"ignore-eos", "", "keep generating after an end-of-sequence token"},
+      {"min-tokens", "N", "generate at least N tokens before any stop"},
+      {"logprobs", "K", "report the sampled token's logprob and the top K"},
+  };
+}
+
+LoadedModel load_model_from_flags(const Flags& flags) { return load_model_arg(flags.get("model")); }
+
+std::unique_ptr<Backend> make_backend_from_flags(const Flags& flags) {
+  const std::string device = flags.get("device", "cpu");
+  const int threads = flags.get_int("threads", 0);
+  if (threads < 0) throw Error("--threads: must be >= 0");
+  if (device == "cpu") return make_cpu_backend(threads);
+  if (device == "cuda") {
+    throw Error("--device cuda: this build has no CUDA backend yet (use --device cpu)");
+  }
+  throw Error("--device: unknown device '" + device + "' (expected cpu or cuda)");
+}
+
+SamplingParams sampling_from_flags(const Flags& flags, const LoadedModel& model) {
+  const GenerationDefaults& defaults = model.config.generation;
+  SamplingParams p;
+  p.max_tokens = flags.get_int("max-tokens", 64);
+  p.temperature = static_cast<float>(
+      flags.get_optional_double("temperature").value_or(defaults.temperature.value_or(1.0f)));
+  p.top_p = static_cast<float>(
+      flags.get_optional_double("top-p").value_or(defaults.top_p.value_or(1.0f)));
+  p.top_k = flags.get_optional_int("top-k").value_or(defaults.top_k.value_or(0));
+  p.min_p = static_cast<float>(
+      flags.get_optional_double("min-p").value_or(defaults.min_p.value_or(0.0f)));
+  p.repetition_penalty =
+      static_cast<float>(flags.get_optional_double("repetition-penalty")
+                             .value_or(defaults.repetition_penalty.value_or(1.0f)));
+  p.presence_penalty = static_cast<float>(flags.get_double("presence-penalty", 0.0));
+  p.frequency_penalty = static_cast<float>(flags.get_double("frequency-penalty", 0.0));
+  for (const std::string& item : flags.get_all("logit-bias")) {
+    const size_t colon = item.find(':');
+    if (colon == std::string::npos)
+      throw Error("--logit-bias: expected ID:BIAS, got '" + item + "'");
+    try {
+      p.logit_bias.emplace_back(std::stoi(item.substr(0, colon)),
+                                std::stof(item.substr(colon + 1)));
+    } catch (const std::exception&) {
+      throw Error("--logit-bias: expected ID:BIAS, got '" + item + "'");
+    }
+  }
+  if (auto seed = flags.get_optional_double("seed")) {
+    if (*seed < 0) throw Error("--seed: must be >= 0");
+    p.seed = static_cast<uint64_t>(*seed);
+  }
+  p.stop = flags.get_all("stop");
+  p.stop_token_ids = flags.get_int_list("stop-token-ids");
+  p.ignore_eos = flags.has("ignore-eos");
+  p.min_tokens = flags.get_int("min-tokens", 0);
+  p.logprobs = flags.get_int("logprobs", -1);
+  p.validate(model.config.vocab_size);
+  return p;
+}
+
+bool print_help_if_asked(const std::vector<std::string>& args, const std::string& command,
+                         const std::string& summary, const std::vector<FlagSpec>& specs) {
+  for (const std::string& a : args) {
+    if (a == "--help" || a == "-h") {
+      std::cout << Flags::usage(command, summary, specs);
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace attnres::cli

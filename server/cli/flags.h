@@ -1,0 +1,43 @@
+// Command-line flags: each command declares its flags (name, whether it takes a value,
+// help text); parsing rejects unknown flags and missing values with a message naming them,
+// and --help is generated from the same table.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace attnres::cli {
+
+struct FlagSpec {
+  std::string name;        // without the leading "--"
+  std::string value_name;  // "" for a boolean switch
+  std::string help;
+  bool repeatable = false;
+};
+
+class Flags {
+ public:
+  // Throws attnres::Error for an unknown flag, a missing value or a stray positional.
+  Flags(const std::vector<FlagSpec>& specs, const std::vector<std::string>& args);
+
+  bool has(const std::string& name) const { return values_.count(name) > 0; }
+  std::string get(const std::string& name, const std::string& fallback = "") const;
+  std::vector<std::string> get_all(const std::string& name) const;
+  // Typed getters: a malformed number is an Error naming the flag.
+  int get_int(const std::string& name, int fallback) const;
+  std::optional<int> get_optional_int(const std::string& name) const;
+  double get_double(const std::string& name, double fallback) const;
+  std::optional<double> get_optional_double(const std::string& name) const;
+  // A comma-separated list of integers ("1,2,3").
+  std::vector<int32_t> get_int_list(const std::string& name) const;
+
+  static std::string usage(const std::string& command, const std::string& summary,
+                           const std::vector<FlagSpec>& specs);
+
+ private:
+  std::map<std::string, std::vector<std::string>> values_;
+};
+
+}  // namespace attnres::cli

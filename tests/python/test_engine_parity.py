@@ -1,0 +1,262 @@
+"""Engine vs reference acceptance tests, through the `attnres` CLI.
+
+CLI contract exercised (server/cli):
+    attnres logits --model DIR --token-ids 1,2,3,... --prefill N --out FILE.npy
+        float32 .npy [len(ids), vocab_size]; rows 0..N-1 from one prefill forward over
+        the first N ids, each later row from one single-token decode step (KV cache).
+    attnres generate --model DIR --prompt-ids 1,2,3 --max-tokens 32 --temperature 0 \
+        --ignore-eos --json
+        one JSON object on stdout: token_ids (generated only), text, logprobs.
+
+Error measure used throughout ("relative"):  max|engine - ref| / max|ref|,  over the
+whole [T, vocab] logits array, ref = float64 NumPy reference (tests/reference).
+Tolerances: 1e-4 for f32 checkpoints; 2e-2 for bf16 and f16 checkpoints (the
+reference widens the stored bf16/f16 weights exactly; the engine computes in f32 from
+the same weights but may keep activations in lower precision).
+
+A missing binary makes every test here FAIL (not skip): these are acceptance tests.
+"""
+
+import json
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import attnres_ref as ref
+from make_checkpoint import TOKENIZER_VOCAB, VARIANTS, make_checkpoint
+
+F32_TOL = 1e-4
+LOW_PRECISION_TOL = 2e-2
+TOLERANCE = {"f32": F32_TOL, "bf16": LOW_PRECISION_TOL, "f16": LOW_PRECISION_TOL}
+PROMPT_LEN, PREFILL = 12, 8           # 8-token prefill, then 4 decode steps
+GEN_PROMPT_LEN, GEN_TOKENS = 6, 32
+GREEDY_SEEDS = (1, 2, 3)
+NEAR_TIE = 1e-5                        # top-2 reference logits closer than this = a tie
+LOGPROB_ATOL = 1e-3
+CLI_TIMEOUT_S = 300
+
+
+# ----------------------------------------------------------------------------
+# helpers
+# ----------------------------------------------------------------------------
+
+
+def require_binary(path):
+    if not path.is_file():
+        pytest.fail(f"attnres binary not found at {path}: build it (cmake --build build) "
+                    f"or point ATTNRES_BUILD_DIR at the build directory", pytrace=False)
+
+
+def run_cli(binary, *args):
+    require_binary(binary)
+    cmd = [str(binary), *map(str, args)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"timed out after {CLI_TIMEOUT_S}s: {' '.join(cmd)}", pytrace=False)
+    if proc.returncode != 0:
+        pytest.fail(f"exit {proc.returncode}: {' '.join(cmd)}\n--- stderr ---\n{proc.stderr[-4000:]}"
+                    f"\n--- stdout ---\n{proc.stdout[-2000:]}", pytrace=False)
+    return proc.stdout
+
+
+def parse_json_object(stdout):
+    """The one JSON object the CLI prints (tolerates log lines before it)."""
+    text = stdout.strip()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        for line in reversed(text.splitlines()):
+            if line.lstrip().startswith("{"):
+                try:
+                    return json.loads(line)
+                except json.JSONDecodeError:
+                    break
+    pytest.fail(f"generate --json did not print a JSON object; stdout:\n{stdout[-2000:]}", pytrace=False)
+
+
+def relative_error(engine, reference):
+    """max|engine - reference| / max|reference|."""
+    return float(np.max(np.abs(engine - reference)) / np.max(np.abs(reference)))
+
+
+def prompt_ids(seed, n):
+    """Random ids over the real tokenizer vocabulary (padded rows are never inputs)."""
+    return np.random.default_rng(1000 + seed).integers(0, TOKENIZER_VOCAB, n).tolist()
+
+
+def reference_greedy(model, prompt, n):
+    """Reference greedy tokens and the logits row each was chosen from."""
+    cache = ref.KVCache()
+    row = model.forward(list(prompt), cache)[-1]
+    tokens, rows = [], []
+    for _ in range(n):
+        tok = int(np.argmax(row))
+        tokens.append(tok)
+        rows.append(row)
+        row = model.forward([tok], cache)[-1]
+    return tokens, rows
+
+
+def log_softmax(row):
+    z = row - row.max()
+    return z - np.log(np.sum(np.exp(z)))
+
+
+def first_divergence(a, b):
+    for k, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return k
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def engine_generate(binary, model_dir, prompt):
+    out = parse_json_object(run_cli(
+        binary, "generate", "--model", model_dir, "--prompt-ids", ",".join(map(str, prompt)),
+        "--max-tokens", GEN_TOKENS, "--temperature", 0, "--ignore-eos", "--json"))
+    for key in ("token_ids", "text", "logprobs"):
+        assert key in out, f"generate --json output lacks {key!r}: {out}"
+    return out
+
+
+# ----------------------------------------------------------------------------
+# checkpoints (full GPT-2 tokenizer, vocab_size 50304: padded vocabulary)
+# ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def checkpoint(ckpt_root):
+    """Factory: checkpoint dir for (variant, seed, dtype, options); made once, removed at the end."""
+    made = {}
+
+    def get(variant, seed=1, dtype="f32", **kw):
+        key = (variant, seed, dtype, tuple(sorted(kw.items())))
+        if key not in made:
+            name = "_".join(str(x) for x in (variant, seed, dtype, *sorted(kw.items())))
+            name = "".join(ch if ch.isalnum() or ch in "_-" else "_" for ch in name)
+            made[key] = make_checkpoint(ckpt_root / name, variant, seed=seed, dtype=dtype, **kw)
+        return made[key]
+
+    yield get
+    for path in made.values():  # ~13-26 MB each: do not leave them behind
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def case_id(variant, dtype, kw):
+    extra = "-".join(f"{k}{'' if v is True else v}" for k, v in sorted(kw.items()))
+    return "-".join(x for x in (variant, dtype, extra) if x)
+
+
+LOGIT_CASES = (
+    [(v, "f32", {}) for v in VARIANTS]
+    + [(v, "bf16", {}) for v in VARIANTS]
+    + [(v, "f16", {}) for v in ("attnres_block", "attnres_block_reset", "qwen3", "llama")]
+    + [
+        ("attnres_block", "f32", {"tied": False, "shards": 3}),        # untied + sharded
+        ("attnres_block", "f32", {"layers": 7}),                       # P = 3, ragged last block
+        ("attnres_full", "f32", {"tied": False}),
+        ("attnres_block_reset", "f32", {"layers": 5, "shards": 2}),    # P = 2, resets at 2 and 4
+        ("attnres_block_reset", "bf16", {"shards": 2}),
+        ("attnres_nobias", "f32", {"shards": 2}),
+        ("qwen3", "f32", {"tied": False}),
+        ("qwen2", "f32", {"tied": False, "shards": 2}),
+        ("llama", "f32", {"tied": True, "shards": 2}),                 # tied llama, sharded
+        ("llama", "f32", {"attention_bias": True, "mlp_bias": True}),  # q,k,v,o + MLP biases
+    ]
+)
+
+
+# ----------------------------------------------------------------------------
+# tests
+# ----------------------------------------------------------------------------
+
+
+def test_binary_exists(attnres_bin):
+    require_binary(attnres_bin)
+
+
+@pytest.mark.parametrize("variant,dtype,kw", LOGIT_CASES,
+                         ids=[case_id(*c) for c in LOGIT_CASES])
+def test_logits_prefill_then_decode(attnres_bin, checkpoint, tmp_path, variant, dtype, kw):
+    require_binary(attnres_bin)
+    model_dir = checkpoint(variant, dtype=dtype, **kw)
+    ids = prompt_ids(0, PROMPT_LEN)
+    out = tmp_path / "logits.npy"
+    run_cli(attnres_bin, "logits", "--model", model_dir, "--token-ids", ",".join(map(str, ids)),
+            "--prefill", PREFILL, "--out", out)
+    engine = np.load(out)
+    model = ref.load(model_dir)
+    assert engine.dtype == np.float32, f"logits .npy dtype {engine.dtype}, want float32"
+    assert engine.shape == (PROMPT_LEN, model.vocab), f"logits shape {engine.shape}"
+    assert np.all(np.isfinite(engine)), "non-finite engine logits"
+    want = model.logits(ids)
+
+    tol = TOLERANCE[dtype]
+    per_row = [relative_error(engine[t], want[t]) for t in range(PROMPT_LEN)]
+    rel = relative_error(engine, want)
+    assert rel <= tol, (
+        f"{case_id(variant, dtype, kw)}: relative error {rel:.3g} > {tol:g} "
+        f"(max|a-b|/max|b|); per row (rows >= {PREFILL} are decode steps): "
+        + ", ".join(f"{t}:{e:.2g}" for t, e in enumerate(per_row)))
+
+
+GREEDY_CASES = [(v, s) for v in VARIANTS for s in GREEDY_SEEDS]
+
+
+@pytest.mark.parametrize("variant,seed", GREEDY_CASES, ids=[f"{v}-seed{s}" for v, s in GREEDY_CASES])
+def test_greedy_matches_reference(attnres_bin, checkpoint, variant, seed):
+    require_binary(attnres_bin)
+    model_dir = checkpoint(variant, seed=seed)
+    prompt = prompt_ids(seed, GEN_PROMPT_LEN)
+    got = [int(t) for t in engine_generate(attnres_bin, model_dir, prompt)["token_ids"]]
+    want, rows = reference_greedy(ref.load(model_dir), prompt, GEN_TOKENS)
+    assert len(got) == GEN_TOKENS, f"--ignore-eos --max-tokens {GEN_TOKENS} gave {len(got)} tokens"
+    k = first_divergence(got, want)
+    if k is None:
+        return
+    row = rows[k]
+    top2 = np.sort(row)[-2:]
+    gap = float(top2[1] - top2[0])
+    detail = (f"{variant} seed {seed}: greedy diverges at generated token {k}: engine {got[k]} "
+              f"(ref logit {row[got[k]]:.6f}), reference {want[k]} (logit {row[want[k]]:.6f}); "
+              f"reference top-2 gap {gap:.3g}\nengine:    {got}\nreference: {want}")
+    if gap < NEAR_TIE and row[got[k]] >= top2[0]:
+        # A genuine near-tie: either choice is correct, so this is not an engine bug,
+        # but it is reported (XFAIL with the details), never silently passed.
+        pytest.xfail("NEAR-TIE divergence (not a parity failure): " + detail)
+    pytest.fail(detail, pytrace=False)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_generate_logprobs_match_reference(attnres_bin, checkpoint, variant):
+    """logprobs[j] = log softmax of the reference logits at the chosen token (f32, seed 1)."""
+    require_binary(attnres_bin)
+    model_dir = checkpoint(variant, seed=1)
+    prompt = prompt_ids(1, GEN_PROMPT_LEN)
+    out = engine_generate(attnres_bin, model_dir, prompt)
+    got = [int(t) for t in out["token_ids"]]
+    logprobs = [lp["logprob"] if isinstance(lp, dict) else lp for lp in out["logprobs"]]
+    assert len(logprobs) == len(got), f"{len(logprobs)} logprobs for {len(got)} tokens"
+    want, rows = reference_greedy(ref.load(model_dir), prompt, GEN_TOKENS)
+    k = first_divergence(got, want)
+    same = len(got) if k is None else k + 1  # up to the divergence the contexts are equal
+    for j in range(same):
+        expect = float(log_softmax(rows[j])[got[j]])
+        assert abs(float(logprobs[j]) - expect) <= LOGPROB_ATOL, (
+            f"{variant}: logprob of token {j} ({got[j]}) is {logprobs[j]}, reference {expect:.6f}")
+
+
+@pytest.mark.parametrize("variant", ["attnres_block", "qwen3"])
+def test_generate_text_is_tokenizer_decode(attnres_bin, checkpoint, variant):
+    """`text` is the GPT-2 tokenizer's decode of the generated ids."""
+    from tokenizers import Tokenizer
+
+    require_binary(attnres_bin)
+    model_dir = checkpoint(variant, seed=1)
+    out = engine_generate(attnres_bin, model_dir, prompt_ids(1, GEN_PROMPT_LEN))
+    tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    ids = [int(t) for t in out["token_ids"]]
+    accepted = {tok.decode(ids, skip_special_tokens=False), tok.decode(ids, skip_special_tokens=True)}
+    assert out["text"] in accepted, f"text {out['text']!r} is none of {sorted(accepted)!r}"
