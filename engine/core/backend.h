@@ -64,21 +64,25 @@ class Backend {
   // out[t] = table[ids[t]] widened to f32. table [V, d]; out [T, d].
   virtual void embedding(const Tensor& table, const BatchMeta& batch, Tensor& out) = 0;
 
-  // out = x / sqrt(mean(x^2) + eps) * gain, per row. x, out [R, n]; gain [n] (any dtype).
-  // x and out may alias.
+  // out = x / sqrt(mean(x^2) + eps) * gain, per row. Accumulate in f32 or wider. x, out [R, n];
+  // gain [n] (any dtype). x and out may alias.
   virtual void rms_norm(const Tensor& x, const Tensor& gain, float eps, Tensor& out) = 0;
 
-  // out = x W^T (+ bias). x [R, in] f32; w [out, in] any dtype; bias [out] or null.
+  // out = x W^T (+ bias). x [R, in] f32; w [out, in] any dtype; bias [out] (any float
+  // dtype) or null. out must not alias x.
   virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) = 0;
 
   // In place on q [T, Hq * hd] and k [T, Hkv * hd]: optional per-head RMSNorm (Qwen3's
   // q_norm / k_norm, gains [hd], null to skip), then rotary embedding in the rotate-half
-  // (NeoX / HF Llama) layout at batch.positions with inverse frequencies inv_freq [hd / 2].
+  // (NeoX / HF Llama) layout at batch.positions with inverse frequencies inv_freq [hd / 2]
+  // (f32). The angle position * inv_freq is formed in at least f32 (the CPU uses double, so
+  // long contexts stay accurate).
   virtual void qk_norm_rope(Tensor& q, Tensor& k, int head_dim, const Tensor* q_gain,
                             const Tensor* k_gain, float eps, const Tensor& inv_freq,
                             const BatchMeta& batch) = 0;
 
-  // Write this step's k, v [T, Hkv * hd] into the cache at batch.slot_mapping.
+  // Write this step's k, v [T, Hkv * hd] into the cache at batch.slot_mapping. Every slot
+  // must lie inside the cache (there is no padding slot).
   virtual void store_kv(const Tensor& k, const Tensor& v, const BatchMeta& batch,
                         KvCacheLayer& cache) = 0;
 
@@ -94,7 +98,7 @@ class Backend {
   // x += y, same shape.
   virtual void add_inplace(Tensor& x, const Tensor& y) = 0;
 
-  // out[i] = x[rows[i]]. x [R, n]; out [rows.size(), n].
+  // out[i] = x[rows[i]]. x [R, n]; out [rows.size(), n]; out must not alias x.
   virtual void gather_rows(const Tensor& x, std::span<const int32_t> rows, Tensor& out) = 0;
 
   // --- depth attention (ATTNRES.md §3) ---
@@ -112,7 +116,8 @@ class Backend {
   //   h = (e^(m-M) o + e^(q-M) p) / (e^(m-M) s + e^(q-M)),  M = max(m, q)
   //   out = rms_norm(h, prenorm_gain, eps)
   // m, s [T] and o [T, d] are one sublayer's rows of the Phase-1 outputs; when
-  // m is null the bank is empty and h = p. p (the partial) [T, d]; query [d] f32.
+  // m is null the bank is empty and h = p. p (the partial) [T, d]; query [d] f32. The bias
+  // applies to the partial's logit only (bank logits never carry one). out may alias p.
   struct DepthMixArgs {
     const Tensor* m = nullptr;
     const Tensor* s = nullptr;

@@ -89,6 +89,23 @@ float element_as_float(const Tensor& t, int64_t i) {
   return 0.0f;
 }
 
+void set_element_from_float(Tensor& t, int64_t i, float v) {
+  ATTNRES_CHECK(t.device == Device::CPU && i >= 0 && i < t.numel(), "set_element_from_float");
+  switch (t.dtype) {
+    case DType::F32:
+      t.ptr<float>()[i] = v;
+      return;
+    case DType::BF16:
+      t.ptr<uint16_t>()[i] = f32_to_bf16(v);
+      return;
+    case DType::F16:
+      t.ptr<uint16_t>()[i] = f32_to_f16(v);
+      return;
+    case DType::I32:
+      ATTNRES_CHECK(false, "set_element_from_float on an I32 tensor");
+  }
+}
+
 void internal_error(const char* file, int line, const std::string& what) {
   throw std::logic_error(std::string("internal error at ") + file + ":" + std::to_string(line) +
                          ": " + what);

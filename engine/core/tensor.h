@@ -24,6 +24,8 @@ struct Tensor;
 // Element i of a host float tensor (F32, BF16 or F16), widened to f32. For loading-time
 // work (folding gains, reading 0-dim biases), not for hot loops.
 float element_as_float(const Tensor& t, int64_t i);
+// Stores v into element i of a host float tensor, rounded to its dtype (bf16: to nearest even).
+void set_element_from_float(Tensor& t, int64_t i, float v);
 
 struct Tensor {
   DType dtype = DType::F32;

@@ -30,20 +30,7 @@ class Filler {
     const float half_width = std * std::sqrt(3.0f);
     const int64_t n = t.numel();
     for (int64_t i = 0; i < n; ++i) {
-      const float v = mean + half_width * rng_.symmetric();
-      switch (dtype_) {
-        case DType::F32:
-          t.ptr<float>()[i] = v;
-          break;
-        case DType::BF16:
-          t.ptr<uint16_t>()[i] = f32_to_bf16(v);
-          break;
-        case DType::F16:
-          t.ptr<uint16_t>()[i] = f32_to_f16(v);
-          break;
-        case DType::I32:
-          break;
-      }
+      set_element_from_float(t, i, mean + half_width * rng_.symmetric());
     }
     return t;
   }

@@ -63,22 +63,9 @@ std::vector<float> widen_vector(const Tensor& t, int64_t n, const char* what) {
   ATTNRES_CHECK(
       t.defined() && t.device == Device::CPU && t.numel() == n,
       std::string(what) + " " + shape_str(t.shape) + ": expected " + std::to_string(n) + " values");
+  ATTNRES_CHECK(t.dtype != DType::I32, std::string(what) + " must be a float dtype");
   std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    switch (t.dtype) {
-      case DType::F32:
-        v[i] = t.ptr<float>()[i];
-        break;
-      case DType::BF16:
-        v[i] = bf16_to_f32(t.ptr<uint16_t>()[i]);
-        break;
-      case DType::F16:
-        v[i] = f16_to_f32(t.ptr<uint16_t>()[i]);
-        break;
-      default:
-        ATTNRES_CHECK(false, std::string(what) + " must be a float dtype");
-    }
-  }
+  for (int64_t i = 0; i < n; ++i) v[i] = element_as_float(t, i);
   return v;
 }
 

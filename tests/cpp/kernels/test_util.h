@@ -19,44 +19,14 @@ inline Tensor random_tensor(const Shape& shape, DType dtype, std::mt19937& rng, 
                             float hi = 1.0f) {
   Tensor t = Tensor::empty(shape, dtype);
   std::uniform_real_distribution<float> dist(lo, hi);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    const float v = dist(rng);
-    switch (dtype) {
-      case DType::F32:
-        t.ptr<float>()[i] = v;
-        break;
-      case DType::BF16:
-        t.ptr<uint16_t>()[i] = f32_to_bf16(v);
-        break;
-      case DType::F16:
-        t.ptr<uint16_t>()[i] = f32_to_f16(v);
-        break;
-      default:
-        ADD_FAILURE() << "bad dtype";
-    }
-  }
+  for (int64_t i = 0; i < t.numel(); ++i) set_element_from_float(t, i, dist(rng));
   return t;
 }
 
 // The stored values widened to double: what the reference computes with.
 inline std::vector<double> values(const Tensor& t) {
   std::vector<double> v(static_cast<size_t>(t.numel()));
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    switch (t.dtype) {
-      case DType::F32:
-        v[i] = t.ptr<float>()[i];
-        break;
-      case DType::BF16:
-        v[i] = bf16_to_f32(t.ptr<uint16_t>()[i]);
-        break;
-      case DType::F16:
-        v[i] = f16_to_f32(t.ptr<uint16_t>()[i]);
-        break;
-      case DType::I32:
-        v[i] = t.ptr<int32_t>()[i];
-        break;
-    }
-  }
+  for (int64_t i = 0; i < t.numel(); ++i) v[i] = element_as_float(t, i);
   return v;
 }
 
