@@ -209,9 +209,12 @@ Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
   }
 
   const int64_t rows = static_cast<int64_t>(logit_rows.size());
+  const int64_t vocab = config_.vocab_size;
+  // A step made only of unfinished prefill chunks wants no logits: its work was the K/V.
+  if (rows == 0) return backend_.alloc({0, vocab}, DType::F32);
   Tensor selected = backend_.alloc({rows, d}, DType::F32);
   backend_.gather_rows(hidden, logit_rows, selected);
-  Tensor logits = backend_.alloc({rows, static_cast<int64_t>(config_.vocab_size)}, DType::F32);
+  Tensor logits = backend_.alloc({rows, vocab}, DType::F32);
   backend_.linear(selected, weights_.lm_head, nullptr, logits);
   return logits;
 }

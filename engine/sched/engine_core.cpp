@@ -1,0 +1,441 @@
+#include "engine/sched/engine_core.h"
+
+#include <algorithm>
+#include <random>
+#include <utility>
+
+#include "engine/core/error.h"
+#include "engine/sample/sampler.h"
+#include "engine/sched/step_batch.h"
+
+namespace attnres {
+
+// Everything front-end threads may touch, behind one mutex. Streams hold it weakly (their
+// cancel() must be harmless after the engine is gone).
+struct EngineCore::Inbox {
+  struct Submitted {
+    EngineRequest request;
+    std::shared_ptr<StreamChannel> channel;
+    EngineClock::time_point arrival;
+  };
+
+  std::mutex mutex;
+  std::condition_variable wake;  // the engine thread sleeps here when it has nothing to run
+  std::condition_variable idle;  // shutdown() waits here for live requests to end
+  std::deque<Submitted> requests;
+  std::vector<std::string> aborts;
+  std::unordered_set<std::string> live;  // submitted and not yet ended
+  int queued = 0;                        // submitted and not yet scheduled once
+  bool accepting = true;
+  bool abort_all = false;  // the grace period is over: abort whatever is left
+  bool stop = false;       // the engine thread exits once nothing is left
+  bool dead = false;       // the forward threw; no new requests
+  std::string dead_reason;
+
+  void post_abort(const std::string& request_id) {
+    {
+      std::lock_guard lock(mutex);
+      aborts.push_back(request_id);
+    }
+    wake.notify_one();
+  }
+};
+
+struct EngineCore::ActiveRequest {
+  std::string id;
+  std::shared_ptr<StreamChannel> channel;
+  Usage usage;
+  RequestTimings timings;
+  bool queued = true;  // still counted in Inbox::queued
+  int num_unfinished = 0;
+  std::vector<std::unique_ptr<EngineSequence>> choices;
+};
+
+// The scheduler's Sequence plus what only the engine needs per choice. The engine creates
+// every Sequence the scheduler sees, so the downcast in run_forward is safe.
+struct EngineCore::EngineSequence : Sequence {
+  EngineSequence(const EngineRequest& request, int choice, SamplingParams choice_params,
+                 uint64_t order, EngineClock::time_point arrival, ActiveRequest* owner,
+                 uint64_t fallback_seed, const EngineConfig& config)
+      : Sequence(request.request_id, choice, request.prompt_ids, choice_params, order, arrival),
+        request(owner),
+        sampler(choice_params, fallback_seed),
+        stop(choice_params, config.eos_ids),
+        decoder(config.make_decoder ? config.make_decoder(choice_params) : nullptr) {}
+
+  ActiveRequest* request;
+  Sampler sampler;
+  StopChecker stop;
+  std::unique_ptr<TextDecoder> decoder;
+  std::string text;     // detokenized output so far
+  size_t released = 0;  // bytes of text already sent to the stream
+};
+
+EngineCore::EngineCore(EngineConfig config, ModelRunner& runner)
+    : config_(std::move(config)),
+      runner_(runner),
+      vocab_size_(runner.vocab_size()),
+      inbox_(std::make_shared<Inbox>()),
+      scheduler_(config_.scheduler, BlockManager(config_.num_kv_blocks, config_.block_size)) {
+  if (config_.max_queued_requests < 1) throw Error("engine max_queued_requests must be >= 1");
+  if (config_.max_choices < 1) throw Error("engine max_choices must be >= 1");
+  publish_stats();
+}
+
+EngineCore::~EngineCore() { shutdown(std::chrono::milliseconds(0)); }
+
+// ---------------------------------------------------------------- front-end threads
+
+void EngineCore::validate(const EngineRequest& request) const {
+  if (request.request_id.empty()) throw Error("request_id: must not be empty");
+  if (request.prompt_ids.empty()) throw Error("prompt: is empty, at least one token is needed");
+  for (int32_t id : request.prompt_ids) {
+    if (id < 0 || id >= vocab_size_) {
+      throw Error("prompt: token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                  std::to_string(vocab_size_) + ")");
+    }
+  }
+  if (request.n < 1 || request.n > config_.max_choices) {
+    throw Error("n: got " + std::to_string(request.n) + ", expected 1 to " +
+                std::to_string(config_.max_choices));
+  }
+  request.params.validate(vocab_size_);
+  const int64_t prompt = static_cast<int64_t>(request.prompt_ids.size());
+  const int64_t total = prompt + request.params.max_tokens;
+  if (total > config_.scheduler.max_model_len) {
+    throw Error("This model's maximum context length is " +
+                std::to_string(config_.scheduler.max_model_len) +
+                " tokens. However, you requested " + std::to_string(total) + " tokens (" +
+                std::to_string(prompt) + " in the messages, " +
+                std::to_string(request.params.max_tokens) +
+                " in the completion). Please reduce the length of the messages or completion.");
+  }
+  const BlockManager& blocks = scheduler_.block_manager();  // immutable geometry only
+  if (blocks.blocks_for(static_cast<int>(total)) > blocks.num_blocks()) {
+    throw Error("prompt (" + std::to_string(prompt) + " tokens) plus max_tokens (" +
+                std::to_string(request.params.max_tokens) + ") needs more KV cache than the " +
+                "server has (" + std::to_string(blocks.num_blocks() * blocks.block_size()) +
+                " tokens); lower max_tokens");
+  }
+}
+
+SubmitResult EngineCore::submit(EngineRequest request) {
+  SubmitResult result;
+  try {
+    validate(request);
+  } catch (const Error& e) {
+    result.status = SubmitStatus::InvalidRequest;
+    result.message = e.what();
+    return result;
+  }
+  const std::string id = request.request_id;
+  auto channel = std::make_shared<StreamChannel>();
+  {
+    std::lock_guard lock(inbox_->mutex);
+    if (inbox_->dead) {
+      result.status = SubmitStatus::Unavailable;
+      result.message = "the engine stopped after an error: " + inbox_->dead_reason;
+    } else if (!inbox_->accepting) {
+      result.status = SubmitStatus::Unavailable;
+      result.message = "the server is shutting down";
+    } else if (inbox_->live.count(id) != 0) {
+      result.status = SubmitStatus::InvalidRequest;
+      result.message = "request_id: '" + id + "' is already in use by an unfinished request";
+    } else if (inbox_->queued >= config_.max_queued_requests) {
+      result.status = SubmitStatus::QueueFull;
+      result.message = "the waiting queue is full (" + std::to_string(config_.max_queued_requests) +
+                       " requests); retry later";
+    }
+    if (result.status != SubmitStatus::Accepted) return result;
+    inbox_->live.insert(id);
+    inbox_->queued += 1;
+    inbox_->requests.push_back(Inbox::Submitted{std::move(request), channel, EngineClock::now()});
+  }
+  inbox_->wake.notify_one();
+  std::weak_ptr<Inbox> weak_inbox = inbox_;
+  result.stream = std::make_unique<RequestStream>(id, channel, [weak_inbox](const std::string& r) {
+    if (auto inbox = weak_inbox.lock()) inbox->post_abort(r);
+  });
+  return result;
+}
+
+void EngineCore::abort(const std::string& request_id) { inbox_->post_abort(request_id); }
+
+EngineStats EngineCore::stats() const {
+  EngineStats snapshot;
+  {
+    std::lock_guard lock(stats_mutex_);
+    snapshot = published_;
+  }
+  std::lock_guard lock(inbox_->mutex);
+  snapshot.num_queued_requests = inbox_->queued;
+  snapshot.alive = !inbox_->dead;
+  snapshot.error = inbox_->dead_reason;
+  return snapshot;
+}
+
+// ---------------------------------------------------------------- lifecycle
+
+void EngineCore::start() {
+  ATTNRES_CHECK(!thread_.joinable(), "engine started twice");
+  thread_ = std::thread([this] { loop(); });
+}
+
+bool EngineCore::shutdown(std::chrono::milliseconds grace) {
+  const EngineClock::time_point deadline = EngineClock::now() + grace;
+  bool drained = false;
+  if (thread_.joinable()) {
+    std::unique_lock lock(inbox_->mutex);
+    inbox_->accepting = false;
+    drained = inbox_->idle.wait_until(lock, deadline, [&] { return inbox_->live.empty(); });
+    inbox_->abort_all = true;
+    inbox_->stop = true;
+    lock.unlock();
+    inbox_->wake.notify_all();
+    thread_.join();
+    return drained;
+  }
+  // No engine thread: the caller's thread drives the remaining steps.
+  auto live_requests = [&] {
+    std::lock_guard lock(inbox_->mutex);
+    inbox_->accepting = false;
+    return !inbox_->live.empty();
+  };
+  while (live_requests() && EngineClock::now() < deadline) step();
+  drained = !live_requests();
+  {
+    std::lock_guard lock(inbox_->mutex);
+    inbox_->abort_all = true;
+    inbox_->stop = true;
+  }
+  step();
+  return drained;
+}
+
+void EngineCore::loop() {
+  for (;;) {
+    {
+      std::unique_lock lock(inbox_->mutex);
+      inbox_->wake.wait(lock, [&] {
+        return inbox_->stop || !inbox_->requests.empty() || !inbox_->aborts.empty() ||
+               scheduler_.has_unfinished();
+      });
+      if (inbox_->stop && inbox_->requests.empty() && !scheduler_.has_unfinished() &&
+          requests_.empty()) {
+        return;
+      }
+    }
+    step();
+  }
+}
+
+// ---------------------------------------------------------------- the engine thread
+
+bool EngineCore::step() {
+  // 1. Pop the inbox.
+  std::deque<Inbox::Submitted> submitted;
+  std::vector<std::string> aborts;
+  bool abort_all = false;
+  {
+    std::lock_guard lock(inbox_->mutex);
+    submitted.swap(inbox_->requests);
+    aborts.swap(inbox_->aborts);
+    abort_all = inbox_->abort_all;
+  }
+  // 2. Accept (validated at submit), then apply cancellations: their blocks are free before
+  // this step is scheduled.
+  for (Inbox::Submitted& s : submitted)
+    accept(std::move(s.request), std::move(s.channel), s.arrival);
+  for (const std::string& id : aborts) apply_abort(id);
+  if (abort_all) abort_everything({});
+
+  // 3. Schedule; sequences that can never fit end here with an error.
+  ScheduleOutput schedule = scheduler_.schedule();
+  for (Sequence* seq : schedule.failed) {
+    RequestOutput out;
+    out.finish_reason = FinishReason::Abort;
+    out.error = seq->error;
+    on_finished(static_cast<EngineSequence&>(*seq), std::move(out));
+  }
+
+  // 4. Run, sample, stop-check, detokenize, push.
+  if (!schedule.empty()) {
+    mark_scheduled(schedule, EngineClock::now());
+    try {
+      run_forward(schedule);
+    } catch (const std::exception& e) {
+      // A failed forward leaves the cache in an unknown state: end every request with the
+      // error and refuse new ones (/health then reports 503).
+      {
+        std::lock_guard lock(inbox_->mutex);
+        inbox_->dead = true;
+        inbox_->dead_reason = e.what();
+      }
+      abort_everything(std::string("the engine stopped after an error: ") + e.what());
+    }
+  }
+  const bool worked = !submitted.empty() || !aborts.empty() || !schedule.empty() ||
+                      !schedule.failed.empty() || scheduler_.has_unfinished();
+  counters_.steps += schedule.empty() ? 0 : 1;
+  // 5. Publish.
+  publish_stats();
+  return worked;
+}
+
+void EngineCore::accept(EngineRequest request, std::shared_ptr<StreamChannel> channel,
+                        EngineClock::time_point arrival) {
+  auto active = std::make_unique<ActiveRequest>();
+  active->id = request.request_id;
+  active->channel = std::move(channel);
+  active->timings.arrival = arrival;
+  active->usage.prompt_tokens = static_cast<int>(request.prompt_ids.size());
+  active->num_unfinished = request.n;
+  std::random_device entropy;
+  for (int choice = 0; choice < request.n; ++choice) {
+    SamplingParams params = request.params;
+    if (params.seed) params.seed = *params.seed + static_cast<uint64_t>(choice);
+    const uint64_t fallback_seed = (static_cast<uint64_t>(entropy()) << 32) | entropy();
+    active->choices.push_back(
+        std::make_unique<EngineSequence>(request, choice, std::move(params), next_arrival_order_++,
+                                         arrival, active.get(), fallback_seed, config_));
+  }
+  counters_.prompt_tokens_total += active->usage.prompt_tokens;
+  for (auto& seq : active->choices) scheduler_.add(seq.get());
+  requests_[active->id] = std::move(active);
+}
+
+void EngineCore::apply_abort(const std::string& request_id) {
+  for (Sequence* seq : scheduler_.abort(request_id)) {
+    RequestOutput out;
+    out.finish_reason = FinishReason::Abort;
+    on_finished(static_cast<EngineSequence&>(*seq), std::move(out));
+  }
+}
+
+void EngineCore::abort_everything(const std::string& error) {
+  for (Sequence* seq : scheduler_.abort_all()) {
+    RequestOutput out;
+    out.finish_reason = FinishReason::Abort;
+    out.error = error;
+    on_finished(static_cast<EngineSequence&>(*seq), std::move(out));
+  }
+}
+
+void EngineCore::mark_scheduled(const ScheduleOutput& schedule, EngineClock::time_point now) {
+  int newly_scheduled = 0;
+  for (const ScheduledChunk& chunk : schedule.chunks) {
+    ActiveRequest& request = *static_cast<EngineSequence*>(chunk.seq)->request;
+    if (!request.timings.first_scheduled) request.timings.first_scheduled = now;
+    if (request.queued) {
+      request.queued = false;
+      newly_scheduled += 1;
+    }
+  }
+  if (newly_scheduled > 0) {
+    std::lock_guard lock(inbox_->mutex);
+    inbox_->queued -= newly_scheduled;
+  }
+}
+
+void EngineCore::run_forward(const ScheduleOutput& schedule) {
+  StepBatch batch = build_step_batch(schedule, config_.block_size);
+  runner_.execute(batch.meta, batch.logit_rows, logits_);
+  const size_t vocab = static_cast<size_t>(vocab_size_);
+  ATTNRES_CHECK(logits_.size() == batch.logit_rows.size() * vocab,
+                "the model runner returned the wrong number of logits");
+  const EngineClock::time_point now = EngineClock::now();
+  for (size_t i = 0; i < batch.samplers.size(); ++i) {
+    auto& seq = static_cast<EngineSequence&>(*batch.samplers[i]);
+    sample_and_emit(seq, std::span<float>(logits_.data() + i * vocab, vocab), now);
+  }
+}
+
+void EngineCore::sample_and_emit(EngineSequence& seq, std::span<float> logits,
+                                 EngineClock::time_point now) {
+  const bool want_logprobs = seq.params.logprobs >= 0;
+  TokenLogprob logprob;
+  const int32_t token = seq.sampler.sample(logits, seq.prompt_ids(), seq.output_ids(),
+                                           config_.eos_ids, want_logprobs ? &logprob : nullptr);
+  seq.append_token(token);
+  ActiveRequest& request = *seq.request;
+  request.usage.completion_tokens += 1;
+  counters_.generation_tokens_total += 1;
+  if (!request.timings.first_token) request.timings.first_token = now;
+
+  if (seq.decoder) seq.text += seq.decoder->push(token);
+  const FinishReason reason = seq.stop.check(token, seq.num_output_tokens(), seq.text);
+  if (reason != FinishReason::None) {
+    // The stop checker knows where the output ends: before a stop string or a stop token's
+    // text; at a length limit, after whatever the decoder still holds.
+    if (reason == FinishReason::Length && seq.decoder) seq.text += seq.decoder->flush();
+    seq.text.resize(std::max(seq.released, seq.stop.releasable_length(seq.text)));
+  }
+  const size_t ready =
+      reason != FinishReason::None ? seq.text.size() : seq.stop.releasable_length(seq.text);
+
+  RequestOutput out;
+  out.choice_index = seq.choice_index;
+  out.token_ids.push_back(token);
+  if (want_logprobs) out.logprobs.push_back(std::move(logprob));
+  if (ready > seq.released) {
+    out.text = seq.text.substr(seq.released, ready - seq.released);
+    seq.released = ready;
+  }
+  out.time = now;
+  if (reason == FinishReason::None) {
+    request.channel->push(std::move(out));
+    return;
+  }
+  out.finish_reason = reason;
+  out.stop_string = seq.stop.matched_stop_string();
+  out.stop_token = seq.stop.stop_token();
+  scheduler_.finish(&seq, reason);
+  on_finished(seq, std::move(out));
+}
+
+void EngineCore::on_finished(EngineSequence& seq, RequestOutput output) {
+  switch (output.finish_reason) {
+    case FinishReason::Stop:
+      counters_.finished_stop += 1;
+      break;
+    case FinishReason::Length:
+      counters_.finished_length += 1;
+      break;
+    default:
+      counters_.finished_abort += 1;
+      break;
+  }
+  output.choice_index = seq.choice_index;
+  output.time = EngineClock::now();
+  ActiveRequest& request = *seq.request;
+  request.channel->push(std::move(output));
+  request.num_unfinished -= 1;
+  if (request.num_unfinished == 0) retire(request);  // destroys seq: nothing may follow
+}
+
+void EngineCore::retire(ActiveRequest& request) {
+  // Only finished sequences get here, and the scheduler dropped every finished sequence from
+  // its queues, so nothing references the request's sequences any more.
+  request.timings.finished = EngineClock::now();
+  request.channel->close(request.usage, request.timings);
+  {
+    std::lock_guard lock(inbox_->mutex);
+    inbox_->live.erase(request.id);
+    if (request.queued) inbox_->queued -= 1;
+  }
+  inbox_->idle.notify_all();
+  requests_.erase(request.id);
+}
+
+void EngineCore::publish_stats() {
+  const BlockManager& blocks = scheduler_.block_manager();
+  counters_.num_running = scheduler_.num_running();
+  counters_.num_waiting = scheduler_.num_waiting();
+  counters_.kv_cache_usage =
+      1.0 - static_cast<double>(blocks.num_free_blocks()) / blocks.num_blocks();
+  counters_.preemptions_total = scheduler_.num_preemptions();
+  std::lock_guard lock(stats_mutex_);
+  published_ = counters_;
+}
+
+}  // namespace attnres

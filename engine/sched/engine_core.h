@@ -1,0 +1,153 @@
+// The server's engine loop. One thread (the engine thread) owns the scheduler, the block
+// manager and every sequence; front-end threads talk to it only through a thread-safe inbox
+// (submit, abort) and read results from their RequestStream. Each step reads like a
+// checklist (LMDeploy TurboMind):
+//
+//   pop inbox -> accept (fan out n choices) -> apply cancellations -> schedule
+//   -> build batch -> forward (ModelRunner) -> sample -> append -> stop checks
+//   -> detokenize -> push outputs -> retire finished requests -> publish stats
+//
+// Ownership and threading rules: docs/ENGINE_CONTRACT.md.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "engine/sched/model_runner.h"
+#include "engine/sched/request_stream.h"
+#include "engine/sched/scheduler.h"
+
+namespace attnres {
+
+struct EngineConfig {
+  SchedulerConfig scheduler;
+  int num_kv_blocks = 0;  // the runner's cache size, in blocks
+  int block_size = 16;
+  // Requests submitted but not yet scheduled once; more are rejected (HTTP 503 with
+  // Retry-After, gRPC RESOURCE_EXHAUSTED).
+  int max_queued_requests = 1024;
+  int max_choices = 128;  // largest n per request
+  std::vector<int32_t> eos_ids;
+  TextDecoderFactory make_decoder;  // empty: outputs carry token ids only, no text
+};
+
+struct EngineRequest {
+  std::string request_id;  // unique among unfinished requests (the abort key)
+  std::vector<int32_t> prompt_ids;
+  SamplingParams params;
+  int n = 1;  // choices; choice i samples with seed + i when a seed is given (vLLM)
+};
+
+enum class SubmitStatus {
+  Accepted,
+  InvalidRequest,  // 400 / INVALID_ARGUMENT: message names the field
+  QueueFull,       // 503 + Retry-After / RESOURCE_EXHAUSTED
+  Unavailable,     // 503 / UNAVAILABLE: shutting down, or the engine died
+};
+
+struct SubmitResult {
+  SubmitStatus status = SubmitStatus::Accepted;
+  std::string message;                    // why, when not accepted
+  std::unique_ptr<RequestStream> stream;  // set when accepted
+  bool accepted() const { return status == SubmitStatus::Accepted; }
+};
+
+// A snapshot for /metrics and /health (vLLM's names in comments).
+struct EngineStats {
+  int num_running = 0;          // sequences running (num_requests_running)
+  int num_waiting = 0;          // sequences waiting, preempted ones included (num_requests_waiting)
+  int num_queued_requests = 0;  // requests not yet scheduled (what max_queued_requests bounds)
+  double kv_cache_usage = 0;    // used / total blocks (kv_cache_usage_perc)
+  int64_t prompt_tokens_total = 0;
+  int64_t generation_tokens_total = 0;
+  int64_t preemptions_total = 0;
+  int64_t finished_stop = 0;  // request_success_total{finished_reason=...}, per choice
+  int64_t finished_length = 0;
+  int64_t finished_abort = 0;
+  int64_t steps = 0;
+  bool alive = true;  // false once the forward threw: /health must answer 503
+  std::string error;  // why it died
+};
+
+class EngineCore {
+ public:
+  // `runner` must outlive the engine; block ids handed out are in [0, num_kv_blocks).
+  EngineCore(EngineConfig config, ModelRunner& runner);
+  // Aborts whatever is left and joins the engine thread.
+  ~EngineCore();
+  EngineCore(const EngineCore&) = delete;
+  EngineCore& operator=(const EngineCore&) = delete;
+
+  // --- any thread ---
+  // Validates (400-class problems come back at once, before any streaming starts), then
+  // queues the request for the engine thread.
+  SubmitResult submit(EngineRequest request);
+  // Ends the request's unfinished choices with Abort; no-op for unknown or finished ids.
+  void abort(const std::string& request_id);
+  // Throws attnres::Error for a request the engine would refuse (the server's 400 message).
+  void validate(const EngineRequest& request) const;
+  EngineStats stats() const;
+
+  // --- lifecycle (the owning thread) ---
+  // Runs the loop on a new engine thread.
+  void start();
+  // Graceful shutdown: stops accepting, lets accepted requests run for up to `grace`, then
+  // aborts the rest and stops the engine thread. Returns true when nothing had to be aborted.
+  // Without start(), the caller's thread runs the steps.
+  bool shutdown(std::chrono::milliseconds grace);
+
+  // One iteration of the loop on the caller's thread, for tests and offline drivers that do
+  // not start() the engine thread. Returns false once there is nothing left to do.
+  bool step();
+
+ private:
+  struct EngineSequence;
+  struct ActiveRequest;
+  struct Inbox;
+
+  void loop();
+  void accept(EngineRequest request, std::shared_ptr<StreamChannel> channel,
+              EngineClock::time_point arrival);
+  void apply_abort(const std::string& request_id);
+  void abort_everything(const std::string& error);
+  void run_forward(const ScheduleOutput& schedule);
+  void sample_and_emit(EngineSequence& seq, std::span<float> logits, EngineClock::time_point now);
+  // The sequence finished (any reason): emit its last output and retire its request when it
+  // was the last choice.
+  void on_finished(EngineSequence& seq, RequestOutput output);
+  void retire(ActiveRequest& request);
+  void mark_scheduled(const ScheduleOutput& schedule, EngineClock::time_point now);
+  void publish_stats();
+
+  const EngineConfig config_;
+  ModelRunner& runner_;
+  const int vocab_size_;
+
+  // Shared with front-end threads (guarded by inbox_->mutex).
+  std::shared_ptr<Inbox> inbox_;
+
+  // Engine-thread state.
+  Scheduler scheduler_;
+  std::unordered_map<std::string, std::unique_ptr<ActiveRequest>> requests_;
+  uint64_t next_arrival_order_ = 0;
+  std::vector<float> logits_;
+  EngineStats counters_;  // the engine thread's running totals
+
+  mutable std::mutex stats_mutex_;
+  EngineStats published_;  // what stats() returns
+
+  std::thread thread_;
+};
+
+}  // namespace attnres

@@ -1,0 +1,19 @@
+#include "engine/sched/transformer_runner.h"
+
+namespace attnres {
+
+TransformerRunner::TransformerRunner(Transformer& model, int num_blocks, int block_size)
+    : model_(model),
+      cache_(KvCache::allocate(model.backend(), model.config(), num_blocks, block_size)) {}
+
+int TransformerRunner::vocab_size() const { return model_.config().vocab_size; }
+
+void TransformerRunner::execute(const BatchMeta& batch, std::span<const int32_t> logit_rows,
+                                std::vector<float>& logits) {
+  Tensor device_logits = model_.forward(batch, cache_, logit_rows);
+  logits.resize(static_cast<size_t>(device_logits.numel()));
+  // A step with only non-final prefill chunks asks for no logits.
+  if (!logits.empty()) model_.backend().download(device_logits, logits.data());
+}
+
+}  // namespace attnres

@@ -1,0 +1,28 @@
+// The ModelRunner the server plugs into EngineCore: the real Transformer forward over a paged
+// KvCache it owns, with the logits copied back to the host for sampling.
+#pragma once
+
+#include "engine/model/kv_cache.h"
+#include "engine/model/transformer.h"
+#include "engine/sched/model_runner.h"
+
+namespace attnres {
+
+class TransformerRunner : public ModelRunner {
+ public:
+  // Allocates num_blocks blocks of block_size tokens on the model's backend; give the engine
+  // the same numbers (EngineConfig::num_kv_blocks / block_size).
+  TransformerRunner(Transformer& model, int num_blocks, int block_size);
+
+  int vocab_size() const override;
+  void execute(const BatchMeta& batch, std::span<const int32_t> logit_rows,
+               std::vector<float>& logits) override;
+
+  const KvCache& cache() const { return cache_; }
+
+ private:
+  Transformer& model_;
+  KvCache cache_;
+};
+
+}  // namespace attnres

@@ -1,0 +1,106 @@
+// A fake forward for the scheduler tests that still depends on the paged KV cache: it keeps a
+// slot -> token "cache", writes each step's tokens at batch.slot_mapping, and computes every
+// requested row's next token from the context it reads back through the block table. A
+// bookkeeping bug (a wrong slot, a block shared by two live sequences, a preempted sequence
+// not fully recomputed) changes the tokens, so "same tokens as the reference" is a real check.
+//
+// The reference (reference_tokens) computes the same function on the plain token list,
+// independently of the scheduler: what the request generates when it runs alone.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <vector>
+
+#include "engine/core/backend.h"
+#include "engine/sched/model_runner.h"
+
+namespace attnres::testing {
+
+inline constexpr int kVocab = 64;
+inline constexpr int32_t kEos = kVocab - 1;  // never produced by next_token()
+
+// The "model": a position-weighted checksum of the context. Never kEos.
+inline int32_t next_token(std::span<const int32_t> context) {
+  int64_t sum = 7;
+  for (size_t i = 0; i < context.size(); ++i) sum += (static_cast<int64_t>(i) + 1) * context[i];
+  return static_cast<int32_t>(sum % (kVocab - 1));
+}
+
+// What greedy decoding of `max_tokens` tokens gives for `prompt` when run alone.
+inline std::vector<int32_t> reference_tokens(std::vector<int32_t> prompt, int max_tokens) {
+  std::vector<int32_t> out;
+  for (int i = 0; i < max_tokens; ++i) {
+    out.push_back(next_token(prompt));
+    prompt.push_back(out.back());
+  }
+  return out;
+}
+
+class FakeRunner : public ModelRunner {
+ public:
+  FakeRunner(int num_blocks, int block_size)
+      : block_size_(block_size), slots_(static_cast<size_t>(num_blocks) * block_size, -1) {}
+
+  int vocab_size() const override { return kVocab; }
+
+  void execute(const BatchMeta& batch, std::span<const int32_t> logit_rows,
+               std::vector<float>& logits) override {
+    if (fail_on_call_ >= 0 && calls_ == fail_on_call_) throw std::runtime_error("device lost");
+    ++calls_;
+    batch_sizes_.push_back(batch.num_tokens);
+    for (int t = 0; t < batch.num_tokens; ++t)
+      slots_.at(batch.slot_mapping[t]) = batch.token_ids[t];
+    logits.assign(logit_rows.size() * kVocab, 0.0f);
+    for (size_t i = 0; i < logit_rows.size(); ++i) {
+      const int row = logit_rows[i];
+      int s = 0;
+      while (batch.query_start[s + 1] <= row) ++s;
+      const int position = batch.positions[row];
+      EXPECT_EQ(position + 1, batch.context_len[s]) << "logits requested for a non-final row";
+      std::vector<int32_t> context;
+      for (int p = 0; p <= position; ++p) {
+        const int32_t block = batch.block_tables[s].at(p / block_size_);
+        context.push_back(slots_.at(static_cast<size_t>(block) * block_size_ + p % block_size_));
+      }
+      const int32_t next =
+          eos_after_ > 0 && position + 1 >= eos_after_ ? kEos : next_token(context);
+      fill_row(std::span(logits).subspan(i * kVocab, kVocab), next);
+    }
+  }
+
+  // Make the logits a smooth function of the chosen token, so seeded random sampling has a
+  // real distribution to draw from (the chosen token is still the argmax).
+  void set_smooth_logits(bool smooth) { smooth_ = smooth; }
+  // Emit kEos for the token at sequence position >= n (context length n).
+  void set_eos_after(int n) { eos_after_ = n; }
+  void set_fail_on_call(int call) { fail_on_call_ = call; }
+  const std::vector<int>& batch_sizes() const { return batch_sizes_; }
+
+ private:
+  void fill_row(std::span<float> row, int32_t chosen) const {
+    for (int v = 0; v < kVocab; ++v) {
+      row[v] = smooth_ ? static_cast<float>((v * 37 + chosen * 11) % 13) * 0.25f : 0.0f;
+    }
+    row[chosen] = smooth_ ? 4.0f : 10.0f;
+  }
+
+  int block_size_;
+  std::vector<int32_t> slots_;
+  bool smooth_ = false;
+  int eos_after_ = 0;
+  int fail_on_call_ = -1;
+  int calls_ = 0;
+  std::vector<int> batch_sizes_;
+};
+
+inline std::vector<int32_t> iota_prompt(int length, int32_t first) {
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < length; ++i) prompt.push_back((first + i) % (kVocab - 1));
+  return prompt;
+}
+
+}  // namespace attnres::testing
