@@ -12,10 +12,14 @@
 
 namespace attnres {
 
-CpuBackend::CpuBackend(int num_threads)
-    : threads_(num_threads > 0 ? num_threads : omp_get_max_threads()) {}
+CpuBackend::CpuBackend(int num_threads, bool batch_invariant)
+    : threads_(num_threads > 0 ? num_threads : omp_get_max_threads()),
+      batch_invariant_(batch_invariant) {}
 
-std::string CpuBackend::name() const { return "cpu(" + std::to_string(threads_) + " threads)"; }
+std::string CpuBackend::name() const {
+  return "cpu(" + std::to_string(threads_) + " threads" +
+         (batch_invariant_ ? ")" : ", fast prefill)");
+}
 
 Tensor CpuBackend::alloc(const Shape& shape, DType dtype) { return Tensor::empty(shape, dtype); }
 
@@ -39,8 +43,8 @@ void CpuBackend::fill_zero(Tensor& dst) {
   if (dst.nbytes()) std::memset(dst.data, 0, dst.nbytes());
 }
 
-std::unique_ptr<Backend> make_cpu_backend(int num_threads) {
-  return std::make_unique<CpuBackend>(num_threads);
+std::unique_ptr<Backend> make_cpu_backend(int num_threads, bool batch_invariant) {
+  return std::make_unique<CpuBackend>(num_threads, batch_invariant);
 }
 
 namespace cpu {

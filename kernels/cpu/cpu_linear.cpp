@@ -7,7 +7,10 @@
 //   rows: a block of O output rows is converted to f32 in registers and FMA'd against the R
 //   x vectors into O * R accumulators (O chosen so that O * R independent FMA chains hide the
 //   FMA latency). Threads split the output rows in contiguous static chunks.
-// - Prefill (R > 8) is compute-bound: a tile of NR = 2 vectors of outputs by KC inputs is
+// - By default (batch-invariant) larger R runs the GEMV 8 rows at a time, so every row rounds
+//   exactly like a decode row and outputs do not depend on batch composition.
+// - Opt-in fast prefill (R > 8) treats it as compute-bound: a tile of NR = 2 vectors of outputs by
+// KC inputs is
 //   widened once into an f32 panel laid out k-major ([KC][NR], "packed"), then reused by every
 //   input row through an MR x NR register-blocked outer-product microkernel (broadcast one x,
 //   FMA two weight vectors; 12 accumulators with AVX-512). No horizontal reductions, and the
@@ -15,6 +18,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "engine/core/error.h"
@@ -62,8 +66,10 @@ void gemv_block(const float* x, int64_t k_dim, const cpu::StoredT<W>* w, const f
     for (int j = 0; j < O; ++j) {
       for (int r = 0; r < R; ++r) {
         float s = cpu::hsum(acc[j][r]);
+        // std::fma, not `s += a * b`: whether the compiler contracts that may differ between
+        // instantiations, and every R must round identically (batch invariance).
         for (int64_t kk = k; kk < k_dim; ++kk)
-          s += cpu::load_scalar<W>(wrow[j] + kk) * x[r * k_dim + kk];
+          s = std::fma(cpu::load_scalar<W>(wrow[j] + kk), x[r * k_dim + kk], s);
         if (bias) s += bias[o + j];
         out[r * n_dim + o + j] = s;
       }
@@ -169,15 +175,23 @@ void gemm(const float* x, int64_t r_dim, int64_t k_dim, const cpu::StoredT<W>* w
 
 template <DType W>
 void linear_typed(const float* x, int64_t r_dim, int64_t k_dim, const void* w_data,
-                  const float* bias, float* out, int64_t n_dim, int threads) {
+                  const float* bias, float* out, int64_t n_dim, int threads, bool batch_invariant) {
   const auto* w = static_cast<const cpu::StoredT<W>*>(w_data);
   if (k_dim == 0) {  // empty dot products: out = bias (or 0)
     for (int64_t r = 0; r < r_dim; ++r)
       for (int64_t o = 0; o < n_dim; ++o) out[r * n_dim + o] = bias ? bias[o] : 0.0f;
     return;
   }
-  // Decode batches up to 8 rows: one GEMV pass; larger R: packed GEMM.
-  if (r_dim > kMaxGemvRows) return gemm<W>(x, r_dim, k_dim, w, bias, out, n_dim, threads);
+  if (r_dim > kMaxGemvRows) {
+    if (!batch_invariant) return gemm<W>(x, r_dim, k_dim, w, bias, out, n_dim, threads);
+    // The GEMV's arithmetic for a row does not depend on how many rows share the call, so 8
+    // rows at a time give every row the same rounding as a single decode row.
+    for (int64_t r0 = 0; r0 < r_dim; r0 += kMaxGemvRows) {
+      linear_typed<W>(x + r0 * k_dim, std::min<int64_t>(kMaxGemvRows, r_dim - r0), k_dim, w_data,
+                      bias, out + r0 * n_dim, n_dim, threads, batch_invariant);
+    }
+    return;
+  }
   switch (r_dim) {
     case 1:
       return gemv<W, 1>(x, k_dim, w, bias, out, n_dim, threads);
@@ -226,11 +240,14 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Te
   float* op = out.ptr<float>();
   switch (w.dtype) {
     case DType::F32:
-      return linear_typed<DType::F32>(xp, r_dim, k_dim, w.data, b, op, n_dim, threads_);
+      return linear_typed<DType::F32>(xp, r_dim, k_dim, w.data, b, op, n_dim, threads_,
+                                      batch_invariant_);
     case DType::BF16:
-      return linear_typed<DType::BF16>(xp, r_dim, k_dim, w.data, b, op, n_dim, threads_);
+      return linear_typed<DType::BF16>(xp, r_dim, k_dim, w.data, b, op, n_dim, threads_,
+                                       batch_invariant_);
     case DType::F16:
-      return linear_typed<DType::F16>(xp, r_dim, k_dim, w.data, b, op, n_dim, threads_);
+      return linear_typed<DType::F16>(xp, r_dim, k_dim, w.data, b, op, n_dim, threads_,
+                                      batch_invariant_);
     default:
       ATTNRES_CHECK(false, "linear weight dtype " + std::string(dtype_name(w.dtype)));
   }

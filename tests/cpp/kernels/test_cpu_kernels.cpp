@@ -4,6 +4,8 @@
 // so every dtype keeps an f32-rounding tolerance (~1e-5 relative).
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <cmath>
 #include <random>
 #include <stdexcept>
@@ -56,13 +58,37 @@ TEST(CpuLinear, MatchesReferenceEveryDtypeAndRowCount) {
       }
 }
 
-TEST(CpuLinear, PrefillSizedGemmAndSingleThread) {
-  auto be3 = make_cpu_backend(3);
-  auto be1 = make_cpu_backend(1);
-  check_linear(*be3, 130, 700, 97, DType::BF16, true, 7);  // several K panels, odd tails
-  check_linear(*be3, 64, 512, 1536, DType::F16, false, 8);
-  check_linear(*be1, 37, 300, 33, DType::F32, true, 9);
-  check_linear(*be1, 3, 300, 33, DType::BF16, true, 10);
+TEST(CpuLinear, PrefillSizedRowsBothKernelsAndSingleThread) {
+  for (bool batch_invariant : {true, false}) {  // grouped GEMV, and the opt-in packed GEMM
+    auto be3 = make_cpu_backend(3, batch_invariant);
+    auto be1 = make_cpu_backend(1, batch_invariant);
+    check_linear(*be3, 130, 700, 97, DType::BF16, true, 7);  // several K panels, odd tails
+    check_linear(*be3, 64, 512, 1536, DType::F16, false, 8);
+    check_linear(*be1, 37, 300, 33, DType::F32, true, 9);
+    check_linear(*be1, 3, 300, 33, DType::BF16, true, 10);
+  }
+}
+
+// A row's result must not depend on which other rows share the call: bit for bit, 37 rows at
+// once equal each row computed alone (what makes server output independent of batching).
+TEST(CpuLinear, BatchInvariantRowsAreBitwiseIdentical) {
+  auto be = make_cpu_backend(2);
+  std::mt19937 rng(21);
+  for (DType wt : kWeightTypes) {
+    const int64_t rows = 37, k_dim = 300, n_dim = 130;
+    Tensor x = random_tensor({rows, k_dim}, DType::F32, rng);
+    Tensor w = random_tensor({n_dim, k_dim}, wt, rng);
+    Tensor bias = random_tensor({n_dim}, DType::F32, rng);
+    Tensor all = be->alloc({rows, n_dim}, DType::F32);
+    be->linear(x, w, &bias, all);
+    for (int64_t r = 0; r < rows; ++r) {
+      Tensor one = be->alloc({1, n_dim}, DType::F32);
+      Tensor xr = x.rows(r, r + 1);
+      be->linear(xr, w, &bias, one);
+      EXPECT_EQ(0, std::memcmp(one.data, all.rows(r, r + 1).data, n_dim * sizeof(float)))
+          << name(wt) << " row " << r;
+    }
+  }
 }
 
 TEST(CpuLinear, RejectsShapeMismatch) {
