@@ -12,6 +12,7 @@
 
 namespace attnres::cli {
 
+int run_serve(const std::vector<std::string>& args);
 int run_generate(const std::vector<std::string>& args);
 int run_inspect(const std::vector<std::string>& args);
 int run_logits(const std::vector<std::string>& args);

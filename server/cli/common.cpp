@@ -12,6 +12,9 @@ std::vector<FlagSpec> model_flags() {
       {"model", "DIR", "Hugging Face model directory, or builtin:NAME (default: builtin:demo)"},
       {"device", "cpu|cuda", "backend to run on (default: cpu; cuda needs a CUDA build)"},
       {"threads", "N", "CPU threads (default: all cores)"},
+      {"fast-prefill", "",
+       "CPU: a packed GEMM for prefill (~1.4x faster) whose rounding differs "
+       "from decode, so outputs may depend on batch composition"},
   };
 }
 
@@ -41,7 +44,7 @@ std::unique_ptr<Backend> make_backend_from_flags(const Flags& flags) {
   const std::string device = flags.get("device", "cpu");
   const int threads = flags.get_int("threads", 0);
   if (threads < 0) throw Error("--threads: must be >= 0");
-  if (device == "cpu") return make_cpu_backend(threads);
+  if (device == "cpu") return make_cpu_backend(threads, !flags.has("fast-prefill"));
   if (device == "cuda") {
     throw Error("--device cuda: this build has no CUDA backend yet (use --device cpu)");
   }

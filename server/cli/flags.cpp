@@ -1,6 +1,8 @@
 #include "server/cli/flags.h"
 
+#include <cctype>
 #include <charconv>
+#include <cstdlib>
 #include <sstream>
 
 #include "engine/core/error.h"
@@ -28,7 +30,14 @@ T parse_number(const std::string& flag, const std::string& text) {
 
 }  // namespace
 
-Flags::Flags(const std::vector<FlagSpec>& specs, const std::vector<std::string>& args) {
+std::string Flags::env_name(const std::string& env_prefix, const std::string& flag) {
+  std::string name = env_prefix;
+  for (char c : flag) name += c == '-' ? '_' : static_cast<char>(std::toupper(c));
+  return name;
+}
+
+Flags::Flags(const std::vector<FlagSpec>& specs, const std::vector<std::string>& args,
+             const std::string& env_prefix) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (arg.rfind("--", 0) != 0) throw Error("unexpected argument '" + arg + "' (see --help)");
@@ -53,6 +62,16 @@ Flags::Flags(const std::vector<FlagSpec>& specs, const std::vector<std::string>&
     } else {
       throw Error("flag --" + name + " needs a value (" + spec->value_name + ")");
     }
+  }
+  if (env_prefix.empty()) return;
+  for (const FlagSpec& spec : specs) {
+    if (has(spec.name)) continue;
+    const char* value = std::getenv(env_name(env_prefix, spec.name).c_str());
+    if (!value || !*value) continue;
+    // A boolean switch is on for any value but 0 / false.
+    const std::string v = value;
+    if (spec.value_name.empty() && (v == "0" || v == "false")) continue;
+    values_[spec.name].push_back(spec.value_name.empty() ? "1" : v);
   }
 }
 

@@ -20,7 +20,13 @@ struct FlagSpec {
 class Flags {
  public:
   // Throws attnres::Error for an unknown flag, a missing value or a stray positional.
-  Flags(const std::vector<FlagSpec>& specs, const std::vector<std::string>& args);
+  // With an env_prefix, a flag absent from args is read from the environment variable
+  // <prefix><NAME> (upper case, '-' as '_'), e.g. ATTNRES_MAX_MODEL_LEN for --max-model-len:
+  // how containers configure the server.
+  Flags(const std::vector<FlagSpec>& specs, const std::vector<std::string>& args,
+        const std::string& env_prefix = "");
+  // The environment variable that can set a flag under env_prefix.
+  static std::string env_name(const std::string& env_prefix, const std::string& flag);
 
   bool has(const std::string& name) const { return values_.count(name) > 0; }
   std::string get(const std::string& name, const std::string& fallback = "") const;

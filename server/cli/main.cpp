@@ -12,6 +12,7 @@ namespace {
 constexpr const char* kUsage = R"(usage: attnres <command> [flags]
 
 commands:
+  serve      serve the model over the OpenAI-compatible HTTP API and gRPC
   generate   generate text from a prompt (streams to the terminal; --json for ids and logprobs)
   inspect    print a model's configuration, weights and AttnRes depth plan
   logits     write the logits of a token sequence to a .npy file (prefill, then decode steps)
@@ -30,6 +31,7 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   const std::vector<std::string> args(argv + 2, argv + argc);
   try {
+    if (command == "serve") return attnres::cli::run_serve(args);
     if (command == "generate") return attnres::cli::run_generate(args);
     if (command == "inspect") return attnres::cli::run_inspect(args);
     if (command == "logits") return attnres::cli::run_logits(args);

@@ -1,0 +1,222 @@
+// attnres serve: the OpenAI-compatible HTTP server and the gRPC server over one
+// continuous-batching engine. Startup: load the model, size the KV cache from the memory
+// budget, start the engine thread, then the front ends. SIGINT / SIGTERM: stop accepting,
+// let running requests finish within the grace period, abort the rest, exit 0.
+#include <pthread.h>
+#include <unistd.h>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <optional>
+
+#include "engine/core/error.h"
+#include "engine/model/kv_cache.h"
+#include "engine/model/transformer.h"
+#include "engine/sched/engine_core.h"
+#include "engine/sched/transformer_runner.h"
+#include "server/cli/commands.h"
+#include "server/common/metrics.h"
+#include "server/common/server_state.h"
+#include "server/common/text_decoder_adapter.h"
+#ifdef ATTNRES_HAVE_HTTP
+#include "server/http/http_server.h"
+#endif
+#ifdef ATTNRES_HAVE_GRPC
+#include "server/grpc/grpc_server.h"
+#endif
+
+namespace attnres::cli {
+namespace {
+
+std::vector<FlagSpec> serve_flags() {
+  std::vector<FlagSpec> specs = model_flags();
+  std::vector<FlagSpec> own = {
+      {"host", "ADDR", "address both servers listen on (default 127.0.0.1)"},
+      {"port", "N", "HTTP port (default 8000; 0 = any free port)"},
+      {"grpc-port", "N", "gRPC port (default 50051; 0 = any free port)"},
+      {"api-key", "KEY", "require Authorization: Bearer KEY (also ATTNRES_API_KEY)", true},
+      {"served-model-name", "NAME", "the model name clients use (default: the model's folder)"},
+      {"max-model-len", "N",
+       "longest prompt + output in tokens (default: the model's, capped by "
+       "the KV cache)"},
+      {"max-num-seqs", "N", "sequences in the running batch at most (default 256)"},
+      {"max-num-batched-tokens", "N", "tokens computed per engine step (default 2048)"},
+      {"kv-cache-memory", "SIZE",
+       "KV cache budget: bytes with a suffix (512MiB, 4GiB) or a "
+       "fraction of physical memory (0.2); default 1GiB"},
+      {"block-size", "N", "tokens per KV cache block (default 16)"},
+      {"max-queued-requests", "N",
+       "requests waiting beyond the running batch before 503 "
+       "(default 1024)"},
+      {"grace-period", "SECONDS", "on SIGTERM, time running requests get to finish (default 30)"},
+  };
+  specs.insert(specs.end(), own.begin(), own.end());
+  return specs;
+}
+
+size_t parse_memory(const std::string& text) {
+  if (text.empty()) throw Error("--kv-cache-memory: empty");
+  size_t pos = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &pos);
+  } catch (const std::exception&) {
+    throw Error("--kv-cache-memory: '" + text + "' is not a size (e.g. 512MiB, 4GiB, 0.2)");
+  }
+  const std::string unit = text.substr(pos);
+  if (unit.empty() && value > 0 && value <= 1) {
+    const double physical =
+        static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+    return static_cast<size_t>(value * physical);
+  }
+  double scale = 0;
+  if (unit.empty() || unit == "B") scale = 1;
+  if (unit == "KiB" || unit == "K") scale = 1024.0;
+  if (unit == "MiB" || unit == "M") scale = 1024.0 * 1024;
+  if (unit == "GiB" || unit == "G") scale = 1024.0 * 1024 * 1024;
+  if (scale == 0 || value <= 0) {
+    throw Error("--kv-cache-memory: '" + text + "' is not a size (e.g. 512MiB, 4GiB, 0.2)");
+  }
+  return static_cast<size_t>(value * scale);
+}
+
+std::string default_served_name(const LoadedModel& model) {
+  if (model.source.rfind("built-in:", 0) == 0) return "attnres-" + model.source.substr(9);
+  std::string dir = model.source;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  const size_t slash = dir.find_last_of('/');
+  return slash == std::string::npos ? dir : dir.substr(slash + 1);
+}
+
+// Signals are taken synchronously by the main thread (sigwait): blocked here, before any
+// thread exists, so every thread (engine, OpenMP, front ends) inherits the mask.
+sigset_t block_shutdown_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return set;
+}
+
+}  // namespace
+
+int run_serve(const std::vector<std::string>& args) {
+  const auto specs = serve_flags();
+  if (print_help_if_asked(args, "serve",
+                          "Serve a model over the OpenAI-compatible HTTP API and gRPC.\n"
+                          "Every flag can also be set as ATTNRES_<FLAG>, e.g. ATTNRES_PORT=8080.",
+                          specs)) {
+    return 0;
+  }
+  const sigset_t signals = block_shutdown_signals();
+  Flags flags(specs, args, "ATTNRES_");
+
+  LoadedModel model = load_model_from_flags(flags);
+  auto backend = make_backend_from_flags(flags);
+  std::cerr << "attnres serve: loaded " << model.source << ": " << model.config.summary() << "\n";
+  Transformer transformer(model.config, model.weights, *backend);
+
+  const int block_size = flags.get_int("block-size", 16);
+  if (block_size < 1 || block_size > 1024) throw Error("--block-size: must be in [1, 1024]");
+  const size_t budget = parse_memory(flags.get("kv-cache-memory", "1GiB"));
+  const int num_blocks = KvCache::blocks_for_budget(model.config, block_size, budget);
+  if (num_blocks < 1) {
+    throw Error("--kv-cache-memory: " + std::to_string(budget) + " bytes hold no KV block (one " +
+                "block takes " +
+                std::to_string(KvCache::bytes_per_block(model.config, block_size)) + " bytes)");
+  }
+  const int64_t capacity_tokens = static_cast<int64_t>(num_blocks) * block_size;
+  int max_model_len = flags.get_int("max-model-len", model.config.max_position_embeddings);
+  if (max_model_len < 1 || max_model_len > model.config.max_position_embeddings) {
+    throw Error("--max-model-len: " + std::to_string(max_model_len) + " is outside [1, " +
+                std::to_string(model.config.max_position_embeddings) +
+                "] (the model's max_position_embeddings)");
+  }
+  if (max_model_len > capacity_tokens) {
+    if (flags.has("max-model-len")) {
+      throw Error("--max-model-len " + std::to_string(max_model_len) +
+                  " does not fit the KV cache (" + std::to_string(capacity_tokens) +
+                  " tokens): raise --kv-cache-memory");
+    }
+    max_model_len = static_cast<int>(capacity_tokens);
+  }
+
+  EngineConfig engine_config;
+  engine_config.scheduler.max_num_seqs = flags.get_int("max-num-seqs", 256);
+  engine_config.scheduler.max_num_batched_tokens = flags.get_int("max-num-batched-tokens", 2048);
+  engine_config.scheduler.max_model_len = max_model_len;
+  engine_config.scheduler.validate();
+  engine_config.num_kv_blocks = num_blocks;
+  engine_config.block_size = block_size;
+  engine_config.max_queued_requests = flags.get_int("max-queued-requests", 1024);
+  if (engine_config.max_queued_requests < 1) throw Error("--max-queued-requests: must be >= 1");
+  engine_config.eos_ids = model.eos_token_ids();
+  engine_config.make_decoder = server::make_text_decoder_factory(model.tokenizer);
+  std::fprintf(stderr,
+               "attnres serve: KV cache %d blocks x %d tokens = %lld tokens (%.1f MiB), "
+               "max_model_len %d\n",
+               num_blocks, block_size, static_cast<long long>(capacity_tokens),
+               static_cast<double>(num_blocks) *
+                   static_cast<double>(KvCache::bytes_per_block(model.config, block_size)) /
+                   (1024.0 * 1024.0),
+               max_model_len);
+
+  TransformerRunner runner(transformer, num_blocks, block_size);
+  EngineCore engine(engine_config, runner);
+  engine.start();
+
+  server::ServeOptions options;
+  options.host = flags.get("host", "127.0.0.1");
+  options.http_port = flags.get_int("port", 8000);
+  options.grpc_port = flags.get_int("grpc-port", 50051);
+  options.api_keys = flags.get_all("api-key");
+  if (const char* key = std::getenv("ATTNRES_API_KEY"); key && *key && options.api_keys.empty()) {
+    options.api_keys.push_back(key);
+  }
+  options.served_model_name = flags.get("served-model-name", default_served_name(model));
+  options.max_model_len = max_model_len;
+  options.grace_period_seconds = flags.get_int("grace-period", 30);
+  if (options.grace_period_seconds < 0) throw Error("--grace-period: must be >= 0");
+  server::Metrics metrics(options.served_model_name);
+  server::ServerState state(model, engine, metrics, options);
+
+#ifdef ATTNRES_HAVE_HTTP
+  server::HttpServer http(state);
+  http.start();
+  std::cerr << "attnres serve: HTTP (OpenAI API) on http://" << options.host << ":" << http.port()
+            << "  model \"" << options.served_model_name << "\"\n";
+#else
+  std::cerr << "attnres serve: built without the HTTP front end (cpp-httplib missing)\n";
+#endif
+#ifdef ATTNRES_HAVE_GRPC
+  server::GrpcServer grpc(state);
+  grpc.start();
+  std::cerr << "attnres serve: gRPC on " << options.host << ":" << grpc.port() << "\n";
+#else
+  std::cerr << "attnres serve: built without the gRPC front end (gRPC/protobuf missing)\n";
+#endif
+  std::cerr << "attnres serve: ready" << std::endl;
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  std::cerr << "attnres serve: " << (signal_number == SIGINT ? "SIGINT" : "SIGTERM")
+            << ": draining (grace period " << options.grace_period_seconds << " s)" << std::endl;
+  state.stop_accepting();
+#ifdef ATTNRES_HAVE_GRPC
+  grpc.set_not_serving();
+#endif
+  const bool drained = engine.shutdown(std::chrono::seconds(options.grace_period_seconds));
+#ifdef ATTNRES_HAVE_HTTP
+  http.stop();
+#endif
+#ifdef ATTNRES_HAVE_GRPC
+  grpc.stop();
+#endif
+  std::cerr << "attnres serve: stopped"
+            << (drained ? "" : " (requests still running at the deadline were aborted)") << "\n";
+  return 0;
+}
+
+}  // namespace attnres::cli

@@ -1,0 +1,13 @@
+// The engine loop's TextDecoder seam filled with the tokenizer's IncrementalDecoder.
+#pragma once
+
+#include <memory>
+
+#include "engine/sched/model_runner.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace attnres::server {
+
+TextDecoderFactory make_text_decoder_factory(std::shared_ptr<const Tokenizer> tokenizer);
+
+}  // namespace attnres::server
