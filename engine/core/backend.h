@@ -59,6 +59,10 @@ class Backend {
   virtual void fill_zero(Tensor& dst) = 0;
   // Waits for queued work (a no-op on the CPU).
   virtual void synchronize() = 0;
+  // Called once at the start of each forward step with that step's batch, before any op
+  // that takes it: a device backend uploads the metadata (positions, slots, block tables)
+  // here once instead of in every op. The CPU reads the host vectors directly.
+  virtual void prepare_batch(const BatchMeta& batch) { (void)batch; }
 
   // --- ops ---
   // out[t] = table[ids[t]] widened to f32. table [V, d]; out [T, d].

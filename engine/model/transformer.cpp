@@ -126,6 +126,7 @@ Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
   const int64_t kv_width = static_cast<int64_t>(config_.num_kv_heads) * config_.head_dim;
   const int64_t ffn = config_.intermediate_size;
 
+  backend_.prepare_batch(batch);
   Scratch s;
   s.q = backend_.alloc({T, q_width}, DType::F32);
   s.k = backend_.alloc({T, kv_width}, DType::F32);
