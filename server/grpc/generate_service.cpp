@@ -1,0 +1,201 @@
+#include "server/grpc/generate_service.h"
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/core/error.h"
+#include "server/grpc/grpc_requests.h"
+#include "server/grpc/grpc_responses.h"
+
+namespace attnres::server {
+namespace {
+
+using grpc::Status;
+using grpc::StatusCode;
+
+// How long a Generate handler waits for output before checking whether its call was cancelled:
+// short against an engine step, so a disconnect frees the request's KV memory promptly.
+constexpr std::chrono::milliseconds kCancelPollInterval{50};
+
+// The HTTP status each gRPC rejection corresponds to: the metrics count rejections by HTTP
+// status, so both front ends report into the same series.
+int http_status_for(StatusCode code) {
+  switch (code) {
+    case StatusCode::INVALID_ARGUMENT:
+      return 400;
+    case StatusCode::UNAUTHENTICATED:
+      return 401;
+    case StatusCode::RESOURCE_EXHAUSTED:
+    case StatusCode::UNAVAILABLE:
+      return 503;
+    default:
+      return 500;
+  }
+}
+
+std::optional<std::string_view> bearer_token(const grpc::ServerContext& context) {
+  const auto& metadata = context.client_metadata();
+  const auto it = metadata.find("authorization");
+  if (it == metadata.end()) return std::nullopt;
+  const std::string_view value(it->second.data(), it->second.size());
+  constexpr std::string_view kScheme = "Bearer ";
+  if (value.substr(0, kScheme.size()) != kScheme) return std::nullopt;
+  return value.substr(kScheme.size());
+}
+
+// The state of one Generate call's stream: per-choice accumulators and latency gaps.
+struct GenerateCall {
+  std::vector<ChoiceAccumulator> choices;
+  std::vector<std::optional<EngineClock::time_point>> last_output;  // per choice
+  std::vector<double> inter_token_seconds;
+
+  explicit GenerateCall(int n) : choices(n), last_output(n) {}
+
+  void record_gap(const RequestOutput& out) {
+    if (out.token_ids.empty()) return;
+    auto& last = last_output[out.choice_index];
+    if (last) {
+      inter_token_seconds.push_back(std::chrono::duration<double>(out.time - *last).count());
+    }
+    last = out.time;
+  }
+};
+
+}  // namespace
+
+Status GenerateService::authenticate(const grpc::ServerContext& context) const {
+  if (state_.options().api_keys.empty()) return Status::OK;
+  const auto token = bearer_token(context);
+  if (token && state_.check_api_key(*token)) return Status::OK;
+  return reject(StatusCode::UNAUTHENTICATED,
+                "missing or invalid API key: send the metadata 'authorization: Bearer <key>'");
+}
+
+Status GenerateService::reject(StatusCode code, const std::string& message) const {
+  state_.metrics().record_rejected(http_status_for(code));
+  return Status(code, message);
+}
+
+Status GenerateService::Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
+                                 grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  if (Status auth = authenticate(*context); !auth.ok()) return auth;
+  if (!state_.accepting()) return reject(StatusCode::UNAVAILABLE, "the server is shutting down");
+
+  const LoadedModel& model = state_.model();
+  GrpcGenerateRequest parsed;
+  try {
+    parsed = to_engine_request(*request, state_.default_sampling(), *model.tokenizer,
+                               model.config.vocab_size);
+  } catch (const Error& e) {
+    return reject(StatusCode::INVALID_ARGUMENT, e.what());
+  }
+  if (parsed.engine.request_id.empty()) parsed.engine.request_id = state_.next_request_id("grpc");
+  const std::string request_id = parsed.engine.request_id;
+  const int n = parsed.engine.n;
+  const int prompt_tokens = static_cast<int>(parsed.engine.prompt_ids.size());
+
+  SubmitResult submitted = state_.engine().submit(std::move(parsed.engine));
+  switch (submitted.status) {
+    case SubmitStatus::Accepted:
+      break;
+    case SubmitStatus::InvalidRequest:
+      return reject(StatusCode::INVALID_ARGUMENT, submitted.message);
+    case SubmitStatus::QueueFull:
+      return reject(StatusCode::RESOURCE_EXHAUSTED, submitted.message);
+    case SubmitStatus::Unavailable:
+      return reject(StatusCode::UNAVAILABLE, submitted.message);
+  }
+  RequestStream& stream = *submitted.stream;
+
+  GenerateCall call(n);
+  bool client_gone = false;  // cancelled, past its deadline, or a write failed
+  bool cancel_sent = false;
+  auto send = [&](v1::GenerateResponse& response) {
+    response.set_request_id(request_id);
+    if (!client_gone && !writer->Write(response)) client_gone = true;
+  };
+  RequestOutput out;
+  for (;;) {
+    if (!client_gone && context->IsCancelled()) client_gone = true;
+    if (client_gone && !cancel_sent) {
+      stream.cancel();  // the engine ends the choices within a step; the loop drains them
+      cancel_sent = true;
+    }
+    const auto poll = stream.next_for(kCancelPollInterval, out);
+    if (poll == RequestStream::Poll::Ended) break;
+    if (poll == RequestStream::Poll::Timeout) continue;
+    call.record_gap(out);
+    ChoiceAccumulator& choice = call.choices[out.choice_index];
+    choice.add(out);
+    if (client_gone) continue;  // drain to the end for the usage numbers, sending nothing
+    const bool has_delta = !out.token_ids.empty() || (parsed.detokenize && !out.text.empty());
+    if (parsed.stream && has_delta) {
+      v1::GenerateResponse response;
+      *response.mutable_chunk() = make_chunk(out, parsed.detokenize);
+      send(response);
+    }
+    if (out.finished()) {
+      v1::GenerateResponse response;
+      *response.mutable_complete() =
+          make_complete(out, choice, prompt_tokens, parsed.detokenize, parsed.stream);
+      send(response);
+    }
+  }
+  state_.metrics().record_request(stream.timings(), stream.usage(), call.inter_token_seconds);
+  if (client_gone) return Status(StatusCode::CANCELLED, "the call was cancelled");
+  return Status::OK;
+}
+
+Status GenerateService::Abort(grpc::ServerContext* context, const v1::AbortRequest* request,
+                              v1::AbortResponse* /*response*/) {
+  if (Status auth = authenticate(*context); !auth.ok()) return auth;
+  // Unknown or finished ids are ignored, as vLLM does: the abort may race the request's end.
+  if (!request->request_id().empty()) state_.engine().abort(request->request_id());
+  return Status::OK;
+}
+
+Status GenerateService::Tokenize(grpc::ServerContext* context, const v1::TokenizeRequest* request,
+                                 v1::TokenizeResponse* response) {
+  if (Status auth = authenticate(*context); !auth.ok()) return auth;
+  const bool add_special = !request->has_add_special_tokens() || request->add_special_tokens();
+  std::vector<int32_t> ids;
+  try {
+    ids = state_.model().tokenizer->encode(request->text(), add_special);
+  } catch (const Error& e) {
+    return reject(StatusCode::INVALID_ARGUMENT, std::string("text: ") + e.what());
+  }
+  response->mutable_token_ids()->Add(ids.begin(), ids.end());
+  response->set_count(static_cast<uint32_t>(ids.size()));
+  response->set_max_model_len(static_cast<uint32_t>(state_.options().max_model_len));
+  return Status::OK;
+}
+
+Status GenerateService::Detokenize(grpc::ServerContext* context,
+                                   const v1::DetokenizeRequest* request,
+                                   v1::DetokenizeResponse* response) {
+  if (Status auth = authenticate(*context); !auth.ok()) return auth;
+  const Tokenizer& tokenizer = *state_.model().tokenizer;
+  const std::span<const int32_t> ids(request->token_ids().data(),
+                                     static_cast<size_t>(request->token_ids().size()));
+  try {
+    check_token_ids("token_ids", ids, tokenizer.vocab_size());
+    response->set_text(tokenizer.decode(ids, request->skip_special_tokens()));
+  } catch (const Error& e) {
+    return reject(StatusCode::INVALID_ARGUMENT, e.what());
+  }
+  return Status::OK;
+}
+
+Status GenerateService::GetModelInfo(grpc::ServerContext* context,
+                                     const v1::GetModelInfoRequest* /*request*/,
+                                     v1::GetModelInfoResponse* response) {
+  if (Status auth = authenticate(*context); !auth.ok()) return auth;
+  *response = make_model_info(state_.model(), state_.options().served_model_name,
+                              state_.options().max_model_len);
+  return Status::OK;
+}
+
+}  // namespace attnres::server

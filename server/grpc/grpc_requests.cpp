@@ -1,0 +1,93 @@
+#include "server/grpc/grpc_requests.h"
+
+#include <algorithm>
+#include <string>
+
+#include "engine/core/error.h"
+
+namespace attnres::server {
+
+SamplingParams to_sampling_params(const v1::SamplingParams& proto, SamplingParams defaults) {
+  SamplingParams p = std::move(defaults);
+  if (proto.has_temperature()) p.temperature = proto.temperature();
+  if (proto.has_top_p()) p.top_p = proto.top_p();
+  if (proto.has_top_k()) p.top_k = proto.top_k();
+  if (proto.has_min_p()) p.min_p = proto.min_p();
+  if (proto.has_repetition_penalty()) p.repetition_penalty = proto.repetition_penalty();
+  p.presence_penalty = proto.presence_penalty();
+  p.frequency_penalty = proto.frequency_penalty();
+  if (proto.has_seed()) p.seed = proto.seed();
+  if (proto.has_max_tokens()) p.max_tokens = proto.max_tokens();
+  p.min_tokens = proto.min_tokens();
+  p.stop.assign(proto.stop().begin(), proto.stop().end());
+  p.stop_token_ids.assign(proto.stop_token_ids().begin(), proto.stop_token_ids().end());
+  p.ignore_eos = proto.ignore_eos();
+  p.logprobs = proto.has_logprobs() ? proto.logprobs() : -1;
+  // -1 means "none" to the engine; a client that set the field asked for a count, so any
+  // negative one is out of range (the engine's message, with what the client sent).
+  if (proto.has_logprobs() && proto.logprobs() < 0) {
+    std::string msg = "field logprobs: got ";
+    msg += std::to_string(proto.logprobs());
+    msg += ", expected an integer in [0, ";
+    msg += std::to_string(kMaxLogprobs);
+    msg += "] (or none)";
+    throw Error(msg);
+  }
+  if (proto.has_skip_special_tokens()) p.skip_special_tokens = proto.skip_special_tokens();
+  p.logit_bias.clear();
+  for (const auto& [id, bias] : proto.logit_bias()) p.logit_bias.emplace_back(id, bias);
+  // The map's iteration order is unspecified: sort so validation reports the same id each time.
+  std::sort(p.logit_bias.begin(), p.logit_bias.end());
+  return p;
+}
+
+void check_token_ids(const char* field, std::span<const int32_t> ids, int vocab_size) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab_size) {
+      std::string msg = field;
+      msg += '[';
+      msg += std::to_string(i);
+      msg += "]: got ";
+      msg += std::to_string(ids[i]);
+      msg += ", expected a token id in [0, ";
+      msg += std::to_string(vocab_size);
+      msg += ')';
+      throw Error(msg);
+    }
+  }
+}
+
+GrpcGenerateRequest to_engine_request(const v1::GenerateRequest& proto,
+                                      const SamplingParams& defaults, const Tokenizer& tokenizer,
+                                      int vocab_size) {
+  GrpcGenerateRequest out;
+  out.stream = proto.stream();
+  out.detokenize = !proto.has_detokenize() || proto.detokenize();
+  out.engine.request_id = proto.request_id();
+  switch (proto.input_case()) {
+    case v1::GenerateRequest::kText: {
+      if (proto.text().empty()) throw Error("text: is empty; the prompt needs at least one token");
+      const bool add_special = !proto.has_add_special_tokens() || proto.add_special_tokens();
+      try {
+        out.engine.prompt_ids = tokenizer.encode(proto.text(), add_special);
+      } catch (const Error& e) {
+        throw Error(std::string("text: ") + e.what());
+      }
+      break;
+    }
+    case v1::GenerateRequest::kTokenIds: {
+      const auto& ids = proto.token_ids().ids();
+      if (ids.empty()) throw Error("token_ids: is empty; the prompt needs at least one token");
+      check_token_ids("token_ids", {ids.data(), static_cast<size_t>(ids.size())}, vocab_size);
+      out.engine.prompt_ids.assign(ids.begin(), ids.end());
+      break;
+    }
+    case v1::GenerateRequest::INPUT_NOT_SET:
+      throw Error("input: neither text nor token_ids is set; exactly one is required");
+  }
+  out.engine.params = to_sampling_params(proto.sampling_params(), defaults);
+  out.engine.n = proto.sampling_params().n() == 0 ? 1 : proto.sampling_params().n();
+  return out;
+}
+
+}  // namespace attnres::server

@@ -1,0 +1,35 @@
+// engine -> proto: the messages the gRPC service sends (stream chunks, per-choice completions,
+// logprobs, model info). Pure functions, so they can be tested without a server.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attnres/v1/generate.pb.h"
+#include "engine/model/loaded_model.h"
+#include "engine/sched/request_stream.h"
+
+namespace attnres::server {
+
+// Everything one choice produced so far: what GenerateComplete reports at its end.
+struct ChoiceAccumulator {
+  std::vector<int32_t> token_ids;
+  std::string text;
+  std::vector<TokenLogprob> logprobs;
+  void add(const RequestOutput& out);
+};
+
+void to_proto(const TokenLogprob& logprob, v1::TokenLogprob& proto);
+
+// The output's delta as a chunk; `with_text` false leaves the text out (detokenize = false).
+v1::GenerateStreamChunk make_chunk(const RequestOutput& out, bool with_text);
+
+// The end of a choice. `streamed`: the chunks already carried the logprobs (not repeated).
+v1::GenerateComplete make_complete(const RequestOutput& last, const ChoiceAccumulator& choice,
+                                   int prompt_tokens, bool with_text, bool streamed);
+
+v1::GetModelInfoResponse make_model_info(const LoadedModel& model,
+                                         const std::string& served_model_name, int max_model_len);
+
+}  // namespace attnres::server
