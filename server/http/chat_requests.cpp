@@ -1,0 +1,99 @@
+#include "server/http/chat_requests.h"
+
+#include "server/http/api_error.h"
+#include "server/http/field_reader.h"
+
+namespace attnres::server::http {
+namespace {
+
+std::string at(size_t i) {
+  std::string where = "messages[";
+  where += std::to_string(i);
+  where += ']';
+  return where;
+}
+
+// A list of content parts -> one string (text parts joined by newlines).
+std::string join_text_parts(const nlohmann::ordered_json& parts, const std::string& where) {
+  std::string text;
+  for (size_t j = 0; j < parts.size(); ++j) {
+    const auto& part = parts[j];
+    std::string part_where = where;
+    part_where += ".content[";
+    part_where += std::to_string(j);
+    part_where += ']';
+    if (!part.is_object()) {
+      throw bad_request(part_where +
+                            ": expected an object {\"type\": \"text\", \"text\": ...}, got " +
+                            json_type_name(part),
+                        "messages");
+    }
+    auto type = part.find("type");
+    if (type == part.end() || !type->is_string()) {
+      throw bad_request(part_where + ".type: missing (expected \"text\")", "messages");
+    }
+    if (type->get<std::string>() != "text") {
+      throw bad_request(part_where + ".type: \"" + type->get<std::string>() +
+                            "\" is not supported (this model takes text only)",
+                        "messages");
+    }
+    auto value = part.find("text");
+    if (value == part.end() || !value->is_string()) {
+      throw bad_request(part_where + ".text: expected a string", "messages");
+    }
+    if (j > 0) text += '\n';
+    text += value->get<std::string>();
+  }
+  return text;
+}
+
+}  // namespace
+
+nlohmann::ordered_json normalize_messages(const nlohmann::ordered_json& messages) {
+  if (!messages.is_array()) {
+    throw bad_request(
+        "field messages: expected a list of messages, got " + json_type_name(messages), "messages");
+  }
+  if (messages.empty()) throw bad_request("field messages: must not be empty", "messages");
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const auto& message = messages[i];
+    if (!message.is_object()) {
+      throw bad_request(at(i) + ": expected an object with \"role\" and \"content\", got " +
+                            json_type_name(message),
+                        "messages");
+    }
+    auto role = message.find("role");
+    if (role == message.end() || !role->is_string()) {
+      throw bad_request(at(i) + ".role: missing or not a string", "messages");
+    }
+    nlohmann::ordered_json copy = message;
+    auto content = message.find("content");
+    if (content != message.end()) {
+      if (content->is_array()) {
+        copy["content"] = join_text_parts(*content, at(i));
+      } else if (!content->is_string() && !content->is_null()) {
+        throw bad_request(at(i) + ".content: expected a string or a list of text parts, got " +
+                              json_type_name(*content),
+                          "messages");
+      }
+    }
+    out.push_back(std::move(copy));
+  }
+  return out;
+}
+
+std::string render_chat_prompt(const LoadedModel& model, const nlohmann::ordered_json& messages,
+                               bool add_generation_prompt, const nlohmann::ordered_json& tools,
+                               const nlohmann::ordered_json& extra) {
+  if (!model.chat_template) {
+    throw bad_request(
+        "this model has no chat template (tokenizer_config.json chat_template): use "
+        "/v1/completions");
+  }
+  // apply_ordered keeps the client's key order (tools | tojson must match transformers).
+  return model.chat_template->apply_ordered(messages, add_generation_prompt, model.tokenizer_config,
+                                            tools, extra);
+}
+
+}  // namespace attnres::server::http

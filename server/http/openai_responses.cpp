@@ -1,0 +1,111 @@
+#include "server/http/openai_responses.h"
+
+#include "engine/sample/stop_checker.h"
+
+namespace attnres::server::http {
+namespace {
+
+std::string token_text(const Tokenizer& tokenizer, int32_t id) {
+  const int32_t one[1] = {id};
+  return tokenizer.decode(one, /*skip_special_tokens=*/false);
+}
+
+Json utf8_bytes(const std::string& text) {
+  Json bytes = Json::array();
+  for (unsigned char c : text) bytes.push_back(int{c});
+  return bytes;
+}
+
+}  // namespace
+
+Json head_json(const ResponseHead& head) {
+  Json j;
+  j["id"] = head.id;
+  j["object"] = head.object;
+  j["created"] = head.created;
+  j["model"] = head.model;
+  return j;
+}
+
+void ChoiceResult::add(const RequestOutput& out) {
+  text += out.text;
+  token_ids.insert(token_ids.end(), out.token_ids.begin(), out.token_ids.end());
+  logprobs.insert(logprobs.end(), out.logprobs.begin(), out.logprobs.end());
+  if (out.finished()) {
+    finish_reason = out.finish_reason;
+    stop_string = out.stop_string;
+    stop_token = out.stop_token;
+    error = out.error;
+  }
+}
+
+Json usage_json(const Usage& usage) {
+  Json j;
+  j["prompt_tokens"] = usage.prompt_tokens;
+  j["completion_tokens"] = usage.completion_tokens;
+  j["total_tokens"] = usage.total_tokens();
+  return j;
+}
+
+Json finish_reason_json(FinishReason reason) {
+  if (reason == FinishReason::None) return nullptr;
+  return finish_reason_name(reason);
+}
+
+Json stop_reason_json(const std::optional<std::string>& stop_string,
+                      const std::optional<int32_t>& stop_token) {
+  if (stop_string) return *stop_string;
+  if (stop_token) return *stop_token;
+  return nullptr;
+}
+
+Json completion_logprobs_json(const Tokenizer& tokenizer, std::span<const TokenLogprob> logprobs,
+                              size_t& text_offset) {
+  Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array(),
+       offsets = Json::array();
+  for (const TokenLogprob& lp : logprobs) {
+    const std::string text = token_text(tokenizer, lp.token_id);
+    tokens.push_back(text);
+    token_logprobs.push_back(lp.logprob);
+    // As vLLM: the top k plus the sampled token, keyed by token text.
+    Json alternatives = Json::object();
+    for (const auto& [id, logprob] : lp.top) alternatives[token_text(tokenizer, id)] = logprob;
+    if (!alternatives.contains(text)) alternatives[text] = lp.logprob;
+    top.push_back(std::move(alternatives));
+    offsets.push_back(text_offset);
+    text_offset += text.size();
+  }
+  Json j;
+  j["tokens"] = std::move(tokens);
+  j["token_logprobs"] = std::move(token_logprobs);
+  j["top_logprobs"] = std::move(top);
+  j["text_offset"] = std::move(offsets);
+  return j;
+}
+
+Json chat_logprobs_json(const Tokenizer& tokenizer, std::span<const TokenLogprob> logprobs) {
+  Json content = Json::array();
+  for (const TokenLogprob& lp : logprobs) {
+    const std::string text = token_text(tokenizer, lp.token_id);
+    Json entry;
+    entry["token"] = text;
+    entry["logprob"] = lp.logprob;
+    entry["bytes"] = utf8_bytes(text);
+    Json top = Json::array();
+    for (const auto& [id, logprob] : lp.top) {
+      const std::string alt = token_text(tokenizer, id);
+      Json item;
+      item["token"] = alt;
+      item["logprob"] = logprob;
+      item["bytes"] = utf8_bytes(alt);
+      top.push_back(std::move(item));
+    }
+    entry["top_logprobs"] = std::move(top);
+    content.push_back(std::move(entry));
+  }
+  Json j;
+  j["content"] = std::move(content);
+  return j;
+}
+
+}  // namespace attnres::server::http

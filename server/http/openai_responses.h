@@ -1,0 +1,56 @@
+// Response bodies in the OpenAI shapes: completions ("text_completion"), chat
+// ("chat.completion"), their streamed chunks, usage and the two logprobs formats.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/sched/request_stream.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace attnres::server::http {
+
+using Json = nlohmann::ordered_json;
+
+// The fields every body and chunk starts with.
+struct ResponseHead {
+  std::string id;      // cmpl-... / chatcmpl-...
+  std::string object;  // text_completion, chat.completion, chat.completion.chunk
+  int64_t created = 0;
+  std::string model;
+};
+Json head_json(const ResponseHead& head);
+
+// One choice, accumulated over its outputs (non-streamed responses).
+struct ChoiceResult {
+  std::string text;
+  std::vector<int32_t> token_ids;
+  std::vector<TokenLogprob> logprobs;
+  FinishReason finish_reason = FinishReason::None;
+  std::optional<std::string> stop_string;
+  std::optional<int32_t> stop_token;
+  std::string error;
+
+  void add(const RequestOutput& out);
+};
+
+Json usage_json(const Usage& usage);
+// "stop" / "length" / "abort", or null while running.
+Json finish_reason_json(FinishReason reason);
+// vLLM's stop_reason: the stop string, the stop token id, or null.
+Json stop_reason_json(const std::optional<std::string>& stop_string,
+                      const std::optional<int32_t>& stop_token);
+
+// Completions logprobs {tokens, token_logprobs, top_logprobs, text_offset} for `logprobs`;
+// `text_offset` is where the first token's text starts in the choice text and is advanced
+// past the tokens (so streamed chunks continue the count).
+Json completion_logprobs_json(const Tokenizer& tokenizer, std::span<const TokenLogprob> logprobs,
+                              size_t& text_offset);
+// Chat logprobs {content: [{token, logprob, bytes, top_logprobs: [...]}]}.
+Json chat_logprobs_json(const Tokenizer& tokenizer, std::span<const TokenLogprob> logprobs);
+
+}  // namespace attnres::server::http

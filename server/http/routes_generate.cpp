@@ -1,0 +1,320 @@
+// POST /v1/completions and POST /v1/chat/completions: parse, submit (every 4xx / 503 is sent
+// before a stream starts), then either collect the whole answer or stream it as SSE.
+#include <chrono>
+#include <memory>
+
+#include "server/http/api_error.h"
+#include "server/http/client_connection.h"
+#include "server/http/generation.h"
+#include "server/http/openai_requests.h"
+#include "server/http/openai_responses.h"
+#include "server/http/routes.h"
+#include "server/http/sse_stream.h"
+
+namespace attnres::server::http {
+namespace {
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Json ids_json(const std::vector<int32_t>& ids) { return Json(ids); }
+
+ClientConnection client_of(const httplib::Request& req) {
+  return ClientConnection(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+}
+
+void require_accepting(const ServerState& state) {
+  if (!state.accepting()) {
+    throw ApiError(503, "the server is shutting down and accepts no new requests", "",
+                   "unavailable");
+  }
+}
+
+// An engine error ended a choice (not a client mistake): 503 once the engine died, else 500.
+[[noreturn]] void throw_engine_error(const ServerState& state, const std::string& error) {
+  const int status = state.engine().stats().alive ? 500 : 503;
+  throw ApiError(status, "generation failed: " + error);
+}
+
+Json engine_error_envelope(const ServerState& state, const std::string& error) {
+  return error_body(state.engine().stats().alive ? 500 : 503, "generation failed: " + error);
+}
+
+std::vector<ChoiceResult> collect(Generation& generation, const ClientConnection& client,
+                                  bool* client_gone) {
+  std::vector<ChoiceResult> results(static_cast<size_t>(generation.num_choices()));
+  const DriveResult end = drive_generation(generation, client, [&](const RequestOutput& out) {
+    results[static_cast<size_t>(out.choice_index)].add(out);
+    return true;
+  });
+  *client_gone = end == DriveResult::ClientGone;
+  return results;
+}
+
+// What the streaming content provider owns once the handler has returned.
+struct StreamJob {
+  ServerState& state;
+  ResponseHead head;
+  GenerationOptions options;
+  std::unique_ptr<Generation> generation;
+  ClientConnection client;
+};
+
+void start_sse(httplib::Response& res, std::shared_ptr<StreamJob> job,
+               std::function<void(StreamJob&, SseWriter&)> body) {
+  res.status = 200;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream", [job, body](size_t, httplib::DataSink& sink) {
+        SseWriter writer([&sink](const char* data, size_t size) { return sink.write(data, size); });
+        body(*job, writer);
+        if (!writer.ok()) return false;  // the client is gone: drop the connection
+        sink.done();
+        return true;
+      });
+}
+
+// ---- /v1/completions ----
+
+Json completion_choice(int index, std::string text, Json logprobs, FinishReason reason,
+                       Json stop_reason) {
+  Json choice;
+  choice["index"] = index;
+  choice["text"] = std::move(text);
+  choice["logprobs"] = std::move(logprobs);
+  choice["finish_reason"] = finish_reason_json(reason);
+  choice["stop_reason"] = std::move(stop_reason);
+  return choice;
+}
+
+void stream_completion(StreamJob& job, const CompletionRequest& request, SseWriter& out) {
+  const Tokenizer& tokenizer = *job.state.model().tokenizer;
+  const int n = job.options.n;
+  const size_t choices = static_cast<size_t>(job.generation->num_choices());
+  std::vector<bool> started(choices, false);
+  std::vector<size_t> text_offset(choices, 0);
+  auto chunk = [&](Json choice) {
+    Json j = head_json(job.head);
+    j["choices"] = Json::array({std::move(choice)});
+    return out.event(j);
+  };
+  const DriveResult end =
+      drive_generation(*job.generation, job.client, [&](const RequestOutput& o) {
+        const size_t i = static_cast<size_t>(o.choice_index);
+        const PromptInput& prompt = request.prompts[i / static_cast<size_t>(n)];
+        std::string text = o.text;
+        const bool first = !started[i];
+        if (first && request.echo) text = prompt.text + text;
+        started[i] = true;
+        if (!o.error.empty()) return out.error(engine_error_envelope(job.state, o.error)) && false;
+        // With return_token_ids every id is sent, even one whose text is still held back.
+        const bool ids_to_send = job.options.return_token_ids && (first || !o.token_ids.empty());
+        if (!text.empty() || !o.logprobs.empty() || ids_to_send) {
+          Json logprobs = nullptr;
+          if (job.options.params.logprobs >= 0) {
+            logprobs = completion_logprobs_json(tokenizer, o.logprobs, text_offset[i]);
+          }
+          Json c = completion_choice(o.choice_index, std::move(text), std::move(logprobs),
+                                     FinishReason::None, nullptr);
+          if (job.options.return_token_ids) {
+            c["token_ids"] = ids_json(o.token_ids);
+            if (first) c["prompt_token_ids"] = ids_json(prompt.ids);
+          }
+          if (!chunk(std::move(c))) return false;
+        }
+        if (o.finished()) {
+          Json c = completion_choice(o.choice_index, "", nullptr, o.finish_reason,
+                                     stop_reason_json(o.stop_string, o.stop_token));
+          if (!chunk(std::move(c))) return false;
+        }
+        return true;
+      });
+  if (end == DriveResult::ClientGone || !out.ok()) return;
+  if (job.options.include_usage) {
+    Json j = head_json(job.head);
+    j["choices"] = Json::array();
+    j["usage"] = usage_json(job.generation->usage());
+    if (!out.event(j)) return;
+  }
+  out.done();
+}
+
+Json completion_body(const ResponseHead& head, const CompletionRequest& request,
+                     const std::vector<ChoiceResult>& results, const Usage& usage,
+                     const Tokenizer& tokenizer) {
+  Json body = head_json(head);
+  Json choices = Json::array();
+  for (size_t i = 0; i < results.size(); ++i) {
+    const ChoiceResult& r = results[i];
+    const PromptInput& prompt = request.prompts[i / static_cast<size_t>(request.options.n)];
+    Json logprobs = nullptr;
+    if (request.options.params.logprobs >= 0) {
+      size_t offset = 0;
+      logprobs = completion_logprobs_json(tokenizer, r.logprobs, offset);
+    }
+    Json c = completion_choice(static_cast<int>(i), request.echo ? prompt.text + r.text : r.text,
+                               std::move(logprobs), r.finish_reason,
+                               stop_reason_json(r.stop_string, r.stop_token));
+    if (request.options.return_token_ids) {
+      c["token_ids"] = ids_json(r.token_ids);
+      c["prompt_token_ids"] = ids_json(prompt.ids);
+    }
+    choices.push_back(std::move(c));
+  }
+  body["choices"] = std::move(choices);
+  body["usage"] = usage_json(usage);
+  return body;
+}
+
+// ---- /v1/chat/completions ----
+
+Json chat_chunk_choice(int index, Json delta, Json logprobs, FinishReason reason,
+                       Json stop_reason) {
+  Json choice;
+  choice["index"] = index;
+  choice["delta"] = std::move(delta);
+  choice["logprobs"] = std::move(logprobs);
+  choice["finish_reason"] = finish_reason_json(reason);
+  if (reason != FinishReason::None) choice["stop_reason"] = std::move(stop_reason);
+  return choice;
+}
+
+void stream_chat(StreamJob& job, const ChatRequest& request, SseWriter& out) {
+  const Tokenizer& tokenizer = *job.state.model().tokenizer;
+  const size_t choices = static_cast<size_t>(job.generation->num_choices());
+  std::vector<bool> role_sent(choices, false);
+  bool first_chunk = true;
+  auto chunk = [&](Json choice) {
+    Json j = head_json(job.head);
+    j["choices"] = Json::array({std::move(choice)});
+    if (first_chunk && job.options.return_token_ids) {
+      j["prompt_token_ids"] = ids_json(request.prompt.ids);
+    }
+    first_chunk = false;
+    return out.event(j);
+  };
+  const DriveResult end =
+      drive_generation(*job.generation, job.client, [&](const RequestOutput& o) {
+        const size_t i = static_cast<size_t>(o.choice_index);
+        if (!o.error.empty()) return out.error(engine_error_envelope(job.state, o.error)) && false;
+        if (!role_sent[i]) {  // sent with the first output: after prefill, an honest TTFT
+          role_sent[i] = true;
+          Json delta;
+          delta["role"] = "assistant";
+          delta["content"] = "";
+          if (!chunk(chat_chunk_choice(o.choice_index, std::move(delta), nullptr,
+                                       FinishReason::None, nullptr))) {
+            return false;
+          }
+        }
+        if (!o.text.empty() || !o.logprobs.empty() ||
+            (job.options.return_token_ids && !o.token_ids.empty())) {
+          Json delta;
+          delta["content"] = o.text;
+          Json logprobs = request.logprobs ? chat_logprobs_json(tokenizer, o.logprobs) : nullptr;
+          Json c = chat_chunk_choice(o.choice_index, std::move(delta), std::move(logprobs),
+                                     FinishReason::None, nullptr);
+          if (job.options.return_token_ids) c["token_ids"] = ids_json(o.token_ids);
+          if (!chunk(std::move(c))) return false;
+        }
+        if (o.finished()) {
+          Json c = chat_chunk_choice(o.choice_index, Json::object(), nullptr, o.finish_reason,
+                                     stop_reason_json(o.stop_string, o.stop_token));
+          if (!chunk(std::move(c))) return false;
+        }
+        return true;
+      });
+  if (end == DriveResult::ClientGone || !out.ok()) return;
+  if (job.options.include_usage) {
+    Json j = head_json(job.head);
+    j["choices"] = Json::array();
+    j["usage"] = usage_json(job.generation->usage());
+    if (!out.event(j)) return;
+  }
+  out.done();
+}
+
+Json chat_body(const ResponseHead& head, const ChatRequest& request,
+               const std::vector<ChoiceResult>& results, const Usage& usage,
+               const Tokenizer& tokenizer) {
+  Json body = head_json(head);
+  Json choices = Json::array();
+  for (size_t i = 0; i < results.size(); ++i) {
+    const ChoiceResult& r = results[i];
+    Json message;
+    message["role"] = "assistant";
+    message["content"] = r.text;
+    Json c;
+    c["index"] = static_cast<int>(i);
+    c["message"] = std::move(message);
+    c["logprobs"] = request.logprobs ? chat_logprobs_json(tokenizer, r.logprobs) : Json(nullptr);
+    c["finish_reason"] = finish_reason_json(r.finish_reason);
+    c["stop_reason"] = stop_reason_json(r.stop_string, r.stop_token);
+    if (request.options.return_token_ids) c["token_ids"] = ids_json(r.token_ids);
+    choices.push_back(std::move(c));
+  }
+  body["choices"] = std::move(choices);
+  body["usage"] = usage_json(usage);
+  if (request.options.return_token_ids) body["prompt_token_ids"] = ids_json(request.prompt.ids);
+  return body;
+}
+
+// Runs a parsed request: streamed (SSE) or collected into one body by `make_body`.
+template <typename Request, typename StreamFn, typename BodyFn>
+void run_generation(ServerState& state, const httplib::Request& req, httplib::Response& res,
+                    std::shared_ptr<const Request> request, ResponseHead head,
+                    const std::vector<std::vector<int32_t>>& prompts, StreamFn stream_fn,
+                    BodyFn make_body) {
+  const GenerationOptions& options = request->options;
+  auto generation =
+      std::make_unique<Generation>(state, head.id, prompts, options.params, options.n);
+  if (options.stream) {
+    head.object += ".chunk";
+    auto job = std::make_shared<StreamJob>(
+        StreamJob{state, head, options, std::move(generation), client_of(req)});
+    start_sse(res, job,
+              [request, stream_fn](StreamJob& j, SseWriter& out) { stream_fn(j, *request, out); });
+    return;
+  }
+  bool client_gone = false;
+  const std::vector<ChoiceResult> results = collect(*generation, client_of(req), &client_gone);
+  if (client_gone) {
+    res.status = 499;  // nginx's "client closed request": nobody reads it
+    return;
+  }
+  for (const ChoiceResult& r : results) {
+    if (!r.error.empty()) throw_engine_error(state, r.error);
+  }
+  send_json(res, 200,
+            make_body(head, *request, results, generation->usage(), *state.model().tokenizer));
+}
+
+}  // namespace
+
+void handle_completions(ServerState& state, const httplib::Request& req, httplib::Response& res) {
+  require_accepting(state);
+  const Json body = parse_json_body(req);
+  auto request = std::make_shared<const CompletionRequest>(parse_completion_request(body, state));
+  std::vector<std::vector<int32_t>> prompts;
+  for (const PromptInput& p : request->prompts) prompts.push_back(p.ids);
+  ResponseHead head{state.next_request_id("cmpl"), "text_completion", unix_now(),
+                    state.options().served_model_name};
+  run_generation(state, req, res, request, std::move(head), prompts, stream_completion,
+                 completion_body);
+}
+
+void handle_chat_completions(ServerState& state, const httplib::Request& req,
+                             httplib::Response& res) {
+  require_accepting(state);
+  const Json body = parse_json_body(req);
+  auto request = std::make_shared<const ChatRequest>(parse_chat_request(body, state));
+  ResponseHead head{state.next_request_id("chatcmpl"), "chat.completion", unix_now(),
+                    state.options().served_model_name};
+  run_generation(state, req, res, request, std::move(head), {request->prompt.ids}, stream_chat,
+                 chat_body);
+}
+
+}  // namespace attnres::server::http

@@ -1,0 +1,132 @@
+// The pieces of server/http that need no server: field reading, error envelopes, the
+// context-length message and SSE framing.
+#include <gtest/gtest.h>
+
+#include "server/http/api_error.h"
+#include "server/http/field_reader.h"
+#include "server/http/openai_requests.h"
+#include "server/http/sse_stream.h"
+
+namespace attnres::server::http {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// Runs `fn`, expecting an ApiError; returns it.
+template <typename Fn>
+ApiError expect_api_error(Fn fn) {
+  try {
+    fn();
+  } catch (const ApiError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "no ApiError thrown";
+  return ApiError(0, "");
+}
+
+TEST(FieldReader, AbsentAndNullReadAsNotGiven) {
+  const Json body = Json::parse(R"({"a": null})");
+  FieldReader f(body);
+  EXPECT_FALSE(f.number("a", 0, 1).has_value());
+  EXPECT_FALSE(f.integer("missing", 0, 1).has_value());
+}
+
+TEST(FieldReader, WrongTypeNamesTheField) {
+  const Json body = Json::parse(R"({"max_tokens": "ten", "temperature": "hot", "n": true})");
+  FieldReader f(body);
+  ApiError e = expect_api_error([&] { f.integer("max_tokens", 1, 100); });
+  EXPECT_EQ(e.status(), 400);
+  EXPECT_EQ(e.param(), "max_tokens");
+  EXPECT_NE(std::string(e.what()).find("\"ten\""), std::string::npos);
+  EXPECT_EQ(expect_api_error([&] { f.number("temperature", 0, 2); }).param(), "temperature");
+  EXPECT_EQ(expect_api_error([&] { f.integer("n", 1, 8); }).param(), "n");  // bool is no int
+}
+
+TEST(FieldReader, RangesAndIntegralFloats) {
+  const Json body = Json::parse(R"({"n": 3.0, "m": 3.5, "t": -1, "big": 18446744073709551615})");
+  FieldReader f(body);
+  EXPECT_EQ(f.integer("n", 1, 8), 3);
+  EXPECT_EQ(expect_api_error([&] { f.integer("m", 1, 8); }).param(), "m");
+  EXPECT_EQ(expect_api_error([&] { f.number("t", 0, 2); }).param(), "t");
+  EXPECT_EQ(expect_api_error([&] { f.integer("big", INT64_MIN, INT64_MAX); }).param(), "big");
+}
+
+TEST(FieldReader, StringOrListAndIntList) {
+  const Json body = Json::parse(R"({"s": "x", "l": ["a", "b"], "bad": ["a", 1], "ids": [1, 2]})");
+  FieldReader f(body);
+  EXPECT_EQ(f.string_or_list("s"), (std::vector<std::string>{"x"}));
+  EXPECT_EQ(f.string_or_list("l"), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(expect_api_error([&] { f.string_or_list("bad"); }).param(), "bad");
+  EXPECT_EQ(f.int_list("ids"), (std::vector<int32_t>{1, 2}));
+}
+
+TEST(FieldReader, BodyMustBeAnObject) {
+  const Json body = Json::parse("[1, 2]");
+  EXPECT_EQ(expect_api_error([&] { FieldReader f(body); }).status(), 400);
+}
+
+TEST(ApiErrors, EnvelopeShape) {
+  const Json body = error_body(404, "no such model", "model", "model_not_found");
+  EXPECT_EQ(dump_json(body),
+            R"({"error":{"message":"no such model","type":"invalid_request_error",)"
+            R"("param":"model","code":"model_not_found"}})");
+  const Json bare = error_body(500, "boom");
+  EXPECT_TRUE(bare["error"]["param"].is_null());
+  EXPECT_TRUE(bare["error"]["code"].is_null());
+  EXPECT_EQ(bare["error"]["type"], "server_error");
+}
+
+TEST(ApiErrors, FieldNamedInEngineMessages) {
+  EXPECT_EQ(field_named_in("field top_p: got 0, expected a number in (0, 1]"), "top_p");
+  EXPECT_EQ(field_named_in("field logit_bias[5]: got 1000, expected ..."), "logit_bias");
+  EXPECT_EQ(field_named_in("n: got 0, expected 1 to 128"), "n");
+  EXPECT_EQ(field_named_in("This model's maximum context length is 5: ..."), "");
+}
+
+TEST(ApiErrors, DumpReplacesInvalidUtf8) {
+  Json j;
+  j["text"] = std::string("a\xff" "b");
+  EXPECT_EQ(dump_json(j), "{\"text\":\"a\xEF\xBF\xBD" "b\"}");
+}
+
+TEST(ContextLength, MessageHasBothNumbers) {
+  ApiError e = expect_api_error([] { check_context_length(200, 100, 256, "prompt"); });
+  const std::string message = e.what();
+  EXPECT_EQ(e.status(), 400);
+  for (const char* number : {"256", "300", "200", "100"}) {
+    EXPECT_NE(message.find(number), std::string::npos) << number << " in " << message;
+  }
+  ApiError alone = expect_api_error([] { check_context_length(300, 0, 256, "messages"); });
+  EXPECT_NE(std::string(alone.what()).find("300"), std::string::npos);
+  EXPECT_EQ(alone.param(), "messages");
+  check_context_length(200, 56, 256, "prompt");  // exactly full is fine
+}
+
+TEST(TokenIds, OutsideVocabularyIsA400NamingTheField) {
+  check_token_ids({0, 9}, 10, "tokens");
+  ApiError e = expect_api_error([] { check_token_ids({1, 10}, 10, "tokens"); });
+  EXPECT_EQ(e.param(), "tokens");
+  EXPECT_NE(std::string(e.what()).find("10"), std::string::npos);
+  EXPECT_EQ(expect_api_error([] { check_token_ids({-1}, 10, "prompt"); }).param(), "prompt");
+}
+
+TEST(Sse, FramingIsExact) {
+  Json j;
+  j["a"] = "line\nbreak";
+  EXPECT_EQ(sse_event(j), "data: {\"a\":\"line\\nbreak\"}\n\n");
+  EXPECT_EQ(kSseDone, "data: [DONE]\n\n");
+  std::string wire;
+  int calls = 0;
+  SseWriter writer([&](const char* data, size_t size) {
+    wire.append(data, size);
+    return ++calls < 2;  // the second write fails: the client is gone
+  });
+  EXPECT_TRUE(writer.event(j));
+  EXPECT_FALSE(writer.done());
+  EXPECT_FALSE(writer.ok());
+  EXPECT_FALSE(writer.event(j));  // nothing more is written after a failure
+  EXPECT_EQ(calls, 2);
+}
+
+}  // namespace
+}  // namespace attnres::server::http
