@@ -7,7 +7,9 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 
 packages=(build-essential cmake ninja-build pkg-config git
-          nlohmann-json3-dev libutf8proc-dev libgtest-dev libgmock-dev)
+          nlohmann-json3-dev libutf8proc-dev libgtest-dev libgmock-dev
+          libcpp-httplib-dev libgrpc++-dev libprotobuf-dev protobuf-compiler
+          protobuf-compiler-grpc)
 
 sudo_cmd=""
 [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
