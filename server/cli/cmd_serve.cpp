@@ -171,10 +171,7 @@ int run_serve(const std::vector<std::string>& args) {
   options.host = flags.get("host", "127.0.0.1");
   options.http_port = flags.get_int("port", 8000);
   options.grpc_port = flags.get_int("grpc-port", 50051);
-  options.api_keys = flags.get_all("api-key");
-  if (const char* key = std::getenv("ATTNRES_API_KEY"); key && *key && options.api_keys.empty()) {
-    options.api_keys.push_back(key);
-  }
+  options.api_keys = flags.get_all("api-key");  // also ATTNRES_API_KEY, like every flag
   options.served_model_name = flags.get("served-model-name", default_served_name(model));
   options.max_model_len = max_model_len;
   options.grace_period_seconds = flags.get_int("grace-period", 30);
@@ -182,6 +179,14 @@ int run_serve(const std::vector<std::string>& args) {
   server::Metrics metrics(options.served_model_name);
   server::ServerState state(model, engine, metrics, options);
 
+  // gRPC first: once HTTP answers /health, both front ends are up.
+#ifdef ATTNRES_HAVE_GRPC
+  server::GrpcServer grpc(state);
+  grpc.start();
+  std::cerr << "attnres serve: gRPC on " << options.host << ":" << grpc.port() << "\n";
+#else
+  std::cerr << "attnres serve: built without the gRPC front end (gRPC/protobuf missing)\n";
+#endif
 #ifdef ATTNRES_HAVE_HTTP
   server::HttpServer http(state);
   http.start();
@@ -189,13 +194,6 @@ int run_serve(const std::vector<std::string>& args) {
             << "  model \"" << options.served_model_name << "\"\n";
 #else
   std::cerr << "attnres serve: built without the HTTP front end (cpp-httplib missing)\n";
-#endif
-#ifdef ATTNRES_HAVE_GRPC
-  server::GrpcServer grpc(state);
-  grpc.start();
-  std::cerr << "attnres serve: gRPC on " << options.host << ":" << grpc.port() << "\n";
-#else
-  std::cerr << "attnres serve: built without the gRPC front end (gRPC/protobuf missing)\n";
 #endif
   std::cerr << "attnres serve: ready" << std::endl;
 

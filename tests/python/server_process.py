@@ -33,9 +33,13 @@ class ServerProcess:
         self.grpc_port = free_port()
         self.http_url = f"http://127.0.0.1:{self.http_port}"
         self.grpc_target = f"127.0.0.1:{self.grpc_port}"
+        extra = [str(a) for a in extra_args]
+        defaults = [] if "--kv-cache-memory" in extra else ["--kv-cache-memory", "256MiB"]
         self.args = [str(attnres_bin), "serve", "--port", str(self.http_port), "--grpc-port",
-                     str(self.grpc_port), "--kv-cache-memory", "256MiB", *map(str, extra_args)]
-        self.env = {**os.environ, **(env or {})}
+                     str(self.grpc_port), *defaults, *extra]
+        # One engine thread by default: these tests check behaviour, not speed, and OpenMP's
+        # spin-waiting collapses when a 2-core CI machine also runs the test clients.
+        self.env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
         self.startup_timeout = startup_timeout
         self.shutdown_timeout = shutdown_timeout
         self.proc: subprocess.Popen | None = None
