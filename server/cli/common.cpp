@@ -4,13 +4,18 @@
 
 #include "engine/core/error.h"
 #include "kernels/cpu/cpu_backend.h"
+#ifdef ATTNRES_HAVE_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#endif
 
 namespace attnres::cli {
 
 std::vector<FlagSpec> model_flags() {
   return {
       {"model", "DIR", "Hugging Face model directory, or builtin:NAME (default: builtin:demo)"},
-      {"device", "cpu|cuda", "backend to run on (default: cpu; cuda needs a CUDA build)"},
+      {"device", "cpu|cuda",
+       "backend to run on (default: cpu; cuda needs a CUDA build and "
+       "is not yet verified on a GPU)"},
       {"threads", "N", "CPU threads (default: all cores)"},
       {"fast-prefill", "",
        "CPU: a packed GEMM for prefill (~1.4x faster) whose rounding differs "
@@ -46,7 +51,12 @@ std::unique_ptr<Backend> make_backend_from_flags(const Flags& flags) {
   if (threads < 0) throw Error("--threads: must be >= 0");
   if (device == "cpu") return make_cpu_backend(threads, !flags.has("fast-prefill"));
   if (device == "cuda") {
-    throw Error("--device cuda: this build has no CUDA backend yet (use --device cpu)");
+#ifdef ATTNRES_HAVE_CUDA
+    if (!cuda_device_available()) throw Error("--device cuda: no CUDA device is visible");
+    return make_cuda_backend(0);
+#else
+    throw Error("--device cuda: this build has no CUDA backend (nvcc was not found)");
+#endif
   }
   throw Error("--device: unknown device '" + device + "' (expected cpu or cuda)");
 }

@@ -1,0 +1,246 @@
+// CudaBackend construction, memory ops, batch metadata upload and the factory.
+//
+// Memory: alloc() draws from the caching allocator (cuda_allocator.h) and zero-fills with
+// cudaMemsetAsync on the backend stream; upload() makes an exact-size cudaMalloc copy
+// (weights are large and permanent, so they bypass the allocator's size rounding) and keeps
+// the dtype. Both are freed through Tensor::owner and never throw from the deleter.
+//
+// prepare_batch packs token_ids, positions, slot_mapping, seq_of_token (derived),
+// query_start, context_len and a [num_seqs, max_blocks] block table (rows padded with 0)
+// into one pinned buffer and sends it with a single cudaMemcpyAsync. Host-side facts the
+// ops validate against (token id range) are kept on the host.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cuda/cuda_backend_internal.h"
+#include "kernels/cuda/cuda_check.h"
+
+namespace attnres {
+
+bool cuda_device_available() {
+  try {
+    int count = 0;
+    const cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess) {
+      cudaGetLastError();  // no driver / no device: clear and answer false
+      return false;
+    }
+    return count > 0;
+  } catch (...) {
+    return false;
+  }
+}
+
+CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    throw Error(std::string("no CUDA device available") +
+                (err != cudaSuccess ? std::string(": ") + cudaGetErrorString(err) : ""));
+  }
+  if (device < 0 || device >= count)
+    throw Error("CUDA device " + std::to_string(device) + " does not exist (" +
+                std::to_string(count) + " devices)");
+  Impl& im = *impl_;
+  im.device = device;
+  CUDA_CHECK(cudaSetDevice(device));
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  im.device_name =
+      std::string(prop.name) + ", sm_" + std::to_string(prop.major) + std::to_string(prop.minor);
+  CUDA_CHECK(cudaStreamCreateWithFlags(&im.stream, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaEventCreateWithFlags(&im.meta_copied, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&im.rows_copied, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventRecord(im.meta_copied, im.stream));
+  CUDA_CHECK(cudaEventRecord(im.rows_copied, im.stream));
+  im.allocator = std::make_shared<cuda::CachingAllocator>(device);
+  CUBLAS_CHECK(cublasCreate(&im.cublas));
+  CUBLAS_CHECK(cublasSetStream(im.cublas, im.stream));
+  // A fixed workspace (cuBLAS otherwise allocates its own, which graph capture forbids).
+  im.cublas_workspace_bytes = size_t{32} << 20;
+  CUDA_CHECK(cudaMalloc(&im.cublas_workspace, im.cublas_workspace_bytes));
+  CUBLAS_CHECK(cublasSetWorkspace(im.cublas, im.cublas_workspace, im.cublas_workspace_bytes));
+  // CUBLAS_DEFAULT_MATH: no TF32 for f32 GEMMs (the compute type says 32F explicitly too).
+  CUBLAS_CHECK(cublasSetMathMode(im.cublas, CUBLAS_DEFAULT_MATH));
+}
+
+CudaBackend::~CudaBackend() {
+  // Never throws: errors at teardown are ignored.
+  Impl& im = *impl_;
+  if (im.stream) cudaStreamSynchronize(im.stream);
+  if (im.cublas) cublasDestroy(im.cublas);
+  if (im.cublas_workspace) cudaFree(im.cublas_workspace);
+  if (im.meta_host) cudaFreeHost(im.meta_host);
+  if (im.rows_host) cudaFreeHost(im.rows_host);
+  if (im.meta_copied) cudaEventDestroy(im.meta_copied);
+  if (im.rows_copied) cudaEventDestroy(im.rows_copied);
+  im.meta_device.reset();
+  im.rows_device.reset();
+  im.act_scratch.reset();
+  if (im.stream) cudaStreamDestroy(im.stream);
+  // The allocator lives on while tensors from alloc() do (their deleters hold it).
+}
+
+std::string CudaBackend::name() const { return "cuda(" + impl_->device_name + ")"; }
+CUstream_st* CudaBackend::stream() const { return impl_->stream; }
+int CudaBackend::device_index() const { return impl_->device; }
+size_t CudaBackend::allocated_bytes() const { return impl_->allocator->in_use_bytes(); }
+size_t CudaBackend::cached_free_bytes() const { return impl_->allocator->cached_free_bytes(); }
+void CudaBackend::release_cached_memory() {
+  synchronize();
+  impl_->allocator->release_cached();
+}
+
+Tensor CudaBackend::alloc(const Shape& shape, DType dtype) {
+  Tensor t;
+  t.shape = shape;
+  t.dtype = dtype;
+  t.device = Device::CUDA;
+  const size_t bytes = t.nbytes();
+  if (bytes == 0) return t;  // data stays null, like an empty CPU tensor's view
+  t.owner = impl_->raw_alloc(bytes);
+  t.data = t.owner.get();
+  CUDA_CHECK(cudaMemsetAsync(t.data, 0, bytes, impl_->stream));
+  return t;
+}
+
+Tensor CudaBackend::upload(const Tensor& host) {
+  if (host.device == Device::CUDA) return host;  // already here
+  const size_t bytes = host.nbytes();
+  Tensor t;
+  t.shape = host.shape;
+  t.dtype = host.dtype;
+  t.device = Device::CUDA;
+  if (bytes == 0) return t;
+  ATTNRES_CHECK(host.data != nullptr, "upload of an undefined tensor " + shape_str(host.shape));
+  void* ptr = nullptr;
+  CUDA_CHECK(cudaMalloc(&ptr, bytes));
+  t.owner = std::shared_ptr<void>(ptr, [](void* p) { cudaFree(p); });  // never throws
+  t.data = ptr;
+  CUDA_CHECK(cudaMemcpyAsync(ptr, host.data, bytes, cudaMemcpyHostToDevice, impl_->stream));
+  // The host tensor may be freed as soon as we return: wait for the copy (load time only).
+  CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+  return t;
+}
+
+void CudaBackend::download(const Tensor& src, void* host_dst) {
+  ATTNRES_CHECK(src.device == Device::CUDA, "download of a non-CUDA tensor");
+  const size_t bytes = src.nbytes();
+  if (bytes) {
+    ATTNRES_CHECK(src.data && host_dst, "download: null pointer");
+    CUDA_CHECK(cudaMemcpyAsync(host_dst, src.data, bytes, cudaMemcpyDeviceToHost, impl_->stream));
+  }
+  CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+}
+
+void CudaBackend::copy(const Tensor& src, Tensor& dst) {
+  ATTNRES_CHECK(src.shape == dst.shape && src.dtype == dst.dtype,
+                "copy " + shape_str(src.shape) + " -> " + shape_str(dst.shape));
+  ATTNRES_CHECK(src.device == Device::CUDA && dst.device == Device::CUDA,
+                "copy: both tensors must be on the CUDA device");
+  const size_t bytes = src.nbytes();
+  if (bytes == 0 || src.data == dst.data) return;
+  const char* s = static_cast<const char*>(src.data);
+  const char* d = static_cast<const char*>(dst.data);
+  ATTNRES_CHECK(s + bytes <= d || d + bytes <= s, "copy: overlapping source and destination");
+  CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, bytes, cudaMemcpyDeviceToDevice, impl_->stream));
+}
+
+void CudaBackend::fill_zero(Tensor& dst) {
+  ATTNRES_CHECK(dst.device == Device::CUDA, "fill_zero of a non-CUDA tensor");
+  if (dst.nbytes()) CUDA_CHECK(cudaMemsetAsync(dst.data, 0, dst.nbytes(), impl_->stream));
+}
+
+void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(impl_->stream)); }
+
+void CudaBackend::prepare_batch(const BatchMeta& batch) {
+  Impl& im = *impl_;
+  const int64_t T = batch.num_tokens;
+  const int S = batch.num_seqs();
+  ATTNRES_CHECK(T >= 0 && static_cast<int64_t>(batch.token_ids.size()) == T,
+                "prepare_batch: token_ids size");
+  ATTNRES_CHECK(static_cast<int64_t>(batch.positions.size()) == T &&
+                    static_cast<int64_t>(batch.slot_mapping.size()) == T,
+                "prepare_batch: positions / slot_mapping size");
+  ATTNRES_CHECK(static_cast<int>(batch.query_start.size()) == S + 1 &&
+                    static_cast<int>(batch.block_tables.size()) == S,
+                "prepare_batch: query_start / block_tables do not match context_len");
+  ATTNRES_CHECK(batch.query_start[0] == 0 && batch.query_start[S] == T,
+                "prepare_batch: query_start must run from 0 to T");
+  int max_blocks = 1;  // at least one column so the table pointer is never null
+  for (const auto& table : batch.block_tables)
+    max_blocks = std::max(max_blocks, static_cast<int>(table.size()));
+
+  // Layout of the packed int32 buffer (offsets in elements).
+  const int64_t off_ids = 0, off_pos = T, off_slot = 2 * T, off_seq = 3 * T, off_qs = 4 * T;
+  const int64_t off_ctx = off_qs + S + 1, off_tab = off_ctx + S;
+  const int64_t total = off_tab + static_cast<int64_t>(S) * max_blocks;
+  const size_t bytes = static_cast<size_t>(std::max<int64_t>(total, 1)) * sizeof(int32_t);
+
+  // The previous step's copy must be done reading the staging buffer before we rewrite it.
+  if (!im.capturing()) CUDA_CHECK(cudaEventSynchronize(im.meta_copied));
+  if (bytes > im.meta_host_bytes) {
+    const size_t grown = std::max(bytes, im.meta_host_bytes * 2);
+    if (im.meta_host) CUDA_CHECK(cudaFreeHost(im.meta_host));
+    im.meta_host = nullptr;
+    im.meta_host_bytes = 0;
+    CUDA_CHECK(cudaMallocHost(&im.meta_host, grown));
+    im.meta_host_bytes = grown;
+  }
+  if (bytes > im.meta_device_bytes) {
+    const size_t grown = std::max(bytes, im.meta_device_bytes * 2);
+    im.meta_device = im.raw_alloc(grown);  // the old block returns to the cache (stream-ordered)
+    im.meta_device_bytes = grown;
+  }
+
+  int32_t* h = static_cast<int32_t*>(im.meta_host);
+  int32_t min_id = 0, max_id = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t id = batch.token_ids[t];
+    min_id = t == 0 ? id : std::min(min_id, id);
+    max_id = t == 0 ? id : std::max(max_id, id);
+  }
+  std::memcpy(h + off_ids, batch.token_ids.data(), T * sizeof(int32_t));
+  std::memcpy(h + off_pos, batch.positions.data(), T * sizeof(int32_t));
+  std::memcpy(h + off_slot, batch.slot_mapping.data(), T * sizeof(int32_t));
+  for (int s = 0; s < S; ++s) {
+    ATTNRES_CHECK(batch.query_start[s] <= batch.query_start[s + 1], "prepare_batch: query_start");
+    for (int32_t t = batch.query_start[s]; t < batch.query_start[s + 1]; ++t) h[off_seq + t] = s;
+  }
+  std::memcpy(h + off_qs, batch.query_start.data(), (S + 1) * sizeof(int32_t));
+  if (S) std::memcpy(h + off_ctx, batch.context_len.data(), S * sizeof(int32_t));
+  for (int s = 0; s < S; ++s) {
+    const auto& table = batch.block_tables[s];
+    int32_t* row = h + off_tab + static_cast<int64_t>(s) * max_blocks;
+    std::fill(row, row + max_blocks, 0);
+    std::copy(table.begin(), table.end(), row);
+  }
+
+  int32_t* d = static_cast<int32_t*>(im.meta_device.get());
+  CUDA_CHECK(cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, im.stream));
+  if (!im.capturing()) CUDA_CHECK(cudaEventRecord(im.meta_copied, im.stream));  // not in a graph
+
+  im.prepared = &batch;
+  im.num_tokens = static_cast<int>(T);
+  im.num_seqs = S;
+  im.max_blocks = max_blocks;
+  im.min_token_id = min_id;
+  im.max_token_id = max_id;
+  im.token_ids = d + off_ids;
+  im.positions = d + off_pos;
+  im.slot_mapping = d + off_slot;
+  im.seq_of_token = d + off_seq;
+  im.query_start = d + off_qs;
+  im.context_len = d + off_ctx;
+  im.block_table = d + off_tab;
+  im.validated_num_blocks = im.validated_block_size = -1;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+  return std::make_unique<CudaBackend>(device);
+}
+
+}  // namespace attnres

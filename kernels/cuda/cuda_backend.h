@@ -1,0 +1,97 @@
+// The CUDA implementation of attnres::Backend (engine/core/backend.h). A plain C++ header:
+// it names no CUDA type beyond opaque forward declarations, so g++-compiled code (the CLI,
+// the server, tests) can include it. Link the CMake target `attnres_kernels_cuda`; code that
+// must build without CUDA guards its use with `#ifdef ATTNRES_HAVE_CUDA` (that definition is
+// PUBLIC on the target).
+//
+// Contract (same as the CPU backend, which is the reference):
+// - f32 activations on the device; weights F32 / BF16 / F16 read as stored. bf16 activations
+//   are a later optimisation.
+// - One CUDA stream per backend; every op is queued on it; synchronize() waits for it and
+//   download() copies to the host and waits.
+// - alloc() hands out zero-filled device memory from a caching allocator (free lists by
+//   size, reused across steps): Transformer::forward allocates its scratch every step and a
+//   cudaMalloc / cudaFree per step would dominate decode. Tensors own their memory through
+//   Tensor::owner and may outlive the backend.
+// - linear: up to 8 rows (decode) use a GEMV kernel with f32 activations (CPU-exact up to
+//   summation order). More rows use cuBLAS; with BF16 / F16 weights the activations are
+//   first rounded to the weight dtype (cuBLAS needs A and B of one type; accumulation and
+//   output stay f32), so those rows match the CPU to bf16 precision, not f32. A row's
+//   result therefore depends on whether its step had <= 8 rows (not batch-invariant).
+//
+// Files: cuda_backend.cpp (memory, batch metadata, factory), cuda_ops.cpp (op validation
+// and dispatch, linear through cuBLAS), cuda_allocator.cpp (caching allocator), and the
+// kernels: cuda_elementwise.cu, cuda_gemv.cu, cuda_norm_rope.cu, cuda_attention.cu,
+// cuda_depth_mix.cu. gpu_first_run.sh: the first commands to run on a GPU machine.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "engine/core/backend.h"
+
+struct CUstream_st;  // cudaStream_t is CUstream_st*
+
+namespace attnres {
+
+// True when the CUDA runtime sees at least one device. Never throws or aborts: no driver,
+// no device or any other runtime error answers false.
+bool cuda_device_available();
+
+class CudaBackend : public Backend {
+ public:
+  // Selects `device` (cudaSetDevice), creates the stream and the cuBLAS handle. Throws
+  // attnres::Error when there is no usable device.
+  explicit CudaBackend(int device = 0);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  Device device() const override { return Device::CUDA; }
+  std::string name() const override;
+
+  Tensor alloc(const Shape& shape, DType dtype) override;
+  Tensor upload(const Tensor& host) override;
+  void download(const Tensor& src, void* host_dst) override;
+  void copy(const Tensor& src, Tensor& dst) override;
+  void fill_zero(Tensor& dst) override;
+  void synchronize() override;
+  void prepare_batch(const BatchMeta& batch) override;
+
+  void embedding(const Tensor& table, const BatchMeta& batch, Tensor& out) override;
+  void rms_norm(const Tensor& x, const Tensor& gain, float eps, Tensor& out) override;
+  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
+  void qk_norm_rope(Tensor& q, Tensor& k, int head_dim, const Tensor* q_gain, const Tensor* k_gain,
+                    float eps, const Tensor& inv_freq, const BatchMeta& batch) override;
+  void store_kv(const Tensor& k, const Tensor& v, const BatchMeta& batch,
+                KvCacheLayer& cache) override;
+  void attention(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch, int head_dim,
+                 float scale, Tensor& out) override;
+  void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) override;
+  void add_inplace(Tensor& x, const Tensor& y) override;
+  void gather_rows(const Tensor& x, std::span<const int32_t> rows, Tensor& out) override;
+  void depth_phase1(const Tensor& queries, const Tensor& bank, int n, float eps, Tensor& m,
+                    Tensor& s, Tensor& o) override;
+  void depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& partial,
+                            const Tensor& prenorm_gain, float norm_eps, Tensor& out) override;
+
+  // The stream every op runs on (for timing with events, or graph capture by the caller).
+  CUstream_st* stream() const;
+  int device_index() const;
+  // Device bytes held by the caching allocator: in use, and cached free for reuse.
+  size_t allocated_bytes() const;
+  size_t cached_free_bytes() const;
+  // Returns every cached free block to the driver (cudaFree).
+  void release_cached_memory();
+
+  struct Impl;  // cuda_backend_internal.h
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+std::unique_ptr<Backend> make_cuda_backend(int device = 0);
+
+}  // namespace attnres

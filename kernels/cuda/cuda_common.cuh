@@ -1,0 +1,115 @@
+// Device helpers shared by the kernel files: reading stored weights as f32, warp and block
+// reductions, and the host-side dispatch from a runtime DType to a kernel template.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "engine/core/dtype.h"
+#include "engine/core/error.h"
+#include "kernels/cuda/cuda_check.h"
+
+namespace attnres::cuda {
+
+// A stored element widened to f32 (bf16: exact shift; f16: exact).
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+
+// Element i of a stored float vector whose dtype is only known at run time (small vectors:
+// gains, biases read once per element; the branch is uniform across the warp).
+__device__ __forceinline__ float load_float(const void* p, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::BF16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    case DType::F16:
+      return __half2float(static_cast<const __half*>(p)[i]);
+    default:
+      return static_cast<const float*>(p)[i];
+  }
+}
+
+// Sum over the 32 lanes of a warp; every lane gets the total.
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// Sums N values per thread over the whole block at once (one pair of barriers for all N);
+// every thread gets the N totals back in `v`. blockDim.x must be a multiple of 32 and at
+// most 1024. Safe to call repeatedly: the leading barrier keeps a call's writes to the
+// shared partials from racing with the previous call's reads.
+template <int N>
+__device__ __forceinline__ void block_sum_n(float (&v)[N]) {
+  __shared__ float partial[N][32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int num_warps = blockDim.x >> 5;
+#pragma unroll
+  for (int i = 0; i < N; ++i) v[i] = warp_sum(v[i]);
+  __syncthreads();
+  if (lane == 0) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) partial[i][warp] = v[i];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < N; ++i) v[i] = warp_sum(lane < num_warps ? partial[i][lane] : 0.0f);
+}
+
+__device__ __forceinline__ float block_sum(float v) {
+  float a[1] = {v};
+  block_sum_n<1>(a);
+  return a[0];
+}
+
+// Threads per block for a row-wise kernel over rows of n elements: enough warps to cover
+// the row once (up to 1024), at least one warp.
+inline int row_block_threads(int64_t n, int max_threads = 1024) {
+  int64_t threads = (n + 31) / 32 * 32;
+  if (threads > max_threads) threads = max_threads;
+  if (threads < 32) threads = 32;
+  return static_cast<int>(threads);
+}
+
+// Grid size for a grid-stride elementwise kernel over n elements.
+inline unsigned elementwise_blocks(int64_t n, int threads) {
+  int64_t blocks = (n + threads - 1) / threads;
+  if (blocks > 65535LL * 16) blocks = 65535LL * 16;  // grid-stride loops cover the rest
+  if (blocks < 1) blocks = 1;
+  return static_cast<unsigned>(blocks);
+}
+
+// Calls f(W{}) with W the storage type of a float dtype: float, __nv_bfloat16 or __half.
+template <class F>
+void dispatch_float_dtype(DType dtype, const char* what, F&& f) {
+  switch (dtype) {
+    case DType::F32:
+      f(float{});
+      return;
+    case DType::BF16:
+      f(__nv_bfloat16{});
+      return;
+    case DType::F16:
+      f(__half{});
+      return;
+    default:
+      throw Error(std::string(what) + ": unsupported dtype " + std::string(dtype_name(dtype)));
+  }
+}
+
+}  // namespace attnres::cuda
+
+// After every launch: report a bad configuration at the launch site.
+#define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())

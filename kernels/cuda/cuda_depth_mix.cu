@@ -1,0 +1,187 @@
+// Depth attention (ATTNRES.md §3), the two-phase form, on the GPU.
+//
+// Phase 1 (once per block of layers, for the S sublayers that read the same bank), per
+// token t:
+//   logit[l, j] = queries[l] . bank[j, t] / rms(bank[j, t])      rms(x) = sqrt(mean(x^2) + eps)
+//   m[l, t] = max_j logit,  s[l, t] = sum_j e^(logit - m),  o[l, t] = sum_j e^(logit - m) bank[j,
+//   t]
+// Layout: queries [S, d], bank [>= n, T, d] (first n live), m, s [S, T], o [S, T, d], f32.
+// One block per token (d up to 8192: up to 1024 threads, each owning the elements
+// i = tid, tid + blockDim, ...). For each bank entry j the block makes ONE pass over the row
+// computing the sum of squares and the S dot products together, reduced with a single
+// block_sum_n<S + 1> (one pair of barriers for all S + 1 values); then every thread applies
+// the S online-softmax updates to its own elements of o (re-reading the row from L1/L2).
+// The reduced logits are bitwise identical in every thread (xor-butterfly sums are
+// symmetric), so the running m / s live in registers and the max branch is block-uniform.
+// S is a template parameter (1..8, registers indexed by constants); more queries are done
+// in groups of 8 by the launcher, like the CPU.
+//
+// Phase 2 fused with the sublayer's PreNorm, per token (p = partial row, m / s / o this
+// sublayer's Phase-1 rows): ONE kernel, one block per token:
+//   q = query . p / rms(p) + bias;  M = max(m, q);  a = e^(m - M), b = e^(q - M)
+//   h = (a o + b p) / (a s + b);   out = h / rms(h) * prenorm_gain
+// Pass 1 reads p (dot + sum of squares, one block_sum_n<2>), pass 2 writes h into out while
+// summing h^2, pass 3 scales out in place. A thread only writes elements it read itself, and
+// pass 1's reads of p are behind the reduction barrier, so out may alias p. The no-mix
+// case (plain pre-norm model, or an empty bank) is launch_rms_norm, called by the op.
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace attnres::cuda {
+namespace {
+
+constexpr int kMaxFusedQueries = 8;
+
+template <int S>
+__global__ void depth_phase1_kernel(const float* __restrict__ queries,
+                                    const float* __restrict__ bank, int n, int64_t T, int64_t d,
+                                    float eps, float* __restrict__ m, float* __restrict__ s,
+                                    float* __restrict__ o) {
+  const int64_t t = blockIdx.x;
+  float m_run[S], s_run[S];
+#pragma unroll
+  for (int l = 0; l < S; ++l) m_run[l] = s_run[l] = 0.0f;
+  for (int j = 0; j < n; ++j) {
+    const float* row = bank + (static_cast<int64_t>(j) * T + t) * d;
+    float acc[S + 1];
+#pragma unroll
+    for (int l = 0; l <= S; ++l) acc[l] = 0.0f;
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+      const float x = row[i];
+      acc[S] += x * x;
+#pragma unroll
+      for (int l = 0; l < S; ++l) acc[l] += queries[l * d + i] * x;
+    }
+    block_sum_n<S + 1>(acc);
+    const float inv_rms = 1.0f / sqrtf(acc[S] / static_cast<float>(d) + eps);
+#pragma unroll
+    for (int l = 0; l < S; ++l) {
+      const float logit = acc[l] * inv_rms;
+      float* ol = o + (static_cast<int64_t>(l) * T + t) * d;
+      if (j == 0) {
+        m_run[l] = logit;
+        s_run[l] = 1.0f;
+        for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ol[i] = row[i];
+      } else if (logit > m_run[l]) {  // new max: rescale what was accumulated
+        const float c = expf(m_run[l] - logit);
+        for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ol[i] = ol[i] * c + row[i];
+        s_run[l] = s_run[l] * c + 1.0f;
+        m_run[l] = logit;
+      } else {
+        const float w = expf(logit - m_run[l]);
+        for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ol[i] = ol[i] + w * row[i];
+        s_run[l] += w;
+      }
+    }
+  }
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int l = 0; l < S; ++l) {
+      m[l * T + t] = m_run[l];
+      s[l * T + t] = s_run[l];
+    }
+  }
+}
+
+template <class G>
+__global__ void depth_phase2_prenorm_kernel(
+    const float* __restrict__ m, const float* __restrict__ s, const float* __restrict__ o,
+    const float* __restrict__ query, float bias, float mix_eps, const float* p,
+    const G* __restrict__ gain, float norm_eps, int64_t d, float* out) {
+  const int64_t t = blockIdx.x;
+  const float* pr = p + t * d;
+  const float* orow = o + t * d;
+  float* outr = out + t * d;
+  const float inv_d = 1.0f / static_cast<float>(d);
+
+  float acc[2] = {0.0f, 0.0f};  // query . p, p . p
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    const float x = pr[i];
+    acc[0] += query[i] * x;
+    acc[1] += x * x;
+  }
+  block_sum_n<2>(acc);
+  const float q = acc[0] / sqrtf(acc[1] * inv_d + mix_eps) + bias;
+  const float mt = m[t];
+  const float big = fmaxf(mt, q);
+  const float a = expf(mt - big), b = expf(q - big);
+  const float inv_den = 1.0f / (a * s[t] + b);
+  const float wa = a * inv_den, wb = b * inv_den;
+
+  float hss = 0.0f;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    const float h = wa * orow[i] + wb * pr[i];
+    outr[i] = h;
+    hss += h * h;
+  }
+  hss = block_sum(hss);
+  const float inv_rms = 1.0f / sqrtf(hss * inv_d + norm_eps);
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
+    outr[i] = outr[i] * inv_rms * to_f32(gain[i]);
+}
+
+template <int S>
+void launch_phase1_group(const float* queries, const float* bank, int n, int64_t T, int64_t d,
+                         float eps, float* m, float* s, float* o, cudaStream_t stream) {
+  depth_phase1_kernel<S><<<static_cast<unsigned>(T), row_block_threads(d), 0, stream>>>(
+      queries, bank, n, T, d, eps, m, s, o);
+}
+
+}  // namespace
+
+void launch_depth_phase1(const float* queries, int num_queries, const float* bank, int n,
+                         int64_t num_tokens, int64_t d, float eps, float* m, float* s, float* o,
+                         cudaStream_t stream) {
+  if (num_tokens == 0 || num_queries == 0) return;
+  const int64_t T = num_tokens;
+  for (int l0 = 0; l0 < num_queries; l0 += kMaxFusedQueries) {
+    const int group = num_queries - l0 < kMaxFusedQueries ? num_queries - l0 : kMaxFusedQueries;
+    const float* qg = queries + static_cast<int64_t>(l0) * d;
+    float* mg = m + static_cast<int64_t>(l0) * T;
+    float* sg = s + static_cast<int64_t>(l0) * T;
+    float* og = o + static_cast<int64_t>(l0) * T * d;
+    switch (group) {
+      case 1:
+        launch_phase1_group<1>(qg, bank, n, T, d, eps, mg, sg, og, stream);
+        break;
+      case 2:
+        launch_phase1_group<2>(qg, bank, n, T, d, eps, mg, sg, og, stream);
+        break;
+      case 3:
+        launch_phase1_group<3>(qg, bank, n, T, d, eps, mg, sg, og, stream);
+        break;
+      case 4:
+        launch_phase1_group<4>(qg, bank, n, T, d, eps, mg, sg, og, stream);
+        break;
+      case 5:
+        launch_phase1_group<5>(qg, bank, n, T, d, eps, mg, sg, og, stream);
+        break;
+      case 6:
+        launch_phase1_group<6>(qg, bank, n, T, d, eps, mg, sg, og, stream);
+        break;
+      case 7:
+        launch_phase1_group<7>(qg, bank, n, T, d, eps, mg, sg, og, stream);
+        break;
+      default:
+        launch_phase1_group<8>(qg, bank, n, T, d, eps, mg, sg, og, stream);
+        break;
+    }
+    CUDA_CHECK_LAUNCH();
+  }
+}
+
+void launch_depth_phase2_prenorm(const float* m, const float* s, const float* o, const float* query,
+                                 float bias, float mix_eps, const float* partial, const void* gain,
+                                 DType gain_dtype, float norm_eps, int64_t num_tokens, int64_t d,
+                                 float* out, cudaStream_t stream) {
+  if (num_tokens == 0 || d == 0) return;
+  dispatch_float_dtype(gain_dtype, "depth_phase2 prenorm gain", [&](auto tag) {
+    using G = decltype(tag);
+    depth_phase2_prenorm_kernel<G>
+        <<<static_cast<unsigned>(num_tokens), row_block_threads(d), 0, stream>>>(
+            m, s, o, query, bias, mix_eps, partial, static_cast<const G*>(gain), norm_eps, d, out);
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace attnres::cuda

@@ -1,0 +1,88 @@
+// Host-side launchers of the CUDA kernels, callable from g++-compiled code (cuda_ops.cpp).
+// Each launcher takes raw device pointers and sizes already validated by the op that calls
+// it, launches on `stream` (always the last argument), and checks the launch
+// (cudaGetLastError) so that a bad configuration throws attnres::Error at once.
+// All activations are f32; `void*` + DType arguments are weights / gains read as stored.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/core/dtype.h"
+
+namespace attnres::cuda {
+
+// --- cuda_elementwise.cu ---
+// out[t, :] = table[ids[t], :] widened to f32. table [V, d].
+void launch_embedding(const void* table, DType table_dtype, const int32_t* ids, int64_t num_tokens,
+                      int64_t d, float* out, cudaStream_t stream);
+// out = silu(gate) * up over n elements.
+void launch_swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+// x += y over n elements.
+void launch_add_inplace(float* x, const float* y, int64_t n, cudaStream_t stream);
+// out row i = x row rows[i]; rows are row_bytes each (any dtype).
+void launch_gather_rows(const void* x, const int32_t* rows, int64_t num_rows, size_t row_bytes,
+                        void* out, cudaStream_t stream);
+// out[i] = x[i] rounded to `dtype` (BF16 or F16; round to nearest even).
+void launch_convert_from_f32(const float* x, void* out, DType dtype, int64_t n,
+                             cudaStream_t stream);
+// out[r, c] += bias[c] for r < rows, c < n.
+void launch_add_bias(float* out, const void* bias, DType bias_dtype, int64_t rows, int64_t n,
+                     cudaStream_t stream);
+
+// --- cuda_gemv.cu ---
+// Decode-sized linear, rows <= kMaxGemvRows: out[r, o] = x[r] . w[o] (+ bias[o]) with x
+// kept f32 (bias may be null). x [rows, K] f32, w [N, K] F32 / BF16 / F16, out [rows, N].
+constexpr int64_t kMaxGemvRows = 8;
+void launch_gemv(const float* x, int64_t rows, const void* w, DType w_dtype, const void* bias,
+                 DType bias_dtype, int64_t K, int64_t N, float* out, cudaStream_t stream);
+
+// --- cuda_norm_rope.cu ---
+// out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * gain. x, out [rows, n] (may alias).
+void launch_rms_norm(const float* x, const void* gain, DType gain_dtype, float eps, int64_t rows,
+                     int64_t n, float* out, cudaStream_t stream);
+// In place on q [T, hq * hd] and k [T, hkv * hd]: optional per-head RMSNorm (gain null to
+// skip), then rotate-half RoPE at positions[t] with inv_freq [hd / 2] (f32).
+void launch_qk_norm_rope(float* q, float* k, int64_t num_tokens, int hq, int hkv, int head_dim,
+                         const void* q_gain, DType q_gain_dtype, const void* k_gain,
+                         DType k_gain_dtype, float eps, const float* inv_freq,
+                         const int32_t* positions, cudaStream_t stream);
+
+// --- cuda_attention.cu ---
+// cache row slots[t] = k / v row t; rows of row_elems floats.
+void launch_store_kv(const float* k, const float* v, const int32_t* slots, int64_t num_tokens,
+                     int64_t row_elems, float* k_cache, float* v_cache, cudaStream_t stream);
+
+struct PagedAttentionArgs {
+  const float* q = nullptr;        // [T, hq * hd]
+  const float* k_cache = nullptr;  // [num_blocks, block_size, hkv, hd]
+  const float* v_cache = nullptr;
+  const int32_t* positions = nullptr;     // [T]
+  const int32_t* seq_of_token = nullptr;  // [T]
+  const int32_t* block_table = nullptr;   // [num_seqs, max_blocks] row-major, padded
+  int max_blocks = 0;
+  int64_t num_tokens = 0;
+  int hq = 0, hkv = 0, head_dim = 0, block_size = 0;
+  float scale = 1.0f;
+  float* out = nullptr;  // [T, hq * hd]
+};
+// Causal GQA attention over the paged cache; head_dim <= 256.
+void launch_paged_attention(const PagedAttentionArgs& args, cudaStream_t stream);
+constexpr int kMaxAttentionHeadDim = 256;
+
+// --- cuda_depth_mix.cu ---
+// Phase 1 for S query rows (any S; done in groups of 8): see Backend::depth_phase1.
+// queries [S, d]; bank [>= n, T, d]; m, s [S, T]; o [S, T, d].
+void launch_depth_phase1(const float* queries, int num_queries, const float* bank, int n,
+                         int64_t num_tokens, int64_t d, float eps, float* m, float* s, float* o,
+                         cudaStream_t stream);
+// Phase 2 + PreNorm: see Backend::depth_phase2_prenorm (the mixing case; the caller runs
+// launch_rms_norm when there is no mix). m, s [T]; o, p, out [T, d] (out may alias p).
+void launch_depth_phase2_prenorm(const float* m, const float* s, const float* o, const float* query,
+                                 float bias, float mix_eps, const float* partial, const void* gain,
+                                 DType gain_dtype, float norm_eps, int64_t num_tokens, int64_t d,
+                                 float* out, cudaStream_t stream);
+
+}  // namespace attnres::cuda

@@ -1,0 +1,374 @@
+// CudaBackend ops: validate shapes / dtypes / devices on the host (ATTNRES_CHECK, like the
+// CPU reference), then launch on the backend stream. Batch metadata comes from the device
+// buffers prepare_batch filled; the checks that need the cache shape (slots, block ids,
+// positions against block tables) run on the host once per prepared batch and cache shape.
+//
+// linear: up to 8 rows (decode) run the GEMV kernel of cuda_gemv.cu (x stays f32, bias
+// fused, matches the CPU to f32 rounding). More rows go through cuBLAS. Weights are [N, K]
+// row-major, which is column-major [K, N]; x [R, K] row-major is column-major [K, R]; out [R, N]
+// row-major is column-major [N, R]. So
+//   out_cm[N, R] = W_cm^T [N, K] * x_cm [K, R]:  cublasGemmEx(OP_T, OP_N, m=N, n=R, k=K,
+//   A=W lda=K, B=x ldb=K, C=out ldc=N)
+// F32 weights: an f32 GEMM with CUBLAS_COMPUTE_32F (no TF32), matching the CPU to f32
+// rounding. BF16 / F16 weights: cuBLAS needs A and B of one type, so x is first rounded to
+// the weight dtype into a scratch buffer (launch_convert_from_f32); the GEMM accumulates
+// in f32 and writes f32. That rounding of the activations (the CPU keeps them f32) makes
+// the result match the CPU to bf16 precision (~1e-3 relative), not f32. The bias is a
+// separate small kernel (a cublasLt epilogue is a later optimisation).
+#include <algorithm>
+
+#include "kernels/cuda/cuda_backend_internal.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace attnres {
+namespace {
+
+int64_t rows_of(const Tensor& t) {
+  if (t.rank() == 0) return 1;
+  return t.dim(-1) ? t.numel() / t.dim(-1) : 0;
+}
+
+void check_cuda(const Tensor& t, const char* what) {
+  ATTNRES_CHECK(t.defined() || t.numel() == 0, std::string(what) + " is undefined");
+  ATTNRES_CHECK(t.device == Device::CUDA, std::string(what) + " is not a CUDA tensor");
+}
+
+// A CUDA f32 tensor whose last dimension is n.
+void check_f32_rows(const Tensor& t, int64_t n, const char* what) {
+  check_cuda(t, what);
+  ATTNRES_CHECK(t.dtype == DType::F32,
+                std::string(what) + " must be F32, got " + std::string(dtype_name(t.dtype)));
+  ATTNRES_CHECK(t.rank() >= 1 && t.dim(-1) == n, std::string(what) + " " + shape_str(t.shape) +
+                                                     ": last dim must be " + std::to_string(n));
+}
+
+// A CUDA vector of n floats of any float dtype (gains, biases).
+void check_float_vector(const Tensor& t, int64_t n, const char* what) {
+  check_cuda(t, what);
+  ATTNRES_CHECK(t.numel() == n && t.dtype != DType::I32,
+                std::string(what) + " " + shape_str(t.shape) + " " +
+                    std::string(dtype_name(t.dtype)) + ": expected " + std::to_string(n) +
+                    " float values");
+}
+
+float* f32(Tensor& t) { return t.ptr<float>(); }
+const float* f32(const Tensor& t) { return t.ptr<float>(); }
+
+}  // namespace
+
+void CudaBackend::embedding(const Tensor& table, const BatchMeta& batch, Tensor& out) {
+  Impl& im = *impl_;
+  check_cuda(table, "embedding table");
+  ATTNRES_CHECK(table.rank() == 2, "embedding table " + shape_str(table.shape));
+  const int64_t vocab = table.dim(0), d = table.dim(1);
+  check_f32_rows(out, d, "embedding out");
+  const int64_t T = rows_of(out);
+  ATTNRES_CHECK(T == batch.num_tokens && static_cast<int64_t>(batch.token_ids.size()) == T,
+                "embedding: T mismatch");
+  im.ensure_prepared(*this, batch);
+  if (T == 0) return;
+  // Ids were range-summarised on the host in prepare_batch: a bad id never reaches the GPU.
+  if (im.min_token_id < 0 || im.max_token_id >= vocab) {
+    const int32_t bad = im.min_token_id < 0 ? im.min_token_id : im.max_token_id;
+    ATTNRES_CHECK(false, "embedding: token id " + std::to_string(bad) +
+                             " outside the vocabulary of " + std::to_string(vocab));
+  }
+  cuda::launch_embedding(table.data, table.dtype, im.token_ids, T, d, f32(out), im.stream);
+}
+
+void CudaBackend::rms_norm(const Tensor& x, const Tensor& gain, float eps, Tensor& out) {
+  ATTNRES_CHECK(x.rank() >= 1, "rms_norm x " + shape_str(x.shape));
+  const int64_t n = x.dim(-1);
+  check_f32_rows(x, n, "rms_norm x");
+  check_f32_rows(out, n, "rms_norm out");
+  ATTNRES_CHECK(out.numel() == x.numel(),
+                "rms_norm x " + shape_str(x.shape) + " out " + shape_str(out.shape));
+  check_float_vector(gain, n, "rms_norm gain");
+  cuda::launch_rms_norm(f32(x), gain.data, gain.dtype, eps, rows_of(x), n, f32(out), impl_->stream);
+}
+
+void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
+  Impl& im = *impl_;
+  check_cuda(w, "linear w");
+  ATTNRES_CHECK(w.rank() == 2, "linear w " + shape_str(w.shape));
+  const int64_t n_dim = w.dim(0), k_dim = w.dim(1);
+  check_f32_rows(x, k_dim, "linear x");
+  check_f32_rows(out, n_dim, "linear out");
+  const int64_t r_dim = rows_of(x);
+  ATTNRES_CHECK(rows_of(out) == r_dim, "linear x " + shape_str(x.shape) + " out " +
+                                           shape_str(out.shape) + " w " + shape_str(w.shape));
+  ATTNRES_CHECK(x.data != out.data || r_dim == 0, "linear: out must not alias x");
+  if (bias) check_float_vector(*bias, n_dim, "linear bias");
+  if (r_dim == 0 || n_dim == 0) return;
+  if (r_dim <= cuda::kMaxGemvRows && k_dim > 0) {  // decode: f32 x, bias fused, one launch
+    cuda::launch_gemv(f32(x), r_dim, w.data, w.dtype, bias ? bias->data : nullptr,
+                      bias ? bias->dtype : DType::F32, k_dim, n_dim, f32(out), im.stream);
+    return;
+  }
+  if (k_dim == 0) {  // empty sum: out = bias or 0
+    fill_zero(out);
+  } else {
+    ATTNRES_CHECK(n_dim <= INT32_MAX && k_dim <= INT32_MAX && r_dim <= INT32_MAX,
+                  "linear: dimension too large for cuBLAS int arguments");
+    const int m = static_cast<int>(n_dim), n = static_cast<int>(r_dim), k = static_cast<int>(k_dim);
+    const float alpha = 1.0f, beta = 0.0f;
+    const void* b_ptr = x.data;
+    cudaDataType_t ab_type = CUDA_R_32F;
+    if (w.dtype == DType::BF16 || w.dtype == DType::F16) {
+      ab_type = w.dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
+      const size_t bytes = static_cast<size_t>(r_dim * k_dim) * 2;
+      if (bytes > im.act_scratch_bytes) {
+        const size_t grown = std::max(bytes, im.act_scratch_bytes * 2);
+        im.act_scratch = im.raw_alloc(grown);  // stream-ordered reuse of the old block is safe
+        im.act_scratch_bytes = grown;
+      }
+      cuda::launch_convert_from_f32(f32(x), im.act_scratch.get(), w.dtype, r_dim * k_dim,
+                                    im.stream);
+      b_ptr = im.act_scratch.get();
+    } else {
+      ATTNRES_CHECK(w.dtype == DType::F32,
+                    "linear w dtype " + std::string(dtype_name(w.dtype)) + " is not supported");
+    }
+    CUBLAS_CHECK(cublasGemmEx(im.cublas, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w.data, ab_type,
+                              k, b_ptr, ab_type, k, &beta, out.data, CUDA_R_32F, m,
+                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+  if (bias) cuda::launch_add_bias(f32(out), bias->data, bias->dtype, r_dim, n_dim, im.stream);
+}
+
+void CudaBackend::qk_norm_rope(Tensor& q, Tensor& k, int head_dim, const Tensor* q_gain,
+                               const Tensor* k_gain, float eps, const Tensor& inv_freq,
+                               const BatchMeta& batch) {
+  Impl& im = *impl_;
+  const int64_t hd = head_dim;
+  ATTNRES_CHECK(hd > 0 && hd % 2 == 0, "qk_norm_rope head_dim " + std::to_string(hd));
+  ATTNRES_CHECK(q.rank() >= 1 && k.rank() >= 1 && q.dim(-1) % hd == 0 && k.dim(-1) % hd == 0,
+                "qk_norm_rope q " + shape_str(q.shape) + " k " + shape_str(k.shape));
+  check_f32_rows(q, q.dim(-1), "qk_norm_rope q");
+  check_f32_rows(k, k.dim(-1), "qk_norm_rope k");
+  const int64_t T = rows_of(q);
+  ATTNRES_CHECK(
+      rows_of(k) == T && T == batch.num_tokens && static_cast<int64_t>(batch.positions.size()) == T,
+      "qk_norm_rope: T mismatch");
+  check_cuda(inv_freq, "qk_norm_rope inv_freq");
+  ATTNRES_CHECK(inv_freq.dtype == DType::F32 && inv_freq.numel() == hd / 2,
+                "qk_norm_rope inv_freq " + shape_str(inv_freq.shape) + " must be F32 [hd / 2]");
+  const bool has_qg = q_gain && q_gain->defined(), has_kg = k_gain && k_gain->defined();
+  if (has_qg) check_float_vector(*q_gain, hd, "q_gain");
+  if (has_kg) check_float_vector(*k_gain, hd, "k_gain");
+  im.ensure_prepared(*this, batch);
+  cuda::launch_qk_norm_rope(f32(q), f32(k), T, static_cast<int>(q.dim(-1) / hd),
+                            static_cast<int>(k.dim(-1) / hd), static_cast<int>(hd),
+                            has_qg ? q_gain->data : nullptr, has_qg ? q_gain->dtype : DType::F32,
+                            has_kg ? k_gain->data : nullptr, has_kg ? k_gain->dtype : DType::F32,
+                            eps, f32(inv_freq), im.positions, im.stream);
+}
+
+namespace {
+
+void check_cache(const KvCacheLayer& cache) {
+  ATTNRES_CHECK(cache.k.rank() == 4 && cache.k.shape == cache.v.shape,
+                "kv cache k " + shape_str(cache.k.shape) + " v " + shape_str(cache.v.shape));
+  ATTNRES_CHECK(cache.k.dtype == DType::F32 && cache.v.dtype == DType::F32,
+                "the CUDA kv cache must be F32");
+  ATTNRES_CHECK(cache.k.device == Device::CUDA && cache.v.device == Device::CUDA,
+                "kv cache must be on the CUDA device");
+}
+
+// The host-side checks the CPU makes inline: every slot inside the cache, every block id
+// valid, every position inside its sequence's context and block table.
+void validate_batch_against_cache(const BatchMeta& batch, int64_t num_blocks, int64_t block_size) {
+  const int64_t slots = num_blocks * block_size;
+  for (int64_t t = 0; t < batch.num_tokens; ++t) {
+    const int64_t slot = batch.slot_mapping[t];
+    ATTNRES_CHECK(slot >= 0 && slot < slots, "store_kv slot " + std::to_string(slot) +
+                                                 " out of range " + std::to_string(slots));
+  }
+  for (int s = 0; s < batch.num_seqs(); ++s) {
+    const auto& table = batch.block_tables[s];
+    for (int64_t b : table)
+      ATTNRES_CHECK(b >= 0 && b < num_blocks, "attention: block id " + std::to_string(b));
+    for (int64_t t = batch.query_start[s]; t < batch.query_start[s + 1]; ++t) {
+      const int64_t pos = batch.positions[t];
+      ATTNRES_CHECK(pos >= 0 && pos < batch.context_len[s] &&
+                        pos < static_cast<int64_t>(table.size()) * block_size,
+                    "attention: position " + std::to_string(pos) + " outside the context");
+    }
+  }
+}
+
+}  // namespace
+
+void CudaBackend::store_kv(const Tensor& k, const Tensor& v, const BatchMeta& batch,
+                           KvCacheLayer& cache) {
+  Impl& im = *impl_;
+  check_cache(cache);
+  const int64_t row = cache.k.dim(2) * cache.k.dim(3);  // Hkv * hd
+  check_f32_rows(k, row, "store_kv k");
+  check_f32_rows(v, row, "store_kv v");
+  const int64_t T = rows_of(k);
+  ATTNRES_CHECK(rows_of(v) == T && T == batch.num_tokens &&
+                    static_cast<int64_t>(batch.slot_mapping.size()) == T,
+                "store_kv: T mismatch");
+  im.ensure_prepared(*this, batch);
+  if (im.validated_num_blocks != cache.k.dim(0) || im.validated_block_size != cache.k.dim(1)) {
+    validate_batch_against_cache(batch, cache.k.dim(0), cache.k.dim(1));
+    im.validated_num_blocks = cache.k.dim(0);
+    im.validated_block_size = cache.k.dim(1);
+  }
+  cuda::launch_store_kv(f32(k), f32(v), im.slot_mapping, T, row, f32(cache.k), f32(cache.v),
+                        im.stream);
+}
+
+void CudaBackend::attention(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
+                            int head_dim, float scale, Tensor& out) {
+  Impl& im = *impl_;
+  check_cache(cache);
+  const int64_t hd = head_dim, hkv = cache.k.dim(2);
+  ATTNRES_CHECK(hd > 0 && cache.k.dim(3) == hd, "attention head_dim " + std::to_string(hd) +
+                                                    " vs cache " + shape_str(cache.k.shape));
+  ATTNRES_CHECK(hd <= cuda::kMaxAttentionHeadDim,
+                "attention: head_dim " + std::to_string(hd) + " above the CUDA kernel's 256");
+  ATTNRES_CHECK(q.rank() >= 1 && q.dim(-1) % hd == 0, "attention q " + shape_str(q.shape));
+  const int64_t hq = q.dim(-1) / hd;
+  ATTNRES_CHECK(hq % hkv == 0, "attention: Hq must be a multiple of Hkv");
+  check_f32_rows(q, hq * hd, "attention q");
+  check_f32_rows(out, hq * hd, "attention out");
+  const int64_t T = rows_of(q);
+  ATTNRES_CHECK(rows_of(out) == T && T == batch.num_tokens &&
+                    static_cast<int64_t>(batch.positions.size()) == T,
+                "attention: T mismatch");
+  ATTNRES_CHECK(q.data != out.data || T == 0, "attention: out must not alias q");
+  im.ensure_prepared(*this, batch);
+  if (im.validated_num_blocks != cache.k.dim(0) || im.validated_block_size != cache.k.dim(1)) {
+    validate_batch_against_cache(batch, cache.k.dim(0), cache.k.dim(1));
+    im.validated_num_blocks = cache.k.dim(0);
+    im.validated_block_size = cache.k.dim(1);
+  }
+  cuda::PagedAttentionArgs args;
+  args.q = f32(q);
+  args.k_cache = f32(cache.k);
+  args.v_cache = f32(cache.v);
+  args.positions = im.positions;
+  args.seq_of_token = im.seq_of_token;
+  args.block_table = im.block_table;
+  args.max_blocks = im.max_blocks;
+  args.num_tokens = T;
+  args.hq = static_cast<int>(hq);
+  args.hkv = static_cast<int>(hkv);
+  args.head_dim = static_cast<int>(hd);
+  args.block_size = static_cast<int>(cache.k.dim(1));
+  args.scale = scale;
+  args.out = f32(out);
+  cuda::launch_paged_attention(args, im.stream);
+}
+
+void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor& out) {
+  ATTNRES_CHECK(gate.rank() >= 1, "swiglu gate " + shape_str(gate.shape));
+  const int64_t n = gate.dim(-1);
+  check_f32_rows(gate, n, "swiglu gate");
+  check_f32_rows(up, n, "swiglu up");
+  check_f32_rows(out, n, "swiglu out");
+  const int64_t total = gate.numel();
+  ATTNRES_CHECK(up.numel() == total && out.numel() == total, "swiglu: shape mismatch");
+  cuda::launch_swiglu(f32(gate), f32(up), f32(out), total, impl_->stream);
+}
+
+void CudaBackend::add_inplace(Tensor& x, const Tensor& y) {
+  ATTNRES_CHECK(x.shape == y.shape && x.dtype == DType::F32 && y.dtype == DType::F32,
+                "add_inplace x " + shape_str(x.shape) + " y " + shape_str(y.shape));
+  check_cuda(x, "add_inplace x");
+  check_cuda(y, "add_inplace y");
+  cuda::launch_add_inplace(f32(x), f32(y), x.numel(), impl_->stream);
+}
+
+void CudaBackend::gather_rows(const Tensor& x, std::span<const int32_t> rows, Tensor& out) {
+  Impl& im = *impl_;
+  ATTNRES_CHECK(x.rank() >= 1 && out.rank() >= 1 && x.dtype == out.dtype,
+                "gather_rows x " + shape_str(x.shape) + " out " + shape_str(out.shape));
+  check_cuda(x, "gather_rows x");
+  check_cuda(out, "gather_rows out");
+  const int64_t r_dim = x.dim(0);
+  const int64_t n_out = static_cast<int64_t>(rows.size());
+  ATTNRES_CHECK(out.dim(0) == n_out &&
+                    (r_dim == 0 || out.numel() / std::max<int64_t>(n_out, 1) == x.numel() / r_dim),
+                "gather_rows x " + shape_str(x.shape) + " out " + shape_str(out.shape));
+  ATTNRES_CHECK(x.data != out.data || n_out == 0, "gather_rows: x and out must not alias");
+  for (int64_t i = 0; i < n_out; ++i)
+    ATTNRES_CHECK(rows[i] >= 0 && rows[i] < r_dim, "gather_rows: row " + std::to_string(rows[i]));
+  const size_t row_bytes = r_dim ? x.nbytes() / static_cast<size_t>(r_dim) : 0;
+  if (n_out == 0 || row_bytes == 0) return;
+
+  // Upload the row ids through a pinned buffer (reused once the previous copy is done).
+  const size_t count = static_cast<size_t>(n_out);
+  if (!im.capturing()) CUDA_CHECK(cudaEventSynchronize(im.rows_copied));
+  if (count > im.rows_host_count) {
+    const size_t grown = std::max(count, im.rows_host_count * 2);
+    if (im.rows_host) CUDA_CHECK(cudaFreeHost(im.rows_host));
+    im.rows_host = nullptr;
+    im.rows_host_count = 0;
+    CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&im.rows_host), grown * sizeof(int32_t)));
+    im.rows_host_count = grown;
+  }
+  if (count > im.rows_device_count) {
+    const size_t grown = std::max(count, im.rows_device_count * 2);
+    im.rows_device = im.raw_alloc(grown * sizeof(int32_t));
+    im.rows_device_count = grown;
+  }
+  std::copy(rows.begin(), rows.end(), im.rows_host);
+  int32_t* rows_dev = static_cast<int32_t*>(im.rows_device.get());
+  CUDA_CHECK(cudaMemcpyAsync(rows_dev, im.rows_host, count * sizeof(int32_t),
+                             cudaMemcpyHostToDevice, im.stream));
+  if (!im.capturing()) CUDA_CHECK(cudaEventRecord(im.rows_copied, im.stream));  // not in a graph
+  cuda::launch_gather_rows(x.data, rows_dev, n_out, row_bytes, out.data, im.stream);
+}
+
+void CudaBackend::depth_phase1(const Tensor& queries, const Tensor& bank, int n, float eps,
+                               Tensor& m, Tensor& s, Tensor& o) {
+  ATTNRES_CHECK(queries.rank() == 2, "depth_phase1 queries " + shape_str(queries.shape));
+  const int64_t s_dim = queries.dim(0), d = queries.dim(1);
+  check_f32_rows(queries, d, "depth_phase1 queries");
+  ATTNRES_CHECK(bank.rank() == 3 && n >= 1 && bank.dim(0) >= n,
+                "depth_phase1 bank " + shape_str(bank.shape) + " n " + std::to_string(n));
+  check_f32_rows(bank, d, "depth_phase1 bank");
+  const int64_t T = bank.dim(1);
+  check_cuda(m, "depth_phase1 m");
+  check_cuda(s, "depth_phase1 s");
+  ATTNRES_CHECK(m.numel() == s_dim * T && s.numel() == s_dim * T && m.dtype == DType::F32 &&
+                    s.dtype == DType::F32,
+                "depth_phase1 m " + shape_str(m.shape) + " s " + shape_str(s.shape));
+  check_f32_rows(o, d, "depth_phase1 o");
+  ATTNRES_CHECK(o.numel() == s_dim * T * d, "depth_phase1 o " + shape_str(o.shape));
+  cuda::launch_depth_phase1(f32(queries), static_cast<int>(s_dim), f32(bank), n, T, d, eps, f32(m),
+                            f32(s), f32(o), impl_->stream);
+}
+
+void CudaBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& partial,
+                                       const Tensor& prenorm_gain, float norm_eps, Tensor& out) {
+  ATTNRES_CHECK(partial.rank() >= 1, "depth_phase2 partial " + shape_str(partial.shape));
+  const int64_t d = partial.dim(-1);
+  check_f32_rows(partial, d, "depth_phase2 partial");
+  check_f32_rows(out, d, "depth_phase2 out");
+  const int64_t T = rows_of(partial);
+  ATTNRES_CHECK(out.numel() == partial.numel(), "depth_phase2 out " + shape_str(out.shape));
+  const bool mixing = mix.query != nullptr && mix.m != nullptr;
+  if (!mixing) return rms_norm(partial, prenorm_gain, norm_eps, out);  // h = p
+
+  check_f32_rows(*mix.query, d, "depth_phase2 query");
+  ATTNRES_CHECK(mix.query->numel() == d, "depth_phase2 query " + shape_str(mix.query->shape));
+  ATTNRES_CHECK(mix.s && mix.o, "depth_phase2: m given without s / o");
+  check_cuda(*mix.m, "depth_phase2 m");
+  check_cuda(*mix.s, "depth_phase2 s");
+  ATTNRES_CHECK(mix.m->dtype == DType::F32 && mix.s->dtype == DType::F32 && mix.m->numel() == T &&
+                    mix.s->numel() == T,
+                "depth_phase2 m " + shape_str(mix.m->shape) + " s " + shape_str(mix.s->shape));
+  check_f32_rows(*mix.o, d, "depth_phase2 o");
+  ATTNRES_CHECK(mix.o->numel() == T * d, "depth_phase2 o " + shape_str(mix.o->shape));
+  check_float_vector(prenorm_gain, d, "depth_phase2 gain");
+  cuda::launch_depth_phase2_prenorm(f32(*mix.m), f32(*mix.s), f32(*mix.o), f32(*mix.query),
+                                    mix.bias, mix.mix_eps, f32(partial), prenorm_gain.data,
+                                    prenorm_gain.dtype, norm_eps, T, d, f32(out), impl_->stream);
+}
+
+}  // namespace attnres

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# First GPU run of the CUDA backend, in two halves.
+#
+#   kernels/cuda/gpu_first_run.sh stage   # on the build machine (no GPU needed): builds
+#                                         # test_cuda_backend + bench_cuda_backend into
+#                                         # build-cuda/ (git-ignored) and copies them with the
+#                                         # non-CUDA shared libraries they need into
+#                                         # build-cuda/device/
+#   kernels/cuda/gpu_first_run.sh run     # on the GPU machine, from the repository root, with
+#                                         # build-cuda/device carried: tests, sanitizers, bench;
+#                                         # logs under $OUT (or /tmp)
+#
+# Through the device tool: run(command="bash kernels/cuda/gpu_first_run.sh run",
+#                              carry=["build-cuda/device"])
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+mode=${1:-}
+build=${BUILD_DIR:-build-cuda}  # stage: where to build (run ignores it)
+dev=build-cuda/device
+case "$mode" in
+  stage)
+    export PATH=$PATH:/usr/local/cuda/bin
+    # Portable CPU code: the device machine's CPU may lack this one's ISA extensions.
+    cmake -S . -B "$build" -G Ninja -DATTNRES_CPU_ARCH=x86-64-v3 > /dev/null
+    ninja -C "$build" -j"${JOBS:-1}" test_cuda_backend bench_cuda_backend
+    mkdir -p "$dev"
+    cp "$build"/tests/cpp/cuda/test_cuda_backend "$build"/tests/cpp/cuda/bench_cuda_backend "$dev/"
+    for lib in libutf8proc.so.2 libgomp.so.1; do
+      cp -L "$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}')" "$dev/"
+    done
+    ls -la "$dev"
+    ;;
+  run)
+    out=${OUT:-/tmp}
+    export PATH=$PATH:/usr/local/cuda/bin  # compute-sanitizer
+    export LD_LIBRARY_PATH="$PWD/$dev:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+    export ATTNRES_ASSETS_DIR="$PWD/engine/model/assets"  # the bench's built-in models
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt" || true
+    # 1. Every op and the whole forward against the CPU backend.
+    "$dev/test_cuda_backend" 2>&1 | tee "$out/test.log" \
+      | grep -E "^\[  FAILED|^\[  PASSED|^\[  SKIPPED \] [0-9]+ tests|Failure|rror" || true
+    # 2. Out-of-bounds accesses and shared-memory races (ops only: the model tests are slow
+    #    under the sanitizer).
+    compute-sanitizer --tool memcheck --error-exitcode 9 "$dev/test_cuda_backend" \
+      --gtest_filter='CudaOps.*:CudaMemory.*' > "$out/memcheck.log" 2>&1 \
+      && echo "memcheck: clean" || echo "memcheck: FAILED (see memcheck.log)"
+    compute-sanitizer --tool racecheck --error-exitcode 9 "$dev/test_cuda_backend" \
+      --gtest_filter='CudaOps.RmsNorm:CudaOps.DepthPhase*:CudaOps.QkNormRope' \
+      > "$out/racecheck.log" 2>&1 && echo "racecheck: clean" || echo "racecheck: FAILED (see racecheck.log)"
+    # 3. Decode-step timing against the weight-read floor.
+    "$dev/bench_cuda_backend" 2>&1 | tee "$out/bench.log" || echo "bench: FAILED"
+    ;;
+  *)
+    echo "usage: $0 stage|run" >&2
+    exit 2
+    ;;
+esac
