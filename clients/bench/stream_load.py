@@ -13,12 +13,11 @@ any request failed. A benchmark, not a test: the figures go to docs/BENCHMARKS.m
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
 import time
 
-import httpx
+import openai
 
 
 def percentile(values, p):
@@ -30,32 +29,25 @@ def percentile(values, p):
     return values[lo] + (values[hi] - values[lo]) * (k - lo)
 
 
-async def one_request(client, url, model, i, args):
+async def one_request(client, model, i, args):
     prompt = " ".join(f"w{(i * 31 + j) % 97}" for j in range(args.prompt_words))
-    body = {"model": model, "prompt": prompt, "max_tokens": args.max_tokens, "temperature": 0,
-            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
     start = time.perf_counter()
     first = None
     stamps = []
     tokens = 0
-    async with client.stream("POST", url + "/v1/completions", json=body) as r:
-        if r.status_code != 200:
-            return {"ok": False, "why": f"HTTP {r.status_code}"}
-        async for line in r.aiter_lines():
-            if not line.startswith("data: "):
-                continue
-            data = line[6:]
-            if data == "[DONE]":
-                break
-            event = json.loads(data)
-            if "error" in event:
-                return {"ok": False, "why": event["error"].get("message", "error")}
-            if event.get("usage"):
-                tokens = event["usage"]["completion_tokens"]
-            if event.get("choices") and event["choices"][0].get("text"):
+    try:
+        stream = await client.completions.create(
+            model=model, prompt=prompt, max_tokens=args.max_tokens, temperature=0, stream=True,
+            stream_options={"include_usage": True}, extra_body={"ignore_eos": True})
+        async for chunk in stream:
+            if chunk.usage:
+                tokens = chunk.usage.completion_tokens
+            if chunk.choices and chunk.choices[0].text:
                 now = time.perf_counter()
                 first = first or now
                 stamps.append(now)
+    except openai.APIError as e:
+        return {"ok": False, "why": repr(e)}
     end = time.perf_counter()
     if tokens != args.max_tokens:
         return {"ok": False, "why": f"{tokens} tokens instead of {args.max_tokens}"}
@@ -64,13 +56,13 @@ async def one_request(client, url, model, i, args):
 
 
 async def main_async(args):
-    limits = httpx.Limits(max_connections=args.clients + 8, max_keepalive_connections=args.clients)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(args.timeout), limits=limits) as client:
-        model = (await client.get(args.url + "/v1/models")).json()["data"][0]["id"]
-        start = time.perf_counter()
-        results = await asyncio.gather(*(one_request(client, args.url, model, i, args)
-                                         for i in range(args.clients)), return_exceptions=True)
-        duration = time.perf_counter() - start
+    client = openai.AsyncOpenAI(base_url=args.url + "/v1", api_key=args.api_key, max_retries=0,
+                                timeout=args.timeout)
+    model = (await client.models.list()).data[0].id
+    start = time.perf_counter()
+    results = await asyncio.gather(*(one_request(client, model, i, args)
+                                     for i in range(args.clients)), return_exceptions=True)
+    duration = time.perf_counter() - start
     ok = [r for r in results if isinstance(r, dict) and r["ok"]]
     failed = [r for r in results if not (isinstance(r, dict) and r["ok"])]
     ttft = [r["ttft"] * 1e3 for r in ok]
@@ -98,6 +90,7 @@ def main():
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--prompt-words", type=int, default=32)
     parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--api-key", default="unused")
     sys.exit(asyncio.run(main_async(parser.parse_args())))
 
 
