@@ -272,7 +272,9 @@ void run_generation(ServerState& state, const httplib::Request& req, httplib::Re
   auto generation =
       std::make_unique<Generation>(state, head.id, prompts, options.params, options.n);
   if (options.stream) {
-    head.object += ".chunk";
+    // Chat chunks are "chat.completion.chunk"; legacy completion chunks stay
+    // "text_completion" (OpenAI and vLLM alike).
+    if (head.object == "chat.completion") head.object += ".chunk";
     auto job = std::make_shared<StreamJob>(
         StreamJob{state, head, options, std::move(generation), client_of(req)});
     start_sse(res, job,

@@ -138,6 +138,7 @@ def test_completion_stream_equals_non_stream(client, model_name):
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == \
         whole.usage.completion_tokens
     assert all(c.id == chunks[0].id and c.id.startswith("cmpl-") for c in chunks)
+    assert all(c.object == "text_completion" for c in chunks)  # as OpenAI and vLLM stream
 
 
 def test_completion_n_and_seed(client, model_name):
