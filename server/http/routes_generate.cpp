@@ -90,6 +90,18 @@ Json completion_choice(int index, std::string text, Json logprobs, FinishReason 
   return choice;
 }
 
+// The end of every stream: the usage chunk when asked for (choices: []), then [DONE].
+void finish_stream(StreamJob& job, SseWriter& out, DriveResult end) {
+  if (end == DriveResult::ClientGone || !out.ok()) return;
+  if (job.options.include_usage) {
+    Json j = head_json(job.head);
+    j["choices"] = Json::array();
+    j["usage"] = usage_json(job.generation->usage());
+    if (!out.event(j)) return;
+  }
+  out.done();
+}
+
 void stream_completion(StreamJob& job, const CompletionRequest& request, SseWriter& out) {
   const Tokenizer& tokenizer = *job.state.model().tokenizer;
   const int n = job.options.n;
@@ -132,14 +144,7 @@ void stream_completion(StreamJob& job, const CompletionRequest& request, SseWrit
         }
         return true;
       });
-  if (end == DriveResult::ClientGone || !out.ok()) return;
-  if (job.options.include_usage) {
-    Json j = head_json(job.head);
-    j["choices"] = Json::array();
-    j["usage"] = usage_json(job.generation->usage());
-    if (!out.event(j)) return;
-  }
-  out.done();
+  finish_stream(job, out, end);
 }
 
 Json completion_body(const ResponseHead& head, const CompletionRequest& request,
@@ -227,14 +232,7 @@ void stream_chat(StreamJob& job, const ChatRequest& request, SseWriter& out) {
         }
         return true;
       });
-  if (end == DriveResult::ClientGone || !out.ok()) return;
-  if (job.options.include_usage) {
-    Json j = head_json(job.head);
-    j["choices"] = Json::array();
-    j["usage"] = usage_json(job.generation->usage());
-    if (!out.event(j)) return;
-  }
-  out.done();
+  finish_stream(job, out, end);
 }
 
 Json chat_body(const ResponseHead& head, const ChatRequest& request,
