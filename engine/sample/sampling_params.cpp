@@ -61,6 +61,10 @@ void SamplingParams::validate(int vocab_size) const {
   if (logprobs < -1 || logprobs > kMaxLogprobs) {
     fail("logprobs", logprobs, "an integer in [0, " + std::to_string(kMaxLogprobs) + "] (or none)");
   }
+  if (prompt_logprobs < -1 || prompt_logprobs > kMaxLogprobs) {
+    fail("prompt_logprobs", prompt_logprobs,
+         "an integer in [0, " + std::to_string(kMaxLogprobs) + "] (or none)");
+  }
   if (stop.size() > kMaxStopStrings) {
     fail("stop", std::to_string(stop.size()) + " strings",
          "at most " + std::to_string(kMaxStopStrings));

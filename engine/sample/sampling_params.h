@@ -26,6 +26,9 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   int logprobs = -1;  // -1: none; k >= 0: the sampled token's logprob plus the top k
+  // vLLM's prompt_logprobs. -1: none; k >= 0: every prompt token's logprob under the model
+  // (position 0 has none) plus the top k there, reported once per request.
+  int prompt_logprobs = -1;
   bool skip_special_tokens = true;
 
   // Throws attnres::Error "field X: got Y, expected Z" for the first invalid field.

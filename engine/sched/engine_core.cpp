@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "engine/core/error.h"
+#include "engine/sample/logprobs.h"
 #include "engine/sample/sampler.h"
 #include "engine/sched/step_batch.h"
 
@@ -69,6 +70,10 @@ struct EngineCore::EngineSequence : Sequence {
   std::unique_ptr<TextDecoder> decoder;
   std::string text;     // detokenized output so far
   size_t released = 0;  // bytes of text already sent to the stream
+  // Prompt logprobs collected so far (positions [0, prompt_logprobs_end)); sent with the first
+  // output, once.
+  std::vector<std::optional<TokenLogprob>> prompt_logprobs;
+  bool prompt_logprobs_sent = false;
 };
 
 EngineCore::EngineCore(EngineConfig config, ModelRunner& runner)
@@ -294,6 +299,8 @@ void EngineCore::accept(EngineRequest request, std::shared_ptr<StreamChannel> ch
   for (int choice = 0; choice < request.n; ++choice) {
     SamplingParams params = request.params;
     if (params.seed) params.seed = *params.seed + static_cast<uint64_t>(choice);
+    // Prompt logprobs are per request: choice 0 computes and reports them.
+    if (choice > 0) params.prompt_logprobs = -1;
     const uint64_t fallback_seed = (static_cast<uint64_t>(entropy()) << 32) | entropy();
     active->choices.push_back(
         std::make_unique<EngineSequence>(request, choice, std::move(params), next_arrival_order_++,
@@ -343,6 +350,19 @@ void EngineCore::run_forward(const ScheduleOutput& schedule) {
   const size_t vocab = static_cast<size_t>(vocab_size_);
   ATTNRES_CHECK(logits_.size() == batch.logit_rows.size() * vocab,
                 "the model runner returned the wrong number of logits");
+  for (const PromptLogprobRows& rows : batch.prompt_rows) {
+    auto& seq = static_cast<EngineSequence&>(*rows.seq);
+    ATTNRES_CHECK(rows.first_position == seq.prompt_logprobs_end,
+                  "prompt logprob rows out of order");
+    if (seq.prompt_logprobs.empty()) seq.prompt_logprobs.emplace_back();  // position 0: none
+    for (int j = 0; j < rows.count; ++j) {
+      const std::span<const float> row(logits_.data() + (rows.first_logit + j) * vocab, vocab);
+      const int position = rows.first_position + j;
+      seq.prompt_logprobs.emplace_back(
+          compute_logprobs(row, seq.token_ids[position], seq.params.prompt_logprobs));
+    }
+    seq.prompt_logprobs_end += rows.count;
+  }
   const EngineClock::time_point now = EngineClock::now();
   for (size_t i = 0; i < batch.samplers.size(); ++i) {
     auto& seq = static_cast<EngineSequence&>(*batch.samplers[i]);
@@ -377,6 +397,15 @@ void EngineCore::sample_and_emit(EngineSequence& seq, std::span<float> logits,
   out.choice_index = seq.choice_index;
   out.token_ids.push_back(token);
   if (want_logprobs) out.logprobs.push_back(std::move(logprob));
+  if (seq.params.prompt_logprobs >= 0 && !seq.prompt_logprobs_sent) {
+    // The first output: the whole prompt has been computed, so every position is in.
+    if (seq.prompt_logprobs.empty()) seq.prompt_logprobs.emplace_back();  // a 1-token prompt
+    ATTNRES_CHECK(static_cast<int>(seq.prompt_logprobs.size()) == seq.num_prompt_tokens,
+                  "prompt logprobs incomplete at the first output");
+    out.prompt_logprobs = std::move(seq.prompt_logprobs);
+    seq.prompt_logprobs.clear();
+    seq.prompt_logprobs_sent = true;
+  }
   if (ready > seq.released) {
     out.text = seq.text.substr(seq.released, ready - seq.released);
     seq.released = ready;

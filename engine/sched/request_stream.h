@@ -27,6 +27,9 @@ struct RequestOutput {
   std::string text;                    // text that became final since then (may be empty
                                        // while a possible stop string is held back)
   std::vector<TokenLogprob> logprobs;  // one per token id when params.logprobs >= 0
+  // When params.prompt_logprobs >= 0: one entry per prompt token (position 0 has none), sent
+  // once per request, with choice 0's first output. Empty otherwise.
+  std::vector<std::optional<TokenLogprob>> prompt_logprobs;
   FinishReason finish_reason = FinishReason::None;  // set on the choice's last output
   std::optional<std::string> stop_string;           // vLLM's stop_reason, when one matched
   std::optional<int32_t> stop_token;

@@ -46,6 +46,16 @@ struct Sequence {
   EngineClock::time_point arrival_time;
   int num_preemptions = 0;
 
+  // Prompt logprobs (params.prompt_logprobs >= 0): those of prompt positions
+  // [1, prompt_logprobs_end) are computed. The token at position t - 1 gives position t's, so
+  // prefill chunks ask for extra logit rows until this reaches num_prompt_tokens; a recompute
+  // after a preemption does not ask again.
+  int prompt_logprobs_end = 1;
+
+  bool needs_prompt_logprob_rows() const {
+    return params.prompt_logprobs >= 0 && prompt_logprobs_end < num_prompt_tokens;
+  }
+
   int num_tokens() const { return static_cast<int>(token_ids.size()); }
   int num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
   int num_computed_tokens() const { return blocks.num_tokens; }

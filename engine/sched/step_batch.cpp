@@ -1,5 +1,6 @@
 #include "engine/sched/step_batch.h"
 
+#include <algorithm>
 #include <span>
 
 #include "engine/sched/batch_builder.h"
@@ -8,8 +9,10 @@ namespace attnres {
 
 StepBatch build_step_batch(const ScheduleOutput& schedule, int block_size) {
   StepBatch step;
+  std::vector<int32_t> prompt_logit_rows;
   for (const ScheduledChunk& chunk : schedule.chunks) {
     Sequence& seq = *chunk.seq;
+    const int first_token = seq.num_computed_tokens();
     const auto tokens = std::span(seq.token_ids)
                             .subspan(static_cast<size_t>(seq.num_computed_tokens()),
                                      static_cast<size_t>(chunk.num_new_tokens));
@@ -18,7 +21,23 @@ StepBatch build_step_batch(const ScheduleOutput& schedule, int block_size) {
       step.logit_rows.push_back(row);
       step.samplers.push_back(&seq);
     }
+    if (seq.needs_prompt_logprob_rows()) {
+      // The token at position t gives position t + 1's logprob: tokens in
+      // [prompt_logprobs_end - 1, num_prompt_tokens - 1) that this chunk computes.
+      const int begin = std::max(first_token, seq.prompt_logprobs_end - 1);
+      const int end = std::min(first_token + chunk.num_new_tokens, seq.num_prompt_tokens - 1);
+      if (begin < end) {
+        const int32_t first_row = row - (chunk.num_new_tokens - 1);
+        step.prompt_rows.push_back(
+            PromptLogprobRows{&seq, begin + 1, end - begin, prompt_logit_rows.size()});
+        for (int t = begin; t < end; ++t)
+          prompt_logit_rows.push_back(first_row + (t - first_token));
+      }
+    }
   }
+  // Prompt rows go after the sampling rows.
+  for (PromptLogprobRows& rows : step.prompt_rows) rows.first_logit += step.logit_rows.size();
+  step.logit_rows.insert(step.logit_rows.end(), prompt_logit_rows.begin(), prompt_logit_rows.end());
   return step;
 }
 

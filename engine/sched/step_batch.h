@@ -10,10 +10,22 @@
 
 namespace attnres {
 
+// Logit rows a prefill chunk adds for prompt logprobs: logit rows [first_logit, first_logit +
+// count) give the logprobs of prompt positions [first_position, first_position + count).
+struct PromptLogprobRows {
+  Sequence* seq = nullptr;
+  int first_position = 0;
+  int count = 0;
+  size_t first_logit = 0;
+};
+
 struct StepBatch {
   BatchMeta meta;
-  std::vector<int32_t> logit_rows;  // rows of meta whose next-token logits are needed
-  std::vector<Sequence*> samplers;  // the sequence to sample for each logit row
+  // Rows of meta whose next-token logits are needed: first one per sampler, then the prompt
+  // logprob rows (only for sequences that ask for prompt logprobs).
+  std::vector<int32_t> logit_rows;
+  std::vector<Sequence*> samplers;  // the sequence to sample for logit rows [0, samplers.size())
+  std::vector<PromptLogprobRows> prompt_rows;
 };
 
 // Appends every chunk with add_to_batch, which advances each sequence's computed-token

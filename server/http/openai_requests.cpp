@@ -238,13 +238,8 @@ CompletionRequest parse_completion_request(const nlohmann::ordered_json& body,
   if (auto v = f.integer("max_tokens", 1, INT32_MAX)) o.params.max_tokens = int(*v);
   if (auto v = f.integer("logprobs", 0, kMaxLogprobs)) o.params.logprobs = int(*v);
   if (auto v = f.boolean("echo")) request.echo = *v;
-  if (request.echo && o.params.logprobs >= 0) {
-    // Prompt logprobs would need a scoring pass over the prompt the engine does not offer.
-    throw bad_request(
-        "field echo: echo together with logprobs is not supported (prompt logprobs are not "
-        "computed by this server)",
-        "echo");
-  }
+  // echo with logprobs: the logprobs cover the echoed prompt too (vLLM's prompt_logprobs).
+  if (request.echo && o.params.logprobs >= 0) o.params.prompt_logprobs = o.params.logprobs;
   validate_params(o.params, state);
   request.prompts = read_prompts(f, state);
   for (const PromptInput& p : request.prompts) {

@@ -31,6 +31,7 @@ void ChoiceResult::add(const RequestOutput& out) {
   text += out.text;
   token_ids.insert(token_ids.end(), out.token_ids.begin(), out.token_ids.end());
   logprobs.insert(logprobs.end(), out.logprobs.begin(), out.logprobs.end());
+  if (!out.prompt_logprobs.empty()) prompt_logprobs = out.prompt_logprobs;
   if (out.finished()) {
     finish_reason = out.finish_reason;
     stop_string = out.stop_string;
@@ -61,20 +62,35 @@ Json stop_reason_json(const std::optional<std::string>& stop_string,
 
 Json completion_logprobs_json(const Tokenizer& tokenizer, std::span<const TokenLogprob> logprobs,
                               size_t& text_offset) {
+  return completion_logprobs_json(tokenizer, {}, {}, logprobs, text_offset);
+}
+
+Json completion_logprobs_json(const Tokenizer& tokenizer, std::span<const int32_t> prompt_ids,
+                              std::span<const std::optional<TokenLogprob>> prompt_logprobs,
+                              std::span<const TokenLogprob> logprobs, size_t& text_offset) {
   Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array(),
        offsets = Json::array();
-  for (const TokenLogprob& lp : logprobs) {
-    const std::string text = token_text(tokenizer, lp.token_id);
+  auto add = [&](int32_t token_id, const TokenLogprob* lp) {
+    const std::string text = token_text(tokenizer, token_id);
     tokens.push_back(text);
-    token_logprobs.push_back(lp.logprob);
-    // As vLLM: the top k plus the sampled token, keyed by token text.
-    Json alternatives = Json::object();
-    for (const auto& [id, logprob] : lp.top) alternatives[token_text(tokenizer, id)] = logprob;
-    if (!alternatives.contains(text)) alternatives[text] = lp.logprob;
-    top.push_back(std::move(alternatives));
     offsets.push_back(text_offset);
     text_offset += text.size();
+    if (!lp) {  // the first prompt token: nothing to condition on
+      token_logprobs.push_back(nullptr);
+      top.push_back(nullptr);
+      return;
+    }
+    token_logprobs.push_back(lp->logprob);
+    // As vLLM: the top k plus the chosen token, keyed by token text.
+    Json alternatives = Json::object();
+    for (const auto& [id, logprob] : lp->top) alternatives[token_text(tokenizer, id)] = logprob;
+    if (!alternatives.contains(text)) alternatives[text] = lp->logprob;
+    top.push_back(std::move(alternatives));
+  };
+  for (size_t i = 0; i < prompt_logprobs.size() && i < prompt_ids.size(); ++i) {
+    add(prompt_ids[i], prompt_logprobs[i] ? &*prompt_logprobs[i] : nullptr);
   }
+  for (const TokenLogprob& lp : logprobs) add(lp.token_id, &lp);
   Json j;
   j["tokens"] = std::move(tokens);
   j["token_logprobs"] = std::move(token_logprobs);

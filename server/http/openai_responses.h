@@ -30,6 +30,7 @@ struct ChoiceResult {
   std::string text;
   std::vector<int32_t> token_ids;
   std::vector<TokenLogprob> logprobs;
+  std::vector<std::optional<TokenLogprob>> prompt_logprobs;  // choice 0 of a prompt, when asked
   FinishReason finish_reason = FinishReason::None;
   std::optional<std::string> stop_string;
   std::optional<int32_t> stop_token;
@@ -50,6 +51,12 @@ Json stop_reason_json(const std::optional<std::string>& stop_string,
 // past the tokens (so streamed chunks continue the count).
 Json completion_logprobs_json(const Tokenizer& tokenizer, std::span<const TokenLogprob> logprobs,
                               size_t& text_offset);
+// The same, starting with the echoed prompt's positions (echo with logprobs, as OpenAI's legacy
+// completions): prompt_logprobs[i] is prompt_ids[i]'s (null, at position 0, gives null
+// token_logprobs and top_logprobs entries), then the generated tokens' `logprobs`.
+Json completion_logprobs_json(const Tokenizer& tokenizer, std::span<const int32_t> prompt_ids,
+                              std::span<const std::optional<TokenLogprob>> prompt_logprobs,
+                              std::span<const TokenLogprob> logprobs, size_t& text_offset);
 // Chat logprobs {content: [{token, logprob, bytes, top_logprobs: [...]}]}.
 Json chat_logprobs_json(const Tokenizer& tokenizer, std::span<const TokenLogprob> logprobs);
 

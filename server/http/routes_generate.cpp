@@ -104,46 +104,85 @@ void finish_stream(StreamJob& job, SseWriter& out, DriveResult end) {
 
 void stream_completion(StreamJob& job, const CompletionRequest& request, SseWriter& out) {
   const Tokenizer& tokenizer = *job.state.model().tokenizer;
-  const int n = job.options.n;
+  const size_t n = static_cast<size_t>(job.options.n);
   const size_t choices = static_cast<size_t>(job.generation->num_choices());
   std::vector<bool> started(choices, false);
   std::vector<size_t> text_offset(choices, 0);
+  // echo with logprobs: each choice's first chunk starts with its prompt's logprobs, which the
+  // engine sends once per prompt, with choice p * n's first output. Another choice's outputs
+  // that come before that one are held back until it does.
+  const bool prompt_logprobs = request.echo && job.options.params.prompt_logprobs >= 0;
+  std::vector<bool> prompt_known(request.prompts.size(), !prompt_logprobs);
+  std::vector<std::vector<std::optional<TokenLogprob>>> prompt_lps(request.prompts.size());
+  std::vector<std::vector<RequestOutput>> held(choices);
   auto chunk = [&](Json choice) {
     Json j = head_json(job.head);
     j["choices"] = Json::array({std::move(choice)});
     return out.event(j);
   };
+  auto send = [&](const RequestOutput& o) {
+    const size_t i = static_cast<size_t>(o.choice_index);
+    const size_t p = i / n;
+    const PromptInput& prompt = request.prompts[p];
+    std::string text = o.text;
+    const bool first = !started[i];
+    if (first && request.echo) text = prompt.text + text;
+    started[i] = true;
+    if (!o.error.empty()) return out.error(engine_error_envelope(job.state, o.error)) && false;
+    // With return_token_ids every id is sent, even one whose text is still held back.
+    const bool ids_to_send = job.options.return_token_ids && (first || !o.token_ids.empty());
+    const bool prompt_part = first && prompt_logprobs && !prompt_lps[p].empty();
+    if (!text.empty() || !o.logprobs.empty() || ids_to_send || prompt_part) {
+      Json logprobs = nullptr;
+      if (job.options.params.logprobs >= 0) {
+        logprobs = prompt_part ? completion_logprobs_json(tokenizer, prompt.ids, prompt_lps[p],
+                                                          o.logprobs, text_offset[i])
+                               : completion_logprobs_json(tokenizer, o.logprobs, text_offset[i]);
+      }
+      Json c = completion_choice(o.choice_index, std::move(text), std::move(logprobs),
+                                 FinishReason::None, nullptr);
+      if (job.options.return_token_ids) {
+        c["token_ids"] = ids_json(o.token_ids);
+        if (first) c["prompt_token_ids"] = ids_json(prompt.ids);
+      }
+      if (!chunk(std::move(c))) return false;
+    }
+    if (o.finished()) {
+      Json c = completion_choice(o.choice_index, "", nullptr, o.finish_reason,
+                                 stop_reason_json(o.stop_string, o.stop_token));
+      if (!chunk(std::move(c))) return false;
+    }
+    return true;
+  };
+  auto flush_held = [&](size_t p) {
+    for (size_t i = p * n; i < (p + 1) * n && i < choices; ++i) {
+      for (const RequestOutput& o : held[i]) {
+        if (!send(o)) return false;
+      }
+      held[i].clear();
+    }
+    return true;
+  };
   const DriveResult end =
       drive_generation(*job.generation, job.client, [&](const RequestOutput& o) {
         const size_t i = static_cast<size_t>(o.choice_index);
-        const PromptInput& prompt = request.prompts[i / static_cast<size_t>(n)];
-        std::string text = o.text;
-        const bool first = !started[i];
-        if (first && request.echo) text = prompt.text + text;
-        started[i] = true;
-        if (!o.error.empty()) return out.error(engine_error_envelope(job.state, o.error)) && false;
-        // With return_token_ids every id is sent, even one whose text is still held back.
-        const bool ids_to_send = job.options.return_token_ids && (first || !o.token_ids.empty());
-        if (!text.empty() || !o.logprobs.empty() || ids_to_send) {
-          Json logprobs = nullptr;
-          if (job.options.params.logprobs >= 0) {
-            logprobs = completion_logprobs_json(tokenizer, o.logprobs, text_offset[i]);
+        const size_t p = i / n;
+        if (!prompt_known[p]) {
+          if (i % n != 0) {
+            held[i].push_back(o);
+            return true;
           }
-          Json c = completion_choice(o.choice_index, std::move(text), std::move(logprobs),
-                                     FinishReason::None, nullptr);
-          if (job.options.return_token_ids) {
-            c["token_ids"] = ids_json(o.token_ids);
-            if (first) c["prompt_token_ids"] = ids_json(prompt.ids);
-          }
-          if (!chunk(std::move(c))) return false;
+          prompt_known[p] = true;  // choice 0's first output (without them only if it failed)
+          prompt_lps[p] = o.prompt_logprobs;
+          return send(o) && flush_held(p);
         }
-        if (o.finished()) {
-          Json c = completion_choice(o.choice_index, "", nullptr, o.finish_reason,
-                                     stop_reason_json(o.stop_string, o.stop_token));
-          if (!chunk(std::move(c))) return false;
-        }
-        return true;
+        return send(o);
       });
+  if (end != DriveResult::ClientGone && out.ok()) {
+    for (size_t p = 0; p < request.prompts.size(); ++p) {
+      if (!flush_held(p)) break;
+    }
+  }
   finish_stream(job, out, end);
 }
 
@@ -158,7 +197,13 @@ Json completion_body(const ResponseHead& head, const CompletionRequest& request,
     Json logprobs = nullptr;
     if (request.options.params.logprobs >= 0) {
       size_t offset = 0;
-      logprobs = completion_logprobs_json(tokenizer, r.logprobs, offset);
+      // echo with logprobs: the prompt's logprobs came with the prompt's first choice.
+      const size_t first_choice = i - i % static_cast<size_t>(request.options.n);
+      logprobs =
+          request.echo && request.options.params.prompt_logprobs >= 0
+              ? completion_logprobs_json(tokenizer, prompt.ids,
+                                         results[first_choice].prompt_logprobs, r.logprobs, offset)
+              : completion_logprobs_json(tokenizer, r.logprobs, offset);
     }
     Json c = completion_choice(static_cast<int>(i), request.echo ? prompt.text + r.text : r.text,
                                std::move(logprobs), r.finish_reason,

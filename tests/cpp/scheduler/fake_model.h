@@ -52,6 +52,7 @@ class FakeRunner : public ModelRunner {
     if (fail_on_call_ >= 0 && calls_ == fail_on_call_) throw std::runtime_error("device lost");
     ++calls_;
     batch_sizes_.push_back(batch.num_tokens);
+    logit_row_counts_.push_back(static_cast<int>(logit_rows.size()));
     for (int t = 0; t < batch.num_tokens; ++t)
       slots_.at(batch.slot_mapping[t]) = batch.token_ids[t];
     logits.assign(logit_rows.size() * kVocab, 0.0f);
@@ -60,7 +61,11 @@ class FakeRunner : public ModelRunner {
       int s = 0;
       while (batch.query_start[s + 1] <= row) ++s;
       const int position = batch.positions[row];
-      EXPECT_EQ(position + 1, batch.context_len[s]) << "logits requested for a non-final row";
+      if (allow_inner_rows_) {
+        EXPECT_LT(position, batch.context_len[s]) << "logits requested beyond the sequence";
+      } else {
+        EXPECT_EQ(position + 1, batch.context_len[s]) << "logits requested for a non-final row";
+      }
       std::vector<int32_t> context;
       for (int p = 0; p <= position; ++p) {
         const int32_t block = batch.block_tables[s].at(p / block_size_);
@@ -78,7 +83,17 @@ class FakeRunner : public ModelRunner {
   // Emit kEos for the token at sequence position >= n (context length n).
   void set_eos_after(int n) { eos_after_ = n; }
   void set_fail_on_call(int call) { fail_on_call_ = call; }
+  // Prompt logprobs ask for the logits of rows before a chunk's last one.
+  void set_allow_inner_rows(bool allow) { allow_inner_rows_ = allow; }
   const std::vector<int>& batch_sizes() const { return batch_sizes_; }
+  const std::vector<int>& logit_row_counts() const { return logit_row_counts_; }
+
+  // The logits execute() gives a row whose context predicts `chosen`.
+  std::vector<float> logits_for(int32_t chosen) const {
+    std::vector<float> row(kVocab);
+    fill_row(row, chosen);
+    return row;
+  }
 
  private:
   void fill_row(std::span<float> row, int32_t chosen) const {
@@ -91,10 +106,12 @@ class FakeRunner : public ModelRunner {
   int block_size_;
   std::vector<int32_t> slots_;
   bool smooth_ = false;
+  bool allow_inner_rows_ = false;
   int eos_after_ = 0;
   int fail_on_call_ = -1;
   int calls_ = 0;
   std::vector<int> batch_sizes_;
+  std::vector<int> logit_row_counts_;
 };
 
 inline std::vector<int32_t> iota_prompt(int length, int32_t first) {
