@@ -6,5 +6,10 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 build=${ATTNRES_BUILD_DIR:-$repo/build}
 # nvcc lives outside PATH in the standard CUDA install.
 [ -x /usr/local/cuda/bin/nvcc ] && export PATH="$PATH:/usr/local/cuda/bin"
-cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+# ccache, when installed, makes rebuilds (and builds of several worktrees) cheap.
+launcher=()
+if command -v ccache >/dev/null; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
+cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" "$@" >/dev/null
 cmake --build "$build" -j "$(nproc)"
