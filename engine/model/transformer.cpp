@@ -32,9 +32,22 @@ const AttnResWeights* depth_weights_of(const ModelWeights& w, const DepthStep& s
 }  // namespace
 
 // Per-step activations. Allocated per forward: on the CPU an allocation is noise next to
-// the matmuls; the CUDA backend will keep a persistent arena per batch-size bucket.
+// the matmuls; the CUDA backend's caching allocator makes it cheap there.
 struct Transformer::Scratch {
   Tensor q, k, v, attn, gate, up, act;
+  // Sequence-parallel only: every row of the step (padded to a multiple of the group size)
+  // for the gathered sublayer input and the not-yet-reduced sublayer output.
+  Tensor gathered, unreduced;
+  Tensor reduced;  // [local rows, d]: the sublayer output summed over the ranks
+};
+
+// Which rows of the step this rank holds in the partial, the bank and the Phase-1 state.
+struct Transformer::RowSplit {
+  int64_t rows = 0;        // T: rows of the step
+  int64_t padded = 0;      // T rounded up to a multiple of the group size (sharded), else T
+  int64_t begin = 0;       // first row this rank holds
+  int64_t local = 0;       // rows this rank holds (padded / P, or T)
+  bool sharded = false;    // sequence-parallel step
 };
 
 Tensor Transformer::upload(const Tensor& t) {
@@ -43,10 +56,12 @@ Tensor Transformer::upload(const Tensor& t) {
   return backend_.upload(t);
 }
 
-Transformer::Transformer(const ModelConfig& config, const ModelWeights& weights, Backend& backend)
+Transformer::Transformer(const ModelConfig& config, const ModelWeights& weights, Backend& backend,
+                         ParallelRole parallel)
     : config_(config),
       backend_(backend),
-      plan_(DepthPlan::build(config, weights.final_res.has_value())) {
+      plan_(DepthPlan::build(config, weights.final_res.has_value())),
+      parallel_(parallel) {
   weights_.embed_tokens = backend_.upload(weights.embed_tokens);
   weights_.final_norm = upload(weights.final_norm);
   weights_.lm_head = upload(weights.lm_head);  // tied: the same memory as embed_tokens
@@ -117,6 +132,40 @@ void Transformer::mlp_sublayer(int layer, const Tensor& normed, Scratch& s, Tens
   backend_.linear(s.act, w.down_proj, bias(w.down_bias), out);
 }
 
+Transformer::RowSplit Transformer::split_rows(const BatchMeta& batch) const {
+  RowSplit split;
+  split.rows = split.padded = split.local = batch.num_tokens;
+  if (!parallel_.comm || parallel_.sequence_parallel_min_tokens <= 0) return split;
+  int64_t prefill_tokens = 0;
+  for (int s = 0; s < batch.num_seqs(); ++s) {
+    const int64_t n = batch.query_start[s + 1] - batch.query_start[s];
+    if (n > 1) prefill_tokens += n;
+  }
+  if (prefill_tokens < parallel_.sequence_parallel_min_tokens) return split;
+  const int64_t P = parallel_.comm->size();
+  split.sharded = true;
+  split.padded = (split.rows + P - 1) / P * P;
+  split.local = split.padded / P;
+  split.begin = split.local * parallel_.comm->rank();
+  return split;
+}
+
+Tensor Transformer::gather_input(const RowSplit& split, Tensor& normed_local, Scratch& s) {
+  if (!split.sharded) return normed_local;
+  parallel_.comm->all_gather(normed_local, s.gathered);
+  return s.gathered.rows(0, split.rows);
+}
+
+Tensor Transformer::reduce_output(const RowSplit& split, Scratch& s) {
+  if (split.sharded) {
+    // Rows [T, padded) of `unreduced` are never written: they stay zero.
+    parallel_.comm->reduce_scatter_sum(s.unreduced, s.reduced);
+  } else if (parallel_.comm) {
+    parallel_.comm->all_reduce_sum(s.reduced);
+  }
+  return s.reduced;
+}
+
 Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
                             std::span<const int32_t> logit_rows) {
   const int64_t T = batch.num_tokens;
@@ -125,6 +174,8 @@ Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
   const int64_t q_width = static_cast<int64_t>(config_.num_heads) * config_.head_dim;
   const int64_t kv_width = static_cast<int64_t>(config_.num_kv_heads) * config_.head_dim;
   const int64_t ffn = config_.intermediate_size;
+  const RowSplit split = split_rows(batch);
+  const int64_t L = split.local;  // rows of the residual stream held here
 
   backend_.prepare_batch(batch);
   Scratch s;
@@ -135,32 +186,46 @@ Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
   s.gate = backend_.alloc({T, ffn}, DType::F32);
   s.up = backend_.alloc({T, ffn}, DType::F32);
   s.act = backend_.alloc({T, ffn}, DType::F32);
-  Tensor partial = backend_.alloc({T, d}, DType::F32);
-  Tensor normed = backend_.alloc({T, d}, DType::F32);
-  Tensor sublayer_out = backend_.alloc({T, d}, DType::F32);
+  s.reduced = backend_.alloc({L, d}, DType::F32);
+  if (split.sharded) {
+    s.gathered = backend_.alloc({split.padded, d}, DType::F32);
+    s.unreduced = backend_.alloc({split.padded, d}, DType::F32);
+  }
+  Tensor partial = backend_.alloc({L, d}, DType::F32);
+  Tensor normed = backend_.alloc({L, d}, DType::F32);
+  // Where a sublayer writes its (not yet summed over ranks) output: every row of the step.
+  Tensor sublayer_out = split.sharded ? s.unreduced.rows(0, T) : s.reduced;
 
   // The bank holds completed representations; entry 0 is the embedding, and the partial
   // starts as the embedding too (ATTNRES.md §2a and §2b).
   const bool attnres = !plan_.groups.empty();
   Tensor bank, phase1_m, phase1_s, phase1_o;
   int bank_size = 0;
-  backend_.embedding(weights_.embed_tokens, batch, partial);
+  if (split.sharded) {
+    // Embed every row (a table lookup), keep this rank's; padding rows stay zero.
+    Tensor all_rows = s.gathered.rows(0, T);
+    backend_.embedding(weights_.embed_tokens, batch, all_rows);
+    backend_.copy(s.gathered.rows(split.begin, split.begin + L), partial);
+  } else {
+    backend_.embedding(weights_.embed_tokens, batch, partial);
+  }
   if (attnres) {
     const int64_t slots = plan_.max_group_size();
-    bank = backend_.alloc({plan_.bank_capacity, T, d}, DType::F32);
-    phase1_m = backend_.alloc({slots, T}, DType::F32);
-    phase1_s = backend_.alloc({slots, T}, DType::F32);
-    phase1_o = backend_.alloc({slots, T, d}, DType::F32);
+    bank = backend_.alloc({plan_.bank_capacity, L, d}, DType::F32);
+    phase1_m = backend_.alloc({slots, L}, DType::F32);
+    phase1_s = backend_.alloc({slots, L}, DType::F32);
+    phase1_o = backend_.alloc({slots, L, d}, DType::F32);
     Tensor entry = bank.row(0);
     backend_.copy(partial, entry);
     bank_size = 1;
   }
+  footprint_ = {T, L, split.sharded, bank.defined() ? bank.nbytes() : 0};
   auto push_partial = [&] {
     Tensor entry = bank.row(bank_size++);
     backend_.copy(partial, entry);
   };
 
-  Tensor hidden = backend_.alloc({T, d}, DType::F32);
+  Tensor hidden = backend_.alloc({L, d}, DType::F32);
   for (size_t i = 0; i < plan_.steps.size(); ++i) {
     const DepthStep& step = plan_.steps[i];
     Backend::DepthMixArgs mix;
@@ -200,12 +265,13 @@ Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
       push_partial();
       backend_.fill_zero(partial);
     }
+    const Tensor input = gather_input(split, normed, s);
     if (step.kind == SublayerKind::Attention) {
-      attention_sublayer(step.layer, normed, batch, cache.layers[step.layer], s, sublayer_out);
+      attention_sublayer(step.layer, input, batch, cache.layers[step.layer], s, sublayer_out);
     } else {
-      mlp_sublayer(step.layer, normed, s, sublayer_out);
+      mlp_sublayer(step.layer, input, s, sublayer_out);
     }
-    backend_.add_inplace(partial, sublayer_out);
+    backend_.add_inplace(partial, reduce_output(split, s));
     if (step.push_after) push_partial();
   }
 
@@ -213,8 +279,9 @@ Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
   const int64_t vocab = config_.vocab_size;
   // A step made only of unfinished prefill chunks wants no logits: its work was the K/V.
   if (rows == 0) return backend_.alloc({0, vocab}, DType::F32);
+  const Tensor all_hidden = gather_input(split, hidden, s);
   Tensor selected = backend_.alloc({rows, d}, DType::F32);
-  backend_.gather_rows(hidden, logit_rows, selected);
+  backend_.gather_rows(all_hidden, logit_rows, selected);
   Tensor logits = backend_.alloc({rows, vocab}, DType::F32);
   backend_.linear(selected, weights_.lm_head, nullptr, logits);
   return logits;

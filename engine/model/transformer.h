@@ -3,6 +3,14 @@
 // ATTNRES.md §3) -> attention or SwiGLU MLP -> add into the partial / grow the bank ->
 // final mix (2b) -> norm -> LM head. The same code runs plain Qwen3 / Qwen2 / Llama models
 // (the plan then has no mixes) and every AttnRes variant.
+//
+// Tensor parallelism (engine/parallel) changes only where the forward communicates: a rank is
+// given its local config and weight slices, plus a Communicator. On the ordinary path every
+// rank holds every row of the step; the outputs of the row-parallel o_proj and down_proj are
+// all-reduced. On the sequence-parallel path (long prefill, ATTNRES.md §4) each rank holds
+// 1/P of the rows of the partial, the bank and the Phase-1 state: the depth mix and PreNorm
+// run on those rows, the sublayer input is all-gathered, and the sublayer output is
+// reduce-scattered back to the rows' owners instead of all-reduced.
 #pragma once
 
 #include <memory>
@@ -14,19 +22,42 @@
 #include "engine/model/kv_cache.h"
 #include "engine/model/model_config.h"
 #include "engine/model/model_weights.h"
+#include "engine/parallel/communicator.h"
 
 namespace attnres {
+
+// How a Transformer takes part in a tensor-parallel group. The default is a model alone.
+struct ParallelRole {
+  // Null: no communication. A group of one still communicates (the collectives are copies),
+  // so the communication path can be checked on a single device.
+  Communicator* comm = nullptr;
+  // Steps with at least this many prefill tokens (tokens of sequences computing more than one
+  // token in the step) shard the residual stream along the sequence; 0 never does.
+  int sequence_parallel_min_tokens = 0;
+};
+
+// What the last forward held, for tests and the memory model (docs/PARALLELISM.md).
+struct ForwardFootprint {
+  int64_t rows = 0;        // rows of the step
+  int64_t local_rows = 0;  // rows of the partial / bank this rank held (padding included)
+  bool sequence_parallel = false;
+  size_t bank_bytes = 0;  // the depth bank's allocation on this rank
+};
 
 class Transformer {
  public:
   // Uploads the weights to the backend (the CPU backend keeps them where they are: a
   // memory-mapped bf16 weight stays a memory-mapped bf16 weight) and folds each depth
   // RMSNorm gain into its pseudo-query.
-  Transformer(const ModelConfig& config, const ModelWeights& weights, Backend& backend);
+  // Under tensor parallelism config and weights are the rank's (engine/parallel/
+  // tensor_parallel.h: local_config, shard_weights).
+  Transformer(const ModelConfig& config, const ModelWeights& weights, Backend& backend,
+              ParallelRole parallel = {});
 
   // One step over the tokens of `batch` (prefill chunks and decode tokens alike). Writes
   // their K/V into `cache` and returns the logits [logit_rows.size(), vocab] (f32, on the
-  // backend's device) of the requested rows of the step.
+  // backend's device) of the requested rows of the step. Under tensor parallelism every rank
+  // calls it with the same batch and rows, and gets its vocabulary slice's logits.
   Tensor forward(const BatchMeta& batch, KvCache& cache, std::span<const int32_t> logit_rows);
 
   const DepthPlan& plan() const { return plan_; }
@@ -34,9 +65,17 @@ class Transformer {
   Backend& backend() { return backend_; }
   // Bytes of weights one decode step reads (the roofline numerator before the KV cache).
   size_t weight_bytes() const { return weight_bytes_; }
+  const ForwardFootprint& last_footprint() const { return footprint_; }
 
  private:
   struct Scratch;
+  struct RowSplit;
+  RowSplit split_rows(const BatchMeta& batch) const;
+  // The sublayer's input with every row of the step: the local normed rows themselves, or
+  // (sequence-parallel) all of them gathered from the ranks.
+  Tensor gather_input(const RowSplit& split, Tensor& normed_local, Scratch& scratch);
+  // Sums the ranks' partial sublayer outputs into the rows this rank holds.
+  Tensor reduce_output(const RowSplit& split, Scratch& scratch);
   void attention_sublayer(int layer, const Tensor& normed, const BatchMeta& batch,
                           KvCacheLayer& cache, Scratch& scratch, Tensor& out);
   void mlp_sublayer(int layer, const Tensor& normed, Scratch& scratch, Tensor& out);
@@ -50,6 +89,8 @@ class Transformer {
   std::vector<float> step_bias_;       // per plan step: the bias on the partial's logit
   Tensor inv_freq_;                    // [head_dim / 2] f32
   size_t weight_bytes_ = 0;
+  ParallelRole parallel_;
+  ForwardFootprint footprint_;
 };
 
 }  // namespace attnres

@@ -28,38 +28,54 @@ struct Running {
 
 }  // namespace
 
-OfflineGenerator::OfflineGenerator(Transformer& model, std::shared_ptr<const Tokenizer> tokenizer,
-                                   std::vector<int32_t> eos_ids, int block_size)
-    : model_(model),
+OfflineGenerator::OfflineGenerator(ModelRunner& runner, std::shared_ptr<const Tokenizer> tokenizer,
+                                   std::vector<int32_t> eos_ids, OfflineGeneratorOptions options)
+    : runner_(runner),
       tokenizer_(std::move(tokenizer)),
       eos_ids_(std::move(eos_ids)),
-      block_size_(block_size) {}
+      options_(options) {
+  if (options_.block_size < 1 || options_.num_kv_blocks < 0 || options_.max_prefill_tokens < 1) {
+    throw Error("offline generator: block_size and max_prefill_tokens must be >= 1");
+  }
+}
+
+int OfflineGenerator::blocks_needed(const std::vector<GenerationRequest>& requests,
+                                    int block_size) {
+  int64_t total = 0;
+  for (const GenerationRequest& r : requests) {
+    const int64_t len = static_cast<int64_t>(r.prompt_ids.size()) + std::max(0, r.params.max_tokens);
+    total += (len + block_size - 1) / block_size;
+  }
+  return static_cast<int>(std::min<int64_t>(total, 1 << 30));
+}
 
 std::vector<GenerationResult> OfflineGenerator::generate(
     const std::vector<GenerationRequest>& requests, const TextCallback& on_text,
     GenerationTimings* timings) {
-  const ModelConfig& config = model_.config();
-  int total_blocks = 0;
+  const int vocab_size = runner_.vocab_size();
+  const int block_size = options_.block_size;
   for (const GenerationRequest& r : requests) {
     if (r.prompt_ids.empty()) throw Error("prompt is empty: at least one token is needed");
-    r.params.validate(config.vocab_size);
+    r.params.validate(vocab_size);
     for (int32_t id : r.prompt_ids) {
-      if (id < 0 || id >= config.vocab_size) {
+      if (id < 0 || id >= vocab_size) {
         throw Error("prompt token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                    std::to_string(config.vocab_size) + ")");
+                    std::to_string(vocab_size) + ")");
       }
     }
     const int64_t len = static_cast<int64_t>(r.prompt_ids.size()) + r.params.max_tokens;
-    if (len > config.max_position_embeddings) {
+    if (len > options_.max_model_len) {
       throw Error("prompt (" + std::to_string(r.prompt_ids.size()) + " tokens) plus max_tokens (" +
                   std::to_string(r.params.max_tokens) + ") exceeds the model's context length " +
-                  std::to_string(config.max_position_embeddings));
+                  std::to_string(options_.max_model_len));
     }
-    total_blocks += static_cast<int>((len + block_size_ - 1) / block_size_);
   }
-  Backend& backend = model_.backend();
-  KvCache cache = KvCache::allocate(backend, config, total_blocks, block_size_);
-  BlockManager blocks(total_blocks, block_size_);
+  const int needed = blocks_needed(requests, block_size);
+  if (needed > options_.num_kv_blocks) {
+    throw Error("these requests need " + std::to_string(needed) + " KV cache blocks, the cache has " +
+                std::to_string(options_.num_kv_blocks));
+  }
+  BlockManager blocks(options_.num_kv_blocks, block_size);
 
   std::random_device entropy;
   std::vector<Running> running;
@@ -77,10 +93,8 @@ std::vector<GenerationResult> OfflineGenerator::generate(
   std::vector<float> logits_host;
   auto sample_step = [&](const BatchMeta& batch, const std::vector<int32_t>& rows,
                          const std::vector<size_t>& which) {
-    Tensor logits = model_.forward(batch, cache, rows);
-    const size_t vocab = static_cast<size_t>(config.vocab_size);
-    logits_host.resize(logits.numel());
-    backend.download(logits, logits_host.data());
+    runner_.execute(batch, rows, logits_host);
+    const size_t vocab = static_cast<size_t>(vocab_size);
     for (size_t i = 0; i < which.size(); ++i) {
       Running& seq = running[which[i]];
       std::span<float> row(logits_host.data() + i * vocab, vocab);
@@ -112,23 +126,38 @@ std::vector<GenerationResult> OfflineGenerator::generate(
     }
   };
 
-  // Prefill: every prompt in one step.
+  // Prefill: the prompts in order, in steps of at most max_prefill_tokens tokens; a prompt's
+  // last chunk asks for the logits of its last position (the first token is sampled there).
   auto start = Clock::now();
   {
-    BatchMeta batch;
-    std::vector<int32_t> rows;
-    std::vector<size_t> which;
-    for (size_t i = 0; i < running.size(); ++i) {
-      Running& seq = running[i];
-      blocks.append(seq.blocks, static_cast<int>(seq.request->prompt_ids.size()));
-      rows.push_back(add_to_batch(batch, seq.blocks, seq.request->prompt_ids, block_size_));
-      which.push_back(i);
+    size_t next = 0;       // the request being prefilled
+    int next_offset = 0;   // its tokens already scheduled
+    while (next < running.size()) {
+      BatchMeta batch;
+      std::vector<int32_t> rows;
+      std::vector<size_t> which;
+      int budget = options_.max_prefill_tokens;
+      while (next < running.size() && budget > 0) {
+        Running& seq = running[next];
+        const auto& prompt = seq.request->prompt_ids;
+        const int count = std::min(budget, static_cast<int>(prompt.size()) - next_offset);
+        blocks.append(seq.blocks, count);
+        const int32_t last_row =
+            add_to_batch(batch, seq.blocks, std::span(prompt).subspan(next_offset, count),
+                         block_size);
+        budget -= count;
+        next_offset += count;
+        if (next_offset == static_cast<int>(prompt.size())) {
+          rows.push_back(last_row);
+          which.push_back(next);
+          ++next;
+          next_offset = 0;
+        }
+      }
+      sample_step(batch, rows, which);
+      if (timings) timings->prefill_tokens += batch.num_tokens;
     }
-    sample_step(batch, rows, which);
-    if (timings) {
-      timings->prefill_seconds += seconds_since(start);
-      timings->prefill_tokens += batch.num_tokens;
-    }
+    if (timings) timings->prefill_seconds += seconds_since(start);
   }
   // Decode: one token per unfinished sequence per step.
   for (;;) {
@@ -140,7 +169,7 @@ std::vector<GenerationResult> OfflineGenerator::generate(
       if (seq.result.finish_reason != FinishReason::None) continue;
       blocks.append(seq.blocks, 1);
       const int32_t last = seq.result.token_ids.back();
-      rows.push_back(add_to_batch(batch, seq.blocks, std::span(&last, 1), block_size_));
+      rows.push_back(add_to_batch(batch, seq.blocks, std::span(&last, 1), block_size));
       which.push_back(i);
     }
     if (which.empty()) break;

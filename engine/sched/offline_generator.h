@@ -1,7 +1,8 @@
-// Runs a fixed set of requests to completion on one Transformer: one prefill step for all
-// prompts, then one decode step per token for every unfinished sequence. This is the
-// engine behind `attnres generate`, `attnres logits` and `attnres bench latency`; the
-// server's continuous-batching loop (engine/sched, later) reuses the same pieces
+// Runs a fixed set of requests to completion on a ModelRunner (one device, or a
+// tensor-parallel group): the prompts' prefill in chunks of at most max_prefill_tokens per
+// step (so a long prompt's depth bank never exists whole), then one decode step per token
+// for every unfinished sequence. This is the engine behind `attnres generate` and `attnres
+// bench latency`; the server's continuous-batching loop reuses the same pieces
 // (BlockManager, add_to_batch, Sampler, StopChecker, IncrementalDecoder).
 #pragma once
 
@@ -11,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/model/transformer.h"
+#include "engine/sched/model_runner.h"
 #include "engine/sample/sampler.h"
 #include "engine/sample/sampling_params.h"
 #include "engine/sample/stop_checker.h"
@@ -38,10 +39,20 @@ struct GenerationTimings {
   int decode_steps = 0;
 };
 
+struct OfflineGeneratorOptions {
+  int num_kv_blocks = 0;  // the runner's cache, in blocks (blocks_needed() sizes it)
+  int block_size = 16;
+  int max_model_len = 0;             // prompt + max_tokens limit
+  int max_prefill_tokens = 8192;     // prompt tokens computed per prefill step
+};
+
 class OfflineGenerator {
  public:
-  OfflineGenerator(Transformer& model, std::shared_ptr<const Tokenizer> tokenizer,
-                   std::vector<int32_t> eos_ids, int block_size = 16);
+  OfflineGenerator(ModelRunner& runner, std::shared_ptr<const Tokenizer> tokenizer,
+                   std::vector<int32_t> eos_ids, OfflineGeneratorOptions options);
+
+  // KV blocks a set of requests needs at most (each prompt plus its max_tokens).
+  static int blocks_needed(const std::vector<GenerationRequest>& requests, int block_size);
 
   // Streaming hook: text that became final for request i (never part of a stop string).
   using TextCallback = std::function<void(size_t request, std::string_view delta)>;
@@ -50,10 +61,10 @@ class OfflineGenerator {
                                          GenerationTimings* timings = nullptr);
 
  private:
-  Transformer& model_;
+  ModelRunner& runner_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::vector<int32_t> eos_ids_;
-  int block_size_;
+  OfflineGeneratorOptions options_;
 };
 
 }  // namespace attnres

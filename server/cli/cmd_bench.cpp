@@ -13,6 +13,7 @@
 #include "engine/sched/offline_generator.h"
 #include "kernels/cpu/memory_bandwidth.h"
 #include "server/cli/commands.h"
+#include "server/cli/model_execution.h"
 
 namespace attnres::cli {
 namespace {
@@ -51,7 +52,6 @@ std::vector<GenerationRequest> random_requests(int batch, int input_len, int out
 
 LatencyResult bench_one(const std::string& model_arg, const Flags& flags, double bandwidth_gbps) {
   LoadedModel model = load_model_arg(model_arg);
-  auto backend = make_backend_from_flags(flags);
   const int batch = flags.get_int("batch", 1);
   const int input_len = flags.get_int("input-len", 128);
   const int output_len = flags.get_int("output-len", 32);
@@ -60,9 +60,13 @@ LatencyResult bench_one(const std::string& model_arg, const Flags& flags, double
   if (batch < 1 || input_len < 1 || output_len < 2 || iters < 1 || warmup < 0) {
     throw Error("--batch, --input-len, --iters must be >= 1 and --output-len >= 2");
   }
-  Transformer transformer(model.config, model.weights, *backend);
-  OfflineGenerator generator(transformer, model.tokenizer, model.eos_token_ids());
   const int vocab = std::min(model.config.vocab_size, model.tokenizer->vocab_size());
+  OfflineGeneratorOptions options;
+  options.max_model_len = model.config.max_position_embeddings;
+  options.num_kv_blocks = OfflineGenerator::blocks_needed(
+      random_requests(batch, input_len, output_len, vocab, 0), options.block_size);
+  auto exec = make_model_execution(flags, model, options.num_kv_blocks, options.block_size);
+  OfflineGenerator generator(*exec->runner, model.tokenizer, model.eos_token_ids(), options);
   std::vector<double> prefill, decode;
   for (int it = 0; it < warmup + iters; ++it) {
     GenerationTimings t;
@@ -73,15 +77,21 @@ LatencyResult bench_one(const std::string& model_arg, const Flags& flags, double
   }
   const ModelConfig& c = model.config;
   // A decode step reads every weight once (the embedding only by row) and each sequence's
-  // K/V cache (f32 on the CPU) at its average context length.
+  // K/V cache (f32 on the CPU) at its average context length. Under tensor parallelism the
+  // ranks read their slices at the same time: the floor is one rank's bytes (on the CPU the
+  // ranks share one memory bus, so it is all ranks' bytes).
   const double kv_bytes_per_token = 2.0 * c.num_layers * c.num_kv_heads * c.head_dim * 4;
+  const bool shared_memory_bus = flags.get("device", "cpu") == "cpu";
+  const double weight_bytes = static_cast<double>(exec->weight_bytes_per_rank) *
+                              (shared_memory_bus ? exec->tensor_parallel_size : 1);
   const double avg_context = input_len + output_len / 2.0;
   LatencyResult r;
   r.model = model.source;
   r.prefill_seconds = median(prefill);
   r.decode_ms_per_step = median(decode);
   r.bytes_per_step =
-      static_cast<double>(transformer.weight_bytes()) + batch * avg_context * kv_bytes_per_token;
+      weight_bytes + batch * avg_context * kv_bytes_per_token /
+                         (shared_memory_bus ? 1 : exec->tensor_parallel_size);
   r.floor_ms = r.bytes_per_step / (bandwidth_gbps * 1e9) * 1e3;
   return r;
 }

@@ -7,6 +7,7 @@
 #include "engine/core/error.h"
 #include "engine/sched/offline_generator.h"
 #include "server/cli/commands.h"
+#include "server/cli/model_execution.h"
 
 namespace attnres::cli {
 namespace {
@@ -52,14 +53,16 @@ int run_generate(const std::vector<std::string>& args) {
   if (print_help_if_asked(args, "generate", "Generate text from a prompt.", specs)) return 0;
   Flags flags(specs, args);
   LoadedModel model = load_model_from_flags(flags);
-  auto backend = make_backend_from_flags(flags);
   SamplingParams params = sampling_from_flags(flags, model);
   const bool json = flags.has("json");
   if (json && params.logprobs < 0) params.logprobs = 0;  // the sampled token's logprob
 
   GenerationRequest request{prompt_ids_from_flags(flags, model), params};
-  Transformer transformer(model.config, model.weights, *backend);
-  OfflineGenerator generator(transformer, model.tokenizer, model.eos_token_ids());
+  OfflineGeneratorOptions options;
+  options.max_model_len = model.config.max_position_embeddings;
+  options.num_kv_blocks = OfflineGenerator::blocks_needed({request}, options.block_size);
+  auto exec = make_model_execution(flags, model, options.num_kv_blocks, options.block_size);
+  OfflineGenerator generator(*exec->runner, model.tokenizer, model.eos_token_ids(), options);
   OfflineGenerator::TextCallback stream;
   if (!json) {
     stream = [](size_t, std::string_view delta) { std::cout << delta << std::flush; };

@@ -1,14 +1,15 @@
 // attnres logits: the raw logits of a token sequence, for comparing the engine with an
 // independent reference. The first --prefill tokens run as one prefill step (every
 // position's logits kept); each later token runs as its own decode step through the KV
-// cache, so both paths are checked.
+// cache, so both paths are checked. With --tensor-parallel-size the same steps run on a
+// tensor-parallel group (the prefill step sequence-parallel when long enough).
 #include <cstdio>
 #include <memory>
 
 #include "engine/core/error.h"
-#include "engine/model/transformer.h"
 #include "engine/sched/batch_builder.h"
 #include "server/cli/commands.h"
+#include "server/cli/model_execution.h"
 
 namespace attnres::cli {
 namespace {
@@ -47,7 +48,6 @@ int run_logits(const std::vector<std::string>& args) {
   if (!flags.has("token-ids") || !flags.has("out"))
     throw Error("--token-ids and --out are required");
   LoadedModel model = load_model_from_flags(flags);
-  auto backend = make_backend_from_flags(flags);
   const std::vector<int32_t> ids = flags.get_int_list("token-ids");
   const int n = static_cast<int>(ids.size());
   const int prefill = flags.get_int("prefill", n);
@@ -61,15 +61,15 @@ int run_logits(const std::vector<std::string>& args) {
     }
   }
 
-  Transformer transformer(model.config, model.weights, *backend);
   const int block_size = 16;
   BlockManager blocks((n + block_size - 1) / block_size, block_size);
-  KvCache cache = KvCache::allocate(*backend, model.config, blocks.num_blocks(), block_size);
+  auto exec = make_model_execution(flags, model, blocks.num_blocks(), block_size);
   SequenceBlocks seq;
   blocks.append(seq, n);
 
   const int64_t vocab = model.config.vocab_size;
   std::vector<float> all(static_cast<size_t>(n) * vocab);
+  std::vector<float> step_logits;
   int done = 0;
   while (done < n) {
     const int count = done == 0 ? prefill : 1;
@@ -77,8 +77,8 @@ int run_logits(const std::vector<std::string>& args) {
     add_to_batch(batch, seq, std::span(ids).subspan(done, count), block_size);
     std::vector<int32_t> rows(count);
     for (int i = 0; i < count; ++i) rows[i] = i;
-    Tensor logits = transformer.forward(batch, cache, rows);
-    backend->download(logits, all.data() + static_cast<size_t>(done) * vocab);
+    exec->runner->execute(batch, rows, step_logits);
+    std::copy(step_logits.begin(), step_logits.end(), all.begin() + static_cast<size_t>(done) * vocab);
     done += count;
   }
   write_npy(flags.get("out"), all, n, vocab);

@@ -12,10 +12,9 @@
 
 #include "engine/core/error.h"
 #include "engine/model/kv_cache.h"
-#include "engine/model/transformer.h"
 #include "engine/sched/engine_core.h"
-#include "engine/sched/transformer_runner.h"
 #include "server/cli/commands.h"
+#include "server/cli/model_execution.h"
 #include "server/common/metrics.h"
 #include "server/common/server_state.h"
 #include "server/common/text_decoder_adapter.h"
@@ -44,7 +43,8 @@ std::vector<FlagSpec> serve_flags() {
       {"max-num-batched-tokens", "N", "tokens computed per engine step (default 2048)"},
       {"kv-cache-memory", "SIZE",
        "KV cache budget: bytes with a suffix (512MiB, 4GiB) or a "
-       "fraction of physical memory (0.2); default 1GiB"},
+       "fraction of physical memory (0.2); default 1GiB; per rank with "
+       "--tensor-parallel-size"},
       {"block-size", "N", "tokens per KV cache block (default 16)"},
       {"max-queued-requests", "N",
        "requests waiting beyond the running batch before 503 "
@@ -114,18 +114,16 @@ int run_serve(const std::vector<std::string>& args) {
   Flags flags(specs, args, "ATTNRES_");
 
   LoadedModel model = load_model_from_flags(flags);
-  auto backend = make_backend_from_flags(flags);
   std::cerr << "attnres serve: loaded " << model.source << ": " << model.config.summary() << "\n";
-  Transformer transformer(model.config, model.weights, *backend);
 
   const int block_size = flags.get_int("block-size", 16);
   if (block_size < 1 || block_size > 1024) throw Error("--block-size: must be in [1, 1024]");
   const size_t budget = parse_memory(flags.get("kv-cache-memory", "1GiB"));
-  const int num_blocks = KvCache::blocks_for_budget(model.config, block_size, budget);
+  const int num_blocks = kv_blocks_for_budget(flags, model, block_size, budget);
   if (num_blocks < 1) {
     throw Error("--kv-cache-memory: " + std::to_string(budget) + " bytes hold no KV block (one " +
-                "block takes " +
-                std::to_string(KvCache::bytes_per_block(model.config, block_size)) + " bytes)");
+                "block takes " + std::to_string(kv_bytes_per_block(flags, model, block_size)) +
+                " bytes)");
   }
   const int64_t capacity_tokens = static_cast<int64_t>(num_blocks) * block_size;
   int max_model_len = flags.get_int("max-model-len", model.config.max_position_embeddings);
@@ -155,16 +153,18 @@ int run_serve(const std::vector<std::string>& args) {
   engine_config.eos_ids = model.eos_token_ids();
   engine_config.make_decoder = server::make_text_decoder_factory(model.tokenizer);
   std::fprintf(stderr,
-               "attnres serve: KV cache %d blocks x %d tokens = %lld tokens (%.1f MiB), "
+               "attnres serve: KV cache %d blocks x %d tokens = %lld tokens (%.1f MiB%s), "
                "max_model_len %d\n",
                num_blocks, block_size, static_cast<long long>(capacity_tokens),
                static_cast<double>(num_blocks) *
-                   static_cast<double>(KvCache::bytes_per_block(model.config, block_size)) /
+                   static_cast<double>(kv_bytes_per_block(flags, model, block_size)) /
                    (1024.0 * 1024.0),
+               tensor_parallel_size_from_flags(flags, model) > 1 ? " per rank" : "",
                max_model_len);
 
-  TransformerRunner runner(transformer, num_blocks, block_size);
-  EngineCore engine(engine_config, runner);
+  auto exec = make_model_execution(flags, model, num_blocks, block_size);
+  std::cerr << "attnres serve: running on " << exec->description << "\n";
+  EngineCore engine(engine_config, *exec->runner);
   engine.start();
 
   server::ServeOptions options;

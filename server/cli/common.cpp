@@ -16,7 +16,13 @@ std::vector<FlagSpec> model_flags() {
       {"device", "cpu|cuda",
        "backend to run on (default: cpu; cuda needs a CUDA build and "
        "is not yet verified on a GPU)"},
-      {"threads", "N", "CPU threads (default: all cores)"},
+      {"threads", "N", "CPU threads (default: all cores; shared among the ranks)"},
+      {"tensor-parallel-size", "N",
+       "split the model across N ranks: N GPUs over NCCL with --device cuda, N thread "
+       "groups on the CPU (default 1)"},
+      {"sequence-parallel-min-tokens", "N",
+       "with N > 1 ranks: steps with at least this many prefill tokens shard the depth "
+       "bank along the sequence (default 128; 0 = never)"},
       {"fast-prefill", "",
        "CPU: a packed GEMM for prefill (~1.4x faster) whose rounding differs "
        "from decode, so outputs may depend on batch composition"},
