@@ -132,6 +132,16 @@ class Backend {
   };
   virtual void depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& partial,
                                     const Tensor& prenorm_gain, float norm_eps, Tensor& out) = 0;
+
+  // The depth-mix weights of one mixing step, for introspection (ATTNRES.md §5; the forward
+  // runs it only when a request asked). For each token t, over the n + 1 sources
+  // src_j = bank[j, t] (j < n) and src_n = partial[t]:
+  //   logit_j = query . src_j / rms(src_j)  (+ bias on the partial's logit, j = n)
+  //   out[t, j] = softmax_j(logit)
+  // rms with `eps` (the depth RMSNorm's), query [d] f32 (gain folded in, as for Phase 2);
+  // bank [>= n, T, d] with its first n entries live (n >= 1); partial [T, d]; out [T, n + 1].
+  virtual void depth_weights(const Tensor& query, const Tensor& bank, int n, const Tensor& partial,
+                             float bias, float eps, Tensor& out) = 0;
 };
 
 }  // namespace attnres

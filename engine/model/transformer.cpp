@@ -1,8 +1,10 @@
 #include "engine/model/transformer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "engine/core/error.h"
+#include "engine/model/depth_attention_layout.h"
 
 namespace attnres {
 
@@ -61,7 +63,8 @@ Transformer::Transformer(const ModelConfig& config, const ModelWeights& weights,
     : config_(config),
       backend_(backend),
       plan_(DepthPlan::build(config, weights.final_res.has_value())),
-      parallel_(parallel) {
+      parallel_(parallel),
+      depth_layout_(make_depth_attention_layout(plan_)) {
   weights_.embed_tokens = backend_.upload(weights.embed_tokens);
   weights_.final_norm = upload(weights.final_norm);
   weights_.lm_head = upload(weights.lm_head);  // tied: the same memory as embed_tokens
@@ -166,8 +169,45 @@ Tensor Transformer::reduce_output(const RowSplit& split, Scratch& s) {
   return s.reduced;
 }
 
+Tensor Transformer::step_depth_weights(size_t i, const Tensor& bank, const Tensor& partial,
+                                       const RowSplit& split, std::span<const int32_t> rows) {
+  const DepthStep& step = plan_.steps[i];
+  const int64_t width = step.num_bank_sources + 1;
+  const Tensor query = group_queries_[step.group].row(step.slot);
+  Tensor local = backend_.alloc({split.local, width}, DType::F32);
+  backend_.depth_weights(query, bank, step.num_bank_sources, partial, step_bias_[i],
+                         config_.rms_norm_eps, local);
+  Tensor all = local;
+  if (split.sharded) {  // each rank holds its slice of the rows: gather them all
+    all = backend_.alloc({split.padded, width}, DType::F32);
+    parallel_.comm->all_gather(local, all);
+  }
+  Tensor picked = backend_.alloc({static_cast<int64_t>(rows.size()), width}, DType::F32);
+  backend_.gather_rows(all, rows, picked);
+  return picked;
+}
+
+void Transformer::download_depth_weights(const std::vector<Tensor>& per_step,
+                                         const DepthWeightsRequest& depth) {
+  const size_t num_rows = depth.rows.size();
+  const size_t sublayers = static_cast<size_t>(depth_layout_.rows());
+  const size_t cols = static_cast<size_t>(depth_layout_.cols());
+  ATTNRES_CHECK(per_step.size() == sublayers, "depth weights: one tensor per mixing step");
+  depth.weights->assign(num_rows * sublayers * cols, kDepthAttentionUnused);
+  std::vector<float> host;
+  for (size_t k = 0; k < sublayers; ++k) {
+    const size_t width = static_cast<size_t>(per_step[k].dim(1));
+    host.resize(num_rows * width);
+    backend_.download(per_step[k], host.data());
+    for (size_t r = 0; r < num_rows; ++r) {
+      std::copy_n(host.data() + r * width, width,
+                  depth.weights->data() + (r * sublayers + k) * cols);
+    }
+  }
+}
+
 Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
-                            std::span<const int32_t> logit_rows) {
+                            std::span<const int32_t> logit_rows, const DepthWeightsRequest* depth) {
   const int64_t T = batch.num_tokens;
   const int64_t d = config_.hidden_size;
   ATTNRES_CHECK(T > 0 && static_cast<int64_t>(batch.token_ids.size()) == T, "empty batch");
@@ -225,6 +265,10 @@ Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
     backend_.copy(partial, entry);
   };
 
+  // Depth introspection, only when asked: each mixing step's weights of the requested rows.
+  const bool report_depth = depth && !depth->rows.empty() && attnres;
+  std::vector<Tensor> depth_per_step;
+
   Tensor hidden = backend_.alloc({L, d}, DType::F32);
   for (size_t i = 0; i < plan_.steps.size(); ++i) {
     const DepthStep& step = plan_.steps[i];
@@ -251,6 +295,9 @@ Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
       mix.query = &query;
       mix.bias = step_bias_[i];
     }
+    if (report_depth && step.mixes) {
+      depth_per_step.push_back(step_depth_weights(i, bank, partial, split, depth->rows));
+    }
     // Phase 2 (or, for a plain model, just the PreNorm) writes the sublayer's input.
     const bool final_step = step.kind == SublayerKind::Final;
     const Tensor& gain = final_step ? weights_.final_norm
@@ -274,6 +321,8 @@ Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
     backend_.add_inplace(partial, reduce_output(split, s));
     if (step.push_after) push_partial();
   }
+
+  if (report_depth) download_depth_weights(depth_per_step, *depth);
 
   const int64_t rows = static_cast<int64_t>(logit_rows.size());
   const int64_t vocab = config_.vocab_size;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "engine/core/backend.h"
+#include "engine/core/depth_attention.h"
 #include "engine/model/depth_plan.h"
 #include "engine/model/kv_cache.h"
 #include "engine/model/model_config.h"
@@ -44,6 +45,15 @@ struct ForwardFootprint {
   size_t bank_bytes = 0;  // the depth bank's allocation on this rank
 };
 
+// Depth-attention introspection (ATTNRES.md §5): which rows of a step to report the depth-mix
+// weights of, and where to put them.
+struct DepthWeightsRequest {
+  std::span<const int32_t> rows;  // rows of the step (any order, repeats allowed)
+  // Filled on the host, row-major [rows.size(), layout.rows(), layout.cols()] for the
+  // Transformer's depth_attention_layout(), NaN in the cells a sublayer does not have.
+  std::vector<float>* weights = nullptr;
+};
+
 class Transformer {
  public:
   // Uploads the weights to the backend (the CPU backend keeps them where they are: a
@@ -58,7 +68,11 @@ class Transformer {
   // their K/V into `cache` and returns the logits [logit_rows.size(), vocab] (f32, on the
   // backend's device) of the requested rows of the step. Under tensor parallelism every rank
   // calls it with the same batch and rows, and gets its vocabulary slice's logits.
-  Tensor forward(const BatchMeta& batch, KvCache& cache, std::span<const int32_t> logit_rows);
+  // With `depth` (and rows in it; a model with depth mixes only), also the depth-mix weights
+  // of those rows; without it the forward does no extra work. Under tensor parallelism every
+  // rank passes the same depth rows, and every rank gets the whole result.
+  Tensor forward(const BatchMeta& batch, KvCache& cache, std::span<const int32_t> logit_rows,
+                 const DepthWeightsRequest* depth = nullptr);
 
   const DepthPlan& plan() const { return plan_; }
   const ModelConfig& config() const { return config_; }
@@ -66,6 +80,8 @@ class Transformer {
   // Bytes of weights one decode step reads (the roofline numerator before the KV cache).
   size_t weight_bytes() const { return weight_bytes_; }
   const ForwardFootprint& last_footprint() const { return footprint_; }
+  // Rows and columns of the depth-mix weight matrices; empty for a plain model.
+  const DepthAttentionLayout& depth_attention_layout() const { return depth_layout_; }
 
  private:
   struct Scratch;
@@ -80,6 +96,12 @@ class Transformer {
                           KvCacheLayer& cache, Scratch& scratch, Tensor& out);
   void mlp_sublayer(int layer, const Tensor& normed, Scratch& scratch, Tensor& out);
   Tensor upload(const Tensor& t);
+  // Depth introspection: plan step i's weights for the requested rows ([rows, n + 1], on the
+  // device), and the download of every mixing step's into the request's host buffer.
+  Tensor step_depth_weights(size_t i, const Tensor& bank, const Tensor& partial,
+                            const RowSplit& split, std::span<const int32_t> rows);
+  void download_depth_weights(const std::vector<Tensor>& per_step,
+                              const DepthWeightsRequest& depth);
 
   ModelConfig config_;
   Backend& backend_;
@@ -91,6 +113,7 @@ class Transformer {
   size_t weight_bytes_ = 0;
   ParallelRole parallel_;
   ForwardFootprint footprint_;
+  DepthAttentionLayout depth_layout_;
 };
 
 }  // namespace attnres

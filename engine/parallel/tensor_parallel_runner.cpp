@@ -15,6 +15,7 @@ struct TensorParallelRunner::Rank {
   std::unique_ptr<Transformer> model;
   KvCache cache;
   std::vector<float> gathered_host;  // rank 0: the all-gathered logit slices
+  std::vector<float> depth_host;     // ranks > 0: their (identical, unused) depth weights
 };
 
 TensorParallelRunner::TensorParallelRunner(const ModelConfig& config, const ModelWeights& weights,
@@ -123,7 +124,9 @@ void TensorParallelRunner::rank_main(int index) {
 
 void TensorParallelRunner::run_step(Rank& r) {
   const int64_t rows = static_cast<int64_t>(logit_rows_.size());
-  Tensor local = r.model->forward(*batch_, r.cache, logit_rows_);
+  const DepthWeightsRequest depth{depth_rows_, r.index == 0 ? depth_weights_ : &r.depth_host};
+  Tensor local =
+      r.model->forward(*batch_, r.cache, logit_rows_, depth_rows_.empty() ? nullptr : &depth);
   if (rows == 0) return;
   // The vocabulary-parallel LM head: every rank holds [rows, slice] logits of its slice.
   const int P = options_.size;
@@ -165,6 +168,35 @@ void TensorParallelRunner::execute(const BatchMeta& batch, std::span<const int32
   batch_ = nullptr;
   logits_ = nullptr;
   if (!error_.empty()) throw Error("tensor parallelism: " + error_);
+}
+
+DepthAttentionLayout TensorParallelRunner::depth_attention_layout() const {
+  return ranks_[0]->model->depth_attention_layout();
+}
+
+void TensorParallelRunner::execute_with_depth_weights(const BatchMeta& batch,
+                                                      std::span<const int32_t> logit_rows,
+                                                      std::vector<float>& logits,
+                                                      std::span<const int32_t> depth_rows,
+                                                      std::vector<float>& depth_weights) {
+  {
+    // The ranks read these once execute() has started the step (under the same mutex).
+    std::lock_guard lock(mutex_);
+    depth_rows_ = depth_rows;
+    depth_weights_ = &depth_weights;
+  }
+  auto clear = [&] {
+    std::lock_guard lock(mutex_);
+    depth_rows_ = {};
+    depth_weights_ = nullptr;
+  };
+  try {
+    execute(batch, logit_rows, logits);
+  } catch (...) {
+    clear();
+    throw;
+  }
+  clear();
 }
 
 }  // namespace attnres

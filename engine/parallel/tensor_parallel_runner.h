@@ -56,6 +56,12 @@ class TensorParallelRunner : public ModelRunner {
   int vocab_size() const override { return config_.vocab_size; }
   void execute(const BatchMeta& batch, std::span<const int32_t> logit_rows,
                std::vector<float>& logits) override;
+  // Every rank computes the weights of its rows (the depth mix is per token); rank 0's copy,
+  // gathered over the sequence-parallel slices, is the result.
+  DepthAttentionLayout depth_attention_layout() const override;
+  void execute_with_depth_weights(const BatchMeta& batch, std::span<const int32_t> logit_rows,
+                                  std::vector<float>& logits, std::span<const int32_t> depth_rows,
+                                  std::vector<float>& depth_weights) override;
 
   int size() const { return options_.size; }
   // Rank r's model (after a step: its ForwardFootprint; its weight_bytes()).
@@ -76,6 +82,8 @@ class TensorParallelRunner : public ModelRunner {
   const BatchMeta* batch_ = nullptr;
   std::span<const int32_t> logit_rows_;
   std::vector<float>* logits_ = nullptr;
+  std::span<const int32_t> depth_rows_;          // empty: no depth weights this step
+  std::vector<float>* depth_weights_ = nullptr;  // rank 0 fills it
 
   std::mutex mutex_;
   std::condition_variable changed_;

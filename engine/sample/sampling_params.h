@@ -30,6 +30,14 @@ struct SamplingParams {
   // (position 0 has none) plus the top k there, reported once per request.
   int prompt_logprobs = -1;
   bool skip_special_tokens = true;
+  // Depth-attention introspection (ATTNRES.md §5; models with depth mixes only): the
+  // depth-mix weights averaged over the prompt, sent with each choice's first output; with
+  // depth_attention_per_token (which implies depth_attention) also, with each generated
+  // token, the weights of the forward that produced it (the position before it).
+  bool depth_attention = false;
+  bool depth_attention_per_token = false;
+
+  bool wants_depth_attention() const { return depth_attention || depth_attention_per_token; }
 
   // Throws attnres::Error "field X: got Y, expected Z" for the first invalid field.
   void validate(int vocab_size) const;

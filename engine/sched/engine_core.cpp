@@ -74,12 +74,17 @@ struct EngineCore::EngineSequence : Sequence {
   // output, once.
   std::vector<std::optional<TokenLogprob>> prompt_logprobs;
   bool prompt_logprobs_sent = false;
+  // Depth-attention weights: the sum over prompt positions [0, depth_prompt_end) (double, so
+  // the mean of a long prompt does not depend on how it was chunked), sent once.
+  std::vector<double> depth_prompt_sum;
+  bool depth_prompt_sent = false;
 };
 
 EngineCore::EngineCore(EngineConfig config, ModelRunner& runner)
     : config_(std::move(config)),
       runner_(runner),
       vocab_size_(runner.vocab_size()),
+      depth_layout_(runner.depth_attention_layout()),
       inbox_(std::make_shared<Inbox>()),
       scheduler_(config_.scheduler, BlockManager(config_.num_kv_blocks, config_.block_size)) {
   if (config_.max_queued_requests < 1) throw Error("engine max_queued_requests must be >= 1");
@@ -105,6 +110,11 @@ void EngineCore::validate(const EngineRequest& request) const {
                 std::to_string(config_.max_choices));
   }
   request.params.validate(vocab_size_);
+  if (request.params.wants_depth_attention() && depth_layout_.empty()) {
+    throw Error(
+        "depth_attention: this model has no depth attention (it is not an AttnRes model), so "
+        "there are no depth-attention weights to return");
+  }
   const int64_t prompt = static_cast<int64_t>(request.prompt_ids.size());
   const int64_t total = prompt + request.params.max_tokens;
   if (total > config_.scheduler.max_model_len) {
@@ -301,6 +311,7 @@ void EngineCore::accept(EngineRequest request, std::shared_ptr<StreamChannel> ch
     if (params.seed) params.seed = *params.seed + static_cast<uint64_t>(choice);
     // Prompt logprobs are per request: choice 0 computes and reports them.
     if (choice > 0) params.prompt_logprobs = -1;
+    if (params.depth_attention_per_token) params.depth_attention = true;
     const uint64_t fallback_seed = (static_cast<uint64_t>(entropy()) << 32) | entropy();
     active->choices.push_back(
         std::make_unique<EngineSequence>(request, choice, std::move(params), next_arrival_order_++,
@@ -346,7 +357,16 @@ void EngineCore::mark_scheduled(const ScheduleOutput& schedule, EngineClock::tim
 
 void EngineCore::run_forward(const ScheduleOutput& schedule) {
   StepBatch batch = build_step_batch(schedule, config_.block_size);
-  runner_.execute(batch.meta, batch.logit_rows, logits_);
+  const size_t depth_cells = static_cast<size_t>(depth_layout_.rows() * depth_layout_.cols());
+  if (batch.depth_rows.empty()) {
+    runner_.execute(batch.meta, batch.logit_rows, logits_);
+  } else {
+    runner_.execute_with_depth_weights(batch.meta, batch.logit_rows, logits_, batch.depth_rows,
+                                       depth_weights_);
+    ATTNRES_CHECK(depth_weights_.size() == batch.depth_rows.size() * depth_cells,
+                  "the model runner returned the wrong number of depth weights");
+    accumulate_depth_prompt_rows(batch);
+  }
   const size_t vocab = static_cast<size_t>(vocab_size_);
   ATTNRES_CHECK(logits_.size() == batch.logit_rows.size() * vocab,
                 "the model runner returned the wrong number of logits");
@@ -366,12 +386,29 @@ void EngineCore::run_forward(const ScheduleOutput& schedule) {
   const EngineClock::time_point now = EngineClock::now();
   for (size_t i = 0; i < batch.samplers.size(); ++i) {
     auto& seq = static_cast<EngineSequence&>(*batch.samplers[i]);
-    sample_and_emit(seq, std::span<float>(logits_.data() + i * vocab, vocab), now);
+    const int32_t depth_row = batch.sampler_depth_row[i];
+    const float* depth = depth_row < 0 ? nullptr : depth_weights_.data() + depth_row * depth_cells;
+    sample_and_emit(seq, std::span<float>(logits_.data() + i * vocab, vocab), depth, now);
+  }
+}
+
+void EngineCore::accumulate_depth_prompt_rows(const StepBatch& batch) {
+  const size_t cells = static_cast<size_t>(depth_layout_.rows() * depth_layout_.cols());
+  for (const DepthPromptRows& rows : batch.depth_prompt_rows) {
+    auto& seq = static_cast<EngineSequence&>(*rows.seq);
+    ATTNRES_CHECK(rows.first_position == seq.depth_prompt_end, "depth prompt rows out of order");
+    seq.depth_prompt_sum.resize(cells, 0.0);
+    for (int j = 0; j < rows.count; ++j) {
+      const float* w = depth_weights_.data() + (rows.first_depth_row + j) * cells;
+      // Cells a sublayer does not have are NaN in every row, so they stay NaN in the mean.
+      for (size_t c = 0; c < cells; ++c) seq.depth_prompt_sum[c] += w[c];
+    }
+    seq.depth_prompt_end += rows.count;
   }
 }
 
 void EngineCore::sample_and_emit(EngineSequence& seq, std::span<float> logits,
-                                 EngineClock::time_point now) {
+                                 const float* depth_row, EngineClock::time_point now) {
   const bool want_logprobs = seq.params.logprobs >= 0;
   TokenLogprob logprob;
   const int32_t token = seq.sampler.sample(logits, seq.prompt_ids(), seq.output_ids(),
@@ -405,6 +442,25 @@ void EngineCore::sample_and_emit(EngineSequence& seq, std::span<float> logits,
     out.prompt_logprobs = std::move(seq.prompt_logprobs);
     seq.prompt_logprobs.clear();
     seq.prompt_logprobs_sent = true;
+  }
+  if (seq.params.depth_attention && !seq.depth_prompt_sent) {
+    // The first output: every prompt position is in the sum.
+    ATTNRES_CHECK(seq.depth_prompt_end == seq.num_prompt_tokens,
+                  "depth-attention prompt rows incomplete at the first output");
+    DepthAttentionMatrix mean{depth_layout_.rows(), depth_layout_.cols(), {}};
+    mean.values.reserve(seq.depth_prompt_sum.size());
+    for (double sum : seq.depth_prompt_sum) {
+      mean.values.push_back(static_cast<float>(sum / seq.num_prompt_tokens));
+    }
+    out.depth_prompt_mean = std::move(mean);
+    seq.depth_prompt_sum = {};
+    seq.depth_prompt_sent = true;
+  }
+  if (depth_row) {
+    const size_t cells = static_cast<size_t>(depth_layout_.rows() * depth_layout_.cols());
+    out.depth_per_token.push_back(
+        DepthAttentionMatrix{depth_layout_.rows(), depth_layout_.cols(),
+                             std::vector<float>(depth_row, depth_row + cells)});
   }
   if (ready > seq.released) {
     out.text = seq.text.substr(seq.released, ready - seq.released);

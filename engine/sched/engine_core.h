@@ -30,6 +30,8 @@
 
 namespace attnres {
 
+struct StepBatch;
+
 struct EngineConfig {
   SchedulerConfig scheduler;
   int num_kv_blocks = 0;  // the runner's cache size, in blocks
@@ -98,6 +100,9 @@ class EngineCore {
   // Throws attnres::Error for a request the engine would refuse (the server's 400 message).
   void validate(const EngineRequest& request) const;
   EngineStats stats() const;
+  // The rows and columns of the depth-attention matrices in RequestOutput (fixed at
+  // construction, so any thread may read it); empty when the model cannot report them.
+  const DepthAttentionLayout& depth_attention_layout() const { return depth_layout_; }
 
   // --- lifecycle (the owning thread) ---
   // Runs the loop on a new engine thread.
@@ -122,7 +127,12 @@ class EngineCore {
   void apply_abort(const std::string& request_id);
   void abort_everything(const std::string& error);
   void run_forward(const ScheduleOutput& schedule);
-  void sample_and_emit(EngineSequence& seq, std::span<float> logits, EngineClock::time_point now);
+  // depth_row: the sampled position's depth-mix weights when the sequence wants them per
+  // token ([layout rows, layout cols]), else null.
+  void sample_and_emit(EngineSequence& seq, std::span<float> logits, const float* depth_row,
+                       EngineClock::time_point now);
+  // Adds a step's prompt depth rows to their sequences' running sums.
+  void accumulate_depth_prompt_rows(const StepBatch& batch);
   // The sequence finished (any reason): emit its last output and retire its request when it
   // was the last choice.
   void on_finished(EngineSequence& seq, RequestOutput output);
@@ -133,6 +143,7 @@ class EngineCore {
   const EngineConfig config_;
   ModelRunner& runner_;
   const int vocab_size_;
+  const DepthAttentionLayout depth_layout_;
 
   // Shared with front-end threads (guarded by inbox_->mutex).
   std::shared_ptr<Inbox> inbox_;
@@ -142,7 +153,8 @@ class EngineCore {
   std::unordered_map<std::string, std::unique_ptr<ActiveRequest>> requests_;
   uint64_t next_arrival_order_ = 0;
   std::vector<float> logits_;
-  EngineStats counters_;  // the engine thread's running totals
+  std::vector<float> depth_weights_;  // [depth rows, layout rows, layout cols] of a step
+  EngineStats counters_;              // the engine thread's running totals
 
   mutable std::mutex stats_mutex_;
   EngineStats published_;  // what stats() returns

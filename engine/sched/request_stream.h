@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/depth_attention.h"
 #include "engine/sample/logprobs.h"
 #include "engine/sample/stop_checker.h"
 #include "engine/sched/sequence.h"
@@ -30,6 +31,12 @@ struct RequestOutput {
   // When params.prompt_logprobs >= 0: one entry per prompt token (position 0 has none), sent
   // once per request, with choice 0's first output. Empty otherwise.
   std::vector<std::optional<TokenLogprob>> prompt_logprobs;
+  // Depth-attention weights (params.wants_depth_attention(); layout: EngineCore::
+  // depth_attention_layout()). The mean over the prompt positions, once per choice, with its
+  // first output; and with depth_attention_per_token one matrix per token id of this output:
+  // generated token k's comes from the forward of position num_prompt_tokens + k - 1.
+  std::optional<DepthAttentionMatrix> depth_prompt_mean;
+  std::vector<DepthAttentionMatrix> depth_per_token;
   FinishReason finish_reason = FinishReason::None;  // set on the choice's last output
   std::optional<std::string> stop_string;           // vLLM's stop_reason, when one matched
   std::optional<int32_t> stop_token;

@@ -56,6 +56,15 @@ struct Sequence {
     return params.prompt_logprobs >= 0 && prompt_logprobs_end < num_prompt_tokens;
   }
 
+  // Depth-attention weights (params.wants_depth_attention()): prompt positions
+  // [0, depth_prompt_end) are in the running prompt mean. Like prompt_logprobs_end, it never
+  // goes back, so a recompute after a preemption does not count a position twice.
+  int depth_prompt_end = 0;
+
+  bool needs_depth_prompt_rows() const {
+    return params.wants_depth_attention() && depth_prompt_end < num_prompt_tokens;
+  }
+
   int num_tokens() const { return static_cast<int>(token_ids.size()); }
   int num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
   int num_computed_tokens() const { return blocks.num_tokens; }

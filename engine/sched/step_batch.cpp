@@ -20,6 +20,23 @@ StepBatch build_step_batch(const ScheduleOutput& schedule, int block_size) {
     if (chunk.produces_logits) {
       step.logit_rows.push_back(row);
       step.samplers.push_back(&seq);
+      int32_t depth_row = -1;
+      if (seq.params.depth_attention_per_token) {
+        depth_row = static_cast<int32_t>(step.depth_rows.size());
+        step.depth_rows.push_back(row);
+      }
+      step.sampler_depth_row.push_back(depth_row);
+    }
+    if (seq.needs_depth_prompt_rows()) {
+      // Prompt positions [depth_prompt_end, num_prompt_tokens) that this chunk computes.
+      const int begin = std::max(first_token, seq.depth_prompt_end);
+      const int end = std::min(first_token + chunk.num_new_tokens, seq.num_prompt_tokens);
+      if (begin < end) {
+        const int32_t first_row = row - (chunk.num_new_tokens - 1);
+        step.depth_prompt_rows.push_back(
+            DepthPromptRows{&seq, begin, end - begin, step.depth_rows.size()});
+        for (int t = begin; t < end; ++t) step.depth_rows.push_back(first_row + (t - first_token));
+      }
     }
     if (seq.needs_prompt_logprob_rows()) {
       // The token at position t gives position t + 1's logprob: tokens in

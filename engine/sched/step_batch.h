@@ -19,6 +19,16 @@ struct PromptLogprobRows {
   size_t first_logit = 0;
 };
 
+// Depth rows a prefill chunk adds for the prompt mean of the depth-attention weights: depth
+// rows [first_depth_row, first_depth_row + count) are prompt positions [first_position,
+// first_position + count).
+struct DepthPromptRows {
+  Sequence* seq = nullptr;
+  int first_position = 0;
+  int count = 0;
+  size_t first_depth_row = 0;
+};
+
 struct StepBatch {
   BatchMeta meta;
   // Rows of meta whose next-token logits are needed: first one per sampler, then the prompt
@@ -26,6 +36,12 @@ struct StepBatch {
   std::vector<int32_t> logit_rows;
   std::vector<Sequence*> samplers;  // the sequence to sample for logit rows [0, samplers.size())
   std::vector<PromptLogprobRows> prompt_rows;
+  // Rows of meta whose depth-mix weights are needed (empty unless a sequence asked): the
+  // prompt positions not yet in a sequence's mean, and the sampling rows of sequences that
+  // want per-token weights (a row may appear twice: once for each purpose).
+  std::vector<int32_t> depth_rows;
+  std::vector<DepthPromptRows> depth_prompt_rows;
+  std::vector<int32_t> sampler_depth_row;  // per sampler: its index in depth_rows, or -1
 };
 
 // Appends every chunk with add_to_batch, which advances each sequence's computed-token

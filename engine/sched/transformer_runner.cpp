@@ -16,4 +16,19 @@ void TransformerRunner::execute(const BatchMeta& batch, std::span<const int32_t>
   if (!logits.empty()) model_.backend().download(device_logits, logits.data());
 }
 
+DepthAttentionLayout TransformerRunner::depth_attention_layout() const {
+  return model_.depth_attention_layout();
+}
+
+void TransformerRunner::execute_with_depth_weights(const BatchMeta& batch,
+                                                   std::span<const int32_t> logit_rows,
+                                                   std::vector<float>& logits,
+                                                   std::span<const int32_t> depth_rows,
+                                                   std::vector<float>& depth_weights) {
+  const DepthWeightsRequest depth{depth_rows, &depth_weights};
+  Tensor device_logits = model_.forward(batch, cache_, logit_rows, &depth);
+  logits.resize(static_cast<size_t>(device_logits.numel()));
+  if (!logits.empty()) model_.backend().download(device_logits, logits.data());
+}
+
 }  // namespace attnres

@@ -17,6 +17,10 @@ class TransformerRunner : public ModelRunner {
   int vocab_size() const override;
   void execute(const BatchMeta& batch, std::span<const int32_t> logit_rows,
                std::vector<float>& logits) override;
+  DepthAttentionLayout depth_attention_layout() const override;
+  void execute_with_depth_weights(const BatchMeta& batch, std::span<const int32_t> logit_rows,
+                                  std::vector<float>& logits, std::span<const int32_t> depth_rows,
+                                  std::vector<float>& depth_weights) override;
 
   const KvCache& cache() const { return cache_; }
 

@@ -7,6 +7,7 @@
 //   cpu_attention.cpp    store_kv, paged causal GQA attention
 //   cpu_norm_rope.cpp    rms_norm, qk_norm_rope
 //   cpu_depth_mix.cpp    depth_phase1, depth_phase2_prenorm (ATTNRES.md §3)
+//   cpu_depth_weights.cpp  depth_weights (introspection, ATTNRES.md §5)
 //   cpu_elementwise.cpp  embedding, swiglu, add_inplace, gather_rows
 // Parallel regions are never nested: each op opens at most one, with num_threads(threads_).
 #pragma once
@@ -55,6 +56,8 @@ class CpuBackend : public Backend {
                     Tensor& s, Tensor& o) override;
   void depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& partial,
                             const Tensor& prenorm_gain, float norm_eps, Tensor& out) override;
+  void depth_weights(const Tensor& query, const Tensor& bank, int n, const Tensor& partial,
+                     float bias, float eps, Tensor& out) override;
 
  private:
   int threads_;

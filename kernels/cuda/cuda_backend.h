@@ -22,7 +22,8 @@
 // Files: cuda_backend.cpp (memory, batch metadata, factory), cuda_ops.cpp (op validation
 // and dispatch, linear through cuBLAS), cuda_allocator.cpp (caching allocator), and the
 // kernels: cuda_elementwise.cu, cuda_gemv.cu, cuda_norm_rope.cu, cuda_attention.cu,
-// cuda_depth_mix.cu. gpu_first_run.sh: the first commands to run on a GPU machine.
+// cuda_depth_mix.cu, cuda_depth_weights.cu. gpu_first_run.sh: the first commands to run on a
+// GPU machine.
 #pragma once
 
 #include <cstddef>
@@ -76,6 +77,8 @@ class CudaBackend : public Backend {
                     Tensor& s, Tensor& o) override;
   void depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& partial,
                             const Tensor& prenorm_gain, float norm_eps, Tensor& out) override;
+  void depth_weights(const Tensor& query, const Tensor& bank, int n, const Tensor& partial,
+                     float bias, float eps, Tensor& out) override;
 
   // The stream every op runs on (for timing with events, or graph capture by the caller).
   CUstream_st* stream() const;

@@ -85,4 +85,11 @@ void launch_depth_phase2_prenorm(const float* m, const float* s, const float* o,
                                  DType gain_dtype, float norm_eps, int64_t num_tokens, int64_t d,
                                  float* out, cudaStream_t stream);
 
+// --- cuda_depth_weights.cu ---
+// The depth-mix weights of one mixing step: see Backend::depth_weights. query [d];
+// bank [>= n, T, d]; partial [T, d]; out [T, n + 1].
+void launch_depth_weights(const float* query, const float* bank, int n, const float* partial,
+                          float bias, float eps, int64_t num_tokens, int64_t d, float* out,
+                          cudaStream_t stream);
+
 }  // namespace attnres::cuda

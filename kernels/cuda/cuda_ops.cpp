@@ -371,4 +371,21 @@ void CudaBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& pa
                                     prenorm_gain.dtype, norm_eps, T, d, f32(out), impl_->stream);
 }
 
+void CudaBackend::depth_weights(const Tensor& query, const Tensor& bank, int n,
+                                const Tensor& partial, float bias, float eps, Tensor& out) {
+  ATTNRES_CHECK(partial.rank() == 2, "depth_weights partial " + shape_str(partial.shape));
+  const int64_t T = partial.dim(0), d = partial.dim(1);
+  check_f32_rows(partial, d, "depth_weights partial");
+  check_f32_rows(query, d, "depth_weights query");
+  ATTNRES_CHECK(query.numel() == d, "depth_weights query " + shape_str(query.shape));
+  ATTNRES_CHECK(bank.rank() == 3 && n >= 1 && bank.dim(0) >= n && bank.dim(1) == T,
+                "depth_weights bank " + shape_str(bank.shape) + " n " + std::to_string(n) + " T " +
+                    std::to_string(T));
+  check_f32_rows(bank, d, "depth_weights bank");
+  check_f32_rows(out, n + 1, "depth_weights out");
+  ATTNRES_CHECK(rows_of(out) == T, "depth_weights out " + shape_str(out.shape));
+  cuda::launch_depth_weights(f32(query), f32(bank), n, f32(partial), bias, eps, T, d, f32(out),
+                             impl_->stream);
+}
+
 }  // namespace attnres

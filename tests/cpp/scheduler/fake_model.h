@@ -10,9 +10,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "engine/core/backend.h"
@@ -40,6 +43,16 @@ inline std::vector<int32_t> reference_tokens(std::vector<int32_t> prompt, int ma
   return out;
 }
 
+// The fake "depth-attention weights" of the forward at the last position of `context`: cell
+// (sublayer k, column c) is a checksum of the context mixed with k and c, and NaN for c > k %
+// cols (so NaN cells must survive the engine's averaging as NaN).
+inline float fake_depth_weight(std::span<const int32_t> context, int k, int c, int cols) {
+  if (c > k % cols) return std::numeric_limits<float>::quiet_NaN();
+  int64_t sum = 3;
+  for (size_t i = 0; i < context.size(); ++i) sum += (static_cast<int64_t>(i) + 2) * context[i];
+  return static_cast<float>((sum + 7 * k + 5 * c) % 101) / 100.0f;
+}
+
 class FakeRunner : public ModelRunner {
  public:
   FakeRunner(int num_blocks, int block_size)
@@ -53,6 +66,7 @@ class FakeRunner : public ModelRunner {
     ++calls_;
     batch_sizes_.push_back(batch.num_tokens);
     logit_row_counts_.push_back(static_cast<int>(logit_rows.size()));
+    depth_row_counts_.push_back(0);
     for (int t = 0; t < batch.num_tokens; ++t)
       slots_.at(batch.slot_mapping[t]) = batch.token_ids[t];
     logits.assign(logit_rows.size() * kVocab, 0.0f);
@@ -66,16 +80,42 @@ class FakeRunner : public ModelRunner {
       } else {
         EXPECT_EQ(position + 1, batch.context_len[s]) << "logits requested for a non-final row";
       }
-      std::vector<int32_t> context;
-      for (int p = 0; p <= position; ++p) {
-        const int32_t block = batch.block_tables[s].at(p / block_size_);
-        context.push_back(slots_.at(static_cast<size_t>(block) * block_size_ + p % block_size_));
-      }
+      const std::vector<int32_t> context = context_of(batch, row);
       const int32_t next =
           eos_after_ > 0 && position + 1 >= eos_after_ ? kEos : next_token(context);
       fill_row(std::span(logits).subspan(i * kVocab, kVocab), next);
     }
   }
+
+  // Depth-attention weights: a runner with a layout of rows x cols reports
+  // fake_depth_weight() of each requested row's context.
+  void set_depth_layout(int rows, int cols) {
+    depth_layout_ = {};
+    for (int k = 0; k < rows; ++k) {
+      depth_layout_.sublayers.push_back("sublayer " + std::to_string(k));
+      depth_layout_.row_sources.push_back(k % cols + 1);
+    }
+    for (int c = 0; c < cols; ++c) depth_layout_.sources.push_back("source " + std::to_string(c));
+  }
+  DepthAttentionLayout depth_attention_layout() const override { return depth_layout_; }
+  void execute_with_depth_weights(const BatchMeta& batch, std::span<const int32_t> logit_rows,
+                                  std::vector<float>& logits, std::span<const int32_t> depth_rows,
+                                  std::vector<float>& depth_weights) override {
+    EXPECT_FALSE(depth_layout_.empty()) << "depth weights asked of a runner without a layout";
+    EXPECT_FALSE(depth_rows.empty()) << "execute_with_depth_weights without depth rows";
+    execute(batch, logit_rows, logits);  // writes the step's tokens into the slots first
+    depth_row_counts_.back() = static_cast<int>(depth_rows.size());
+    const int rows = depth_layout_.rows(), cols = depth_layout_.cols();
+    depth_weights.clear();
+    for (const int32_t row : depth_rows) {
+      const std::vector<int32_t> context = context_of(batch, row);
+      for (int k = 0; k < rows; ++k)
+        for (int c = 0; c < cols; ++c)
+          depth_weights.push_back(fake_depth_weight(context, k, c, cols));
+    }
+  }
+  // Per execute: how many depth rows it was asked for.
+  const std::vector<int>& depth_row_counts() const { return depth_row_counts_; }
 
   // Make the logits a smooth function of the chosen token, so seeded random sampling has a
   // real distribution to draw from (the chosen token is still the argmax).
@@ -96,6 +136,18 @@ class FakeRunner : public ModelRunner {
   }
 
  private:
+  // The tokens of `row`'s sequence up to and including it, read back through the cache.
+  std::vector<int32_t> context_of(const BatchMeta& batch, int row) const {
+    int s = 0;
+    while (batch.query_start[s + 1] <= row) ++s;
+    std::vector<int32_t> context;
+    for (int p = 0; p <= batch.positions[row]; ++p) {
+      const int32_t block = batch.block_tables[s].at(p / block_size_);
+      context.push_back(slots_.at(static_cast<size_t>(block) * block_size_ + p % block_size_));
+    }
+    return context;
+  }
+
   void fill_row(std::span<float> row, int32_t chosen) const {
     for (int v = 0; v < kVocab; ++v) {
       row[v] = smooth_ ? static_cast<float>((v * 37 + chosen * 11) % 13) * 0.25f : 0.0f;
@@ -112,6 +164,8 @@ class FakeRunner : public ModelRunner {
   int calls_ = 0;
   std::vector<int> batch_sizes_;
   std::vector<int> logit_row_counts_;
+  std::vector<int> depth_row_counts_;
+  DepthAttentionLayout depth_layout_;
 };
 
 inline std::vector<int32_t> iota_prompt(int length, int32_t first) {

@@ -1,0 +1,75 @@
+// Depth-attention weights of one mixing step, for introspection (ATTNRES.md §5), per token t:
+//   logit_j = query . src_j / rms(src_j)  (+ bias for j = n)     rms(x) = sqrt(mean(x^2) + eps)
+//   out[t, j] = softmax_j(logit)          src_j = bank[j, t] (j < n), src_n = partial[t]
+// Layout: query [d], bank [>= n, T, d] (first n live), partial [T, d], out [T, n + 1], f32.
+// The forward runs it only for steps where some request asked for the weights, so it favours
+// clarity over the two-phase fusion of cpu_depth_mix.cpp: one pass per source computes the dot
+// product and the sum of squares together (the same arithmetic as Phase 1's logits), then a
+// max-subtracted softmax over the n + 1 logits. Parallel over tokens.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "engine/core/error.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_simd.h"
+
+namespace attnres {
+namespace {
+
+// query . x / rms(x), accumulated in f32 vectors like Phase 1.
+float source_logit(const float* query, const float* x, int64_t d, float eps) {
+  cpu::VecF dot = cpu::vzero(), sq = cpu::vzero();
+  int64_t i = 0;
+  for (; i + cpu::kLanes <= d; i += cpu::kLanes) {
+    const cpu::VecF xv = cpu::vload(x + i);
+    sq = cpu::vfma(xv, xv, sq);
+    dot = cpu::vfma(cpu::vload(query + i), xv, dot);
+  }
+  float dot_sum = cpu::hsum(dot), ss = cpu::hsum(sq);
+  for (; i < d; ++i) {
+    dot_sum += query[i] * x[i];
+    ss += x[i] * x[i];
+  }
+  return dot_sum / std::sqrt(ss / static_cast<float>(d) + eps);
+}
+
+}  // namespace
+
+void CpuBackend::depth_weights(const Tensor& query, const Tensor& bank, int n,
+                               const Tensor& partial, float bias, float eps, Tensor& out) {
+  ATTNRES_CHECK(partial.rank() == 2, "depth_weights partial " + shape_str(partial.shape));
+  const int64_t t_dim = partial.dim(0), d = partial.dim(1);
+  cpu::check_f32_rows(partial, d, "depth_weights partial");
+  cpu::check_f32_rows(query, d, "depth_weights query");
+  ATTNRES_CHECK(query.numel() == d, "depth_weights query " + shape_str(query.shape));
+  ATTNRES_CHECK(bank.rank() == 3 && n >= 1 && bank.dim(0) >= n && bank.dim(1) == t_dim,
+                "depth_weights bank " + shape_str(bank.shape) + " n " + std::to_string(n) + " T " +
+                    std::to_string(t_dim));
+  cpu::check_f32_rows(bank, d, "depth_weights bank");
+  cpu::check_f32_rows(out, n + 1, "depth_weights out");
+  ATTNRES_CHECK(cpu::rows_of(out) == t_dim, "depth_weights out " + shape_str(out.shape));
+
+  const float* qp = query.ptr<float>();
+  const float* bp = bank.ptr<float>();
+  const float* pp = partial.ptr<float>();
+  float* op = out.ptr<float>();
+  const bool parallel = threads_ > 1 && t_dim > 1;
+#pragma omp parallel for schedule(static) num_threads(threads_) if (parallel)
+  for (int64_t t = 0; t < t_dim; ++t) {
+    float* w = op + t * (n + 1);
+    for (int j = 0; j < n; ++j) {
+      w[j] = source_logit(qp, bp + (static_cast<int64_t>(j) * t_dim + t) * d, d, eps);
+    }
+    w[n] = source_logit(qp, pp + t * d, d, eps) + bias;
+    const float big = *std::max_element(w, w + n + 1);
+    float sum = 0.0f;
+    for (int j = 0; j <= n; ++j) sum += (w[j] = std::exp(w[j] - big));
+    const float inv = 1.0f / sum;
+    for (int j = 0; j <= n; ++j) w[j] *= inv;
+  }
+}
+
+}  // namespace attnres
