@@ -63,8 +63,31 @@ void read_sampling_fields(const FieldReader& f, SamplingParams& p) {
   }
 }
 
-void read_generation_options(const FieldReader& f, GenerationOptions& o) {
+// Depth-attention introspection (ATTNRES.md §5): return_depth_attention gives each choice the
+// depth-mix weights averaged over its prompt; depth_attention_per_token (which implies it)
+// also the weights behind each generated token.
+void read_depth_attention_fields(const FieldReader& f, SamplingParams& p,
+                                 const ServerState& state) {
+  if (auto v = f.boolean("return_depth_attention")) p.depth_attention = *v;
+  if (auto v = f.boolean("depth_attention_per_token")) p.depth_attention_per_token = *v;
+  if (p.depth_attention_per_token) p.depth_attention = true;
+  if (p.depth_attention && state.engine().depth_attention_layout().empty()) {
+    const char* field =
+        f.has("return_depth_attention") ? "return_depth_attention" : "depth_attention_per_token";
+    std::string message = "field ";
+    message += field;
+    message += ": the model `";
+    message += state.options().served_model_name;
+    message +=
+        "` has no depth attention (it is not an AttnRes model), so there are no "
+        "depth-attention weights to return";
+    throw bad_request(message, field);
+  }
+}
+
+void read_generation_options(const FieldReader& f, GenerationOptions& o, const ServerState& state) {
   read_sampling_fields(f, o.params);
+  read_depth_attention_fields(f, o.params, state);
   if (auto v = f.integer("n", 1, kMaxChoices)) o.n = int(*v);
   if (auto v = f.boolean("stream")) o.stream = *v;
   if (auto v = f.boolean("return_token_ids")) o.return_token_ids = *v;
@@ -234,7 +257,7 @@ CompletionRequest parse_completion_request(const nlohmann::ordered_json& body,
   GenerationOptions& o = request.options;
   o.params = state.default_sampling();
   o.params.max_tokens = 16;  // OpenAI's completions default
-  read_generation_options(f, o);
+  read_generation_options(f, o, state);
   if (auto v = f.integer("max_tokens", 1, INT32_MAX)) o.params.max_tokens = int(*v);
   if (auto v = f.integer("logprobs", 0, kMaxLogprobs)) o.params.logprobs = int(*v);
   if (auto v = f.boolean("echo")) request.echo = *v;
@@ -255,7 +278,7 @@ ChatRequest parse_chat_request(const nlohmann::ordered_json& body, const ServerS
   ChatRequest request;
   GenerationOptions& o = request.options;
   o.params = state.default_sampling();
-  read_generation_options(f, o);
+  read_generation_options(f, o, state);
   std::optional<int64_t> max_tokens = f.integer("max_tokens", 1, INT32_MAX);
   if (auto v = f.integer("max_completion_tokens", 1, INT32_MAX)) max_tokens = v;
   if (auto v = f.boolean("logprobs")) request.logprobs = *v;

@@ -1,5 +1,9 @@
 #include "server/http/openai_responses.h"
 
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
 #include "engine/sample/stop_checker.h"
 
 namespace attnres::server::http {
@@ -8,6 +12,25 @@ namespace {
 std::string token_text(const Tokenizer& tokenizer, int32_t id) {
   const int32_t one[1] = {id};
   return tokenizer.decode(one, /*skip_special_tokens=*/false);
+}
+
+// A weight as JSON: null for an unused (NaN) cell; else rounded to 7 significant digits (what
+// an f32 holds), so the wire carries 0.4136735 rather than 0.41367349028587341.
+Json weight_json(float v) {
+  if (!std::isfinite(v)) return nullptr;
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.7g", static_cast<double>(v));
+  return std::strtod(text, nullptr);
+}
+
+Json matrix_json(const DepthAttentionMatrix& m) {
+  Json rows = Json::array();
+  for (int r = 0; r < m.rows; ++r) {
+    Json row = Json::array();
+    for (int c = 0; c < m.cols; ++c) row.push_back(weight_json(m.at(r, c)));
+    rows.push_back(std::move(row));
+  }
+  return rows;
 }
 
 Json utf8_bytes(const std::string& text) {
@@ -32,6 +55,9 @@ void ChoiceResult::add(const RequestOutput& out) {
   token_ids.insert(token_ids.end(), out.token_ids.begin(), out.token_ids.end());
   logprobs.insert(logprobs.end(), out.logprobs.begin(), out.logprobs.end());
   if (!out.prompt_logprobs.empty()) prompt_logprobs = out.prompt_logprobs;
+  if (out.depth_prompt_mean) depth_prompt_mean = out.depth_prompt_mean;
+  depth_per_token.insert(depth_per_token.end(), out.depth_per_token.begin(),
+                         out.depth_per_token.end());
   if (out.finished()) {
     finish_reason = out.finish_reason;
     stop_string = out.stop_string;
@@ -97,6 +123,27 @@ Json completion_logprobs_json(const Tokenizer& tokenizer, std::span<const int32_
   j["top_logprobs"] = std::move(top);
   j["text_offset"] = std::move(offsets);
   return j;
+}
+
+Json depth_attention_json(const DepthAttentionLayout& layout,
+                          const DepthAttentionMatrix* prompt_mean,
+                          const std::vector<DepthAttentionMatrix>* per_token) {
+  Json j = Json::object();
+  if (prompt_mean) {
+    j["sublayers"] = layout.sublayers;
+    j["sources"] = layout.sources;
+    j["prompt_mean"] = matrix_json(*prompt_mean);
+  }
+  if (per_token) {
+    Json tokens = Json::array();
+    for (const DepthAttentionMatrix& m : *per_token) tokens.push_back(matrix_json(m));
+    j["per_token"] = std::move(tokens);
+  }
+  return j;
+}
+
+bool has_depth_attention(const RequestOutput& out) {
+  return out.depth_prompt_mean.has_value() || !out.depth_per_token.empty();
 }
 
 Json chat_logprobs_json(const Tokenizer& tokenizer, std::span<const TokenLogprob> logprobs) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/depth_attention.h"
 #include "engine/sched/request_stream.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -31,6 +32,8 @@ struct ChoiceResult {
   std::vector<int32_t> token_ids;
   std::vector<TokenLogprob> logprobs;
   std::vector<std::optional<TokenLogprob>> prompt_logprobs;  // choice 0 of a prompt, when asked
+  std::optional<DepthAttentionMatrix> depth_prompt_mean;     // when asked
+  std::vector<DepthAttentionMatrix> depth_per_token;         // when asked per token
   FinishReason finish_reason = FinishReason::None;
   std::optional<std::string> stop_string;
   std::optional<int32_t> stop_token;
@@ -57,6 +60,17 @@ Json completion_logprobs_json(const Tokenizer& tokenizer, std::span<const TokenL
 Json completion_logprobs_json(const Tokenizer& tokenizer, std::span<const int32_t> prompt_ids,
                               std::span<const std::optional<TokenLogprob>> prompt_logprobs,
                               std::span<const TokenLogprob> logprobs, size_t& text_offset);
+// A choice's depth-attention weights (request field return_depth_attention, ATTNRES.md §5):
+// {"sublayers": [row labels], "sources": [column labels], "prompt_mean": [[...]],
+//  "per_token": [[[...]], ...]}, each matrix a list of rows, null in the cells a sublayer does
+// not have. The labels and prompt_mean are present when prompt_mean is given (non-streamed, or
+// a choice's first streamed chunk); per_token when it is given (one matrix per token).
+Json depth_attention_json(const DepthAttentionLayout& layout,
+                          const DepthAttentionMatrix* prompt_mean,
+                          const std::vector<DepthAttentionMatrix>* per_token);
+// Whether an output carries depth-attention weights to send.
+bool has_depth_attention(const RequestOutput& out);
+
 // Chat logprobs {content: [{token, logprob, bytes, top_logprobs: [...]}]}.
 Json chat_logprobs_json(const Tokenizer& tokenizer, std::span<const TokenLogprob> logprobs);
 

@@ -22,6 +22,21 @@ int64_t unix_now() {
 
 Json ids_json(const std::vector<int32_t>& ids) { return Json(ids); }
 
+// A streamed output's depth-attention weights: the labels and the prompt mean with the
+// choice's first output, the per-token matrices with the chunk that carries their tokens.
+Json chunk_depth_json(const ServerState& state, const RequestOutput& o) {
+  return depth_attention_json(state.engine().depth_attention_layout(),
+                              o.depth_prompt_mean ? &*o.depth_prompt_mean : nullptr,
+                              o.depth_per_token.empty() ? nullptr : &o.depth_per_token);
+}
+
+// A whole choice's (non-streamed): the prompt mean, plus per_token when asked for.
+Json choice_depth_json(const DepthAttentionLayout& layout, const SamplingParams& params,
+                       const ChoiceResult& r) {
+  return depth_attention_json(layout, r.depth_prompt_mean ? &*r.depth_prompt_mean : nullptr,
+                              params.depth_attention_per_token ? &r.depth_per_token : nullptr);
+}
+
 ClientConnection client_of(const httplib::Request& req) {
   return ClientConnection(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
 }
@@ -132,7 +147,8 @@ void stream_completion(StreamJob& job, const CompletionRequest& request, SseWrit
     // With return_token_ids every id is sent, even one whose text is still held back.
     const bool ids_to_send = job.options.return_token_ids && (first || !o.token_ids.empty());
     const bool prompt_part = first && prompt_logprobs && !prompt_lps[p].empty();
-    if (!text.empty() || !o.logprobs.empty() || ids_to_send || prompt_part) {
+    const bool depth = has_depth_attention(o);
+    if (!text.empty() || !o.logprobs.empty() || ids_to_send || prompt_part || depth) {
       Json logprobs = nullptr;
       if (job.options.params.logprobs >= 0) {
         logprobs = prompt_part ? completion_logprobs_json(tokenizer, prompt.ids, prompt_lps[p],
@@ -145,6 +161,7 @@ void stream_completion(StreamJob& job, const CompletionRequest& request, SseWrit
         c["token_ids"] = ids_json(o.token_ids);
         if (first) c["prompt_token_ids"] = ids_json(prompt.ids);
       }
+      if (depth) c["depth_attention"] = chunk_depth_json(job.state, o);
       if (!chunk(std::move(c))) return false;
     }
     if (o.finished()) {
@@ -188,7 +205,7 @@ void stream_completion(StreamJob& job, const CompletionRequest& request, SseWrit
 
 Json completion_body(const ResponseHead& head, const CompletionRequest& request,
                      const std::vector<ChoiceResult>& results, const Usage& usage,
-                     const Tokenizer& tokenizer) {
+                     const Tokenizer& tokenizer, const DepthAttentionLayout& depth_layout) {
   Json body = head_json(head);
   Json choices = Json::array();
   for (size_t i = 0; i < results.size(); ++i) {
@@ -211,6 +228,9 @@ Json completion_body(const ResponseHead& head, const CompletionRequest& request,
     if (request.options.return_token_ids) {
       c["token_ids"] = ids_json(r.token_ids);
       c["prompt_token_ids"] = ids_json(prompt.ids);
+    }
+    if (request.options.params.depth_attention) {
+      c["depth_attention"] = choice_depth_json(depth_layout, request.options.params, r);
     }
     choices.push_back(std::move(c));
   }
@@ -260,7 +280,8 @@ void stream_chat(StreamJob& job, const ChatRequest& request, SseWriter& out) {
             return false;
           }
         }
-        if (!o.text.empty() || !o.logprobs.empty() ||
+        const bool depth = has_depth_attention(o);
+        if (!o.text.empty() || !o.logprobs.empty() || depth ||
             (job.options.return_token_ids && !o.token_ids.empty())) {
           Json delta;
           delta["content"] = o.text;
@@ -268,6 +289,7 @@ void stream_chat(StreamJob& job, const ChatRequest& request, SseWriter& out) {
           Json c = chat_chunk_choice(o.choice_index, std::move(delta), std::move(logprobs),
                                      FinishReason::None, nullptr);
           if (job.options.return_token_ids) c["token_ids"] = ids_json(o.token_ids);
+          if (depth) c["depth_attention"] = chunk_depth_json(job.state, o);
           if (!chunk(std::move(c))) return false;
         }
         if (o.finished()) {
@@ -282,7 +304,7 @@ void stream_chat(StreamJob& job, const ChatRequest& request, SseWriter& out) {
 
 Json chat_body(const ResponseHead& head, const ChatRequest& request,
                const std::vector<ChoiceResult>& results, const Usage& usage,
-               const Tokenizer& tokenizer) {
+               const Tokenizer& tokenizer, const DepthAttentionLayout& depth_layout) {
   Json body = head_json(head);
   Json choices = Json::array();
   for (size_t i = 0; i < results.size(); ++i) {
@@ -297,6 +319,9 @@ Json chat_body(const ResponseHead& head, const ChatRequest& request,
     c["finish_reason"] = finish_reason_json(r.finish_reason);
     c["stop_reason"] = stop_reason_json(r.stop_string, r.stop_token);
     if (request.options.return_token_ids) c["token_ids"] = ids_json(r.token_ids);
+    if (request.options.params.depth_attention) {
+      c["depth_attention"] = choice_depth_json(depth_layout, request.options.params, r);
+    }
     choices.push_back(std::move(c));
   }
   body["choices"] = std::move(choices);
@@ -334,7 +359,8 @@ void run_generation(ServerState& state, const httplib::Request& req, httplib::Re
     if (!r.error.empty()) throw_engine_error(state, r.error);
   }
   send_json(res, 200,
-            make_body(head, *request, results, generation->usage(), *state.model().tokenizer));
+            make_body(head, *request, results, generation->usage(), *state.model().tokenizer,
+                      state.engine().depth_attention_layout()));
 }
 
 }  // namespace

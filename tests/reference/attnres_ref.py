@@ -13,6 +13,7 @@ API:
     m.greedy(prompt, n)    -> list[int]               argmax, no EOS stop
     m.depth_weights(ids)   -> list of [T, n_sources]  one per depth mix, in order
     m.depth_names()        -> names of those mixes ("layers.0.attn", ..., "final")
+    m.depth_matrices(ids)  -> [T, mixes, width] alphas laid out as sublayer x source slot
     m.forward(ids, cache)  -> logits of `ids` appended after the cache's tokens
 """
 
@@ -338,6 +339,21 @@ class Model:
         trace = []
         self.forward(list(token_ids), trace=trace)
         return [t["alpha"] for t in trace]
+
+    def depth_matrices(self, token_ids) -> np.ndarray:
+        """Every token's depth-attention matrix (ATTNRES.md §5): [T, mixes, width], row k is
+        mix k (order of depth_names()) and its alpha over sources bank + [partial] fills
+        columns [0, n_sources) in that order (so the partial sits in column n_sources - 1);
+        other cells are NaN. width = the most sources any mix has. A plain model: [T, 0, 0].
+        Position t's matrix is that of the forward at t: depth mixing never looks at other
+        tokens, so one causal pass over prompt + generated tokens gives every step's."""
+        alphas = self.depth_weights(token_ids)
+        T = len(token_ids)
+        width = max((a.shape[1] for a in alphas), default=0)
+        out = np.full((T, len(alphas), width), np.nan)
+        for k, a in enumerate(alphas):
+            out[:, k, : a.shape[1]] = a
+        return out
 
     def depth_names(self) -> list[str]:
         if not self.attnres:
