@@ -96,6 +96,8 @@ Status GenerateService::Generate(grpc::ServerContext* context, const v1::Generat
   const std::string request_id = parsed.engine.request_id;
   const int n = parsed.engine.n;
   const int prompt_tokens = static_cast<int>(parsed.engine.prompt_ids.size());
+  const DepthAttentionLayout* depth_layout =
+      parsed.engine.params.depth_attention ? &state_.engine().depth_attention_layout() : nullptr;
 
   SubmitResult submitted = state_.engine().submit(std::move(parsed.engine));
   switch (submitted.status) {
@@ -140,7 +142,7 @@ Status GenerateService::Generate(grpc::ServerContext* context, const v1::Generat
     if (out.finished()) {
       v1::GenerateResponse response;
       *response.mutable_complete() =
-          make_complete(out, choice, prompt_tokens, parsed.detokenize, parsed.stream);
+          make_complete(out, choice, prompt_tokens, parsed.detokenize, parsed.stream, depth_layout);
       send(response);
     }
   }
@@ -193,8 +195,9 @@ Status GenerateService::GetModelInfo(grpc::ServerContext* context,
                                      const v1::GetModelInfoRequest* /*request*/,
                                      v1::GetModelInfoResponse* response) {
   if (Status auth = authenticate(*context); !auth.ok()) return auth;
-  *response = make_model_info(state_.model(), state_.options().served_model_name,
-                              state_.options().max_model_len);
+  *response =
+      make_model_info(state_.model(), state_.options().served_model_name,
+                      state_.options().max_model_len, state_.engine().depth_attention_layout());
   return Status::OK;
 }
 

@@ -87,6 +87,10 @@ GrpcGenerateRequest to_engine_request(const v1::GenerateRequest& proto,
   }
   out.engine.params = to_sampling_params(proto.sampling_params(), defaults);
   out.engine.n = proto.sampling_params().n() == 0 ? 1 : proto.sampling_params().n();
+  if (proto.has_depth_attention()) {  // EngineCore::submit refuses it for a plain model
+    out.engine.params.depth_attention = true;
+    out.engine.params.depth_attention_per_token = proto.depth_attention().per_token();
+  }
   return out;
 }
 

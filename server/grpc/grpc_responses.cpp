@@ -8,6 +8,15 @@ void ChoiceAccumulator::add(const RequestOutput& out) {
   token_ids.insert(token_ids.end(), out.token_ids.begin(), out.token_ids.end());
   text += out.text;
   logprobs.insert(logprobs.end(), out.logprobs.begin(), out.logprobs.end());
+  if (out.depth_prompt_mean) depth_prompt_mean = out.depth_prompt_mean;
+  depth_per_token.insert(depth_per_token.end(), out.depth_per_token.begin(),
+                         out.depth_per_token.end());
+}
+
+void to_proto(const DepthAttentionMatrix& matrix, v1::DepthAttentionMatrix& proto) {
+  proto.set_rows(static_cast<uint32_t>(matrix.rows));
+  proto.set_cols(static_cast<uint32_t>(matrix.cols));
+  proto.mutable_values()->Add(matrix.values.begin(), matrix.values.end());
 }
 
 void to_proto(const TokenLogprob& logprob, v1::TokenLogprob& proto) {
@@ -27,11 +36,14 @@ v1::GenerateStreamChunk make_chunk(const RequestOutput& out, bool with_text) {
   chunk.mutable_token_ids()->Add(out.token_ids.begin(), out.token_ids.end());
   if (with_text) chunk.set_text(out.text);
   for (const TokenLogprob& lp : out.logprobs) to_proto(lp, *chunk.add_logprobs());
+  for (const DepthAttentionMatrix& m : out.depth_per_token)
+    to_proto(m, *chunk.add_depth_attention());
   return chunk;
 }
 
 v1::GenerateComplete make_complete(const RequestOutput& last, const ChoiceAccumulator& choice,
-                                   int prompt_tokens, bool with_text, bool streamed) {
+                                   int prompt_tokens, bool with_text, bool streamed,
+                                   const DepthAttentionLayout* depth_layout) {
   v1::GenerateComplete complete;
   complete.set_index(static_cast<uint32_t>(last.choice_index));
   complete.set_finish_reason(finish_reason_name(last.finish_reason));
@@ -51,11 +63,22 @@ v1::GenerateComplete make_complete(const RequestOutput& last, const ChoiceAccumu
     for (const TokenLogprob& lp : choice.logprobs) to_proto(lp, *complete.add_logprobs());
   }
   complete.set_error(last.error);
+  if (depth_layout && choice.depth_prompt_mean) {
+    v1::DepthAttention* depth = complete.mutable_depth_attention();
+    depth->mutable_sublayers()->Add(depth_layout->sublayers.begin(), depth_layout->sublayers.end());
+    depth->mutable_sources()->Add(depth_layout->sources.begin(), depth_layout->sources.end());
+    to_proto(*choice.depth_prompt_mean, *depth->mutable_prompt_mean());
+    if (!streamed) {
+      for (const DepthAttentionMatrix& m : choice.depth_per_token)
+        to_proto(m, *depth->add_per_token());
+    }
+  }
   return complete;
 }
 
 v1::GetModelInfoResponse make_model_info(const LoadedModel& model,
-                                         const std::string& served_model_name, int max_model_len) {
+                                         const std::string& served_model_name, int max_model_len,
+                                         const DepthAttentionLayout& depth_layout) {
   const ModelConfig& config = model.config;
   v1::GetModelInfoResponse info;
   info.set_served_model_name(served_model_name);
@@ -69,6 +92,10 @@ v1::GetModelInfoResponse make_model_info(const LoadedModel& model,
   info.set_num_layers(static_cast<uint32_t>(config.num_layers));
   for (int32_t id : model.eos_token_ids()) info.add_eos_token_ids(id);
   if (config.bos_token_id) info.set_bos_token_id(*config.bos_token_id);
+  info.mutable_depth_attention_sublayers()->Add(depth_layout.sublayers.begin(),
+                                                depth_layout.sublayers.end());
+  info.mutable_depth_attention_sources()->Add(depth_layout.sources.begin(),
+                                              depth_layout.sources.end());
   return info;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,8 @@ struct ChoiceAccumulator {
   std::vector<int32_t> token_ids;
   std::string text;
   std::vector<TokenLogprob> logprobs;
+  std::optional<DepthAttentionMatrix> depth_prompt_mean;
+  std::vector<DepthAttentionMatrix> depth_per_token;
   void add(const RequestOutput& out);
 };
 
@@ -25,11 +28,18 @@ void to_proto(const TokenLogprob& logprob, v1::TokenLogprob& proto);
 // The output's delta as a chunk; `with_text` false leaves the text out (detokenize = false).
 v1::GenerateStreamChunk make_chunk(const RequestOutput& out, bool with_text);
 
-// The end of a choice. `streamed`: the chunks already carried the logprobs (not repeated).
+// The end of a choice. `streamed`: the chunks already carried the logprobs and per-token depth
+// weights (not repeated). `depth_layout`: the request asked for depth-attention weights (null:
+// it did not).
 v1::GenerateComplete make_complete(const RequestOutput& last, const ChoiceAccumulator& choice,
-                                   int prompt_tokens, bool with_text, bool streamed);
+                                   int prompt_tokens, bool with_text, bool streamed,
+                                   const DepthAttentionLayout* depth_layout = nullptr);
 
+void to_proto(const DepthAttentionMatrix& matrix, v1::DepthAttentionMatrix& proto);
+
+// `depth_layout`: the labels of the depth-attention matrices (empty for a plain model).
 v1::GetModelInfoResponse make_model_info(const LoadedModel& model,
-                                         const std::string& served_model_name, int max_model_len);
+                                         const std::string& served_model_name, int max_model_len,
+                                         const DepthAttentionLayout& depth_layout = {});
 
 }  // namespace attnres::server

@@ -105,5 +105,19 @@ TEST(GrpcRequests, InputErrorsNameTheField) {
   EXPECT_EQ(error_of(request), "token_ids[1]: got 50257, expected a token id in [0, 50257)");
 }
 
+TEST(GrpcRequests, DepthAttentionOptions) {
+  v1::GenerateRequest request;
+  request.mutable_token_ids()->add_ids(5);
+  GrpcGenerateRequest plain = to_engine_request(request, SamplingParams{}, *gpt2(), kVocab);
+  EXPECT_FALSE(plain.engine.params.wants_depth_attention());
+  request.mutable_depth_attention();  // present, empty: the prompt mean only
+  GrpcGenerateRequest mean = to_engine_request(request, SamplingParams{}, *gpt2(), kVocab);
+  EXPECT_TRUE(mean.engine.params.depth_attention);
+  EXPECT_FALSE(mean.engine.params.depth_attention_per_token);
+  request.mutable_depth_attention()->set_per_token(true);
+  GrpcGenerateRequest per_token = to_engine_request(request, SamplingParams{}, *gpt2(), kVocab);
+  EXPECT_TRUE(per_token.engine.params.depth_attention_per_token);
+}
+
 }  // namespace
 }  // namespace attnres::server
