@@ -12,10 +12,10 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/sched/model_runner.h"
 #include "engine/sample/sampler.h"
 #include "engine/sample/sampling_params.h"
 #include "engine/sample/stop_checker.h"
+#include "engine/sched/model_runner.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace attnres {
@@ -42,8 +42,8 @@ struct GenerationTimings {
 struct OfflineGeneratorOptions {
   int num_kv_blocks = 0;  // the runner's cache, in blocks (blocks_needed() sizes it)
   int block_size = 16;
-  int max_model_len = 0;             // prompt + max_tokens limit
-  int max_prefill_tokens = 8192;     // prompt tokens computed per prefill step
+  int max_model_len = 0;          // prompt + max_tokens limit
+  int max_prefill_tokens = 8192;  // prompt tokens computed per prefill step
 };
 
 class OfflineGenerator {

@@ -89,9 +89,8 @@ LatencyResult bench_one(const std::string& model_arg, const Flags& flags, double
   r.model = model.source;
   r.prefill_seconds = median(prefill);
   r.decode_ms_per_step = median(decode);
-  r.bytes_per_step =
-      weight_bytes + batch * avg_context * kv_bytes_per_token /
-                         (shared_memory_bus ? 1 : exec->tensor_parallel_size);
+  r.bytes_per_step = weight_bytes + batch * avg_context * kv_bytes_per_token /
+                                        (shared_memory_bus ? 1 : exec->tensor_parallel_size);
   r.floor_ms = r.bytes_per_step / (bandwidth_gbps * 1e9) * 1e3;
   return r;
 }
