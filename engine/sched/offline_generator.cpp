@@ -39,6 +39,26 @@ OfflineGenerator::OfflineGenerator(ModelRunner& runner, std::shared_ptr<const To
   }
 }
 
+void OfflineGenerator::validate(const std::vector<GenerationRequest>& requests, int vocab_size,
+                                int max_model_len) {
+  for (const GenerationRequest& r : requests) {
+    if (r.prompt_ids.empty()) throw Error("prompt is empty: at least one token is needed");
+    r.params.validate(vocab_size);
+    for (int32_t id : r.prompt_ids) {
+      if (id < 0 || id >= vocab_size) {
+        throw Error("prompt token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                    std::to_string(vocab_size) + ")");
+      }
+    }
+    const int64_t len = static_cast<int64_t>(r.prompt_ids.size()) + r.params.max_tokens;
+    if (len > max_model_len) {
+      throw Error("prompt (" + std::to_string(r.prompt_ids.size()) + " tokens) plus max_tokens (" +
+                  std::to_string(r.params.max_tokens) + ") exceeds the model's context length " +
+                  std::to_string(max_model_len));
+    }
+  }
+}
+
 int OfflineGenerator::blocks_needed(const std::vector<GenerationRequest>& requests,
                                     int block_size) {
   int64_t total = 0;
@@ -55,22 +75,7 @@ std::vector<GenerationResult> OfflineGenerator::generate(
     GenerationTimings* timings) {
   const int vocab_size = runner_.vocab_size();
   const int block_size = options_.block_size;
-  for (const GenerationRequest& r : requests) {
-    if (r.prompt_ids.empty()) throw Error("prompt is empty: at least one token is needed");
-    r.params.validate(vocab_size);
-    for (int32_t id : r.prompt_ids) {
-      if (id < 0 || id >= vocab_size) {
-        throw Error("prompt token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                    std::to_string(vocab_size) + ")");
-      }
-    }
-    const int64_t len = static_cast<int64_t>(r.prompt_ids.size()) + r.params.max_tokens;
-    if (len > options_.max_model_len) {
-      throw Error("prompt (" + std::to_string(r.prompt_ids.size()) + " tokens) plus max_tokens (" +
-                  std::to_string(r.params.max_tokens) + ") exceeds the model's context length " +
-                  std::to_string(options_.max_model_len));
-    }
-  }
+  validate(requests, vocab_size, options_.max_model_len);
   const int needed = blocks_needed(requests, block_size);
   if (needed > options_.num_kv_blocks) {
     throw Error("these requests need " + std::to_string(needed) +

@@ -51,6 +51,11 @@ class OfflineGenerator {
   OfflineGenerator(ModelRunner& runner, std::shared_ptr<const Tokenizer> tokenizer,
                    std::vector<int32_t> eos_ids, OfflineGeneratorOptions options);
 
+  // Throws attnres::Error for a request generate() would refuse (empty prompt, a token
+  // outside [0, vocab_size), bad sampling parameters, prompt + max_tokens > max_model_len).
+  // Call it before sizing a cache with blocks_needed().
+  static void validate(const std::vector<GenerationRequest>& requests, int vocab_size,
+                       int max_model_len);
   // KV blocks a set of requests needs at most (each prompt plus its max_tokens).
   static int blocks_needed(const std::vector<GenerationRequest>& requests, int block_size);
 

@@ -63,8 +63,10 @@ LatencyResult bench_one(const std::string& model_arg, const Flags& flags, double
   const int vocab = std::min(model.config.vocab_size, model.tokenizer->vocab_size());
   OfflineGeneratorOptions options;
   options.max_model_len = model.config.max_position_embeddings;
-  options.num_kv_blocks = OfflineGenerator::blocks_needed(
-      random_requests(batch, input_len, output_len, vocab, 0), options.block_size);
+  const std::vector<GenerationRequest> shape =
+      random_requests(batch, input_len, output_len, vocab, 0);
+  OfflineGenerator::validate(shape, model.config.vocab_size, options.max_model_len);
+  options.num_kv_blocks = OfflineGenerator::blocks_needed(shape, options.block_size);
   auto exec = make_model_execution(flags, model, options.num_kv_blocks, options.block_size);
   OfflineGenerator generator(*exec->runner, model.tokenizer, model.eos_token_ids(), options);
   std::vector<double> prefill, decode;
