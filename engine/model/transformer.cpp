@@ -45,11 +45,11 @@ struct Transformer::Scratch {
 
 // Which rows of the step this rank holds in the partial, the bank and the Phase-1 state.
 struct Transformer::RowSplit {
-  int64_t rows = 0;        // T: rows of the step
-  int64_t padded = 0;      // T rounded up to a multiple of the group size (sharded), else T
-  int64_t begin = 0;       // first row this rank holds
-  int64_t local = 0;       // rows this rank holds (padded / P, or T)
-  bool sharded = false;    // sequence-parallel step
+  int64_t rows = 0;      // T: rows of the step
+  int64_t padded = 0;    // T rounded up to a multiple of the group size (sharded), else T
+  int64_t begin = 0;     // first row this rank holds
+  int64_t local = 0;     // rows this rank holds (padded / P, or T)
+  bool sharded = false;  // sequence-parallel step
 };
 
 Tensor Transformer::upload(const Tensor& t) {

@@ -72,8 +72,8 @@ class NcclCommunicator : public Communicator {
                   " elements, expected in's times the group size");
     }
     check_alive();
-    NCCL_CHECK(ncclAllGather(in.data, out.data, static_cast<size_t>(in.numel()), ncclFloat,
-                             comm(), stream_));
+    NCCL_CHECK(ncclAllGather(in.data, out.data, static_cast<size_t>(in.numel()), ncclFloat, comm(),
+                             stream_));
   }
 
   void broadcast(Tensor& x, int root) override {
@@ -111,8 +111,7 @@ std::shared_ptr<NcclGroup> NcclGroup::create(const std::vector<int>& devices) {
   auto impl = std::make_unique<Impl>();
   impl->devices = devices;
   impl->comms.resize(devices.size());
-  NCCL_CHECK(ncclCommInitAll(impl->comms.data(), static_cast<int>(devices.size()),
-                             devices.data()));
+  NCCL_CHECK(ncclCommInitAll(impl->comms.data(), static_cast<int>(devices.size()), devices.data()));
   return std::shared_ptr<NcclGroup>(new NcclGroup(std::move(impl)));
 }
 

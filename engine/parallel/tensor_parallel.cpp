@@ -56,8 +56,8 @@ void check_tensor_parallel(const ModelConfig& c, int size) {
     fail("num_attention_heads " + n(c.num_heads) + " is not divisible by " + n(size));
   }
   if (c.num_kv_heads % size != 0 && size % c.num_kv_heads != 0) {
-    fail("num_key_value_heads " + n(c.num_kv_heads) + " must be divisible by " + n(size) +
-         ", or " + n(size) + " by it (KV heads are then replicated)");
+    fail("num_key_value_heads " + n(c.num_kv_heads) + " must be divisible by " + n(size) + ", or " +
+         n(size) + " by it (KV heads are then replicated)");
   }
   if (c.intermediate_size % size != 0) {
     fail("intermediate_size " + n(c.intermediate_size) + " is not divisible by " + n(size));

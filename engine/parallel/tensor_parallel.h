@@ -24,15 +24,15 @@ namespace attnres {
 struct TensorParallelShard {
   int rank = 0;
   int size = 1;
-  int num_heads = 0;        // query heads of this rank
-  int first_head = 0;       // its first query head
-  int num_kv_heads = 0;     // KV heads of this rank
-  int first_kv_head = 0;    // its first KV head
-  int intermediate = 0;     // MLP columns of this rank
+  int num_heads = 0;      // query heads of this rank
+  int first_head = 0;     // its first query head
+  int num_kv_heads = 0;   // KV heads of this rank
+  int first_kv_head = 0;  // its first KV head
+  int intermediate = 0;   // MLP columns of this rank
   int first_intermediate = 0;
-  int vocab_slice = 0;      // ceil(V / P): rows of every rank's LM head slice (padding included)
-  int vocab_begin = 0;      // first real vocabulary row of this rank
-  int vocab_end = 0;        // one past its last real row (vocab_begin when it holds none)
+  int vocab_slice = 0;  // ceil(V / P): rows of every rank's LM head slice (padding included)
+  int vocab_begin = 0;  // first real vocabulary row of this rank
+  int vocab_end = 0;    // one past its last real row (vocab_begin when it holds none)
 };
 
 // Throws attnres::Error, naming the config field, when the model cannot be split `size` ways.

@@ -79,8 +79,8 @@ void TensorParallelRunner::rank_main(int index) {
     ParallelRole role;
     role.comm = r.comm.get();
     role.sequence_parallel_min_tokens = options_.sequence_parallel_min_tokens;
-    r.model = std::make_unique<Transformer>(
-        local, shard_weights(*r.full_weights, config_, shard), *r.backend, role);
+    r.model = std::make_unique<Transformer>(local, shard_weights(*r.full_weights, config_, shard),
+                                            *r.backend, role);
     r.cache = KvCache::allocate(*r.backend, local, options_.num_kv_blocks, options_.block_size);
   } catch (const std::exception& e) {
     std::lock_guard lock(mutex_);
@@ -146,8 +146,7 @@ void TensorParallelRunner::run_step(Rank& r) {
     const int64_t count = std::min<int64_t>(vocab, (q + 1) * slice) - begin;
     if (count <= 0) continue;
     for (int64_t i = 0; i < rows; ++i) {
-      std::memcpy(out.data() + i * vocab + begin,
-                  r.gathered_host.data() + (q * rows + i) * slice,
+      std::memcpy(out.data() + i * vocab + begin, r.gathered_host.data() + (q * rows + i) * slice,
                   static_cast<size_t>(count) * sizeof(float));
     }
   }

@@ -39,21 +39,8 @@ OfflineGenerator::OfflineGenerator(ModelRunner& runner, std::shared_ptr<const To
   }
 }
 
-int OfflineGenerator::blocks_needed(const std::vector<GenerationRequest>& requests,
-                                    int block_size) {
-  int64_t total = 0;
-  for (const GenerationRequest& r : requests) {
-    const int64_t len = static_cast<int64_t>(r.prompt_ids.size()) + std::max(0, r.params.max_tokens);
-    total += (len + block_size - 1) / block_size;
-  }
-  return static_cast<int>(std::min<int64_t>(total, 1 << 30));
-}
-
-std::vector<GenerationResult> OfflineGenerator::generate(
-    const std::vector<GenerationRequest>& requests, const TextCallback& on_text,
-    GenerationTimings* timings) {
-  const int vocab_size = runner_.vocab_size();
-  const int block_size = options_.block_size;
+void OfflineGenerator::validate(const std::vector<GenerationRequest>& requests, int vocab_size,
+                                int max_model_len) {
   for (const GenerationRequest& r : requests) {
     if (r.prompt_ids.empty()) throw Error("prompt is empty: at least one token is needed");
     r.params.validate(vocab_size);
@@ -64,16 +51,35 @@ std::vector<GenerationResult> OfflineGenerator::generate(
       }
     }
     const int64_t len = static_cast<int64_t>(r.prompt_ids.size()) + r.params.max_tokens;
-    if (len > options_.max_model_len) {
+    if (len > max_model_len) {
       throw Error("prompt (" + std::to_string(r.prompt_ids.size()) + " tokens) plus max_tokens (" +
                   std::to_string(r.params.max_tokens) + ") exceeds the model's context length " +
-                  std::to_string(options_.max_model_len));
+                  std::to_string(max_model_len));
     }
   }
+}
+
+int OfflineGenerator::blocks_needed(const std::vector<GenerationRequest>& requests,
+                                    int block_size) {
+  int64_t total = 0;
+  for (const GenerationRequest& r : requests) {
+    const int64_t len =
+        static_cast<int64_t>(r.prompt_ids.size()) + std::max(0, r.params.max_tokens);
+    total += (len + block_size - 1) / block_size;
+  }
+  return static_cast<int>(std::min<int64_t>(total, 1 << 30));
+}
+
+std::vector<GenerationResult> OfflineGenerator::generate(
+    const std::vector<GenerationRequest>& requests, const TextCallback& on_text,
+    GenerationTimings* timings) {
+  const int vocab_size = runner_.vocab_size();
+  const int block_size = options_.block_size;
+  validate(requests, vocab_size, options_.max_model_len);
   const int needed = blocks_needed(requests, block_size);
   if (needed > options_.num_kv_blocks) {
-    throw Error("these requests need " + std::to_string(needed) + " KV cache blocks, the cache has " +
-                std::to_string(options_.num_kv_blocks));
+    throw Error("these requests need " + std::to_string(needed) +
+                " KV cache blocks, the cache has " + std::to_string(options_.num_kv_blocks));
   }
   BlockManager blocks(options_.num_kv_blocks, block_size);
 
@@ -130,8 +136,8 @@ std::vector<GenerationResult> OfflineGenerator::generate(
   // last chunk asks for the logits of its last position (the first token is sampled there).
   auto start = Clock::now();
   {
-    size_t next = 0;       // the request being prefilled
-    int next_offset = 0;   // its tokens already scheduled
+    size_t next = 0;      // the request being prefilled
+    int next_offset = 0;  // its tokens already scheduled
     while (next < running.size()) {
       BatchMeta batch;
       std::vector<int32_t> rows;
@@ -142,9 +148,8 @@ std::vector<GenerationResult> OfflineGenerator::generate(
         const auto& prompt = seq.request->prompt_ids;
         const int count = std::min(budget, static_cast<int>(prompt.size()) - next_offset);
         blocks.append(seq.blocks, count);
-        const int32_t last_row =
-            add_to_batch(batch, seq.blocks, std::span(prompt).subspan(next_offset, count),
-                         block_size);
+        const int32_t last_row = add_to_batch(
+            batch, seq.blocks, std::span(prompt).subspan(next_offset, count), block_size);
         budget -= count;
         next_offset += count;
         if (next_offset == static_cast<int>(prompt.size())) {

@@ -12,10 +12,10 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/sched/model_runner.h"
 #include "engine/sample/sampler.h"
 #include "engine/sample/sampling_params.h"
 #include "engine/sample/stop_checker.h"
+#include "engine/sched/model_runner.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace attnres {
@@ -42,8 +42,8 @@ struct GenerationTimings {
 struct OfflineGeneratorOptions {
   int num_kv_blocks = 0;  // the runner's cache, in blocks (blocks_needed() sizes it)
   int block_size = 16;
-  int max_model_len = 0;             // prompt + max_tokens limit
-  int max_prefill_tokens = 8192;     // prompt tokens computed per prefill step
+  int max_model_len = 0;          // prompt + max_tokens limit
+  int max_prefill_tokens = 8192;  // prompt tokens computed per prefill step
 };
 
 class OfflineGenerator {
@@ -51,6 +51,11 @@ class OfflineGenerator {
   OfflineGenerator(ModelRunner& runner, std::shared_ptr<const Tokenizer> tokenizer,
                    std::vector<int32_t> eos_ids, OfflineGeneratorOptions options);
 
+  // Throws attnres::Error for a request generate() would refuse (empty prompt, a token
+  // outside [0, vocab_size), bad sampling parameters, prompt + max_tokens > max_model_len).
+  // Call it before sizing a cache with blocks_needed().
+  static void validate(const std::vector<GenerationRequest>& requests, int vocab_size,
+                       int max_model_len);
   // KV blocks a set of requests needs at most (each prompt plus its max_tokens).
   static int blocks_needed(const std::vector<GenerationRequest>& requests, int block_size);
 

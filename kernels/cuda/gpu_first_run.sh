@@ -22,9 +22,12 @@ case "$mode" in
     export PATH=$PATH:/usr/local/cuda/bin
     # Portable CPU code: the device machine's CPU may lack this one's ISA extensions.
     cmake -S . -B "$build" -G Ninja -DATTNRES_CPU_ARCH=x86-64-v3 > /dev/null
-    ninja -C "$build" -j"${JOBS:-1}" test_cuda_backend bench_cuda_backend
+    ninja -C "$build" -j"${JOBS:-1}" test_cuda_backend bench_cuda_backend test_cuda_tensor_parallel
     mkdir -p "$dev"
-    cp "$build"/tests/cpp/cuda/test_cuda_backend "$build"/tests/cpp/cuda/bench_cuda_backend "$dev/"
+    cp "$build"/tests/cpp/cuda/test_cuda_backend "$build"/tests/cpp/cuda/bench_cuda_backend \
+       "$build"/tests/cpp/cuda/test_cuda_tensor_parallel "$dev/"
+    # libnccl is too large to carry (~200 MB): the run uses the GPU machine's own (PyTorch's
+    # nvidia-nccl wheel or the CUDA toolkit's).
     for lib in libutf8proc.so.2 libgomp.so.1; do
       cp -L "$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}')" "$dev/"
     done
@@ -33,7 +36,8 @@ case "$mode" in
   run)
     out=${OUT:-/tmp}
     export PATH=$PATH:/usr/local/cuda/bin  # compute-sanitizer
-    export LD_LIBRARY_PATH="$PWD/$dev:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+    nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null || true)
+    export LD_LIBRARY_PATH="$PWD/$dev:/usr/local/cuda/lib64:${nccl_dir:+$nccl_dir:}${LD_LIBRARY_PATH:-}"
     export ATTNRES_ASSETS_DIR="$PWD/engine/model/assets"  # the bench's built-in models
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt" || true
     # 1. Every op and the whole forward against the CPU backend.
@@ -47,7 +51,10 @@ case "$mode" in
     compute-sanitizer --tool racecheck --error-exitcode 9 "$dev/test_cuda_backend" \
       --gtest_filter='CudaOps.RmsNorm:CudaOps.DepthPhase*:CudaOps.QkNormRope' \
       > "$out/racecheck.log" 2>&1 && echo "racecheck: clean" || echo "racecheck: FAILED (see racecheck.log)"
-    # 3. Decode-step timing against the weight-read floor.
+    # 3. Tensor parallelism's NCCL path with one GPU (TP = 1) against the CPU forward.
+    "$dev/test_cuda_tensor_parallel" 2>&1 | tee "$out/test_tp.log" \
+      | grep -E "^\[  FAILED|^\[  PASSED|^\[  SKIPPED \] [0-9]+ tests|Failure|rror" || true
+    # 4. Decode-step timing against the weight-read floor.
     "$dev/bench_cuda_backend" 2>&1 | tee "$out/bench.log" || echo "bench: FAILED"
     ;;
   *)

@@ -63,8 +63,10 @@ LatencyResult bench_one(const std::string& model_arg, const Flags& flags, double
   const int vocab = std::min(model.config.vocab_size, model.tokenizer->vocab_size());
   OfflineGeneratorOptions options;
   options.max_model_len = model.config.max_position_embeddings;
-  options.num_kv_blocks = OfflineGenerator::blocks_needed(
-      random_requests(batch, input_len, output_len, vocab, 0), options.block_size);
+  const std::vector<GenerationRequest> shape =
+      random_requests(batch, input_len, output_len, vocab, 0);
+  OfflineGenerator::validate(shape, model.config.vocab_size, options.max_model_len);
+  options.num_kv_blocks = OfflineGenerator::blocks_needed(shape, options.block_size);
   auto exec = make_model_execution(flags, model, options.num_kv_blocks, options.block_size);
   OfflineGenerator generator(*exec->runner, model.tokenizer, model.eos_token_ids(), options);
   std::vector<double> prefill, decode;
@@ -89,9 +91,8 @@ LatencyResult bench_one(const std::string& model_arg, const Flags& flags, double
   r.model = model.source;
   r.prefill_seconds = median(prefill);
   r.decode_ms_per_step = median(decode);
-  r.bytes_per_step =
-      weight_bytes + batch * avg_context * kv_bytes_per_token /
-                         (shared_memory_bus ? 1 : exec->tensor_parallel_size);
+  r.bytes_per_step = weight_bytes + batch * avg_context * kv_bytes_per_token /
+                                        (shared_memory_bus ? 1 : exec->tensor_parallel_size);
   r.floor_ms = r.bytes_per_step / (bandwidth_gbps * 1e9) * 1e3;
   return r;
 }

@@ -60,6 +60,7 @@ int run_generate(const std::vector<std::string>& args) {
   GenerationRequest request{prompt_ids_from_flags(flags, model), params};
   OfflineGeneratorOptions options;
   options.max_model_len = model.config.max_position_embeddings;
+  OfflineGenerator::validate({request}, model.config.vocab_size, options.max_model_len);
   options.num_kv_blocks = OfflineGenerator::blocks_needed({request}, options.block_size);
   auto exec = make_model_execution(flags, model, options.num_kv_blocks, options.block_size);
   OfflineGenerator generator(*exec->runner, model.tokenizer, model.eos_token_ids(), options);

@@ -39,7 +39,10 @@ int run_logits(const std::vector<std::string>& args) {
   std::vector<FlagSpec> specs = model_flags();
   specs.push_back({"token-ids", "IDS", "comma-separated token ids (required)"});
   specs.push_back({"prefill", "N", "how many leading tokens form the prefill step (default: all)"});
-  specs.push_back({"out", "FILE", "output .npy path (required): float32 [tokens, vocab]"});
+  specs.push_back({"out", "FILE", "output .npy path (required): float32 [positions, vocab]"});
+  specs.push_back({"stride", "N",
+                   "keep the logits of every N-th position (0, N, 2N, ...) and of the last "
+                   "(default 1: all); for long prompts"});
   if (print_help_if_asked(args, "logits", "Write the logits of every position to a .npy file.",
                           specs)) {
     return 0;
@@ -55,6 +58,8 @@ int run_logits(const std::vector<std::string>& args) {
     throw Error("--prefill must be in [1, " + std::to_string(n) + "] for " + std::to_string(n) +
                 " tokens");
   }
+  const int stride = flags.get_int("stride", 1);
+  if (stride < 1) throw Error("--stride must be >= 1");
   for (int32_t id : ids) {
     if (id < 0 || id >= model.config.vocab_size) {
       throw Error("token id " + std::to_string(id) + " is outside the vocabulary");
@@ -68,20 +73,25 @@ int run_logits(const std::vector<std::string>& args) {
   blocks.append(seq, n);
 
   const int64_t vocab = model.config.vocab_size;
-  std::vector<float> all(static_cast<size_t>(n) * vocab);
+  std::vector<float> kept;
+  int64_t kept_rows = 0;
   std::vector<float> step_logits;
   int done = 0;
   while (done < n) {
     const int count = done == 0 ? prefill : 1;
     BatchMeta batch;
     add_to_batch(batch, seq, std::span(ids).subspan(done, count), block_size);
-    std::vector<int32_t> rows(count);
-    for (int i = 0; i < count; ++i) rows[i] = i;
+    std::vector<int32_t> rows;
+    for (int i = 0; i < count; ++i) {
+      const int position = done + i;
+      if (position % stride == 0 || position == n - 1) rows.push_back(i);
+    }
     exec->runner->execute(batch, rows, step_logits);
-    std::copy(step_logits.begin(), step_logits.end(), all.begin() + static_cast<size_t>(done) * vocab);
+    kept.insert(kept.end(), step_logits.begin(), step_logits.end());
+    kept_rows += static_cast<int64_t>(rows.size());
     done += count;
   }
-  write_npy(flags.get("out"), all, n, vocab);
+  write_npy(flags.get("out"), kept, kept_rows, vocab);
   return 0;
 }
 

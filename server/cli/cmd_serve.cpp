@@ -159,8 +159,7 @@ int run_serve(const std::vector<std::string>& args) {
                static_cast<double>(num_blocks) *
                    static_cast<double>(kv_bytes_per_block(flags, model, block_size)) /
                    (1024.0 * 1024.0),
-               tensor_parallel_size_from_flags(flags, model) > 1 ? " per rank" : "",
-               max_model_len);
+               tensor_parallel_size_from_flags(flags, model) > 1 ? " per rank" : "", max_model_len);
 
   auto exec = make_model_execution(flags, model, num_blocks, block_size);
   std::cerr << "attnres serve: running on " << exec->description << "\n";

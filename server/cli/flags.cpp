@@ -116,9 +116,9 @@ std::vector<int32_t> Flags::get_int_list(const std::string& name) const {
 }
 
 std::string Flags::usage(const std::string& command, const std::string& summary,
-                         const std::vector<FlagSpec>& specs) {
+                         const std::vector<FlagSpec>& specs, const std::string& program) {
   std::ostringstream out;
-  out << "usage: attnres " << command << " [flags]\n\n" << summary << "\n\nflags:\n";
+  out << "usage: " << program << " " << command << " [flags]\n\n" << summary << "\n\nflags:\n";
   for (const FlagSpec& s : specs) {
     std::string left = "--" + s.name + (s.value_name.empty() ? "" : " " + s.value_name);
     out << "  " << left;

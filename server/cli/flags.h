@@ -1,6 +1,7 @@
 // Command-line flags: each command declares its flags (name, whether it takes a value,
 // help text); parsing rejects unknown flags and missing values with a message naming them,
-// and --help is generated from the same table.
+// and --help is generated from the same table. Its own library (attnres_cli_flags, no
+// dependencies) because both the attnres and the attnres-client commands parse with it.
 #pragma once
 
 #include <map>
@@ -39,8 +40,10 @@ class Flags {
   // A comma-separated list of integers ("1,2,3").
   std::vector<int32_t> get_int_list(const std::string& name) const;
 
+  // "usage: <program> <command> [flags]", the summary, then one line per flag.
   static std::string usage(const std::string& command, const std::string& summary,
-                           const std::vector<FlagSpec>& specs);
+                           const std::vector<FlagSpec>& specs,
+                           const std::string& program = "attnres");
 
  private:
   std::map<std::string, std::vector<std::string>> values_;
