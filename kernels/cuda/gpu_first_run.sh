@@ -49,7 +49,7 @@ case "$mode" in
       --gtest_filter='CudaOps.*:CudaMemory.*' > "$out/memcheck.log" 2>&1 \
       && echo "memcheck: clean" || echo "memcheck: FAILED (see memcheck.log)"
     compute-sanitizer --tool racecheck --error-exitcode 9 "$dev/test_cuda_backend" \
-      --gtest_filter='CudaOps.RmsNorm:CudaOps.DepthPhase*:CudaOps.QkNormRope' \
+      --gtest_filter='CudaOps.RmsNorm:CudaOps.DepthPhase*:CudaOps.DepthWeights:CudaOps.QkNormRope' \
       > "$out/racecheck.log" 2>&1 && echo "racecheck: clean" || echo "racecheck: FAILED (see racecheck.log)"
     # 3. Tensor parallelism's NCCL path with one GPU (TP = 1) against the CPU forward.
     "$dev/test_cuda_tensor_parallel" 2>&1 | tee "$out/test_tp.log" \
