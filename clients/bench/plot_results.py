@@ -10,9 +10,11 @@ Writes two figures into --out-dir (default: the current directory):
                            result, bars for the mean, the median and each percentile it
                            recorded (p99 by default), in ms.
   throughput.png           output-token and request throughput (left) and median TTFT, median
-                           TPOT and p99 E2EL (right) against --x: the max concurrency or the
-                           request rate of each run (one line per label, so several backends
-                           or servers can share a plot), or one bar per result with --x label.
+                           TPOT and p99 E2EL (right, log scale) against --x: the max
+                           concurrency or the request rate of each run, one line per --series
+                           (default: the backend; "label" separates runs of several servers
+                           that were given their own labels), or one bar per result with
+                           --x label.
 
 --x defaults to max_concurrency when the results differ in it, else request_rate when they
 differ in that, else label. Only the summary fields are read (mean_ttft_ms, p99_e2el_ms,
@@ -112,7 +114,7 @@ def plot_latency_percentiles(results, out):
     plt.close(fig)
 
 
-def plot_throughput(results, x_key, out):
+def plot_throughput(results, x_key, series_key, out):
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
     latency_series = [("median_ttft_ms", "median TTFT"), ("median_tpot_ms", "median TPOT"),
                       ("p99_e2el_ms", "p99 E2EL")]
@@ -136,7 +138,8 @@ def plot_throughput(results, x_key, out):
     else:
         series = defaultdict(list)
         for r in results:
-            series[r["_series"]].append(r)
+            name = r["_series"] if series_key == "label" else str(r.get(series_key) or "?")
+            series[name].append(r)
         for name, runs in series.items():
             runs.sort(key=lambda r: numeric(r.get(x_key)))
             xs = [numeric(r.get(x_key)) for r in runs]
@@ -146,6 +149,7 @@ def plot_throughput(results, x_key, out):
                            label=f"{name} {label}")
         left.set_xlabel(x_key)
         right.set_xlabel(x_key)
+        right.set_yscale("log")
         left.legend(fontsize="small")
     left.set_ylabel("output tokens/s")
     left.set_title("Throughput")
@@ -167,6 +171,9 @@ def main(argv=None):
     parser.add_argument("--out-dir", default=".", help="where the PNG files go (default .)")
     parser.add_argument("--x", choices=["max_concurrency", "request_rate", "label"],
                         help="x axis of throughput.png (default: what differs between results)")
+    parser.add_argument("--series", choices=["backend", "label", "model_id", "base_url"],
+                        default="backend",
+                        help="one line per value of this field in throughput.png (default backend)")
     args = parser.parse_args(argv)
     results = load(args.results)
     out_dir = Path(args.out_dir)
@@ -177,7 +184,7 @@ def main(argv=None):
         if missing:
             sys.exit(f"plot_results.py: --x {x_key}: not set (or inf) in {', '.join(missing)}")
     plot_latency_percentiles(results, out_dir / "latency_percentiles.png")
-    plot_throughput(results, x_key, out_dir / "throughput.png")
+    plot_throughput(results, x_key, args.series, out_dir / "throughput.png")
     print(f"wrote {out_dir / 'latency_percentiles.png'} and {out_dir / 'throughput.png'} "
           f"({len(results)} results, x = {x_key})")
 
