@@ -155,11 +155,13 @@ int run_latency(const std::vector<std::string>& args) {
 }  // namespace
 
 int run_bench(const std::vector<std::string>& args) {
-  if (args.empty() || args[0] != "latency") {
-    std::cerr << "usage: attnres bench latency [flags]   (see attnres bench latency --help)\n";
-    return 2;
-  }
-  return run_latency(std::vector<std::string>(args.begin() + 1, args.end()));
+  const std::vector<std::string> rest(args.empty() ? args.end() : args.begin() + 1, args.end());
+  if (!args.empty() && args[0] == "latency") return run_latency(rest);
+  if (!args.empty() && args[0] == "serve") return run_bench_serve(rest);
+  std::cerr << "usage: attnres bench latency [flags]   engine latency, no server\n"
+               "       attnres bench serve [flags]     load a running server (vLLM's bench serve)\n"
+               "(see attnres bench latency --help, attnres bench serve --help)\n";
+  return 2;
 }
 
 }  // namespace attnres::cli

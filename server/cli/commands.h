@@ -17,6 +17,8 @@ int run_generate(const std::vector<std::string>& args);
 int run_inspect(const std::vector<std::string>& args);
 int run_logits(const std::vector<std::string>& args);
 int run_bench(const std::vector<std::string>& args);
+// `bench serve` (cmd_bench_serve.cpp): the serving benchmark against a running server.
+int run_bench_serve(const std::vector<std::string>& args);
 
 // --model, --device, --threads.
 std::vector<FlagSpec> model_flags();

@@ -16,7 +16,7 @@ commands:
   generate   generate text from a prompt (streams to the terminal; --json for ids and logprobs)
   inspect    print a model's configuration, weights and AttnRes depth plan
   logits     write the logits of a token sequence to a .npy file (prefill, then decode steps)
-  bench      benchmarks: `attnres bench latency` (engine only)
+  bench      benchmarks: `attnres bench latency` (engine only), `attnres bench serve` (a server)
 
 Without --model, commands use the built-in demo model. `attnres <command> --help` lists flags.
 )";

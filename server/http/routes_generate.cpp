@@ -148,23 +148,31 @@ void stream_completion(StreamJob& job, const CompletionRequest& request, SseWrit
     const bool ids_to_send = job.options.return_token_ids && (first || !o.token_ids.empty());
     const bool prompt_part = first && prompt_logprobs && !prompt_lps[p].empty();
     const bool depth = has_depth_attention(o);
-    if (!text.empty() || !o.logprobs.empty() || ids_to_send || prompt_part || depth) {
+    // A step that generated tokens gets a chunk even when its text is held back (an
+    // incomplete UTF-8 character, a possible stop string): one chunk per engine step, as
+    // vLLM streams, so benchmarks time every step.
+    if (!text.empty() || !o.token_ids.empty() || !o.logprobs.empty() || ids_to_send ||
+        prompt_part || depth) {
       Json logprobs = nullptr;
       if (job.options.params.logprobs >= 0) {
         logprobs = prompt_part ? completion_logprobs_json(tokenizer, prompt.ids, prompt_lps[p],
                                                           o.logprobs, text_offset[i])
                                : completion_logprobs_json(tokenizer, o.logprobs, text_offset[i]);
       }
-      Json c = completion_choice(o.choice_index, std::move(text), std::move(logprobs),
-                                 FinishReason::None, nullptr);
+      // The last output's chunk carries the finish reason, as vLLM's do: a separate empty
+      // chunk would count as one more token chunk in vLLM's benchmark (an ITL of ~0).
+      Json c = completion_choice(
+          o.choice_index, std::move(text), std::move(logprobs),
+          o.finished() ? o.finish_reason : FinishReason::None,
+          o.finished() ? stop_reason_json(o.stop_string, o.stop_token) : Json(nullptr));
       if (job.options.return_token_ids) {
         c["token_ids"] = ids_json(o.token_ids);
         if (first) c["prompt_token_ids"] = ids_json(prompt.ids);
       }
       if (depth) c["depth_attention"] = chunk_depth_json(job.state, o);
-      if (!chunk(std::move(c))) return false;
+      return chunk(std::move(c));
     }
-    if (o.finished()) {
+    if (o.finished()) {  // nothing else to send with it (e.g. a stop string ended the text)
       Json c = completion_choice(o.choice_index, "", nullptr, o.finish_reason,
                                  stop_reason_json(o.stop_string, o.stop_token));
       if (!chunk(std::move(c))) return false;
@@ -281,18 +289,21 @@ void stream_chat(StreamJob& job, const ChatRequest& request, SseWriter& out) {
           }
         }
         const bool depth = has_depth_attention(o);
-        if (!o.text.empty() || !o.logprobs.empty() || depth ||
-            (job.options.return_token_ids && !o.token_ids.empty())) {
+        // One chunk per step that generated tokens, even if its text is held back (vLLM).
+        if (!o.text.empty() || !o.token_ids.empty() || !o.logprobs.empty() || depth) {
           Json delta;
           delta["content"] = o.text;
           Json logprobs = request.logprobs ? chat_logprobs_json(tokenizer, o.logprobs) : nullptr;
-          Json c = chat_chunk_choice(o.choice_index, std::move(delta), std::move(logprobs),
-                                     FinishReason::None, nullptr);
+          // The finish reason rides on the last content chunk (vLLM), not on a chunk of its own.
+          Json c = chat_chunk_choice(
+              o.choice_index, std::move(delta), std::move(logprobs),
+              o.finished() ? o.finish_reason : FinishReason::None,
+              o.finished() ? stop_reason_json(o.stop_string, o.stop_token) : Json(nullptr));
           if (job.options.return_token_ids) c["token_ids"] = ids_json(o.token_ids);
           if (depth) c["depth_attention"] = chunk_depth_json(job.state, o);
-          if (!chunk(std::move(c))) return false;
+          return chunk(std::move(c));
         }
-        if (o.finished()) {
+        if (o.finished()) {  // nothing else to send with it
           Json c = chat_chunk_choice(o.choice_index, Json::object(), nullptr, o.finish_reason,
                                      stop_reason_json(o.stop_string, o.stop_token));
           if (!chunk(std::move(c))) return false;

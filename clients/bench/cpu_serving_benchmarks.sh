@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The serving benchmarks recorded in docs/BENCHMARKS.md ("Server under load on the CPU"):
+# starts `attnres serve` (built-in demo model, default flags) on spare ports, runs
+# `attnres bench serve` over a sweep of settings sized for a 2-core CPU (a few minutes in all),
+# writes one result JSON per run into OUT_DIR (default bench-results/), plots them, and stops
+# the server. Usage: clients/bench/cpu_serving_benchmarks.sh [OUT_DIR]
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+build=${ATTNRES_BUILD_DIR:-$repo/build}
+attnres=$build/server/cli/attnres
+python=${PYTHON:-$repo/.venv/bin/python}
+out=${1:-bench-results}
+http_port=${HTTP_PORT:-8100}
+grpc_port=${GRPC_PORT:-50151}
+mkdir -p "$out"
+
+"$attnres" serve --port "$http_port" --grpc-port "$grpc_port" >"$out/server.log" 2>&1 &
+server=$!
+trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null || true' EXIT
+for _ in $(seq 100); do
+  curl -sf "http://127.0.0.1:$http_port/health" >/dev/null && break
+  sleep 0.2
+done
+
+run() {  # run NAME ARGS...: one benchmark, its table appended to $out/tables.txt
+  local name=$1
+  shift
+  echo "== $name: attnres bench serve $*" | tee -a "$out/tables.txt"
+  "$attnres" bench serve --disable-tqdm --seed 0 --label "$name" --save-detailed \
+    --result-file "$out/$name.json" "$@" | sed -n '/Serving Benchmark Result/,$p' |
+    tee -a "$out/tables.txt"
+}
+
+http=(--url "http://127.0.0.1:$http_port")
+# Short prompts: 128 in / 32 out, a burst of 64 requests at several concurrency limits.
+for c in 1 4 16 64; do
+  run "short-c$c" "${http[@]}" --num-prompts 64 --random-input-len 128 --random-output-len 32 \
+    --max-concurrency "$c" --num-warmups 2
+done
+# Long prompts: vLLM's default 1024 in / 128 out, 16 requests.
+for c in 1 4; do
+  run "long-c$c" "${http[@]}" --num-prompts 16 --random-input-len 1024 --random-output-len 128 \
+    --max-concurrency "$c" --num-warmups 1
+done
+# Poisson arrivals at 8 requests/s, no concurrency limit.
+run "short-poisson8" "${http[@]}" --num-prompts 64 --random-input-len 128 \
+  --random-output-len 32 --request-rate 8 --burstiness 1
+# The three protocols on the same load.
+run "short-c16-chat" "${http[@]}" --backend openai-chat --num-prompts 64 \
+  --random-input-len 128 --random-output-len 32 --max-concurrency 16 --num-warmups 2
+run "short-c16-grpc" --backend grpc --url "127.0.0.1:$grpc_port" --num-prompts 64 \
+  --random-input-len 128 --random-output-len 32 --max-concurrency 16 --num-warmups 2
+
+"$python" "$repo/clients/bench/plot_results.py" "$out"/short-c{1,4,16,64}.json \
+  --out-dir "$out/plots-short" --x max_concurrency
+"$python" "$repo/clients/bench/plot_results.py" "$out"/short-c16.json "$out"/short-c16-chat.json \
+  "$out"/short-c16-grpc.json --out-dir "$out/plots-protocols" --x label

@@ -1,0 +1,67 @@
+// The synthetic "random" data set of `attnres bench serve`: prompts that the *server's*
+// tokenizer counts as exactly the requested number of tokens.
+//
+// vLLM's RandomDataset (vllm/benchmarks/datasets/random.py) decodes random token ids with a
+// local copy of the tokenizer, re-encodes, and truncates or pads up to ten times
+// (gen_prompt_decode_to_target_len), tolerating a small mismatch. We have no local tokenizer
+// (the benchmark may target any model), so we ask the server (HTTP /tokenize and
+// /detokenize, gRPC Tokenize / Detokenize) through the PromptTokenizer interface, and we
+// insist on an exact count: a prompt that does not converge is rebuilt from fresh random
+// text, and the run stops with an error if even that fails.
+//
+// The text is random pseudo-words (syllables drawn from a seeded generator) rather than
+// random token ids: it needs no knowledge of the vocabulary (which token ids are special or
+// unused), re-tokenizes stably, and differs from prompt to prompt from the first token, so no
+// two prompts share a cacheable prefix. Prompt i depends only on (seed, i).
+//
+// "Length" is what the server counts for the whole prompt: for completions the text with the
+// tokenizer's special tokens (BOS where the tokenizer adds one), for chat the rendered chat
+// template around a single user message (so the template's own tokens are part of the length,
+// and the server's usage.prompt_tokens equals the requested length on every backend).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "clients/bench/bench_types.h"
+
+namespace attnres::bench {
+
+// The server's view of a prompt. Implementations must be safe to call from several threads.
+class PromptTokenizer {
+ public:
+  virtual ~PromptTokenizer() = default;
+  // Tokens the server will count for `text` sent as the prompt (usage.prompt_tokens).
+  virtual int count_prompt(const std::string& text) = 0;
+  // The token ids of `text` alone (no special tokens, no template): what truncation cuts.
+  virtual std::vector<int32_t> encode_text(const std::string& text) = 0;
+  // The text of token ids (special tokens kept).
+  virtual std::string decode(const std::vector<int32_t>& ids) = 0;
+};
+
+struct DatasetOptions {
+  int num_prompts = 1000;
+  int input_len = 1024;
+  int output_len = 128;
+  uint64_t seed = 0;
+  int threads = 4;  // prompts built in parallel (each costs a few tokenizer round trips)
+};
+
+// Random pseudo-word text of `words` words; deterministic in `rng_state`, which it advances.
+std::string random_words(int words, uint64_t& rng_state);
+
+// One prompt of exactly `input_len` tokens as counted by `tokenizer`, built from the random
+// stream `(seed, index)`. Throws attnres::Error naming the problem when it cannot (e.g. the
+// chat template alone is longer than input_len).
+BenchPrompt make_prompt(PromptTokenizer& tokenizer, int input_len, int output_len, uint64_t seed,
+                        int index);
+
+// The whole data set, built on `options.threads` threads; `on_progress(done)` is called as
+// prompts complete (from any thread; may be empty).
+std::vector<BenchPrompt> make_dataset(PromptTokenizer& tokenizer, const DatasetOptions& options,
+                                      const std::function<void(int)>& on_progress = {});
+
+}  // namespace attnres::bench
