@@ -40,6 +40,16 @@ def test_dockerfile_uses_ci_scripts_and_serving_conventions(dockerfile):
     assert "/models" in text
 
 
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_binaries_the_image_copies_are_built_where_it_looks(dockerfile, build_dir):
+    """The build stage builds into /src/build with docker/build.sh: every binary the runtime
+    stage copies from there must be what our build produces at the same relative path."""
+    copied = re.findall(r"^COPY --from=build /src/build/(\S+) ", dockerfile.read_text(), flags=re.M)
+    assert "server/cli/attnres" in copied and "clients/cpp/attnres-client" in copied
+    for relative in copied:
+        assert (build_dir / relative).is_file(), f"{dockerfile.name} copies {relative}: not built"
+
+
 @pytest.mark.parametrize("path", DOCKERFILES + [DOCKER / "compose.yaml"], ids=lambda p: p.name)
 def test_every_attnres_variable_is_a_serve_flag(attnres_bin, path):
     flags = serve_flags(attnres_bin)
