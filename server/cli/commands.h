@@ -9,6 +9,7 @@
 #include "engine/model/loaded_model.h"
 #include "engine/sample/sampling_params.h"
 #include "server/cli/flags.h"
+#include "server/cli/sampling_flags.h"
 
 namespace attnres::cli {
 
@@ -22,8 +23,6 @@ int run_bench_serve(const std::vector<std::string>& args);
 
 // --model, --device, --threads.
 std::vector<FlagSpec> model_flags();
-// Sampling flags (--temperature, --top-p, ... --seed, --stop, --max-tokens).
-std::vector<FlagSpec> sampling_flags();
 // The model named by --model (a directory, builtin:NAME, or the demo model when absent).
 LoadedModel load_model_from_flags(const Flags& flags);
 // The backend named by --device (cpu; cuda once the CUDA backend exists).

@@ -2,7 +2,7 @@
 temporary folder (generated code is never committed), plus small client helpers for the gRPC
 end-to-end tests.
 
-    from grpc_stubs import pb, pb_grpc, health_pb, health_pb_grpc
+    from grpc_stubs import pb, pb_grpc, health_pb, health_pb_grpc, GrpcServerProcess
 """
 
 import atexit
@@ -16,6 +16,8 @@ import grpc
 from grpc_health.v1 import health_pb2 as health_pb  # noqa: F401 (re-exported)
 from grpc_health.v1 import health_pb2_grpc as health_pb_grpc  # noqa: F401 (re-exported)
 from grpc_tools import protoc
+
+from server_process import ServerProcess
 
 PROTO_ROOT = Path(__file__).resolve().parents[2] / "proto"
 
@@ -66,3 +68,20 @@ def collect(responses) -> dict:
             assert c["complete"] is None, "a choice completed twice"
             c["complete"] = r.complete
     return {"request_ids": request_ids, "choices": choices}
+
+
+class GrpcServerProcess(ServerProcess):
+    """Ready once HTTP /health is 200 (when HTTP is built) and gRPC health says SERVING: the
+    gRPC port is bound after the HTTP one."""
+
+    def health(self):
+        http = super().health()
+        if http not in (None, 200):
+            return http
+        try:
+            with grpc.insecure_channel(self.grpc_target) as ch:
+                reply = health_pb_grpc.HealthStub(ch).Check(health_pb.HealthCheckRequest(),
+                                                            timeout=2)
+            return 200 if reply.status == health_pb.HealthCheckResponse.SERVING else 503
+        except grpc.RpcError:
+            return None

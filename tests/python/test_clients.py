@@ -18,37 +18,19 @@ import time
 import uuid
 from pathlib import Path
 
-import grpc
 import openai
 import pytest
-from grpc_health.v1 import health_pb2 as health_pb
-from grpc_health.v1 import health_pb2_grpc as health_pb_grpc
 
 from http_helpers import post_json, request
 from make_checkpoint import make_checkpoint
-from server_process import ServerProcess, free_port
+from grpc_stubs import GrpcServerProcess
+from server_process import free_port
 
 MAX_MODEL_LEN = 2048
 PROMPT = "The depth of attention residuals"
 TIMEOUT = 120  # seconds, for any one subprocess
 EXAMPLES = Path(__file__).resolve().parents[2] / "clients" / "python"
 ABORTED = 'attnres:request_success_total{model_name="attnres-demo",finished_reason="abort"}'
-
-
-class GrpcServerProcess(ServerProcess):
-    """Ready once HTTP /health is 200 and gRPC health says SERVING (gRPC binds after HTTP)."""
-
-    def health(self):
-        http = super().health()
-        if http != 200:
-            return http
-        try:
-            with grpc.insecure_channel(self.grpc_target) as ch:
-                reply = health_pb_grpc.HealthStub(ch).Check(health_pb.HealthCheckRequest(),
-                                                            timeout=2)
-            return 200 if reply.status == health_pb.HealthCheckResponse.SERVING else 503
-        except grpc.RpcError:
-            return None
 
 
 @pytest.fixture(scope="module")

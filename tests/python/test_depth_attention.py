@@ -5,7 +5,6 @@ echo, chunked prefill), over gRPC, and by `attnres inspect --json`. Tolerances a
 expectations' definition: depth_helpers.py (f32 1e-4 absolute, bf16 2e-2)."""
 
 import json
-import shutil
 import subprocess
 
 import grpc
@@ -17,7 +16,8 @@ import attnres_ref as ref
 from depth_helpers import (BF16_TOL, F32_TOL, check_depth_json, check_matrix, expected,
                            proto_matrix, sublayer_labels)
 from grpc_stubs import channel, pb, pb_grpc
-from make_checkpoint import ATTNRES_VARIANTS, TOKENIZER_VOCAB, make_checkpoint
+from checkpoint_cache import checkpoint_fixture
+from make_checkpoint import ATTNRES_VARIANTS, TOKENIZER_VOCAB
 from server_process import ServerProcess
 
 SERVER_ENV = {"OMP_NUM_THREADS": "1"}
@@ -31,19 +31,7 @@ def prompt_ids(seed: int, n: int) -> list[int]:
 
 @pytest.fixture(scope="module")
 def checkpoint(ckpt_root):
-    made = {}
-
-    def get(variant, dtype="f32", **kw):
-        key = (variant, dtype, tuple(sorted(kw.items())))
-        if key not in made:
-            name = "depth_" + "_".join(str(x) for x in (variant, dtype, *sorted(kw.items())))
-            name = "".join(ch if ch.isalnum() or ch in "_-" else "_" for ch in name)
-            made[key] = make_checkpoint(ckpt_root / name, variant, seed=5, dtype=dtype, **kw)
-        return made[key]
-
-    yield get
-    for path in made.values():
-        shutil.rmtree(path, ignore_errors=True)
+    yield from checkpoint_fixture(ckpt_root, prefix="depth", seed=5)
 
 
 def client_of(server) -> openai.OpenAI:

@@ -16,29 +16,12 @@ import grpc
 import pytest
 from tokenizers import Tokenizer
 
-from grpc_stubs import DEFAULT_TIMEOUT, channel, collect, health_pb, health_pb_grpc, pb, pb_grpc
-from server_process import ServerProcess
+from grpc_stubs import (DEFAULT_TIMEOUT, GrpcServerProcess, channel, collect, health_pb,
+                        health_pb_grpc, pb, pb_grpc)
 
 GPT2_TOKENIZER = Path(__file__).resolve().parents[2] / "engine/model/assets/gpt2/tokenizer.json"
 MAX_MODEL_LEN = 2048
 PROMPT = "The depth of attention residuals"
-
-
-class GrpcServerProcess(ServerProcess):
-    """Ready once HTTP /health is 200 (when HTTP is built) and gRPC health says SERVING: the
-    gRPC port is bound after the HTTP one."""
-
-    def health(self):
-        http = super().health()
-        if http not in (None, 200):
-            return http
-        try:
-            with grpc.insecure_channel(self.grpc_target) as ch:
-                reply = health_pb_grpc.HealthStub(ch).Check(health_pb.HealthCheckRequest(),
-                                                            timeout=2)
-            return 200 if reply.status == health_pb.HealthCheckResponse.SERVING else 503
-        except grpc.RpcError:
-            return None
 
 
 @pytest.fixture(scope="module")

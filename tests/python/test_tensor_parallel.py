@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 import attnres_ref as ref
-from make_checkpoint import TOKENIZER_VOCAB, VARIANTS, make_checkpoint
+from checkpoint_cache import checkpoint_fixture
+from make_checkpoint import TOKENIZER_VOCAB, VARIANTS
 from server_process import ServerProcess
 from openai import OpenAI
 
@@ -71,17 +72,7 @@ def prompt_ids(seed, n):
 
 @pytest.fixture(scope="module")
 def checkpoint(ckpt_root):
-    made = {}
-
-    def get(variant, dtype="f32", **kw):
-        key = (variant, dtype, tuple(sorted(kw.items())))
-        if key not in made:
-            name = "tp_" + "_".join(str(x) for x in (variant, dtype, *sorted(kw.items())))
-            name = "".join(ch if ch.isalnum() or ch in "_-" else "_" for ch in name)
-            made[key] = make_checkpoint(ckpt_root / name, variant, seed=7, dtype=dtype, **kw)
-        return made[key]
-
-    return get
+    yield from checkpoint_fixture(ckpt_root, prefix="tp", seed=7)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

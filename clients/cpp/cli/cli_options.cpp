@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "engine/core/error.h"
+#include "server/cli/sampling_flags.h"
 
 namespace attnres::client::cli {
 namespace {
@@ -58,7 +59,7 @@ std::vector<FlagSpec> connection_flags() {
 }
 
 std::vector<FlagSpec> generate_flags() {
-  return {
+  std::vector<FlagSpec> specs = {
       {"prompt", "TEXT", "the prompt, tokenized by the server"},
       {"prompt-ids", "IDS", "the prompt as comma-separated token ids instead of text"},
       {"no-special-tokens", "", "do not add the tokenizer's special tokens (e.g. BOS) to --prompt"},
@@ -68,24 +69,16 @@ std::vector<FlagSpec> generate_flags() {
        "print one JSON object at the end: request_id, choices (text, token_ids, "
        "finish_reason, stop_reason, usage, logprobs), usage"},
       {"quiet", "", "no summary line (finish reason, usage) on stderr"},
-      {"max-tokens", "N", "tokens to generate at most (default: the server's, 16)"},
-      {"temperature", "T", "0 = greedy (default: generation_config.json, else 1)"},
-      {"top-p", "P", "nucleus sampling mass"},
-      {"top-k", "K", "keep the K most likely tokens (0 = off)"},
-      {"min-p", "P", "drop tokens below P x the top probability"},
-      {"repetition-penalty", "R", "penalise tokens of prompt and output (1 = off)"},
-      {"presence-penalty", "X", "penalise tokens already generated, once"},
-      {"frequency-penalty", "X", "penalise tokens by how often they were generated"},
-      {"logit-bias", "ID:BIAS", "add BIAS to token ID's logit", true},
-      {"seed", "N", "seed for reproducible sampling (choice i uses N + i)"},
-      {"stop", "TEXT", "stop when TEXT is generated (not included in the output)", true},
-      {"stop-token-ids", "IDS", "comma-separated token ids that stop generation"},
-      {"ignore-eos", "", "keep generating after an end-of-sequence token"},
-      {"min-tokens", "N", "generate at least N tokens before any stop"},
-      {"logprobs", "K", "the sampled token's logprob and the top K alternatives (in --json)"},
       {"n", "N", "choices to generate for the prompt (default 1)"},
       {"no-skip-special-tokens", "", "keep special tokens in the text"},
   };
+  for (FlagSpec spec :
+       attnres::cli::sampling_flags()) {  // those of `attnres generate`, the server's defaults
+    if (spec.name == "max-tokens")
+      spec.help = "tokens to generate at most (default: the server's, 16)";
+    specs.push_back(std::move(spec));
+  }
+  return specs;
 }
 
 ClientOptions client_options_from_flags(const Flags& flags, const EnvLookup& env,

@@ -7,37 +7,17 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <nlohmann/json.hpp>
 #include <random>
 
 #include "engine/model/random_weights.h"
 #include "engine/model/transformer.h"
-#include "engine/parallel/in_process_communicator.h"
-#include "engine/parallel/tensor_parallel_runner.h"
-#include "engine/sched/batch_builder.h"
 #include "engine/sched/transformer_runner.h"
-#include "kernels/cpu/cpu_backend.h"
+#include "tests/cpp/parallel/parallel_test_util.h"
 
 namespace attnres {
 namespace {
 
-ModelConfig make_config(const char* mode) {
-  nlohmann::json j = {{"model_type", "qwen3_attnres"},
-                      {"hidden_size", 64},
-                      {"num_hidden_layers", 4},
-                      {"num_attention_heads", 4},
-                      {"num_key_value_heads", 2},
-                      {"head_dim", 16},
-                      {"intermediate_size", 96},
-                      {"vocab_size", 301},
-                      {"max_position_embeddings", 4096},
-                      {"tie_word_embeddings", true},
-                      {"rms_norm_eps", 1e-6},
-                      {"attnres_mode", mode},
-                      {"attnres_num_blocks", 2},
-                      {"attnres_gate_type", "bias"}};
-  return ModelConfig::from_json(j, std::string("depth tp config ") + mode);
-}
+ModelConfig make_config(const char* mode) { return test::tp_test_config(mode); }
 
 // A 21-token prefill (depth rows out of order, one repeated), then one decode step; returns the
 // weights of both steps, concatenated.
@@ -63,15 +43,7 @@ std::vector<float> depth_weights_of(ModelRunner& runner, int block_size) {
 }
 
 TensorParallelOptions cpu_options(int P, int sp_min_tokens) {
-  TensorParallelOptions o;
-  o.size = P;
-  o.num_kv_blocks = 2;
-  o.block_size = 16;
-  o.sequence_parallel_min_tokens = sp_min_tokens;
-  o.make_backend = [](int) { return make_cpu_backend(1); };
-  auto group = InProcessGroup::create(P);
-  o.make_communicator = [group](int rank, Backend&) { return group->communicator(rank); };
-  return o;
+  return test::cpu_tensor_parallel_options(P, 2, 16, sp_min_tokens);
 }
 
 TEST(TensorParallelDepthWeights, MatchTheSingleDevice) {
