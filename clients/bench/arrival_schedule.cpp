@@ -8,9 +8,7 @@
 
 namespace attnres::bench {
 
-std::vector<double> arrival_times(int num_requests, double request_rate, double burstiness,
-                                  uint64_t seed) {
-  if (num_requests < 1) throw Error("--num-prompts must be >= 1");
+void check_arrival_process(double request_rate, double burstiness) {
   if (!(request_rate > 0)) {
     throw Error("--request-rate must be > 0 (inf sends every request at once), got " +
                 std::to_string(request_rate));
@@ -18,6 +16,12 @@ std::vector<double> arrival_times(int num_requests, double request_rate, double 
   if (!(burstiness > 0)) {
     throw Error("--burstiness must be > 0, got " + std::to_string(burstiness));
   }
+}
+
+std::vector<double> arrival_times(int num_requests, double request_rate, double burstiness,
+                                  uint64_t seed) {
+  if (num_requests < 1) throw Error("--num-prompts must be >= 1");
+  check_arrival_process(request_rate, burstiness);
   std::vector<double> times(num_requests, 0.0);
   if (std::isinf(request_rate)) return times;
   if (std::isinf(burstiness)) {

@@ -16,6 +16,10 @@
 
 namespace attnres::bench {
 
+// Throws attnres::Error naming the flag unless request_rate > 0 (inf allowed) and
+// burstiness > 0: what arrival_times() accepts, for checking flags before any work starts.
+void check_arrival_process(double request_rate, double burstiness);
+
 // Seconds after the start at which request i is sent; non-decreasing.
 std::vector<double> arrival_times(int num_requests, double request_rate, double burstiness,
                                   uint64_t seed);

@@ -86,9 +86,15 @@ BenchPrompt make_prompt(PromptTokenizer& tokenizer, int input_len, int output_le
               std::to_string(input_len) + " tokens (prompt " + std::to_string(index) + ")");
 }
 
+void check_dataset_options(const DatasetOptions& options) {
+  if (options.num_prompts < 1) throw Error("--num-prompts must be >= 1");
+  if (options.input_len < 1) throw Error("--random-input-len must be >= 1");
+  if (options.output_len < 1) throw Error("--random-output-len must be >= 1");
+}
+
 std::vector<BenchPrompt> make_dataset(PromptTokenizer& tokenizer, const DatasetOptions& options,
                                       const std::function<void(int)>& on_progress) {
-  if (options.num_prompts < 1) throw Error("--num-prompts must be >= 1");
+  check_dataset_options(options);
   std::vector<BenchPrompt> prompts(options.num_prompts);
   std::atomic<int> next{0}, done{0};
   std::mutex error_mutex;

@@ -50,6 +50,9 @@ struct DatasetOptions {
   int threads = 4;  // prompts built in parallel (each costs a few tokenizer round trips)
 };
 
+// Throws attnres::Error naming the flag for options make_dataset() would refuse.
+void check_dataset_options(const DatasetOptions& options);
+
 // Random pseudo-word text of `words` words; deterministic in `rng_state`, which it advances.
 std::string random_words(int words, uint64_t& rng_state);
 

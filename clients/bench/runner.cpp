@@ -97,13 +97,18 @@ void warm_up(ServingBackend& backend, const BenchPrompt& prompt, const RequestSe
 
 }  // namespace
 
-RunResult run_benchmark(ServingBackend& backend, const std::vector<BenchPrompt>& prompts,
-                        const RequestSettings& settings, const RunOptions& options) {
-  if (prompts.empty()) throw Error("no prompts to send");
+void check_run_options(const RunOptions& options) {
   if (options.max_concurrency && *options.max_concurrency < 1) {
     throw Error("--max-concurrency must be > 0");
   }
   if (options.num_warmups < 0) throw Error("--num-warmups must be >= 0");
+  check_arrival_process(options.request_rate, options.burstiness);
+}
+
+RunResult run_benchmark(ServingBackend& backend, const std::vector<BenchPrompt>& prompts,
+                        const RequestSettings& settings, const RunOptions& options) {
+  if (prompts.empty()) throw Error("no prompts to send");
+  check_run_options(options);
   const int n = static_cast<int>(prompts.size());
   const std::vector<double> arrivals =
       arrival_times(n, options.request_rate, options.burstiness, options.seed);

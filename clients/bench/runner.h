@@ -35,6 +35,9 @@ struct RunResult {
   std::string first_warmup_error;
 };
 
+// Throws attnres::Error naming the flag for options run_benchmark() would refuse.
+void check_run_options(const RunOptions& options);
+
 RunResult run_benchmark(ServingBackend& backend, const std::vector<BenchPrompt>& prompts,
                         const RequestSettings& settings, const RunOptions& options);
 

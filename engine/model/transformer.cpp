@@ -322,7 +322,7 @@ Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
     if (step.push_after) push_partial();
   }
 
-  if (report_depth) download_depth_weights(depth_per_step, *depth);
+  if (report_depth && depth->weights) download_depth_weights(depth_per_step, *depth);
 
   const int64_t rows = static_cast<int64_t>(logit_rows.size());
   const int64_t vocab = config_.vocab_size;

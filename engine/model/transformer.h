@@ -50,7 +50,8 @@ struct ForwardFootprint {
 struct DepthWeightsRequest {
   std::span<const int32_t> rows;  // rows of the step (any order, repeats allowed)
   // Filled on the host, row-major [rows.size(), layout.rows(), layout.cols()] for the
-  // Transformer's depth_attention_layout(), NaN in the cells a sublayer does not have.
+  // Transformer's depth_attention_layout(), NaN in the cells a sublayer does not have. Null:
+  // computed (a tensor-parallel rank still takes part in the collectives) but not copied out.
   std::vector<float>* weights = nullptr;
 };
 

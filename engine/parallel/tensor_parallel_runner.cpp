@@ -15,7 +15,6 @@ struct TensorParallelRunner::Rank {
   std::unique_ptr<Transformer> model;
   KvCache cache;
   std::vector<float> gathered_host;  // rank 0: the all-gathered logit slices
-  std::vector<float> depth_host;     // ranks > 0: their (identical, unused) depth weights
 };
 
 TensorParallelRunner::TensorParallelRunner(const ModelConfig& config, const ModelWeights& weights,
@@ -124,7 +123,9 @@ void TensorParallelRunner::rank_main(int index) {
 
 void TensorParallelRunner::run_step(Rank& r) {
   const int64_t rows = static_cast<int64_t>(logit_rows_.size());
-  const DepthWeightsRequest depth{depth_rows_, r.index == 0 ? depth_weights_ : &r.depth_host};
+  // Every rank computes the weights (under sequence parallelism each holds a slice of the
+  // rows, gathered in a collective); only rank 0 copies them to the host.
+  const DepthWeightsRequest depth{depth_rows_, r.index == 0 ? depth_weights_ : nullptr};
   Tensor local =
       r.model->forward(*batch_, r.cache, logit_rows_, depth_rows_.empty() ? nullptr : &depth);
   if (rows == 0) return;
@@ -154,11 +155,19 @@ void TensorParallelRunner::run_step(Rank& r) {
 
 void TensorParallelRunner::execute(const BatchMeta& batch, std::span<const int32_t> logit_rows,
                                    std::vector<float>& logits) {
+  run(batch, logit_rows, logits, {}, nullptr);
+}
+
+void TensorParallelRunner::run(const BatchMeta& batch, std::span<const int32_t> logit_rows,
+                               std::vector<float>& logits, std::span<const int32_t> depth_rows,
+                               std::vector<float>* depth_weights) {
   std::unique_lock lock(mutex_);
   if (!error_.empty()) throw Error("tensor parallelism: " + error_);
   batch_ = &batch;
   logit_rows_ = logit_rows;
   logits_ = &logits;
+  depth_rows_ = depth_rows;
+  depth_weights_ = depth_weights;
   if (logit_rows.empty()) logits.clear();
   done_ = 0;
   ++step_generation_;
@@ -166,6 +175,8 @@ void TensorParallelRunner::execute(const BatchMeta& batch, std::span<const int32
   changed_.wait(lock, [&] { return done_ == options_.size; });
   batch_ = nullptr;
   logits_ = nullptr;
+  depth_rows_ = {};
+  depth_weights_ = nullptr;
   if (!error_.empty()) throw Error("tensor parallelism: " + error_);
 }
 
@@ -178,24 +189,7 @@ void TensorParallelRunner::execute_with_depth_weights(const BatchMeta& batch,
                                                       std::vector<float>& logits,
                                                       std::span<const int32_t> depth_rows,
                                                       std::vector<float>& depth_weights) {
-  {
-    // The ranks read these once execute() has started the step (under the same mutex).
-    std::lock_guard lock(mutex_);
-    depth_rows_ = depth_rows;
-    depth_weights_ = &depth_weights;
-  }
-  auto clear = [&] {
-    std::lock_guard lock(mutex_);
-    depth_rows_ = {};
-    depth_weights_ = nullptr;
-  };
-  try {
-    execute(batch, logit_rows, logits);
-  } catch (...) {
-    clear();
-    throw;
-  }
-  clear();
+  run(batch, logit_rows, logits, depth_rows, &depth_weights);
 }
 
 }  // namespace attnres

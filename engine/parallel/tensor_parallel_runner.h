@@ -71,6 +71,9 @@ class TensorParallelRunner : public ModelRunner {
  private:
   struct Rank;
   void rank_main(int rank);
+  // One step for execute() and execute_with_depth_weights() (no depth rows: none computed).
+  void run(const BatchMeta& batch, std::span<const int32_t> logit_rows, std::vector<float>& logits,
+           std::span<const int32_t> depth_rows, std::vector<float>* depth_weights);
   void run_step(Rank& r);
   void stop_threads();
 

@@ -10,7 +10,12 @@ int TransformerRunner::vocab_size() const { return model_.config().vocab_size; }
 
 void TransformerRunner::execute(const BatchMeta& batch, std::span<const int32_t> logit_rows,
                                 std::vector<float>& logits) {
-  Tensor device_logits = model_.forward(batch, cache_, logit_rows);
+  run(batch, logit_rows, logits, nullptr);
+}
+
+void TransformerRunner::run(const BatchMeta& batch, std::span<const int32_t> logit_rows,
+                            std::vector<float>& logits, const DepthWeightsRequest* depth) {
+  Tensor device_logits = model_.forward(batch, cache_, logit_rows, depth);
   logits.resize(static_cast<size_t>(device_logits.numel()));
   // A step with only non-final prefill chunks asks for no logits.
   if (!logits.empty()) model_.backend().download(device_logits, logits.data());
@@ -26,9 +31,7 @@ void TransformerRunner::execute_with_depth_weights(const BatchMeta& batch,
                                                    std::span<const int32_t> depth_rows,
                                                    std::vector<float>& depth_weights) {
   const DepthWeightsRequest depth{depth_rows, &depth_weights};
-  Tensor device_logits = model_.forward(batch, cache_, logit_rows, &depth);
-  logits.resize(static_cast<size_t>(device_logits.numel()));
-  if (!logits.empty()) model_.backend().download(device_logits, logits.data());
+  run(batch, logit_rows, logits, &depth);
 }
 
 }  // namespace attnres

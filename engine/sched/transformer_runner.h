@@ -25,6 +25,9 @@ class TransformerRunner : public ModelRunner {
   const KvCache& cache() const { return cache_; }
 
  private:
+  void run(const BatchMeta& batch, std::span<const int32_t> logit_rows, std::vector<float>& logits,
+           const DepthWeightsRequest* depth);
+
   Transformer& model_;
   KvCache cache_;
 };

@@ -185,19 +185,19 @@ int run_bench_serve(const std::vector<std::string>& args) {
   data.num_prompts = flags.get_int("num-prompts", 1000);
   data.input_len = int_flag(flags, "random-input-len", "input-len", 1024);
   data.output_len = int_flag(flags, "random-output-len", "output-len", 128);
-  data.seed = static_cast<uint64_t>(flags.get_int("seed", 0));
-  if (data.num_prompts < 1) throw Error("--num-prompts must be >= 1");
+  const int seed = flags.get_int("seed", 0);
+  if (seed < 0) throw Error("--seed must be >= 0");
+  data.seed = static_cast<uint64_t>(seed);
+  check_dataset_options(data);
 
   RunOptions run;
   run.request_rate = flags.get_double("request-rate", INFINITY);
   run.burstiness = flags.get_double("burstiness", 1.0);
   run.seed = data.seed;
   if (flags.has("max-concurrency")) run.max_concurrency = flags.get_int("max-concurrency", 0);
-  if (run.max_concurrency && *run.max_concurrency < 1) {
-    throw Error("--max-concurrency must be greater than 0");
-  }
   run.num_warmups = flags.get_int("num-warmups", 0);
   run.progress = !flags.has("disable-tqdm") && (flags.has("progress") || isatty(STDERR_FILENO));
+  check_run_options(run);  // before any request: a bad flag must not cost a built data set
 
   RequestSettings settings;
   settings.ignore_eos = !flags.has("no-ignore-eos");

@@ -196,6 +196,23 @@ def test_bad_flags_are_clear_errors(server, attnres_bin):
         assert needle in proc.stderr, (args, proc.stderr)
 
 
+def test_absurd_numbers_fail_before_any_request(attnres_bin):
+    """Checked when the flags are read: the (dead) server is never contacted."""
+    dead = "http://127.0.0.1:9"
+    for args, needle in [(["--request-rate", "-2"], "--request-rate must be > 0"),
+                         (["--request-rate", "nan"], "--request-rate must be > 0"),
+                         (["--burstiness", "0"], "--burstiness must be > 0"),
+                         (["--num-warmups", "-1"], "--num-warmups must be >= 0"),
+                         (["--seed", "-5"], "--seed must be >= 0"),
+                         (["--random-input-len", "0"], "--random-input-len must be >= 1"),
+                         (["--random-output-len", "0"], "--random-output-len must be >= 1"),
+                         (["--num-prompts", "0"], "--num-prompts must be >= 1")]:
+        proc = bench(attnres_bin, "--url", dead, *args)
+        assert proc.returncode == 1, args
+        assert needle in proc.stderr, (args, proc.stderr)
+        assert "could not connect" not in proc.stderr
+
+
 def test_chat_input_shorter_than_the_template_is_a_clear_error(server, attnres_bin):
     proc = bench(attnres_bin, "--backend", "openai-chat", "--url", server.http_url,
                  "--num-prompts", 2, "--input-len", 2)
