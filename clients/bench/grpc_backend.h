@@ -1,5 +1,6 @@
 // The gRPC backend of `attnres bench serve`: attnres.v1.Generate (proto/attnres/v1/
-// generate.proto) through the generated stub, streaming (stream = true) with a text prompt,
+// generate.proto) through the client library (clients/cpp/client.h), streaming with a text
+// prompt,
 // max_tokens and ignore_eos (plus the sampling overrides). Each GenerateStreamChunk is a chunk
 // for TTFT / ITL (vLLM's rules, as for HTTP); the output and prompt token counts come from
 // GenerateComplete.usage, and GenerateComplete.error or a non-OK status fail the request.
