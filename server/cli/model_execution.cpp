@@ -22,6 +22,12 @@
 namespace attnres::cli {
 namespace {
 
+int sequence_parallel_min_tokens(const Flags& flags) {
+  const int tokens = flags.get_int("sequence-parallel-min-tokens", 128);
+  if (tokens < 0) throw Error("--sequence-parallel-min-tokens: must be >= 0");
+  return tokens;
+}
+
 // The config one rank computes with (its KV heads decide its cache size).
 ModelConfig rank_config(const Flags& flags, const LoadedModel& model) {
   const int size = tensor_parallel_size_from_flags(flags, model);
@@ -34,10 +40,7 @@ TensorParallelOptions parallel_options(const Flags& flags, int size, int num_kv_
   options.size = size;
   options.num_kv_blocks = num_kv_blocks;
   options.block_size = block_size;
-  options.sequence_parallel_min_tokens = flags.get_int("sequence-parallel-min-tokens", 128);
-  if (options.sequence_parallel_min_tokens < 0) {
-    throw Error("--sequence-parallel-min-tokens: must be >= 0");
-  }
+  options.sequence_parallel_min_tokens = sequence_parallel_min_tokens(flags);
   const std::string device = flags.get("device", "cpu");
   if (device == "cpu") {
     const int threads = flags.get_int("threads", 0);
@@ -73,6 +76,7 @@ TensorParallelOptions parallel_options(const Flags& flags, int size, int num_kv_
 int tensor_parallel_size_from_flags(const Flags& flags, const LoadedModel& model) {
   const int size = flags.get_int("tensor-parallel-size", 1);
   check_tensor_parallel(model.config, size);
+  sequence_parallel_min_tokens(flags);  // a bad value is an error with one rank too
   return size;
 }
 

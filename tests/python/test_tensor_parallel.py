@@ -126,6 +126,9 @@ def test_tp_rejects_impossible_splits(attnres_bin, checkpoint):
     proc = subprocess.run([str(attnres_bin), "generate", "--model", str(model_dir),
                            "--tensor-parallel-size", "0"], capture_output=True, text=True)
     assert proc.returncode != 0 and "--tensor-parallel-size must be >= 1" in proc.stderr
+    proc = subprocess.run([str(attnres_bin), "generate", "--model", str(model_dir),
+                           "--sequence-parallel-min-tokens", "-1"], capture_output=True, text=True)
+    assert proc.returncode != 0 and "--sequence-parallel-min-tokens: must be >= 0" in proc.stderr
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
