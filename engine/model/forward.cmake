@@ -8,4 +8,4 @@ target_sources(attnres_model PRIVATE
 
 # A model directory as a whole (weights + tokenizer + chat template), and the built-in models.
 add_library(attnres_model_bundle ${CMAKE_CURRENT_LIST_DIR}/loaded_model.cpp)
-target_link_libraries(attnres_model_bundle PUBLIC attnres_model attnres_tokenizer)
+target_link_libraries(attnres_model_bundle PUBLIC attnres_model attnres_tokenizer attnres_sample)

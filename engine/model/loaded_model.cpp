@@ -79,6 +79,10 @@ void load_tokenizer(LoadedModel& model, const std::string& dir) {
 
 }  // namespace
 
+Vocabulary LoadedModel::vocabulary() const {
+  return Vocabulary::of(config.vocab_size, tokenizer ? tokenizer->vocab_size() : config.vocab_size);
+}
+
 std::vector<int32_t> LoadedModel::eos_token_ids() const {
   if (!config.generation.eos_token_ids.empty()) return config.generation.eos_token_ids;
   if (!config.eos_token_ids.empty()) return config.eos_token_ids;

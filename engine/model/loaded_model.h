@@ -11,6 +11,7 @@
 
 #include "engine/model/model_config.h"
 #include "engine/model/model_weights.h"
+#include "engine/sample/vocabulary.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -26,6 +27,8 @@ struct LoadedModel {
 
   // EOS ids: generation_config.json's, else config.json's, else the tokenizer's eos token.
   std::vector<int32_t> eos_token_ids() const;
+  // The LM head's rows and the ones the tokenizer can decode (the rest are padding).
+  Vocabulary vocabulary() const;
 };
 
 // A Hugging Face model directory: config.json, safetensors, tokenizer.json,

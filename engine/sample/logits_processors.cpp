@@ -1,5 +1,6 @@
 #include "engine/sample/logits_processors.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -29,6 +30,17 @@ void block_tokens(std::span<float> logits, std::span<const int32_t> ids) {
     check_id(id, logits.size());
     logits[id] = -std::numeric_limits<float>::infinity();
   }
+}
+
+void allow_only(std::span<float> logits, std::span<const int32_t> ids, std::vector<float>& kept) {
+  if (ids.empty()) return;
+  kept.resize(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    check_id(ids[i], logits.size());
+    kept[i] = logits[ids[i]];
+  }
+  std::fill(logits.begin(), logits.end(), -std::numeric_limits<float>::infinity());
+  for (size_t i = 0; i < ids.size(); ++i) logits[ids[i]] = kept[i];
 }
 
 void apply_penalties(std::span<float> logits, std::span<const int32_t> prompt_ids,

@@ -17,6 +17,10 @@ void apply_logit_bias(std::span<float> logits,
 // Sets the logits of `ids` to -inf so they cannot be sampled (min_tokens blocks EOS this way).
 void block_tokens(std::span<float> logits, std::span<const int32_t> ids);
 
+// vLLM's allowed_token_ids: every logit but those of `ids` becomes -inf (no-op when empty).
+// `kept` is scratch reused across calls.
+void allow_only(std::span<float> logits, std::span<const int32_t> ids, std::vector<float>& kept);
+
 struct PenaltyParams {
   // Over prompt + output ids, once per distinct token: positive logits divided, negative ones
   // multiplied (so the token always becomes less likely).

@@ -15,6 +15,7 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt
   const bool want_logprobs = params_.logprobs >= 0 && logprob_out != nullptr;
   if (want_logprobs) raw_logits_.assign(logits.begin(), logits.end());
 
+  allow_only(logits, params_.allowed_token_ids, allowed_scratch_);
   apply_logit_bias(logits, params_.logit_bias);
   if (output_ids.size() < static_cast<size_t>(std::max(params_.min_tokens, 0))) {
     block_tokens(logits, eos_ids);

@@ -1,5 +1,6 @@
-// Turns one sequence's logits into its next token: vLLM's processing order (logit_bias,
-// min_tokens blocking, penalties, temperature, top-k, top-p, min-p) then an inverse-CDF draw.
+// Turns one sequence's logits into its next token: vLLM's processing order (allowed_token_ids,
+// logit_bias, min_tokens blocking, penalties, temperature, top-k, top-p, min-p) then an
+// inverse-CDF draw.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +41,7 @@ class Sampler {
   std::mt19937_64 rng_;
   PenaltyScratch penalty_scratch_;
   TruncatedDistribution distribution_;
+  std::vector<float> allowed_scratch_;
   std::vector<float> raw_logits_;  // copy kept for logprobs, which use the unprocessed logits
 };
 

@@ -24,17 +24,11 @@ void check_closed(const char* field, float x, float lo, float hi) {
   }
 }
 
-void check_token_id(const std::string& field, int32_t id, int vocab_size) {
-  if (id < 0 || id >= vocab_size) {
-    fail(field, id, "a token id in [0, " + std::to_string(vocab_size) + ")");
-  }
-}
-
 }  // namespace
 
 bool SamplingParams::greedy() const { return temperature < kGreedyTemperature; }
 
-void SamplingParams::validate(int vocab_size) const {
+void SamplingParams::validate(const Vocabulary& vocabulary) const {
   check_closed("temperature", temperature, 0.0f, kMaxTemperature);
   if (!(0.0f < top_p && top_p <= 1.0f)) fail("top_p", top_p, "a number in (0, 1]");
   if (top_k < -1) fail("top_k", top_k, "-1 or 0 (disabled) or a positive integer");
@@ -50,7 +44,7 @@ void SamplingParams::validate(int vocab_size) const {
                kMaxPresenceFrequencyPenalty);
   for (const auto& [id, bias] : logit_bias) {
     const std::string field = "logit_bias[" + std::to_string(id) + "]";
-    check_token_id("logit_bias", id, vocab_size);
+    vocabulary.check("logit_bias", id);
     check_closed(field.c_str(), bias, -kMaxLogitBias, kMaxLogitBias);
   }
   if (max_tokens < 1) fail("max_tokens", max_tokens, "an integer >= 1");
@@ -75,7 +69,14 @@ void SamplingParams::validate(int vocab_size) const {
     }
   }
   for (size_t i = 0; i < stop_token_ids.size(); ++i) {
-    check_token_id("stop_token_ids[" + std::to_string(i) + "]", stop_token_ids[i], vocab_size);
+    vocabulary.check("stop_token_ids[" + std::to_string(i) + "]", stop_token_ids[i]);
+  }
+  if (allowed_token_ids.size() > kMaxAllowedTokenIds) {
+    fail("allowed_token_ids", std::to_string(allowed_token_ids.size()) + " ids",
+         "at most " + std::to_string(kMaxAllowedTokenIds));
+  }
+  for (size_t i = 0; i < allowed_token_ids.size(); ++i) {
+    vocabulary.check("allowed_token_ids[" + std::to_string(i) + "]", allowed_token_ids[i]);
   }
 }
 

@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "engine/sample/vocabulary.h"
+
 namespace attnres {
 
 struct SamplingParams {
@@ -19,6 +21,9 @@ struct SamplingParams {
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, bias added to its logit)
+  // vLLM's allowed_token_ids: when non-empty, only these ids can be sampled (logprobs still
+  // describe the model's own distribution, as vLLM reports them).
+  std::vector<int32_t> allowed_token_ids;
   std::optional<uint64_t> seed;
   int max_tokens = 16;
   int min_tokens = 0;
@@ -39,8 +44,9 @@ struct SamplingParams {
 
   bool wants_depth_attention() const { return depth_attention || depth_attention_per_token; }
 
-  // Throws attnres::Error "field X: got Y, expected Z" for the first invalid field.
-  void validate(int vocab_size) const;
+  // Throws attnres::Error "field X: got Y, expected Z" for the first invalid field; token ids
+  // (logit_bias, allowed_token_ids, stop_token_ids) must be ids the tokenizer can decode.
+  void validate(const Vocabulary& vocabulary) const;
 
   bool greedy() const;
 };
@@ -55,5 +61,6 @@ inline constexpr float kMaxPresenceFrequencyPenalty = 2.0f;  // OpenAI / vLLM: [
 inline constexpr float kMaxLogitBias = 100.0f;               // OpenAI: [-100, 100]
 inline constexpr int kMaxLogprobs = 20;                      // vLLM's default max_logprobs
 inline constexpr size_t kMaxStopStrings = 16;
+inline constexpr size_t kMaxAllowedTokenIds = 1 << 20;
 
 }  // namespace attnres

@@ -1,6 +1,8 @@
 #include "engine/sched/engine_core.h"
 
 #include <algorithm>
+#include <functional>
+#include <optional>
 #include <random>
 #include <utility>
 
@@ -60,16 +62,11 @@ struct EngineCore::EngineSequence : Sequence {
                  uint64_t fallback_seed, const EngineConfig& config)
       : Sequence(request.request_id, choice, request.prompt_ids, choice_params, order, arrival),
         request(owner),
-        sampler(choice_params, fallback_seed),
-        stop(choice_params, config.eos_ids),
-        decoder(config.make_decoder ? config.make_decoder(choice_params) : nullptr) {}
+        output(choice_params, fallback_seed, config.eos_ids,
+               config.make_decoder ? config.make_decoder(choice_params) : nullptr) {}
 
   ActiveRequest* request;
-  Sampler sampler;
-  StopChecker stop;
-  std::unique_ptr<TextDecoder> decoder;
-  std::string text;     // detokenized output so far
-  size_t released = 0;  // bytes of text already sent to the stream
+  SequenceOutput output;  // sampler, stop checker, detokenizer
   // Prompt logprobs collected so far (positions [0, prompt_logprobs_end)); sent with the first
   // output, once.
   std::vector<std::optional<TokenLogprob>> prompt_logprobs;
@@ -78,17 +75,38 @@ struct EngineCore::EngineSequence : Sequence {
   // the mean of a long prompt does not depend on how it was chunked), sent once.
   std::vector<double> depth_prompt_sum;
   bool depth_prompt_sent = false;
+  // Set when this step's output path failed for the sequence: it ends with this error once
+  // the step's outputs are processed.
+  std::string failure;
 };
+
+namespace {
+
+OutputContext make_output_context(const EngineConfig& config, int runner_vocab) {
+  OutputContext context;
+  context.vocabulary =
+      config.vocabulary.rows == 0 ? Vocabulary::all_rows(runner_vocab) : config.vocabulary;
+  context.eos_ids = config.eos_ids;
+  context.fault_hook = config.output_fault_hook;
+  return context;
+}
+
+}  // namespace
 
 EngineCore::EngineCore(EngineConfig config, ModelRunner& runner)
     : config_(std::move(config)),
       runner_(runner),
       vocab_size_(runner.vocab_size()),
       depth_layout_(runner.depth_attention_layout()),
+      output_context_(make_output_context(config_, vocab_size_)),
       inbox_(std::make_shared<Inbox>()),
       scheduler_(config_.scheduler, BlockManager(config_.num_kv_blocks, config_.block_size)) {
   if (config_.max_queued_requests < 1) throw Error("engine max_queued_requests must be >= 1");
   if (config_.max_choices < 1) throw Error("engine max_choices must be >= 1");
+  if (output_context_.vocabulary.rows != vocab_size_) {
+    throw Error("engine vocabulary has " + std::to_string(output_context_.vocabulary.rows) +
+                " rows, the model runner's logits " + std::to_string(vocab_size_));
+  }
   publish_stats();
 }
 
@@ -99,17 +117,15 @@ EngineCore::~EngineCore() { shutdown(std::chrono::milliseconds(0)); }
 void EngineCore::validate(const EngineRequest& request) const {
   if (request.request_id.empty()) throw Error("request_id: must not be empty");
   if (request.prompt_ids.empty()) throw Error("prompt: is empty, at least one token is needed");
-  for (int32_t id : request.prompt_ids) {
-    if (id < 0 || id >= vocab_size_) {
-      throw Error("prompt: token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                  std::to_string(vocab_size_) + ")");
-    }
+  const Vocabulary& vocabulary = output_context_.vocabulary;
+  for (size_t i = 0; i < request.prompt_ids.size(); ++i) {
+    vocabulary.check("prompt[" + std::to_string(i) + "]", request.prompt_ids[i]);
   }
   if (request.n < 1 || request.n > config_.max_choices) {
     throw Error("n: got " + std::to_string(request.n) + ", expected 1 to " +
                 std::to_string(config_.max_choices));
   }
-  request.params.validate(vocab_size_);
+  request.params.validate(vocabulary);
   if (request.params.wants_depth_attention() && depth_layout_.empty()) {
     throw Error(
         "depth_attention: this model has no depth attention (it is not an AttnRes model), so "
@@ -273,14 +289,15 @@ bool EngineCore::step() {
     on_finished(static_cast<EngineSequence&>(*seq), std::move(out));
   }
 
-  // 4. Run, sample, stop-check, detokenize, push.
+  // 4. Run the forward; 5. sample, stop-check, detokenize, push.
   if (!schedule.empty()) {
     mark_scheduled(schedule, EngineClock::now());
+    std::optional<StepBatch> batch;
     try {
-      run_forward(schedule);
+      batch = run_forward(schedule);
     } catch (const std::exception& e) {
       // A failed forward leaves the cache in an unknown state: end every request with the
-      // error and refuse new ones (/health then reports 503).
+      // error and refuse new ones (/health then reports 503, and the server exits).
       {
         std::lock_guard lock(inbox_->mutex);
         inbox_->dead = true;
@@ -288,11 +305,12 @@ bool EngineCore::step() {
       }
       abort_everything(std::string("the engine stopped after an error: ") + e.what());
     }
+    if (batch) process_outputs(*batch);
   }
   const bool worked = !submitted.empty() || !aborts.empty() || !schedule.empty() ||
                       !schedule.failed.empty() || scheduler_.has_unfinished();
   counters_.steps += schedule.empty() ? 0 : 1;
-  // 5. Publish.
+  // 6. Publish.
   publish_stats();
   return worked;
 }
@@ -355,7 +373,7 @@ void EngineCore::mark_scheduled(const ScheduleOutput& schedule, EngineClock::tim
   }
 }
 
-void EngineCore::run_forward(const ScheduleOutput& schedule) {
+StepBatch EngineCore::run_forward(const ScheduleOutput& schedule) {
   StepBatch batch = build_step_batch(schedule, config_.block_size);
   const size_t depth_cells = static_cast<size_t>(depth_layout_.rows() * depth_layout_.cols());
   if (batch.depth_rows.empty()) {
@@ -365,37 +383,77 @@ void EngineCore::run_forward(const ScheduleOutput& schedule) {
                                        depth_weights_);
     ATTNRES_CHECK(depth_weights_.size() == batch.depth_rows.size() * depth_cells,
                   "the model runner returned the wrong number of depth weights");
-    accumulate_depth_prompt_rows(batch);
   }
-  const size_t vocab = static_cast<size_t>(vocab_size_);
-  ATTNRES_CHECK(logits_.size() == batch.logit_rows.size() * vocab,
+  ATTNRES_CHECK(logits_.size() == batch.logit_rows.size() * static_cast<size_t>(vocab_size_),
                 "the model runner returned the wrong number of logits");
+  return batch;
+}
+
+void EngineCore::process_outputs(const StepBatch& batch) {
+  // A sequence whose path fails is remembered and skipped by the later stages of this step,
+  // then ended with its error at the end, once nothing of the step refers to it any more.
+  std::vector<EngineSequence*> failed;
+  auto guarded = [&](EngineSequence& seq, const std::function<void()>& fn) {
+    if (!seq.failure.empty()) return false;
+    try {
+      fn();
+      return true;
+    } catch (const std::exception& e) {
+      seq.failure = e.what();
+      failed.push_back(&seq);
+      return false;
+    }
+  };
   for (const PromptLogprobRows& rows : batch.prompt_rows) {
     auto& seq = static_cast<EngineSequence&>(*rows.seq);
-    ATTNRES_CHECK(rows.first_position == seq.prompt_logprobs_end,
-                  "prompt logprob rows out of order");
-    if (seq.prompt_logprobs.empty()) seq.prompt_logprobs.emplace_back();  // position 0: none
-    for (int j = 0; j < rows.count; ++j) {
-      const std::span<const float> row(logits_.data() + (rows.first_logit + j) * vocab, vocab);
-      const int position = rows.first_position + j;
-      seq.prompt_logprobs.emplace_back(
-          compute_logprobs(row, seq.token_ids[position], seq.params.prompt_logprobs));
-    }
-    seq.prompt_logprobs_end += rows.count;
+    guarded(seq, [&] { add_prompt_logprobs(seq, rows); });
   }
+  for (const DepthPromptRows& rows : batch.depth_prompt_rows) {
+    auto& seq = static_cast<EngineSequence&>(*rows.seq);
+    guarded(seq, [&] { add_depth_prompt_rows(seq, rows); });
+  }
+  const size_t vocab = static_cast<size_t>(vocab_size_);
+  const size_t depth_cells = static_cast<size_t>(depth_layout_.rows() * depth_layout_.cols());
   const EngineClock::time_point now = EngineClock::now();
   for (size_t i = 0; i < batch.samplers.size(); ++i) {
     auto& seq = static_cast<EngineSequence&>(*batch.samplers[i]);
     const int32_t depth_row = batch.sampler_depth_row[i];
     const float* depth = depth_row < 0 ? nullptr : depth_weights_.data() + depth_row * depth_cells;
-    sample_and_emit(seq, std::span<float>(logits_.data() + i * vocab, vocab), depth, now);
+    RequestOutput out;
+    const std::span<float> logits(logits_.data() + i * vocab, vocab);
+    if (guarded(seq, [&] { out = sample_output(seq, logits, depth, now); })) {
+      emit(seq, std::move(out));  // may retire the request: seq is gone after this
+    }
+  }
+  for (EngineSequence* seq : failed) {
+    RequestOutput out;
+    out.finish_reason = FinishReason::Abort;
+    out.error = seq->failure;
+    scheduler_.finish(seq, FinishReason::Abort, seq->failure);
+    on_finished(*seq, std::move(out));
   }
 }
 
-void EngineCore::accumulate_depth_prompt_rows(const StepBatch& batch) {
+void EngineCore::add_prompt_logprobs(EngineSequence& seq, const PromptLogprobRows& rows) {
+  const size_t vocab = static_cast<size_t>(vocab_size_);
+  run_output_stage(OutputStage::PromptLogprobs, seq.request_id, output_context_.fault_hook, [&] {
+    ATTNRES_CHECK(rows.first_position == seq.prompt_logprobs_end,
+                  "prompt logprob rows out of order");
+    if (seq.prompt_logprobs.empty()) seq.prompt_logprobs.emplace_back();  // position 0: none
+    for (int j = 0; j < rows.count; ++j) {
+      const std::span<float> row(logits_.data() + (rows.first_logit + j) * vocab, vocab);
+      prepare_logits_row(row, output_context_.vocabulary);
+      const int position = rows.first_position + j;
+      seq.prompt_logprobs.emplace_back(
+          compute_logprobs(row, seq.token_ids[position], seq.params.prompt_logprobs));
+    }
+    seq.prompt_logprobs_end += rows.count;
+  });
+}
+
+void EngineCore::add_depth_prompt_rows(EngineSequence& seq, const DepthPromptRows& rows) {
   const size_t cells = static_cast<size_t>(depth_layout_.rows() * depth_layout_.cols());
-  for (const DepthPromptRows& rows : batch.depth_prompt_rows) {
-    auto& seq = static_cast<EngineSequence&>(*rows.seq);
+  run_output_stage(OutputStage::DepthAttention, seq.request_id, output_context_.fault_hook, [&] {
     ATTNRES_CHECK(rows.first_position == seq.depth_prompt_end, "depth prompt rows out of order");
     seq.depth_prompt_sum.resize(cells, 0.0);
     for (int j = 0; j < rows.count; ++j) {
@@ -404,36 +462,25 @@ void EngineCore::accumulate_depth_prompt_rows(const StepBatch& batch) {
       for (size_t c = 0; c < cells; ++c) seq.depth_prompt_sum[c] += w[c];
     }
     seq.depth_prompt_end += rows.count;
-  }
+  });
 }
 
-void EngineCore::sample_and_emit(EngineSequence& seq, std::span<float> logits,
-                                 const float* depth_row, EngineClock::time_point now) {
-  const bool want_logprobs = seq.params.logprobs >= 0;
-  TokenLogprob logprob;
-  const int32_t token = seq.sampler.sample(logits, seq.prompt_ids(), seq.output_ids(),
-                                           config_.eos_ids, want_logprobs ? &logprob : nullptr);
-  seq.append_token(token);
+RequestOutput EngineCore::sample_output(EngineSequence& seq, std::span<float> logits,
+                                        const float* depth_row, EngineClock::time_point now) {
+  SampledToken token =
+      seq.output.next(logits, seq.token_ids, seq.num_prompt_tokens, output_context_, seq.request_id);
   ActiveRequest& request = *seq.request;
   request.usage.completion_tokens += 1;
   counters_.generation_tokens_total += 1;
   if (!request.timings.first_token) request.timings.first_token = now;
 
-  if (seq.decoder) seq.text += seq.decoder->push(token);
-  const FinishReason reason = seq.stop.check(token, seq.num_output_tokens(), seq.text);
-  if (reason != FinishReason::None) {
-    // The stop checker knows where the output ends: before a stop string or a stop token's
-    // text; at a length limit, after whatever the decoder still holds.
-    if (reason == FinishReason::Length && seq.decoder) seq.text += seq.decoder->flush();
-    seq.text.resize(std::max(seq.released, seq.stop.releasable_length(seq.text)));
-  }
-  const size_t ready =
-      reason != FinishReason::None ? seq.text.size() : seq.stop.releasable_length(seq.text);
-
   RequestOutput out;
   out.choice_index = seq.choice_index;
-  out.token_ids.push_back(token);
-  if (want_logprobs) out.logprobs.push_back(std::move(logprob));
+  out.token_ids.push_back(token.id);
+  if (token.logprob) out.logprobs.push_back(std::move(*token.logprob));
+  out.text = std::move(token.text);
+  out.finish_reason = token.finish;
+  out.time = now;
   if (seq.params.prompt_logprobs >= 0 && !seq.prompt_logprobs_sent) {
     // The first output: the whole prompt has been computed, so every position is in.
     if (seq.prompt_logprobs.empty()) seq.prompt_logprobs.emplace_back();  // a 1-token prompt
@@ -443,38 +490,40 @@ void EngineCore::sample_and_emit(EngineSequence& seq, std::span<float> logits,
     seq.prompt_logprobs.clear();
     seq.prompt_logprobs_sent = true;
   }
-  if (seq.params.depth_attention && !seq.depth_prompt_sent) {
-    // The first output: every prompt position is in the sum.
-    ATTNRES_CHECK(seq.depth_prompt_end == seq.num_prompt_tokens,
-                  "depth-attention prompt rows incomplete at the first output");
-    DepthAttentionMatrix mean{depth_layout_.rows(), depth_layout_.cols(), {}};
-    mean.values.reserve(seq.depth_prompt_sum.size());
-    for (double sum : seq.depth_prompt_sum) {
-      mean.values.push_back(static_cast<float>(sum / seq.num_prompt_tokens));
+  run_output_stage(OutputStage::DepthAttention, seq.request_id, output_context_.fault_hook, [&] {
+    if (seq.params.depth_attention && !seq.depth_prompt_sent) {
+      // The first output: every prompt position is in the sum.
+      ATTNRES_CHECK(seq.depth_prompt_end == seq.num_prompt_tokens,
+                    "depth-attention prompt rows incomplete at the first output");
+      DepthAttentionMatrix mean{depth_layout_.rows(), depth_layout_.cols(), {}};
+      mean.values.reserve(seq.depth_prompt_sum.size());
+      for (double sum : seq.depth_prompt_sum) {
+        mean.values.push_back(static_cast<float>(sum / seq.num_prompt_tokens));
+      }
+      out.depth_prompt_mean = std::move(mean);
+      seq.depth_prompt_sum = {};
+      seq.depth_prompt_sent = true;
     }
-    out.depth_prompt_mean = std::move(mean);
-    seq.depth_prompt_sum = {};
-    seq.depth_prompt_sent = true;
+    if (depth_row) {
+      const size_t cells = static_cast<size_t>(depth_layout_.rows() * depth_layout_.cols());
+      out.depth_per_token.push_back(
+          DepthAttentionMatrix{depth_layout_.rows(), depth_layout_.cols(),
+                               std::vector<float>(depth_row, depth_row + cells)});
+    }
+  });
+  if (out.finished()) {
+    out.stop_string = seq.output.stop().matched_stop_string();
+    out.stop_token = seq.output.stop().stop_token();
   }
-  if (depth_row) {
-    const size_t cells = static_cast<size_t>(depth_layout_.rows() * depth_layout_.cols());
-    out.depth_per_token.push_back(
-        DepthAttentionMatrix{depth_layout_.rows(), depth_layout_.cols(),
-                             std::vector<float>(depth_row, depth_row + cells)});
-  }
-  if (ready > seq.released) {
-    out.text = seq.text.substr(seq.released, ready - seq.released);
-    seq.released = ready;
-  }
-  out.time = now;
-  if (reason == FinishReason::None) {
-    request.channel->push(std::move(out));
+  return out;
+}
+
+void EngineCore::emit(EngineSequence& seq, RequestOutput out) {
+  if (!out.finished()) {
+    seq.request->channel->push(std::move(out));
     return;
   }
-  out.finish_reason = reason;
-  out.stop_string = seq.stop.matched_stop_string();
-  out.stop_token = seq.stop.stop_token();
-  scheduler_.finish(&seq, reason);
+  scheduler_.finish(&seq, out.finish_reason);
   on_finished(seq, std::move(out));
 }
 

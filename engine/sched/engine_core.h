@@ -7,6 +7,10 @@
 //   -> build batch -> forward (ModelRunner) -> sample -> append -> stop checks
 //   -> detokenize -> push outputs -> retire finished requests -> publish stats
 //
+// Fault isolation: a failure in one sequence's output path (sampling, detokenizing, stop
+// checks, logprobs, depth weights, non-finite logits) ends that sequence with its error and
+// nothing else; only a failure of the step itself (the forward) stops the engine.
+//
 // Ownership and threading rules: docs/ENGINE_CONTRACT.md.
 #pragma once
 
@@ -27,10 +31,13 @@
 #include "engine/sched/model_runner.h"
 #include "engine/sched/request_stream.h"
 #include "engine/sched/scheduler.h"
+#include "engine/sched/sequence_output.h"
 
 namespace attnres {
 
 struct StepBatch;
+struct PromptLogprobRows;
+struct DepthPromptRows;
 
 struct EngineConfig {
   SchedulerConfig scheduler;
@@ -42,6 +49,11 @@ struct EngineConfig {
   int max_choices = 128;  // largest n per request
   std::vector<int32_t> eos_ids;
   TextDecoderFactory make_decoder;  // empty: outputs carry token ids only, no text
+  // The ids requests may name and sequences may produce: the runner's rows, of which the
+  // tokenizer decodes the first `decodable` (rows 0: every row of the runner's vocabulary).
+  Vocabulary vocabulary;
+  // Tests only: injects a failure into one sequence's output path (sequence_output.h).
+  OutputFaultHook output_fault_hook;
 };
 
 struct EngineRequest {
@@ -126,13 +138,19 @@ class EngineCore {
               EngineClock::time_point arrival);
   void apply_abort(const std::string& request_id);
   void abort_everything(const std::string& error);
-  void run_forward(const ScheduleOutput& schedule);
+  // The step itself: build the batch and run the forward. Throws when the forward fails.
+  StepBatch run_forward(const ScheduleOutput& schedule);
+  // Every sequence's output path for the step's results; a sequence whose path fails ends
+  // with its error, alone.
+  void process_outputs(const StepBatch& batch);
+  void add_prompt_logprobs(EngineSequence& seq, const PromptLogprobRows& rows);
+  void add_depth_prompt_rows(EngineSequence& seq, const DepthPromptRows& rows);
   // depth_row: the sampled position's depth-mix weights when the sequence wants them per
-  // token ([layout rows, layout cols]), else null.
-  void sample_and_emit(EngineSequence& seq, std::span<float> logits, const float* depth_row,
-                       EngineClock::time_point now);
-  // Adds a step's prompt depth rows to their sequences' running sums.
-  void accumulate_depth_prompt_rows(const StepBatch& batch);
+  // token ([layout rows, layout cols]), else null. Throws when the sequence's path fails.
+  RequestOutput sample_output(EngineSequence& seq, std::span<float> logits,
+                              const float* depth_row, EngineClock::time_point now);
+  // Pushes a sampled output; finishes the sequence when the output ends it.
+  void emit(EngineSequence& seq, RequestOutput out);
   // The sequence finished (any reason): emit its last output and retire its request when it
   // was the last choice.
   void on_finished(EngineSequence& seq, RequestOutput output);
@@ -144,6 +162,7 @@ class EngineCore {
   ModelRunner& runner_;
   const int vocab_size_;
   const DepthAttentionLayout depth_layout_;
+  const OutputContext output_context_;
 
   // Shared with front-end threads (guarded by inbox_->mutex).
   std::shared_ptr<Inbox> inbox_;

@@ -5,6 +5,7 @@
 
 #include "engine/core/error.h"
 #include "engine/sched/batch_builder.h"
+#include "engine/sched/tokenizer_text_decoder.h"
 
 namespace attnres {
 namespace {
@@ -18,12 +19,13 @@ double seconds_since(Clock::time_point start) {
 // Per-request state while it runs.
 struct Running {
   const GenerationRequest* request;
+  std::string id;  // the request's index, for the fault hook
   GenerationResult result;
   SequenceBlocks blocks;
-  Sampler sampler;
-  StopChecker stop;
-  IncrementalDecoder decoder;
-  size_t released = 0;  // bytes of result.text already passed to the callback
+  SequenceOutput output;
+  std::vector<int32_t> token_ids;  // prompt, then the generated ids
+
+  bool finished() const { return result.finish_reason != FinishReason::None; }
 };
 
 }  // namespace
@@ -32,23 +34,22 @@ OfflineGenerator::OfflineGenerator(ModelRunner& runner, std::shared_ptr<const To
                                    std::vector<int32_t> eos_ids, OfflineGeneratorOptions options)
     : runner_(runner),
       tokenizer_(std::move(tokenizer)),
-      eos_ids_(std::move(eos_ids)),
       options_(options) {
+  context_.vocabulary =
+      Vocabulary::of(runner_.vocab_size(), tokenizer_ ? tokenizer_->vocab_size() : runner_.vocab_size());
+  context_.eos_ids = std::move(eos_ids);
   if (options_.block_size < 1 || options_.num_kv_blocks < 0 || options_.max_prefill_tokens < 1) {
     throw Error("offline generator: block_size and max_prefill_tokens must be >= 1");
   }
 }
 
-void OfflineGenerator::validate(const std::vector<GenerationRequest>& requests, int vocab_size,
-                                int max_model_len) {
+void OfflineGenerator::validate(const std::vector<GenerationRequest>& requests,
+                                const Vocabulary& vocabulary, int max_model_len) {
   for (const GenerationRequest& r : requests) {
     if (r.prompt_ids.empty()) throw Error("prompt is empty: at least one token is needed");
-    r.params.validate(vocab_size);
-    for (int32_t id : r.prompt_ids) {
-      if (id < 0 || id >= vocab_size) {
-        throw Error("prompt token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                    std::to_string(vocab_size) + ")");
-      }
+    r.params.validate(vocabulary);
+    for (size_t i = 0; i < r.prompt_ids.size(); ++i) {
+      vocabulary.check("prompt[" + std::to_string(i) + "]", r.prompt_ids[i]);
     }
     const int64_t len = static_cast<int64_t>(r.prompt_ids.size()) + r.params.max_tokens;
     if (len > max_model_len) {
@@ -75,7 +76,7 @@ std::vector<GenerationResult> OfflineGenerator::generate(
     GenerationTimings* timings) {
   const int vocab_size = runner_.vocab_size();
   const int block_size = options_.block_size;
-  validate(requests, vocab_size, options_.max_model_len);
+  validate(requests, context_.vocabulary, options_.max_model_len);
   const int needed = blocks_needed(requests, block_size);
   if (needed > options_.num_kv_blocks) {
     throw Error("these requests need " + std::to_string(needed) +
@@ -86,14 +87,14 @@ std::vector<GenerationResult> OfflineGenerator::generate(
   std::random_device entropy;
   std::vector<Running> running;
   running.reserve(requests.size());
-  for (const GenerationRequest& r : requests) {
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const GenerationRequest& r = requests[i];
     const uint64_t fallback_seed = (static_cast<uint64_t>(entropy()) << 32) | entropy();
-    running.push_back(Running{&r,
-                              {},
-                              {},
-                              Sampler(r.params, fallback_seed),
-                              StopChecker(r.params, eos_ids_),
-                              IncrementalDecoder(tokenizer_, r.params.skip_special_tokens)});
+    auto decoder = tokenizer_ ? make_text_decoder_factory(tokenizer_)(r.params) : nullptr;
+    running.push_back(Running{&r, std::to_string(i), {}, {},
+                              SequenceOutput(r.params, fallback_seed, context_.eos_ids,
+                                             std::move(decoder)),
+                              r.prompt_ids});
   }
 
   std::vector<float> logits_host;
@@ -104,31 +105,27 @@ std::vector<GenerationResult> OfflineGenerator::generate(
     for (size_t i = 0; i < which.size(); ++i) {
       Running& seq = running[which[i]];
       std::span<float> row(logits_host.data() + i * vocab, vocab);
-      TokenLogprob logprob;
-      const bool want_logprobs = seq.request->params.logprobs >= 0;
-      const int32_t token = seq.sampler.sample(row, seq.request->prompt_ids, seq.result.token_ids,
-                                               eos_ids_, want_logprobs ? &logprob : nullptr);
-      seq.result.token_ids.push_back(token);
-      if (want_logprobs) seq.result.logprobs.push_back(std::move(logprob));
-      seq.result.text += seq.decoder.push(token);
-      seq.result.finish_reason =
-          seq.stop.check(token, static_cast<int>(seq.result.token_ids.size()), seq.result.text);
-      if (seq.result.finish_reason != FinishReason::None) {
-        // The stop checker knows where the output ends: before a stop string or a stop
-        // token's text; at a length limit, after whatever the decoder still holds.
-        if (seq.result.finish_reason == FinishReason::Length)
-          seq.result.text += seq.decoder.flush();
-        seq.result.text.resize(seq.stop.releasable_length(seq.result.text));
+      const int num_prompt = static_cast<int>(seq.request->prompt_ids.size());
+      SampledToken token;
+      try {
+        token = seq.output.next(row, seq.token_ids, num_prompt, context_, seq.id);
+      } catch (const std::exception& e) {
+        // Only this sequence ends; the others run on.
+        seq.result.error = e.what();
+        seq.result.finish_reason = FinishReason::Abort;
+        seq.result.token_ids.assign(seq.token_ids.begin() + num_prompt, seq.token_ids.end());
+        seq.result.text = seq.output.text();
+        blocks.free(seq.blocks);
+        continue;
+      }
+      seq.result.token_ids.push_back(token.id);
+      if (token.logprob) seq.result.logprobs.push_back(std::move(*token.logprob));
+      seq.result.finish_reason = token.finish;
+      if (token.finish != FinishReason::None) {
+        seq.result.text = seq.output.text();
         blocks.free(seq.blocks);
       }
-      const size_t ready = seq.result.finish_reason != FinishReason::None
-                               ? seq.result.text.size()
-                               : seq.stop.releasable_length(seq.result.text);
-      if (on_text && ready > seq.released) {
-        on_text(which[i],
-                std::string_view(seq.result.text).substr(seq.released, ready - seq.released));
-      }
-      seq.released = std::max(seq.released, ready);
+      if (on_text && !token.text.empty()) on_text(which[i], token.text);
     }
   };
 
@@ -171,9 +168,9 @@ std::vector<GenerationResult> OfflineGenerator::generate(
     std::vector<size_t> which;
     for (size_t i = 0; i < running.size(); ++i) {
       Running& seq = running[i];
-      if (seq.result.finish_reason != FinishReason::None) continue;
+      if (seq.finished()) continue;
       blocks.append(seq.blocks, 1);
-      const int32_t last = seq.result.token_ids.back();
+      const int32_t last = seq.token_ids.back();
       rows.push_back(add_to_batch(batch, seq.blocks, std::span(&last, 1), block_size));
       which.push_back(i);
     }

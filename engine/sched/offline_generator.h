@@ -3,7 +3,9 @@
 // step (so a long prompt's depth bank never exists whole), then one decode step per token
 // for every unfinished sequence. This is the engine behind `attnres generate` and `attnres
 // bench latency`; the server's continuous-batching loop reuses the same pieces
-// (BlockManager, add_to_batch, Sampler, StopChecker, IncrementalDecoder).
+// (BlockManager, add_to_batch, SequenceOutput: the sampler, stop checks and detokenizer).
+// As in the server, a failure in one sequence's output path ends that sequence with its
+// error (GenerationResult::error) and the others run on.
 #pragma once
 
 #include <functional>
@@ -12,10 +14,9 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/sample/sampler.h"
 #include "engine/sample/sampling_params.h"
-#include "engine/sample/stop_checker.h"
 #include "engine/sched/model_runner.h"
+#include "engine/sched/sequence_output.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace attnres {
@@ -29,7 +30,8 @@ struct GenerationResult {
   std::vector<int32_t> token_ids;      // generated ids (a final EOS / stop id included)
   std::vector<TokenLogprob> logprobs;  // one per generated id when params.logprobs >= 0
   std::string text;                    // detokenized, truncated before a stop string
-  FinishReason finish_reason = FinishReason::None;
+  FinishReason finish_reason = FinishReason::None;  // Abort when `error` is set
+  std::string error;  // why the sequence's output path failed (sequence_output.h)
 };
 
 struct GenerationTimings {
@@ -51,11 +53,11 @@ class OfflineGenerator {
   OfflineGenerator(ModelRunner& runner, std::shared_ptr<const Tokenizer> tokenizer,
                    std::vector<int32_t> eos_ids, OfflineGeneratorOptions options);
 
-  // Throws attnres::Error for a request generate() would refuse (empty prompt, a token
-  // outside [0, vocab_size), bad sampling parameters, prompt + max_tokens > max_model_len).
+  // Throws attnres::Error for a request generate() would refuse (empty prompt, a token the
+  // vocabulary cannot decode, bad sampling parameters, prompt + max_tokens > max_model_len).
   // Call it before sizing a cache with blocks_needed().
-  static void validate(const std::vector<GenerationRequest>& requests, int vocab_size,
-                       int max_model_len);
+  static void validate(const std::vector<GenerationRequest>& requests,
+                       const Vocabulary& vocabulary, int max_model_len);
   // KV blocks a set of requests needs at most (each prompt plus its max_tokens).
   static int blocks_needed(const std::vector<GenerationRequest>& requests, int block_size);
 
@@ -65,10 +67,14 @@ class OfflineGenerator {
                                          const TextCallback& on_text = {},
                                          GenerationTimings* timings = nullptr);
 
+  // Tests only: injects failures into the sequences' output paths (request ids are the
+  // requests' indices as decimal strings).
+  void set_output_fault_hook(OutputFaultHook hook) { context_.fault_hook = std::move(hook); }
+
  private:
   ModelRunner& runner_;
   std::shared_ptr<const Tokenizer> tokenizer_;
-  std::vector<int32_t> eos_ids_;
+  OutputContext context_;  // vocabulary, eos ids
   OfflineGeneratorOptions options_;
 };
 

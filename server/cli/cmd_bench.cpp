@@ -65,14 +65,17 @@ LatencyResult bench_one(const std::string& model_arg, const Flags& flags, double
   options.max_model_len = model.config.max_position_embeddings;
   const std::vector<GenerationRequest> shape =
       random_requests(batch, input_len, output_len, vocab, 0);
-  OfflineGenerator::validate(shape, model.config.vocab_size, options.max_model_len);
+  OfflineGenerator::validate(shape, model.vocabulary(), options.max_model_len);
   options.num_kv_blocks = OfflineGenerator::blocks_needed(shape, options.block_size);
   auto exec = make_model_execution(flags, model, options.num_kv_blocks, options.block_size);
   OfflineGenerator generator(*exec->runner, model.tokenizer, model.eos_token_ids(), options);
   std::vector<double> prefill, decode;
   for (int it = 0; it < warmup + iters; ++it) {
     GenerationTimings t;
-    generator.generate(random_requests(batch, input_len, output_len, vocab, it), {}, &t);
+    for (const GenerationResult& result :
+         generator.generate(random_requests(batch, input_len, output_len, vocab, it), {}, &t)) {
+      if (!result.error.empty()) throw Error("bench latency: a sequence failed: " + result.error);
+    }
     if (it < warmup) continue;
     prefill.push_back(t.prefill_seconds);
     decode.push_back(t.decode_seconds * 1e3 / std::max(1, t.decode_steps));

@@ -60,7 +60,7 @@ int run_generate(const std::vector<std::string>& args) {
   GenerationRequest request{prompt_ids_from_flags(flags, model), params};
   OfflineGeneratorOptions options;
   options.max_model_len = model.config.max_position_embeddings;
-  OfflineGenerator::validate({request}, model.config.vocab_size, options.max_model_len);
+  OfflineGenerator::validate({request}, model.vocabulary(), options.max_model_len);
   options.num_kv_blocks = OfflineGenerator::blocks_needed({request}, options.block_size);
   auto exec = make_model_execution(flags, model, options.num_kv_blocks, options.block_size);
   OfflineGenerator generator(*exec->runner, model.tokenizer, model.eos_token_ids(), options);
@@ -71,6 +71,10 @@ int run_generate(const std::vector<std::string>& args) {
   GenerationResult result = std::move(generator.generate({request}, stream).front());
   if (!json) {
     std::cout << "\n";
+    if (!result.error.empty()) {
+      std::cerr << "attnres generate: error: generation failed: " << result.error << "\n";
+      return 1;
+    }
     return 0;
   }
   nlohmann::json out = {{"model", model.source},
@@ -78,6 +82,7 @@ int run_generate(const std::vector<std::string>& args) {
                         {"token_ids", result.token_ids},
                         {"text", result.text},
                         {"finish_reason", finish_reason_name(result.finish_reason)}};
+  if (!result.error.empty()) out["error"] = "generation failed: " + result.error;
   nlohmann::json logprobs = nlohmann::json::array();
   for (const TokenLogprob& lp : result.logprobs) {
     nlohmann::json top = nlohmann::json::array();
@@ -87,7 +92,7 @@ int run_generate(const std::vector<std::string>& args) {
   out["logprobs"] = logprobs;
   // Replace invalid UTF-8 (a byte-level model can emit half a character) instead of throwing.
   std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-  return 0;
+  return result.error.empty() ? 0 : 1;
 }
 
 }  // namespace attnres::cli

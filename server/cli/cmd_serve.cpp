@@ -1,7 +1,9 @@
 // attnres serve: the OpenAI-compatible HTTP server and the gRPC server over one
 // continuous-batching engine. Startup: load the model, size the KV cache from the memory
 // budget, start the engine thread, then the front ends. SIGINT / SIGTERM: stop accepting,
-// let running requests finish within the grace period, abort the rest, exit 0.
+// let running requests finish within the grace period, abort the rest, exit 0. An engine
+// that died (its forward failed: docs/ENGINE_CONTRACT.md) makes /health answer 503 and the
+// process exit 1, so a supervisor restarts it.
 #include <pthread.h>
 #include <unistd.h>
 #include <csignal>
@@ -9,15 +11,16 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include "engine/core/error.h"
 #include "engine/model/kv_cache.h"
 #include "engine/sched/engine_core.h"
+#include "engine/sched/tokenizer_text_decoder.h"
 #include "server/cli/commands.h"
 #include "server/cli/model_execution.h"
 #include "server/common/metrics.h"
 #include "server/common/server_state.h"
-#include "server/common/text_decoder_adapter.h"
 #ifdef ATTNRES_HAVE_HTTP
 #include "server/http/http_server.h"
 #endif
@@ -151,7 +154,8 @@ int run_serve(const std::vector<std::string>& args) {
   engine_config.max_queued_requests = flags.get_int("max-queued-requests", 1024);
   if (engine_config.max_queued_requests < 1) throw Error("--max-queued-requests: must be >= 1");
   engine_config.eos_ids = model.eos_token_ids();
-  engine_config.make_decoder = server::make_text_decoder_factory(model.tokenizer);
+  engine_config.make_decoder = make_text_decoder_factory(model.tokenizer);
+  engine_config.vocabulary = model.vocabulary();
   std::fprintf(stderr,
                "attnres serve: KV cache %d blocks x %d tokens = %lld tokens (%.1f MiB%s), "
                "max_model_len %d\n",
@@ -196,21 +200,41 @@ int run_serve(const std::vector<std::string>& args) {
 #endif
   std::cerr << "attnres serve: ready" << std::endl;
 
+  // Wait for a shutdown signal, or for the engine to die.
   int signal_number = 0;
-  sigwait(&signals, &signal_number);
-  std::cerr << "attnres serve: " << (signal_number == SIGINT ? "SIGINT" : "SIGTERM")
-            << ": draining (grace period " << options.grace_period_seconds << " s)" << std::endl;
+  const timespec poll_interval{0, 200 * 1000 * 1000};
+  while (signal_number <= 0) {
+    signal_number = sigtimedwait(&signals, nullptr, &poll_interval);
+    if (signal_number > 0) break;
+    if (const EngineStats stats = engine.stats(); !stats.alive) {
+      std::cerr << "attnres serve: error: the engine stopped after an error: " << stats.error
+                << "\nattnres serve: exiting with status 1 so that a supervisor restarts the "
+                   "server"
+                << std::endl;
+      break;
+    }
+  }
+  const bool engine_died = signal_number <= 0;
+  if (!engine_died) {
+    std::cerr << "attnres serve: " << (signal_number == SIGINT ? "SIGINT" : "SIGTERM")
+              << ": draining (grace period " << options.grace_period_seconds << " s)" << std::endl;
+  }
   state.stop_accepting();
 #ifdef ATTNRES_HAVE_GRPC
   grpc.set_not_serving();
 #endif
-  const bool drained = engine.shutdown(std::chrono::seconds(options.grace_period_seconds));
+  // A dead engine has already ended every request with its error; the front ends get a
+  // moment to deliver those before they stop.
+  if (engine_died) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const bool drained = engine.shutdown(
+      engine_died ? std::chrono::seconds(0) : std::chrono::seconds(options.grace_period_seconds));
 #ifdef ATTNRES_HAVE_HTTP
   http.stop();
 #endif
 #ifdef ATTNRES_HAVE_GRPC
   grpc.stop();
 #endif
+  if (engine_died) return 1;
   std::cerr << "attnres serve: stopped"
             << (drained ? "" : " (requests still running at the deadline were aborted)") << "\n";
   return 0;

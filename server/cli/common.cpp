@@ -83,7 +83,7 @@ SamplingParams sampling_from_flags(const Flags& flags, const LoadedModel& model)
   p.ignore_eos = flags.has("ignore-eos");
   p.min_tokens = flags.get_int("min-tokens", 0);
   p.logprobs = flags.get_int("logprobs", -1);
-  p.validate(model.config.vocab_size);
+  p.validate(model.vocabulary());
   return p;
 }
 

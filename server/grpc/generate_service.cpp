@@ -87,8 +87,10 @@ Status GenerateService::Generate(grpc::ServerContext* context, const v1::Generat
   const LoadedModel& model = state_.model();
   GrpcGenerateRequest parsed;
   try {
+    // Prompt ids must have text: padding rows past the tokenizer are refused (the engine
+    // refuses them too; this names the gRPC field).
     parsed = to_engine_request(*request, state_.default_sampling(), *model.tokenizer,
-                               model.config.vocab_size);
+                               model.vocabulary().decodable);
   } catch (const Error& e) {
     return reject(StatusCode::INVALID_ARGUMENT, e.what());
   }

@@ -37,6 +37,7 @@ SamplingParams to_sampling_params(const v1::SamplingParams& proto, SamplingParam
   p.logit_bias.clear();
   for (const auto& [id, bias] : proto.logit_bias()) p.logit_bias.emplace_back(id, bias);
   // The map's iteration order is unspecified: sort so validation reports the same id each time.
+  p.allowed_token_ids.assign(proto.allowed_token_ids().begin(), proto.allowed_token_ids().end());
   std::sort(p.logit_bias.begin(), p.logit_bias.end());
   return p;
 }

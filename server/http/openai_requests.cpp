@@ -28,6 +28,14 @@ void read_sampling_fields(const FieldReader& f, SamplingParams& p) {
   if (auto v = f.integer("min_tokens", 0, INT32_MAX)) p.min_tokens = int(*v);
   if (auto v = f.string_or_list("stop")) p.stop = std::move(*v);
   if (auto v = f.int_list("stop_token_ids")) p.stop_token_ids = std::move(*v);
+  if (auto v = f.int_list("allowed_token_ids")) {
+    // vLLM refuses an empty list too: it would leave nothing to sample.
+    if (v->empty()) {
+      throw bad_request("field allowed_token_ids: is empty, expected at least one token id",
+                        "allowed_token_ids");
+    }
+    p.allowed_token_ids = std::move(*v);
+  }
   if (auto v = f.boolean("ignore_eos")) p.ignore_eos = *v;
   if (auto v = f.boolean("skip_special_tokens")) p.skip_special_tokens = *v;
   if (const auto* bias = f.find("logit_bias")) {
@@ -106,7 +114,7 @@ void read_generation_options(const FieldReader& f, GenerationOptions& o, const S
 // its field.
 void validate_params(const SamplingParams& p, const ServerState& state) {
   try {
-    p.validate(state.model().config.vocab_size);
+    p.validate(state.model().vocabulary());
   } catch (const Error& e) {
     throw bad_request(e.what(), field_named_in(e.what()));
   }

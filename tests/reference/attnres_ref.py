@@ -323,13 +323,14 @@ class Model:
     def logits(self, token_ids) -> np.ndarray:
         return self.forward(list(token_ids))
 
-    def greedy(self, prompt_ids, n: int) -> list[int]:
-        """n argmax tokens after the prompt (no EOS stop), using the KV cache."""
+    def greedy(self, prompt_ids, n: int, decodable: int | None = None) -> list[int]:
+        """n argmax tokens after the prompt (no EOS stop), using the KV cache; with
+        `decodable`, over ids [0, decodable) only (the rest are padding rows)."""
         cache = KVCache()
         logits = self.forward(list(prompt_ids), cache)
         out = []
         for _ in range(n):
-            tok = int(np.argmax(logits[-1]))
+            tok = int(np.argmax(logits[-1][:decodable]))
             out.append(tok)
             logits = self.forward([tok], cache)
         return out

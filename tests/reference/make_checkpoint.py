@@ -69,7 +69,7 @@ def _defaults(variant: str) -> dict:
 
 
 def _rng_tensors(variant, seed, layers, hidden, heads, kv_heads, head_dim, ffn, vocab,
-                 tied, attention_bias, mlp_bias) -> dict[str, np.ndarray]:
+                 tied, attention_bias, mlp_bias, pad_scale=0.01) -> dict[str, np.ndarray]:
     """All tensors as float32, drawn in a fixed order from one generator.
 
     Scales are chosen so that activations stay O(1), attention and depth softmaxes are
@@ -98,8 +98,9 @@ def _rng_tensors(variant, seed, layers, hidden, heads, kv_heads, head_dim, ffn, 
     def pad_small(name):
         # Rows past the tokenizer's vocab are padding: keep them random but small (as in
         # trained models) so greedy decoding never lands on a token that cannot be decoded.
+        # A pad_scale > 1 makes them win instead, to test that the server never samples them.
         if vocab > TOKENIZER_VOCAB:
-            t[name][TOKENIZER_VOCAB:] *= 0.01
+            t[name][TOKENIZER_VOCAB:] *= pad_scale
 
     normal("model.embed_tokens.weight", (vocab, hidden), 0.1)
     pad_small("model.embed_tokens.weight")
@@ -245,8 +246,10 @@ def make_checkpoint(out, variant: str, seed: int = 0, dtype: str = "f32", tied: 
                     shards: int = 1, layers: int | None = None, hidden: int = 64, heads: int = 4,
                     kv_heads: int = 2, head_dim: int | None = None, ffn: int = 128,
                     num_blocks: int | None = None, vocab_size: int = 50304,
-                    attention_bias: bool | None = None, mlp_bias: bool | None = None) -> Path:
-    """Writes the checkpoint into `out` (created) and returns it as a Path."""
+                    attention_bias: bool | None = None, mlp_bias: bool | None = None,
+                    pad_scale: float = 0.01) -> Path:
+    """Writes the checkpoint into `out` (created) and returns it as a Path. pad_scale scales
+    the LM head's padding rows (ids past the GPT-2 tokenizer's 50257 tokens)."""
     d = _defaults(variant)
     layers = d["layers"] if layers is None else layers
     head_dim = d["head_dim"] if head_dim is None else head_dim
@@ -264,7 +267,7 @@ def make_checkpoint(out, variant: str, seed: int = 0, dtype: str = "f32", tied: 
     for stale in [*out.glob("model*.safetensors"), out / "model.safetensors.index.json"]:
         stale.unlink(missing_ok=True)  # re-generating into a dir must not mix layouts
     master = _rng_tensors(variant, seed, layers, hidden, heads, kv_heads, head_dim, ffn, vocab_size,
-                          tied, attention_bias, mlp_bias)
+                          tied, attention_bias, mlp_bias, pad_scale)
     tensors = {k: v.astype(NP_DTYPES[dtype]) for k, v in master.items()}
     _write_weights(out, tensors, shards)
     config = _config(variant, layers, hidden, heads, kv_heads, head_dim, ffn, vocab_size, tied, dtype,

@@ -14,15 +14,38 @@ namespace {
 constexpr int kVocab = 1000;
 
 // The validate() message for params changed by `edit`, or "" when they are valid.
-std::string error_for(const std::function<void(SamplingParams&)>& edit) {
+std::string error_for(const std::function<void(SamplingParams&)>& edit,
+                      Vocabulary vocabulary = Vocabulary::all_rows(kVocab)) {
   SamplingParams p;
   edit(p);
   try {
-    p.validate(kVocab);
+    p.validate(vocabulary);
   } catch (const Error& e) {
     return e.what();
   }
   return "";
+}
+
+// A model whose LM head has rows past the tokenizer (ids [900, 1000) are padding): ids there
+// can never be produced, so no request field may name them.
+TEST(SamplingParamsTest, PaddingRowsAreRefusedByName) {
+  const Vocabulary padded = Vocabulary::of(kVocab, 900);
+  const std::string padding_note =
+      " (token id 950 is a padding row of the model's vocabulary of 1000: the tokenizer has no "
+      "token for it)";
+  EXPECT_EQ(error_for([](SamplingParams& p) { p.logit_bias = {{950, 100.0f}}; }, padded),
+            "field logit_bias: got 950, expected a token id in [0, 900)" + padding_note);
+  EXPECT_EQ(error_for([](SamplingParams& p) { p.allowed_token_ids = {3, 950}; }, padded),
+            "field allowed_token_ids[1]: got 950, expected a token id in [0, 900)" + padding_note);
+  EXPECT_EQ(error_for([](SamplingParams& p) { p.stop_token_ids = {950}; }, padded),
+            "field stop_token_ids[0]: got 950, expected a token id in [0, 900)" + padding_note);
+  EXPECT_EQ(error_for([](SamplingParams& p) { p.allowed_token_ids = {1000}; }, padded),
+            "field allowed_token_ids[0]: got 1000, expected a token id in [0, 1000)");
+  EXPECT_EQ(error_for([](SamplingParams& p) {
+              p.logit_bias = {{899, 100.0f}};
+              p.allowed_token_ids = {0, 899};
+            }, padded),
+            "");
 }
 
 TEST(SamplingParamsTest, DefaultsAreValid) {

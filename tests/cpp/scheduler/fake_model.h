@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <span>
 #include <stdexcept>
@@ -84,8 +85,14 @@ class FakeRunner : public ModelRunner {
       const int32_t next =
           eos_after_ > 0 && position + 1 >= eos_after_ ? kEos : next_token(context);
       fill_row(std::span(logits).subspan(i * kVocab, kVocab), next);
+      if (edit_row_) edit_row_(context, std::span(logits).subspan(i * kVocab, kVocab));
     }
   }
+
+  // Called on every logits row after it is filled, with the row's context: lets a test make
+  // the model misbehave for some sequences (NaN, a padding id that would win).
+  using RowEditor = std::function<void(const std::vector<int32_t>& context, std::span<float> row)>;
+  void set_row_editor(RowEditor edit) { edit_row_ = std::move(edit); }
 
   // Depth-attention weights: a runner with a layout of rows x cols reports
   // fake_depth_weight() of each requested row's context.
@@ -166,6 +173,7 @@ class FakeRunner : public ModelRunner {
   std::vector<int> logit_row_counts_;
   std::vector<int> depth_row_counts_;
   DepthAttentionLayout depth_layout_;
+  RowEditor edit_row_;
 };
 
 inline std::vector<int32_t> iota_prompt(int length, int32_t first) {

@@ -1,6 +1,6 @@
-#include "server/common/text_decoder_adapter.h"
+#include "engine/sched/tokenizer_text_decoder.h"
 
-namespace attnres::server {
+namespace attnres {
 namespace {
 
 class IncrementalTextDecoder : public TextDecoder {
@@ -22,4 +22,4 @@ TextDecoderFactory make_text_decoder_factory(std::shared_ptr<const Tokenizer> to
   };
 }
 
-}  // namespace attnres::server
+}  // namespace attnres

@@ -1,4 +1,5 @@
-// The engine loop's TextDecoder seam filled with the tokenizer's IncrementalDecoder.
+// The TextDecoder seam of the engine loop and the offline generator, filled with the
+// tokenizer's IncrementalDecoder.
 #pragma once
 
 #include <memory>
@@ -6,8 +7,8 @@
 #include "engine/sched/model_runner.h"
 #include "engine/tokenizer/tokenizer.h"
 
-namespace attnres::server {
+namespace attnres {
 
 TextDecoderFactory make_text_decoder_factory(std::shared_ptr<const Tokenizer> tokenizer);
 
-}  // namespace attnres::server
+}  // namespace attnres

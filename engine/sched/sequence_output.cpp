@@ -1,0 +1,96 @@
+#include "engine/sched/sequence_output.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/core/error.h"
+
+namespace attnres {
+
+const char* output_stage_name(OutputStage stage) {
+  switch (stage) {
+    case OutputStage::PromptLogprobs:
+      return "prompt logprobs";
+    case OutputStage::DepthAttention:
+      return "depth attention";
+    case OutputStage::CheckLogits:
+      return "logits check";
+    case OutputStage::Sample:
+      return "sampling";
+    case OutputStage::Detokenize:
+      return "detokenizing";
+    case OutputStage::StopCheck:
+      return "stop check";
+  }
+  return "output";
+}
+
+void run_output_stage(OutputStage stage, std::string_view request_id,
+                      const OutputFaultHook& hook, const std::function<void()>& fn) {
+  try {
+    if (hook) hook(stage, request_id);
+    fn();
+  } catch (const std::exception& e) {
+    throw Error(std::string(output_stage_name(stage)) + " failed: " + e.what());
+  }
+}
+
+void prepare_logits_row(std::span<float> logits, const Vocabulary& vocabulary) {
+  vocabulary.mask_padding(logits);
+  bool any_finite = false;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float x = logits[i];
+    if (std::isnan(x) || x == INFINITY) {
+      throw Error("the model produced a non-finite logit (" + std::string(std::isnan(x) ? "NaN" : "+inf") +
+                  " for token id " + std::to_string(i) + ")");
+    }
+    any_finite = any_finite || std::isfinite(x);
+  }
+  if (!any_finite) throw Error("the model produced no finite logit");
+}
+
+SequenceOutput::SequenceOutput(const SamplingParams& params, uint64_t fallback_seed,
+                               const std::vector<int32_t>& eos_ids,
+                               std::unique_ptr<TextDecoder> decoder)
+    : sampler_(params, fallback_seed), stop_(params, eos_ids), decoder_(std::move(decoder)) {}
+
+SampledToken SequenceOutput::next(std::span<float> logits, std::vector<int32_t>& token_ids,
+                                  int num_prompt_tokens, const OutputContext& context,
+                                  std::string_view request_id) {
+  const auto prompt = std::span<const int32_t>(token_ids).first(static_cast<size_t>(num_prompt_tokens));
+  const auto output = std::span<const int32_t>(token_ids).subspan(static_cast<size_t>(num_prompt_tokens));
+  const OutputFaultHook& hook = context.fault_hook;
+  SampledToken token;
+  run_output_stage(OutputStage::CheckLogits, request_id, hook,
+                   [&] { prepare_logits_row(logits, context.vocabulary); });
+  run_output_stage(OutputStage::Sample, request_id, hook, [&] {
+    const bool want_logprobs = sampler_.params().logprobs >= 0;
+    TokenLogprob logprob;
+    token.id = sampler_.sample(logits, prompt, output, context.eos_ids,
+                               want_logprobs ? &logprob : nullptr);
+    if (want_logprobs) token.logprob = std::move(logprob);
+  });
+  token_ids.push_back(token.id);
+  const int num_generated = static_cast<int>(token_ids.size()) - num_prompt_tokens;
+  run_output_stage(OutputStage::Detokenize, request_id, hook, [&] {
+    if (decoder_) text_ += decoder_->push(token.id);
+  });
+  run_output_stage(OutputStage::StopCheck, request_id, hook, [&] {
+    token.finish = stop_.check(token.id, num_generated, text_);
+    if (token.finish != FinishReason::None) {
+      // The stop checker knows where the output ends: before a stop string or a stop token's
+      // text; at a length limit, after whatever the decoder still holds.
+      if (token.finish == FinishReason::Length && decoder_) text_ += decoder_->flush();
+      text_.resize(std::max(released_, stop_.releasable_length(text_)));
+    }
+  });
+  const size_t ready =
+      token.finish != FinishReason::None ? text_.size() : stop_.releasable_length(text_);
+  if (ready > released_) {
+    token.text = text_.substr(released_, ready - released_);
+    released_ = ready;
+  }
+  return token;
+}
+
+}  // namespace attnres

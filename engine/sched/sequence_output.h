@@ -1,0 +1,90 @@
+// One sequence's output path after the forward: guard its logits row, sample, detokenize,
+// check stops and decide how much text is final. The server's engine loop and the offline
+// generator (attnres generate / bench latency) both run it, so they sample and stop alike.
+//
+// Fault isolation (docs/ENGINE_CONTRACT.md): everything here belongs to one sequence. A
+// failure throws attnres::Error naming the stage; the caller ends only that sequence, with
+// the error, and every other sequence of the step carries on. Only a failure of the step
+// itself (the forward, the backend) may stop the engine.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/sample/logprobs.h"
+#include "engine/sample/sampler.h"
+#include "engine/sample/stop_checker.h"
+#include "engine/sample/vocabulary.h"
+#include "engine/sched/model_runner.h"
+
+namespace attnres {
+
+// The per-sequence stages of a step's output path, in order.
+enum class OutputStage {
+  PromptLogprobs,  // a prompt position's logprobs (echo + logprobs, prompt_logprobs)
+  DepthAttention,  // adding the step's depth-attention rows to the sequence's sums
+  CheckLogits,     // the sampling row must be finite (NaN / +inf: the model broke for it)
+  Sample,          // logits processors, sampler, the sampled token's logprobs
+  Detokenize,      // the incremental detokenizer
+  StopCheck,       // stop tokens, stop strings, lengths
+};
+const char* output_stage_name(OutputStage stage);
+
+// Test seam: called at the start of each stage with the stage and the sequence's request id;
+// throwing from it injects a failure there. Empty in production.
+using OutputFaultHook = std::function<void(OutputStage stage, std::string_view request_id)>;
+
+// Runs `stage` of a sequence's output path: the hook, then fn. Any exception comes out as an
+// attnres::Error "<stage> failed: <what>".
+void run_output_stage(OutputStage stage, std::string_view request_id,
+                      const OutputFaultHook& hook, const std::function<void()>& fn);
+
+// Masks the padding rows (Vocabulary) of one logits row and throws attnres::Error when what is
+// left holds a NaN or +inf or no finite value at all.
+void prepare_logits_row(std::span<float> logits, const Vocabulary& vocabulary);
+
+struct SampledToken {
+  int32_t id = 0;
+  std::optional<TokenLogprob> logprob;  // when params.logprobs >= 0
+  std::string text;                     // text that became final with this token
+  FinishReason finish = FinishReason::None;
+};
+
+// What a sequence's output path needs from its surroundings (one per engine / generator).
+struct OutputContext {
+  Vocabulary vocabulary;
+  std::vector<int32_t> eos_ids;
+  OutputFaultHook fault_hook;  // tests only
+};
+
+class SequenceOutput {
+ public:
+  // decoder may be null: the sequence then produces token ids only, no text.
+  SequenceOutput(const SamplingParams& params, uint64_t fallback_seed,
+                 const std::vector<int32_t>& eos_ids, std::unique_ptr<TextDecoder> decoder);
+
+  // Turns this step's logits row (modified in place) into the next token. token_ids: the
+  // sequence's prompt then output ids; the new token is appended to it. Throws attnres::Error
+  // naming the stage that failed; the sequence must then be ended by the caller.
+  SampledToken next(std::span<float> logits, std::vector<int32_t>& token_ids,
+                    int num_prompt_tokens, const OutputContext& context,
+                    std::string_view request_id);
+
+  const std::string& text() const { return text_; }
+  const StopChecker& stop() const { return stop_; }
+
+ private:
+  Sampler sampler_;
+  StopChecker stop_;
+  std::unique_ptr<TextDecoder> decoder_;
+  std::string text_;     // detokenized output so far
+  size_t released_ = 0;  // bytes of text_ already handed out
+};
+
+}  // namespace attnres
