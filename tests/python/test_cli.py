@@ -99,7 +99,7 @@ def test_inspect_prints_the_depth_plan(attnres_bin, small_model):
     (["generate", "--max-tokens"], "needs a value"),
     (["generate", "--max-tokens", "ten"], "not a valid number"),
     (["generate", "--temperature", "-1"], "temperature"),
-    (["generate", "--prompt-ids", "1,99999999"], "outside the vocabulary"),
+    (["generate", "--prompt-ids", "1,99999999"], "field prompt[1]: got 99999999, expected a token id in [0, 50257)"),
     (["generate", "--max-tokens", "100000000"], "context length"),
     (["generate", "--model", "/nonexistent/model"], "not found"),
     (["bench", "latency", "--batch", "0"], "--batch"),
