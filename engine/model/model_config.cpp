@@ -153,15 +153,21 @@ const char* kSupportedRopeTypes = "default, linear, dynamic, llama3, yarn";
 // types. Another key is rejected rather than ignored: it could be one that changes the
 // frequencies in the checkpoint's own code.
 bool is_known_rope_key(const std::string& key) {
-  static const char* kKeys[] = {"rope_type", "type", "rope_theta", "factor",
-                                "original_max_position_embeddings", "low_freq_factor",
-                                "high_freq_factor", "attention_factor", "beta_fast",
-                                "beta_slow", "mscale", "mscale_all_dim", "truncate",
-                                "partial_rotary_factor"};
-  for (const char* known : kKeys) {
-    if (key == known) return true;
-  }
-  return false;
+  static const std::set<std::string> kKeys = {"rope_type",
+                                              "type",
+                                              "rope_theta",
+                                              "factor",
+                                              "low_freq_factor",
+                                              "high_freq_factor",
+                                              "beta_fast",
+                                              "beta_slow",
+                                              "mscale",
+                                              "mscale_all_dim",
+                                              "truncate",
+                                              "attention_factor",
+                                              "partial_rotary_factor",
+                                              "original_max_position_embeddings"};
+  return kKeys.count(key) > 0;
 }
 
 // yarn's optional fields, with transformers' defaults (beta_fast / beta_slow use
@@ -180,10 +186,10 @@ void parse_yarn(const FieldReader& fields, RopeScaling& scaling) {
   double mscale = fields.optional_number("mscale").value_or(0);
   double mscale_all_dim = fields.optional_number("mscale_all_dim").value_or(0);
   double factor = scaling.factor;
-  scaling.attention_factor = static_cast<float>(
-      mscale != 0 && mscale_all_dim != 0
-          ? yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim)
-          : yarn_mscale(factor, 1));
+  scaling.attention_factor =
+      static_cast<float>(mscale != 0 && mscale_all_dim != 0
+                             ? yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim)
+                             : yarn_mscale(factor, 1));
 }
 
 // rope_theta and the scaling, from either form, chosen as transformers 5 does when it
@@ -483,18 +489,19 @@ std::string ModelConfig::summary() const {
   }
   s << ": layers=" << num_layers << " hidden=" << hidden_size << " ffn=" << intermediate_size
     << " heads=" << num_heads << "/" << num_kv_heads << "x" << head_dim << " vocab=" << vocab_size
-    << " ctx=" << max_position_embeddings << " rope_theta=" << rope_theta << " ("
-    << rope_source << ")";
+    << " ctx=" << max_position_embeddings << " rope_theta=" << rope_theta << " (" << rope_source
+    << ")";
   if (rope_scaling) {
     const RopeScaling& rs = *rope_scaling;
     s << " rope=" << rs.type << " factor=" << rs.factor;
     if (rs.type == "llama3" || rs.type == "yarn") {
       s << " original_ctx=" << rs.original_max_position_embeddings;
     }
-    if (rs.type == "llama3") s << " low/high_freq=" << rs.low_freq_factor << "/" << rs.high_freq_factor;
+    if (rs.type == "llama3")
+      s << " low/high_freq=" << rs.low_freq_factor << "/" << rs.high_freq_factor;
     if (rs.type == "yarn") {
-      s << " beta=" << rs.beta_fast << "/" << rs.beta_slow << " attention_factor=" << rs.attention_factor
-        << (rs.truncate ? "" : " untruncated");
+      s << " beta=" << rs.beta_fast << "/" << rs.beta_slow
+        << " attention_factor=" << rs.attention_factor << (rs.truncate ? "" : " untruncated");
     }
   } else {
     s << " rope=default";

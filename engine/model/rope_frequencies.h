@@ -1,5 +1,5 @@
 // Rotary-embedding frequencies for every rope type the engine serves, computed as
-// transformers' modeling_rope_utils computes them (docs/rope.md has the formulas and
+// transformers' modeling_rope_utils computes them (docs/ROPE.md has the formulas and
 // the choice made for "dynamic"). The config side (which keys, which form, defaults) is
 // read by ModelConfig; these functions only turn the resolved values into numbers.
 #pragma once
@@ -30,8 +30,9 @@ struct RopeScaling {
 
 // inv_freq [head_dim / 2] for base theta with the scaling applied. "dynamic" gives the
 // unscaled frequencies: transformers only rescales past max_position_embeddings, a
-// context the engine never admits (docs/rope.md).
-std::vector<float> rope_inv_freq(int head_dim, float theta, const std::optional<RopeScaling>& scaling);
+// context the engine never admits (docs/ROPE.md).
+std::vector<float> rope_inv_freq(int head_dim, float theta,
+                                 const std::optional<RopeScaling>& scaling);
 
 // The factor transformers multiplies cos and sin by (yarn; 1 for every other type). It
 // scales both q and k, so attention logits grow by its square.

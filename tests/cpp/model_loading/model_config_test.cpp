@@ -198,8 +198,9 @@ TEST(ModelConfig, RejectsBadAttnResFields) {
 TEST(ModelConfig, RopeScaling) {
   json c = tiny_config("llama");
   c["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 4.0}};
-  EXPECT_THAT(config_error(c),
-              HasSubstr("dir/config.json: field 'rope_scaling' has unsupported rope_type 'longrope'"));
+  EXPECT_THAT(
+      config_error(c),
+      HasSubstr("dir/config.json: field 'rope_scaling' has unsupported rope_type 'longrope'"));
   c["rope_scaling"] = {{"type", "default"}};
   EXPECT_FALSE(ModelConfig::from_json(c, "c").rope_scaling);
   c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};

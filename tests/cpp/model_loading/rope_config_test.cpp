@@ -259,7 +259,8 @@ TEST(RopeConfig, ErrorsNameTheFileAndTheField) {
   c = config_v5("qwen3", {{"rope_type", "yarn"}, {"factor", 4.0}, {"truncate", "yes"}});
   EXPECT_THAT(config_error(c), HasSubstr("field 'truncate' must be true or false"));
   c = config_v5("qwen3", {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}});
-  EXPECT_THAT(config_error(c), HasSubstr("field 'high_freq_factor' is missing (required for llama3)"));
+  EXPECT_THAT(config_error(c),
+              HasSubstr("field 'high_freq_factor' is missing (required for llama3)"));
 }
 
 }  // namespace
