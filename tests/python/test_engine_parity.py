@@ -178,6 +178,7 @@ LOGIT_CASES = (
         ("qwen3", "f32", {"rope": "yarn_custom", "config_form": "v5"}),
         ("llama", "f32", {"rope": "yarn_custom"}),
         ("qwen3", "bf16", {"rope": "yarn", "config_form": "v5"}),
+        ("attnres_block", "f32", {"rope": "yarn", "config_form": "v5"}),
     ]
 )
 
@@ -214,6 +215,19 @@ def test_logits_prefill_then_decode(attnres_bin, checkpoint, tmp_path, variant, 
         f"{case_id(variant, dtype, kw)}: relative error {rel:.3g} > {tol:g} "
         f"(max|a-b|/max|b|); per row (rows >= {PREFILL} are decode steps): "
         + ", ".join(f"{t}:{e:.2g}" for t, e in enumerate(per_row)))
+
+
+@pytest.mark.parametrize("variant,kw,expect", [
+    ("llama", {}, "rope_theta=10000 (rope_theta) rope=llama3 factor=8 original_ctx=64 low/high_freq=1/4"),
+    ("qwen3", {"rope": "yarn", "config_form": "v5"},
+     "rope_theta=1e+06 (rope_parameters.rope_theta) rope=yarn factor=4 original_ctx=64 beta=32/1 "
+     "attention_factor=1.13863"),
+    ("qwen2", {"config_form": "v5"}, "rope_theta=1e+06 (rope_parameters.rope_theta) rope=default"),
+])
+def test_inspect_prints_the_rope_settings_used(attnres_bin, checkpoint, variant, kw, expect):
+    """The config line (also the startup log of `attnres serve`) says what RoPE was built from."""
+    out = run_cli(attnres_bin, "inspect", "--model", checkpoint(variant, **kw))
+    assert expect in out, out
 
 
 GREEDY_CASES = ([(v, s, {}) for v in VARIANTS for s in GREEDY_SEEDS]
