@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <sstream>
 
 #include "engine/core/error.h"
@@ -142,44 +143,140 @@ Architecture parse_architecture(const std::string& model_type, const std::string
               "' (supported: " + kSupportedModelTypes + ")");
 }
 
-std::optional<RopeScaling> parse_rope_scaling(const FieldReader& config,
-                                              const std::string& origin) {
-  const json* rs = config.find("rope_scaling");
-  if (!rs) return std::nullopt;
-  if (!rs->is_object())
-    config.fail("rope_scaling", "must be an object or null, found " + rs->dump());
-  std::string where = origin + " (rope_scaling)";
-  FieldReader fields(*rs, where);
+// The base the architectures' transformers config classes use when a config gives none
+// (LlamaConfig, Qwen2Config and Qwen3Config all default to 10000).
+float default_rope_theta(Architecture) { return 10000.f; }
+
+const char* kSupportedRopeTypes = "default, linear, dynamic, llama3, yarn";
+
+// Every key transformers reads inside rope_parameters / rope_scaling for the supported
+// types. Another key is rejected rather than ignored: it could be one that changes the
+// frequencies in the checkpoint's own code.
+bool is_known_rope_key(const std::string& key) {
+  static const std::set<std::string> kKeys = {"rope_type",
+                                              "type",
+                                              "rope_theta",
+                                              "factor",
+                                              "low_freq_factor",
+                                              "high_freq_factor",
+                                              "beta_fast",
+                                              "beta_slow",
+                                              "mscale",
+                                              "mscale_all_dim",
+                                              "truncate",
+                                              "attention_factor",
+                                              "partial_rotary_factor",
+                                              "original_max_position_embeddings"};
+  return kKeys.count(key) > 0;
+}
+
+// yarn's optional fields, with transformers' defaults (beta_fast / beta_slow use
+// `value or default`, so 0 also means the default).
+void parse_yarn(const FieldReader& fields, RopeScaling& scaling) {
+  scaling.beta_fast = static_cast<float>(fields.optional_number("beta_fast").value_or(0));
+  scaling.beta_slow = static_cast<float>(fields.optional_number("beta_slow").value_or(0));
+  if (scaling.beta_fast == 0) scaling.beta_fast = 32;
+  if (scaling.beta_slow == 0) scaling.beta_slow = 1;
+  scaling.truncate = fields.optional_bool("truncate").value_or(true);
+  if (fields.find("attention_factor")) {
+    scaling.attention_factor = fields.positive_float_or("attention_factor", 1);
+    return;
+  }
+  // DeepSeek-style configs give the ratio of two mscales instead of the factor itself.
+  double mscale = fields.optional_number("mscale").value_or(0);
+  double mscale_all_dim = fields.optional_number("mscale_all_dim").value_or(0);
+  double factor = scaling.factor;
+  scaling.attention_factor =
+      static_cast<float>(mscale != 0 && mscale_all_dim != 0
+                             ? yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim)
+                             : yarn_mscale(factor, 1));
+}
+
+// rope_theta and the scaling, from either form, chosen as transformers 5 does when it
+// converts a config (RotaryEmbeddingConfigMixin.convert_rope_params_to_dict):
+//   - the scaling object is rope_scaling when it is a non-empty object, else
+//     rope_parameters;
+//   - theta is that object's rope_theta, else the top-level rope_theta, else the
+//     architecture's default;
+//   - llama3 / yarn take original_max_position_embeddings from the top level when it is
+//     there, else from the object, else max_position_embeddings.
+void parse_rope(const FieldReader& config, const std::string& origin, ModelConfig& cfg) {
+  const json* legacy = config.find("rope_scaling");
+  const json* current = config.find("rope_parameters");
+  if (legacy && !legacy->is_object())
+    config.fail("rope_scaling", "must be an object or null, found " + legacy->dump());
+  if (current && !current->is_object())
+    config.fail("rope_parameters", "must be an object or null, found " + current->dump());
+  bool use_legacy = legacy && !legacy->empty();
+  const json empty = json::object();
+  const json& object = use_legacy ? *legacy : current ? *current : empty;
+  const std::string name = use_legacy ? "rope_scaling" : "rope_parameters";
+  const std::string where = origin + " (" + name + ")";
+  FieldReader fields(object, where);
+
+  if (fields.find("rope_theta")) {
+    cfg.rope_theta = fields.positive_float_or("rope_theta", 0);
+    cfg.rope_source = name + ".rope_theta";
+  } else if (config.find("rope_theta")) {
+    cfg.rope_theta = config.positive_float_or("rope_theta", 0);
+    cfg.rope_source = "rope_theta";
+  } else {
+    cfg.rope_theta = default_rope_theta(cfg.arch);
+    cfg.rope_source = "default theta";
+  }
+
   // Transformers writes "rope_type" since 4.43 and "type" before; either may appear.
   std::optional<std::string> type = fields.optional_string("rope_type");
   if (!type) type = fields.optional_string("type");
-  if (!type || *type == "default") return std::nullopt;
+  if (!type) type = "default";
+  const std::set<std::string> supported = {"default", "linear", "dynamic", "llama3", "yarn"};
+  if (!supported.count(*type)) {
+    throw Error(origin + ": field '" + name + "' has unsupported rope_type '" + *type +
+                "' (supported: " + kSupportedRopeTypes + ")");
+  }
+  for (const auto& [key, value] : object.items()) {
+    if (value.is_object()) {
+      fields.fail(key, "is an object: per-layer-type rope parameters are not supported");
+    }
+    if (!is_known_rope_key(key)) {
+      fields.fail(key, "is not a rope parameter the engine knows (supported rope types: " +
+                           std::string(kSupportedRopeTypes) + ")");
+    }
+  }
+  for (const FieldReader* reader : {static_cast<const FieldReader*>(&fields), &config}) {
+    auto partial = reader->optional_number("partial_rotary_factor");
+    if (partial && *partial != 1.0) {
+      reader->fail("partial_rotary_factor", "is " + std::to_string(*partial) +
+                                                ": partial rotary embeddings are not supported");
+    }
+  }
+  if (*type == "default") return;
+
   RopeScaling scaling;
   scaling.type = *type;
-  if (*type == "linear") {
-    if (!fields.find("factor")) fields.fail("factor", "is missing (required for linear)");
-    scaling.factor = fields.positive_float_or("factor", 1);
-    return scaling;
+  if (!fields.find("factor")) fields.fail("factor", "is missing (required for " + *type + ")");
+  scaling.factor = fields.positive_float_or("factor", 1);
+  if (*type == "llama3" || *type == "yarn") {
+    const int64_t max_int = std::numeric_limits<int32_t>::max();
+    auto top_level = config.optional_int("original_max_position_embeddings", 1, max_int);
+    auto inside = fields.optional_int("original_max_position_embeddings", 1, max_int);
+    scaling.original_max_position_embeddings =
+        static_cast<int>(top_level.value_or(inside.value_or(cfg.max_position_embeddings)));
   }
   if (*type == "llama3") {
-    for (const char* key :
-         {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) {
+    for (const char* key : {"low_freq_factor", "high_freq_factor"}) {
       if (!fields.find(key)) fields.fail(key, "is missing (required for llama3)");
     }
-    scaling.factor = fields.positive_float_or("factor", 1);
     scaling.low_freq_factor = fields.positive_float_or("low_freq_factor", 1);
     scaling.high_freq_factor = fields.positive_float_or("high_freq_factor", 4);
-    scaling.original_max_position_embeddings =
-        fields.positive_int_or("original_max_position_embeddings", 8192);
     if (scaling.high_freq_factor <= scaling.low_freq_factor) {
       throw Error(where + ": high_freq_factor (" + std::to_string(scaling.high_freq_factor) +
                   ") must be greater than low_freq_factor (" +
                   std::to_string(scaling.low_freq_factor) + ")");
     }
-    return scaling;
   }
-  throw Error(origin + ": field 'rope_scaling' has unsupported type '" + *type +
-              "' (supported: null, default, linear, llama3)");
+  if (*type == "yarn") parse_yarn(fields, scaling);
+  cfg.rope_scaling = scaling;
 }
 
 // The qwen3_attnres fields (ATTNRES.md §2a/2b).
@@ -326,8 +423,7 @@ ModelConfig ModelConfig::from_json(const json& config, const std::string& origin
   int default_max_pos = cfg.arch == Architecture::Llama ? 2048 : 32768;
   cfg.max_position_embeddings = fields.positive_int_or("max_position_embeddings", default_max_pos);
   cfg.rms_norm_eps = fields.positive_float_or("rms_norm_eps", 1e-6f);
-  cfg.rope_theta = fields.positive_float_or("rope_theta", 10000.f);
-  cfg.rope_scaling = parse_rope_scaling(fields, origin);
+  parse_rope(fields, origin, cfg);
   cfg.tie_word_embeddings = fields.optional_bool("tie_word_embeddings").value_or(false);
 
   bool attention_bias = fields.optional_bool("attention_bias").value_or(false);
@@ -348,9 +444,9 @@ ModelConfig ModelConfig::from_json(const json& config, const std::string& origin
   cfg.qk_norm = cfg.arch == Architecture::Qwen3 || cfg.arch == Architecture::Qwen3AttnRes;
   if (cfg.arch == Architecture::Qwen3AttnRes) parse_attnres(fields, cfg);
 
-  // Newer transformers write "dtype", older "torch_dtype".
+  // Transformers 5 writes "dtype", 4.x "torch_dtype"; like transformers 5, dtype wins.
   cfg.torch_dtype =
-      fields.optional_string("torch_dtype").value_or(fields.optional_string("dtype").value_or(""));
+      fields.optional_string("dtype").value_or(fields.optional_string("torch_dtype").value_or(""));
   cfg.eos_token_ids = fields.token_id_list("eos_token_id");
   cfg.bos_token_id = fields.optional_token_id("bos_token_id");
   return cfg;
@@ -376,34 +472,11 @@ int ModelConfig::layers_per_block() const {
 }
 
 std::vector<float> ModelConfig::rope_inv_freq() const {
-  std::vector<float> inv_freq(head_dim / 2);
-  for (int i = 0; i < head_dim / 2; ++i) {
-    // transformers computes base ** (2i / dim) in float32.
-    float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
-    inv_freq[i] = 1.0f / std::pow(rope_theta, exponent);
-  }
-  if (!rope_scaling) return inv_freq;
-  const RopeScaling& rs = *rope_scaling;
-  if (rs.type == "linear") {
-    for (float& f : inv_freq) f /= rs.factor;
-    return inv_freq;
-  }
-  // llama3: long wavelengths slowed by factor, short ones kept, a smooth ramp between.
-  const float kPi = 3.14159265358979323846f;
-  float old_len = static_cast<float>(rs.original_max_position_embeddings);
-  float low_freq_wavelen = old_len / rs.low_freq_factor;
-  float high_freq_wavelen = old_len / rs.high_freq_factor;
-  for (float& f : inv_freq) {
-    float wavelen = 2 * kPi / f;
-    if (wavelen > low_freq_wavelen) {
-      f /= rs.factor;
-    } else if (wavelen >= high_freq_wavelen) {
-      float smooth =
-          (old_len / wavelen - rs.low_freq_factor) / (rs.high_freq_factor - rs.low_freq_factor);
-      f = (1 - smooth) * f / rs.factor + smooth * f;
-    }
-  }
-  return inv_freq;
+  return attnres::rope_inv_freq(head_dim, rope_theta, rope_scaling);
+}
+
+float ModelConfig::rope_attention_factor() const {
+  return attnres::rope_attention_factor(rope_scaling);
 }
 
 std::string ModelConfig::summary() const {
@@ -416,8 +489,23 @@ std::string ModelConfig::summary() const {
   }
   s << ": layers=" << num_layers << " hidden=" << hidden_size << " ffn=" << intermediate_size
     << " heads=" << num_heads << "/" << num_kv_heads << "x" << head_dim << " vocab=" << vocab_size
-    << " ctx=" << max_position_embeddings << " rope_theta=" << rope_theta;
-  if (rope_scaling) s << " rope_scaling=" << rope_scaling->type << "x" << rope_scaling->factor;
+    << " ctx=" << max_position_embeddings << " rope_theta=" << rope_theta << " (" << rope_source
+    << ")";
+  if (rope_scaling) {
+    const RopeScaling& rs = *rope_scaling;
+    s << " rope=" << rs.type << " factor=" << rs.factor;
+    if (rs.type == "llama3" || rs.type == "yarn") {
+      s << " original_ctx=" << rs.original_max_position_embeddings;
+    }
+    if (rs.type == "llama3")
+      s << " low/high_freq=" << rs.low_freq_factor << "/" << rs.high_freq_factor;
+    if (rs.type == "yarn") {
+      s << " beta=" << rs.beta_fast << "/" << rs.beta_slow
+        << " attention_factor=" << rs.attention_factor << (rs.truncate ? "" : " untruncated");
+    }
+  } else {
+    s << " rope=default";
+  }
   s << (tie_word_embeddings ? " tied" : " untied");
   if (!torch_dtype.empty()) s << " " << torch_dtype;
   return s.str();

@@ -11,18 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "engine/model/rope_frequencies.h"
+
 namespace attnres {
 
 enum class Architecture { Qwen3AttnRes, Qwen3, Qwen2, Llama };  // "mistral" loads as Llama
 enum class AttnResMode { None, Block, Full };
-
-// rope_scaling from config.json. Only set for types that change the frequencies:
-// "llama3" and "linear" ("default" and null leave rope_scaling unset).
-struct RopeScaling {
-  std::string type;  // "llama3" or "linear"
-  float factor = 1, low_freq_factor = 1, high_freq_factor = 4;
-  int original_max_position_embeddings = 8192;
-};
 
 // generation_config.json; unset fields stay nullopt (or empty).
 struct GenerationDefaults {
@@ -41,7 +35,10 @@ struct ModelConfig {
   int hidden_size = 0, intermediate_size = 0, num_layers = 0, num_heads = 0, num_kv_heads = 0,
       head_dim = 0, vocab_size = 0, max_position_embeddings = 0;
   float rms_norm_eps = 1e-6f, rope_theta = 10000.f;
+  // From rope_parameters (transformers 5) or rope_theta / rope_scaling (4.x); unset for
+  // "default". rope_source says which fields they came from, for the startup log.
   std::optional<RopeScaling> rope_scaling;
+  std::string rope_source;
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q,k,v biases (qwen2: always; llama/qwen3: config attention_bias)
   bool o_proj_bias = false;     // llama/qwen3: config attention_bias; qwen2: never
@@ -50,15 +47,17 @@ struct ModelConfig {
   AttnResMode attnres_mode = AttnResMode::None;
   int attnres_num_blocks = 0;     // block: from config; full: num_layers; none: 0
   std::string attnres_gate_type;  // "bias" or ""
-  std::string torch_dtype;        // as written ("bfloat16"), "" when absent
+  std::string torch_dtype;        // dtype (5.x) or torch_dtype (4.x) as written, "" when absent
   std::vector<int32_t> eos_token_ids;
   std::optional<int32_t> bos_token_id;
   GenerationDefaults generation;
 
   // P = ceil(L / num_blocks): decoder layers per AttnRes block (full: 1; none: L).
   int layers_per_block() const;
-  // RoPE inverse frequencies [head_dim / 2], with rope_scaling applied (llama3, linear).
+  // RoPE inverse frequencies [head_dim / 2], with rope_scaling applied.
   std::vector<float> rope_inv_freq() const;
+  // What transformers multiplies cos and sin by (yarn; 1 otherwise).
+  float rope_attention_factor() const;
 
   // config.json (+ generation_config.json when present) from a model directory.
   static ModelConfig load(const std::string& model_dir);

@@ -121,7 +121,11 @@ void Transformer::attention_sublayer(int layer, const Tensor& normed, const Batc
   backend_.qk_norm_rope(s.q, s.k, config_.head_dim, bias(w.q_norm), bias(w.k_norm),
                         config_.rms_norm_eps, inv_freq_, batch);
   backend_.store_kv(s.k, s.v, batch, cache);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
+  // yarn multiplies cos and sin by an attention factor, which scales both q and k: the
+  // same as scaling the attention logits by its square, so the rope op stays unscaled.
+  const float attention_factor = config_.rope_attention_factor();
+  const float scale =
+      attention_factor * attention_factor / std::sqrt(static_cast<float>(config_.head_dim));
   backend_.attention(s.q, cache, batch, config_.head_dim, scale, s.attn);
   backend_.linear(s.attn, w.o_proj, bias(w.o_bias), out);
 }

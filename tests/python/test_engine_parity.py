@@ -27,6 +27,9 @@ import pytest
 import attnres_ref as ref
 from make_checkpoint import TOKENIZER_VOCAB, VARIANTS, make_checkpoint
 
+PLAIN_VARIANTS = ("qwen3", "qwen2", "llama")
+ROPE_TYPES = ref.ROPE_TYPES
+
 F32_TOL = 1e-4
 LOW_PRECISION_TOL = 2e-2
 TOLERANCE = {"f32": F32_TOL, "bf16": LOW_PRECISION_TOL, "f16": LOW_PRECISION_TOL}
@@ -165,6 +168,18 @@ LOGIT_CASES = (
         ("llama", "f32", {"tied": True, "shards": 2}),                 # tied llama, sharded
         ("llama", "f32", {"attention_bias": True, "mlp_bias": True}),  # q,k,v,o + MLP biases
     ]
+    # Every rope type in transformers 5's config form (rope_parameters + dtype) for each
+    # plain architecture, some in 4.x's form too, and yarn with all its optional fields.
+    + [(v, "f32", {"rope": r, "config_form": "v5"}) for v in PLAIN_VARIANTS for r in ROPE_TYPES]
+    + [
+        ("qwen3", "f32", {"rope": "yarn"}),
+        ("qwen2", "f32", {"rope": "linear"}),
+        ("llama", "f32", {"rope": "dynamic"}),
+        ("qwen3", "f32", {"rope": "yarn_custom", "config_form": "v5"}),
+        ("llama", "f32", {"rope": "yarn_custom"}),
+        ("qwen3", "bf16", {"rope": "yarn", "config_form": "v5"}),
+        ("attnres_block", "f32", {"rope": "yarn", "config_form": "v5"}),
+    ]
 )
 
 
@@ -202,13 +217,29 @@ def test_logits_prefill_then_decode(attnres_bin, checkpoint, tmp_path, variant, 
         + ", ".join(f"{t}:{e:.2g}" for t, e in enumerate(per_row)))
 
 
-GREEDY_CASES = [(v, s) for v in VARIANTS for s in GREEDY_SEEDS]
+@pytest.mark.parametrize("variant,kw,expect", [
+    ("llama", {}, "rope_theta=10000 (rope_theta) rope=llama3 factor=8 original_ctx=64 low/high_freq=1/4"),
+    ("qwen3", {"rope": "yarn", "config_form": "v5"},
+     "rope_theta=1e+06 (rope_parameters.rope_theta) rope=yarn factor=4 original_ctx=64 beta=32/1 "
+     "attention_factor=1.13863"),
+    ("qwen2", {"config_form": "v5"}, "rope_theta=1e+06 (rope_parameters.rope_theta) rope=default"),
+])
+def test_inspect_prints_the_rope_settings_used(attnres_bin, checkpoint, variant, kw, expect):
+    """The config line (also the startup log of `attnres serve`) says what RoPE was built from."""
+    out = run_cli(attnres_bin, "inspect", "--model", checkpoint(variant, **kw))
+    assert expect in out, out
 
 
-@pytest.mark.parametrize("variant,seed", GREEDY_CASES, ids=[f"{v}-seed{s}" for v, s in GREEDY_CASES])
-def test_greedy_matches_reference(attnres_bin, checkpoint, variant, seed):
+GREEDY_CASES = ([(v, s, {}) for v in VARIANTS for s in GREEDY_SEEDS]
+                + [(v, 1, {"rope": r, "config_form": "v5"}) for v in PLAIN_VARIANTS
+                   for r in ("linear", "yarn")])
+
+
+@pytest.mark.parametrize("variant,seed,kw", GREEDY_CASES,
+                         ids=[case_id(v, f"seed{s}", kw) for v, s, kw in GREEDY_CASES])
+def test_greedy_matches_reference(attnres_bin, checkpoint, variant, seed, kw):
     require_binary(attnres_bin)
-    model_dir = checkpoint(variant, seed=seed)
+    model_dir = checkpoint(variant, seed=seed, **kw)
     prompt = prompt_ids(seed, GEN_PROMPT_LEN)
     got = [int(t) for t in engine_generate(attnres_bin, model_dir, prompt)["token_ids"]]
     want, rows = reference_greedy(ref.load(model_dir), prompt, GEN_TOKENS)

@@ -98,14 +98,66 @@ def softmax(x: np.ndarray, axis: int) -> np.ndarray:
     return z / np.sum(z, axis=axis, keepdims=True)
 
 
+ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
+
+
+def rope_settings(config: dict) -> tuple[float, dict | None]:
+    """(theta, scaling) from either config form, as transformers 5 reads them.
+
+    transformers 5 writes "rope_parameters" (theta and scaling keys in one object); 4.x
+    wrote top-level "rope_theta" and "rope_scaling". Transformers 5 converts the old form:
+    a non-empty rope_scaling replaces rope_parameters, theta is the chosen object's
+    rope_theta, else the top-level rope_theta, else 10000 (the Llama/Qwen2/Qwen3 default);
+    llama3/yarn take original_max_position_embeddings from the top level, else the
+    object, else max_position_embeddings. The scaling returned has those filled in.
+    """
+    params = dict(config.get("rope_scaling") or config.get("rope_parameters") or {})
+    theta = params.get("rope_theta") or config.get("rope_theta") or 10000.0
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind not in ROPE_TYPES:
+        raise NotImplementedError(f"rope type {kind!r}")
+    if kind == "default":
+        return float(theta), None
+    params["rope_type"] = kind
+    if kind in ("llama3", "yarn"):
+        params["original_max_position_embeddings"] = config.get(
+            "original_max_position_embeddings",
+            params.get("original_max_position_embeddings", config["max_position_embeddings"]))
+    return float(theta), params
+
+
+def yarn_attention_factor(scaling: dict) -> float:
+    """YaRN's cos/sin multiplier: attention_factor, else 0.1 m ln(s) + 1 (ratio of two m's)."""
+    if scaling.get("attention_factor") is not None:
+        return float(scaling["attention_factor"])
+    s = scaling["factor"]
+
+    def mscale(m):
+        return 1.0 if s <= 1 else 0.1 * m * math.log(s) + 1.0
+
+    if scaling.get("mscale") and scaling.get("mscale_all_dim"):
+        return mscale(scaling["mscale"]) / mscale(scaling["mscale_all_dim"])
+    return mscale(1.0)
+
+
+def rope_attention_factor(scaling: dict | None) -> float:
+    return yarn_attention_factor(scaling) if scaling and scaling["rope_type"] == "yarn" else 1.0
+
+
 def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None) -> np.ndarray:
-    """inv_freq = 1/theta^(arange(0,hd,2)/hd), with HF's llama3 scaling if asked."""
+    """inv_freq = 1/theta^(arange(0,hd,2)/hd), scaled as HF's rope types do (float64)."""
     inv_freq = 1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
     if not scaling:
         return inv_freq
     kind = scaling.get("rope_type", scaling.get("type"))
-    if kind == "default":
+    if kind in ("default", "dynamic"):
+        # dynamic NTK: base * (factor * L / max_pos - (factor - 1))^(d / (d - 2)) with
+        # L = max(seq_len, max_pos): the base itself while L <= max_position_embeddings.
         return inv_freq
+    if kind == "linear":
+        return inv_freq / scaling["factor"]
+    if kind == "yarn":
+        return _yarn_inv_freq(inv_freq, head_dim, theta, scaling)
     if kind != "llama3":
         raise NotImplementedError(f"rope_scaling type {kind!r}")
     # HF _compute_llama3_parameters, line for line.
@@ -123,16 +175,39 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None) -> np.ndarr
     return np.where(is_medium, smoothed, inv_freq_llama)
 
 
+def _yarn_inv_freq(inv_freq: np.ndarray, head_dim: int, theta: float, scaling: dict) -> np.ndarray:
+    """YaRN (arXiv 2309.00071): dimension i keeps its frequency when it turns more than
+    beta_fast times over the original context, is divided by factor when it turns fewer than
+    beta_slow times, and blends linearly (in i) between those two dimensions."""
+    factor = scaling["factor"]
+    context = scaling["original_max_position_embeddings"]
+    beta_fast = scaling.get("beta_fast") or 32
+    beta_slow = scaling.get("beta_slow") or 1
+
+    def dim_for(rotations):  # solve context / (2 pi theta^(2i/d)) = rotations for i
+        return head_dim * math.log(context / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    low, high = dim_for(beta_fast), dim_for(beta_slow)
+    if scaling.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, head_dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(head_dim // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
+    return inv_freq / factor * ramp + inv_freq * (1.0 - ramp)
+
+
 def rotate_half(x: np.ndarray) -> np.ndarray:
     half = x.shape[-1] // 2
     return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
 
 
-def apply_rope(x: np.ndarray, positions: np.ndarray, inv_freq: np.ndarray) -> np.ndarray:
-    """x: [heads, T, hd]; HF rotate-half layout."""
+def apply_rope(x: np.ndarray, positions: np.ndarray, inv_freq: np.ndarray,
+               attention_factor: float = 1.0) -> np.ndarray:
+    """x: [heads, T, hd]; HF rotate-half layout; cos and sin times attention_factor (yarn)."""
     freqs = positions[:, None].astype(np.float64) * inv_freq[None, :]
     emb = np.concatenate([freqs, freqs], axis=-1)  # [T, hd]
-    return x * np.cos(emb) + rotate_half(x) * np.sin(emb)
+    return x * (np.cos(emb) * attention_factor) + rotate_half(x) * (np.sin(emb) * attention_factor)
 
 
 def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
@@ -175,7 +250,9 @@ class Model:
         self.head_dim = c.get("head_dim") or self.d // self.n_heads
         self.vocab = c["vocab_size"]
         self.eps = c["rms_norm_eps"]
-        self.inv_freq = rope_inv_freq(self.head_dim, c.get("rope_theta", 10000.0), c.get("rope_scaling"))
+        theta, scaling = rope_settings(c)
+        self.inv_freq = rope_inv_freq(self.head_dim, theta, scaling)
+        self.rope_attention_factor = rope_attention_factor(scaling)
 
         self.attnres = "model.layers.0.attn_res_proj.weight" in self.w
         self.block_reset = "model.final_res_proj.weight" in self.w  # variant 2b
@@ -216,8 +293,8 @@ class Model:
         if L("self_attn.q_norm.weight") is not None:  # Qwen3: per-head RMSNorm before RoPE
             q = rms_norm(q, L("self_attn.q_norm.weight"), self.eps)
             k = rms_norm(k, L("self_attn.k_norm.weight"), self.eps)
-        q = apply_rope(q, positions, self.inv_freq)
-        k = apply_rope(k, positions, self.inv_freq)
+        q = apply_rope(q, positions, self.inv_freq, self.rope_attention_factor)
+        k = apply_rope(k, positions, self.inv_freq, self.rope_attention_factor)
         if cache is not None:
             if len(cache.keys) > i:
                 k = np.concatenate([cache.keys[i], k], axis=1)

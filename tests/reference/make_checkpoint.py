@@ -13,6 +13,13 @@ Variants:
     qwen2                plain Qwen2 (q/k/v biases, no q/k norm)
     llama                plain Llama, rope_scaling llama3, untied lm_head
 
+Config options (any variant):
+    --rope TYPE          default, linear, dynamic, llama3, yarn or yarn_custom (yarn with its
+                         optional fields set): the scaling written (llama defaults to llama3,
+                         the others to default); values chosen to change the short test positions
+    --config-form v5     transformers 5's keys: rope_parameters (theta inside) and dtype,
+                         instead of 4.x's rope_theta, rope_scaling and torch_dtype
+
 Weights are drawn in float32 from one seeded generator in a fixed order and only then
 cast to the requested dtype, so the same (variant, seed) gives bf16/f16 files that are
 exactly the f32 file rounded. Output is deterministic in (variant, seed, dtype, options).
@@ -39,6 +46,20 @@ TOKENIZER_VOCAB = 50257  # real rows; vocab_size above this is padding
 
 VARIANTS = ("attnres_block", "attnres_full", "attnres_block_reset", "attnres_nobias", "qwen3", "qwen2", "llama")
 ATTNRES_VARIANTS = VARIANTS[:4]
+
+# Scalings with a small original context so that they change frequencies at the short
+# positions the tests use (yarn's ramp then covers the first dimensions).
+ROPE_SCALINGS = {
+    "default": None,
+    "linear": {"rope_type": "linear", "factor": 2.0},
+    "dynamic": {"rope_type": "dynamic", "factor": 2.0},
+    "llama3": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 64, "rope_type": "llama3"},
+    "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
+    "yarn_custom": {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 256,
+                    "beta_fast": 16, "beta_slow": 2, "attention_factor": 1.25, "truncate": False},
+}
+CONFIG_FORMS = ("v4", "v5")
 
 NP_DTYPES = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
 TORCH_DTYPE_NAMES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
@@ -202,6 +223,24 @@ def _config(variant, layers, hidden, heads, kv_heads, head_dim, ffn, vocab, tied
     return c
 
 
+def _apply_rope_options(c: dict, rope: str | None, config_form: str) -> dict:
+    """Replaces the variant's rope scaling by `rope` and writes the chosen config form."""
+    if rope is not None:
+        if rope not in ROPE_SCALINGS:
+            raise ValueError(f"rope must be one of {sorted(ROPE_SCALINGS)}")
+        c["rope_scaling"] = ROPE_SCALINGS[rope]
+    if config_form not in CONFIG_FORMS:
+        raise ValueError(f"config_form must be one of {CONFIG_FORMS}")
+    if config_form == "v4":
+        return c
+    # transformers 5 serialises theta inside rope_parameters and renames torch_dtype.
+    scaling = c.pop("rope_scaling") or {"rope_type": "default"}
+    rope_parameters = {**scaling, "rope_theta": c.pop("rope_theta")}
+    out = {k: v for k, v in c.items() if k != "torch_dtype"}
+    out.update(rope_parameters=rope_parameters, dtype=c["torch_dtype"], transformers_version="5.0.0")
+    return out
+
+
 def _write_weights(out: Path, tensors: dict[str, np.ndarray], shards: int) -> None:
     meta = {"format": "pt"}
     if shards <= 1:
@@ -247,7 +286,8 @@ def make_checkpoint(out, variant: str, seed: int = 0, dtype: str = "f32", tied: 
                     kv_heads: int = 2, head_dim: int | None = None, ffn: int = 128,
                     num_blocks: int | None = None, vocab_size: int = 50304,
                     attention_bias: bool | None = None, mlp_bias: bool | None = None,
-                    pad_scale: float = 0.01) -> Path:
+                    pad_scale: float = 0.01, rope: str | None = None,
+                    config_form: str = "v4") -> Path:
     """Writes the checkpoint into `out` (created) and returns it as a Path. pad_scale scales
     the LM head's padding rows (ids past the GPT-2 tokenizer's 50257 tokens)."""
     d = _defaults(variant)
@@ -272,6 +312,7 @@ def make_checkpoint(out, variant: str, seed: int = 0, dtype: str = "f32", tied: 
     _write_weights(out, tensors, shards)
     config = _config(variant, layers, hidden, heads, kv_heads, head_dim, ffn, vocab_size, tied, dtype,
                      num_blocks, attention_bias, mlp_bias)
+    config = _apply_rope_options(config, rope, config_form)
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     gen = {"bos_token_id": GPT2_EOS, "eos_token_id": GPT2_EOS, "do_sample": False,
            "transformers_version": "4.51.0"}
@@ -313,11 +354,14 @@ def main(argv=None) -> None:
     ap.add_argument("--vocab-size", type=int, default=50304)
     ap.add_argument("--attention-bias", action="store_true", default=None)
     ap.add_argument("--mlp-bias", action="store_true", default=None)
+    ap.add_argument("--rope", choices=sorted(ROPE_SCALINGS))
+    ap.add_argument("--config-form", default="v4", choices=CONFIG_FORMS)
     a = ap.parse_args(argv)
     out = make_checkpoint(a.out, a.variant, seed=a.seed, dtype=a.dtype, tied=a.tied, shards=a.shards,
                           layers=a.layers, hidden=a.hidden, heads=a.heads, kv_heads=a.kv_heads,
                           head_dim=a.head_dim, ffn=a.ffn, num_blocks=a.num_blocks,
-                          vocab_size=a.vocab_size, attention_bias=a.attention_bias, mlp_bias=a.mlp_bias)
+                          vocab_size=a.vocab_size, attention_bias=a.attention_bias, mlp_bias=a.mlp_bias,
+                          rope=a.rope, config_form=a.config_form)
     print(out)
 
 

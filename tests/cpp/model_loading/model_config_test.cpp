@@ -197,9 +197,10 @@ TEST(ModelConfig, RejectsBadAttnResFields) {
 
 TEST(ModelConfig, RopeScaling) {
   json c = tiny_config("llama");
-  c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
-  EXPECT_THAT(config_error(c),
-              HasSubstr("dir/config.json: field 'rope_scaling' has unsupported type 'yarn'"));
+  c["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 4.0}};
+  EXPECT_THAT(
+      config_error(c),
+      HasSubstr("dir/config.json: field 'rope_scaling' has unsupported rope_type 'longrope'"));
   c["rope_scaling"] = {{"type", "default"}};
   EXPECT_FALSE(ModelConfig::from_json(c, "c").rope_scaling);
   c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
