@@ -9,7 +9,8 @@
 
 namespace attnres {
 
-TokenLogprob compute_logprobs(std::span<const float> raw_logits, int32_t chosen, int top_k) {
+TokenLogprob compute_logprobs(std::span<const float> raw_logits, int32_t chosen, int top_k,
+                              int candidates) {
   const int32_t vocab = static_cast<int32_t>(raw_logits.size());
   ATTNRES_CHECK(chosen >= 0 && chosen < vocab, "chosen token " + std::to_string(chosen));
   const float max_logit = *std::max_element(raw_logits.begin(), raw_logits.end());
@@ -28,7 +29,9 @@ TokenLogprob compute_logprobs(std::span<const float> raw_logits, int32_t chosen,
                                             [&](float l) { return l >= chosen_logit; }));
 
   std::vector<int32_t> ids;
-  select_top_k(raw_logits, top_k, ids);
+  const size_t searched =
+      candidates < 0 ? raw_logits.size() : std::min(raw_logits.size(), static_cast<size_t>(candidates));
+  select_top_k(raw_logits.first(searched), top_k, ids);
   out.top.reserve(ids.size());
   for (int32_t id : ids) out.top.emplace_back(id, logprob(id));
   return out;

@@ -18,6 +18,10 @@ struct TokenLogprob {
 
 // log_softmax of `raw_logits` evaluated at `chosen`, plus its rank and the top `top_k` tokens
 // (ties by lowest id). Max-shifted and summed in double, so large logits do not overflow.
-TokenLogprob compute_logprobs(std::span<const float> raw_logits, int32_t chosen, int top_k);
+// The softmax is over every row (the model's own distribution, as transformers computes it);
+// the top tokens are chosen among ids [0, candidates) only (-1: every id), so that padding
+// rows with no text are never reported as alternatives.
+TokenLogprob compute_logprobs(std::span<const float> raw_logits, int32_t chosen, int top_k,
+                              int candidates = -1);
 
 }  // namespace attnres

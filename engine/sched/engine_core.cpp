@@ -100,7 +100,8 @@ EngineCore::EngineCore(EngineConfig config, ModelRunner& runner)
       depth_layout_(runner.depth_attention_layout()),
       output_context_(make_output_context(config_, vocab_size_)),
       inbox_(std::make_shared<Inbox>()),
-      scheduler_(config_.scheduler, BlockManager(config_.num_kv_blocks, config_.block_size)) {
+      scheduler_(config_.scheduler, BlockManager(config_.num_kv_blocks, config_.block_size,
+                                                 config_.enable_prefix_caching)) {
   if (config_.max_queued_requests < 1) throw Error("engine max_queued_requests must be >= 1");
   if (config_.max_choices < 1) throw Error("engine max_choices must be >= 1");
   if (output_context_.vocabulary.rows != vocab_size_) {
@@ -305,7 +306,11 @@ bool EngineCore::step() {
       }
       abort_everything(std::string("the engine stopped after an error: ") + e.what());
     }
-    if (batch) process_outputs(*batch);
+    if (batch) {
+      // Before the outputs are processed: a sequence that finishes now still holds its blocks.
+      scheduler_.cache_computed_blocks(schedule);
+      process_outputs(*batch);
+    }
   }
   const bool worked = !submitted.empty() || !aborts.empty() || !schedule.empty() ||
                       !schedule.failed.empty() || scheduler_.has_unfinished();
@@ -358,9 +363,15 @@ void EngineCore::abort_everything(const std::string& error) {
 }
 
 void EngineCore::mark_scheduled(const ScheduleOutput& schedule, EngineClock::time_point now) {
+  counters_.prefix_cache_queries_total += schedule.prefix_cache_queried_tokens;
+  counters_.prefix_cache_hits_total += schedule.prefix_cache_hit_tokens;
   int newly_scheduled = 0;
   for (const ScheduledChunk& chunk : schedule.chunks) {
-    ActiveRequest& request = *static_cast<EngineSequence*>(chunk.seq)->request;
+    auto& seq = static_cast<EngineSequence&>(*chunk.seq);
+    ActiveRequest& request = *seq.request;
+    if (seq.choice_index == 0 && seq.prefix_cache_hit_tokens > 0 && request.queued) {
+      request.usage.cached_tokens = seq.prefix_cache_hit_tokens;
+    }
     if (!request.timings.first_scheduled) request.timings.first_scheduled = now;
     if (request.queued) {
       request.queued = false;
@@ -442,10 +453,11 @@ void EngineCore::add_prompt_logprobs(EngineSequence& seq, const PromptLogprobRow
     if (seq.prompt_logprobs.empty()) seq.prompt_logprobs.emplace_back();  // position 0: none
     for (int j = 0; j < rows.count; ++j) {
       const std::span<float> row(logits_.data() + (rows.first_logit + j) * vocab, vocab);
-      prepare_logits_row(row, output_context_.vocabulary);
+      check_logits_row(row, output_context_.vocabulary);
       const int position = rows.first_position + j;
-      seq.prompt_logprobs.emplace_back(
-          compute_logprobs(row, seq.token_ids[position], seq.params.prompt_logprobs));
+      seq.prompt_logprobs.emplace_back(compute_logprobs(row, seq.token_ids[position],
+                                                        seq.params.prompt_logprobs,
+                                                        output_context_.vocabulary.decodable));
     }
     seq.prompt_logprobs_end += rows.count;
   });
@@ -481,6 +493,7 @@ RequestOutput EngineCore::sample_output(EngineSequence& seq, std::span<float> lo
   out.text = std::move(token.text);
   out.finish_reason = token.finish;
   out.time = now;
+  if (seq.num_output_tokens() == 1) out.cached_prompt_tokens = std::max(0, seq.prefix_cache_hit_tokens);
   if (seq.params.prompt_logprobs >= 0 && !seq.prompt_logprobs_sent) {
     // The first output: the whole prompt has been computed, so every position is in.
     if (seq.prompt_logprobs.empty()) seq.prompt_logprobs.emplace_back();  // a 1-token prompt

@@ -43,6 +43,8 @@ struct EngineConfig {
   SchedulerConfig scheduler;
   int num_kv_blocks = 0;  // the runner's cache size, in blocks
   int block_size = 16;
+  // Automatic prefix caching (block_manager.h): off here, on by default in `attnres serve`.
+  bool enable_prefix_caching = false;
   // Requests submitted but not yet scheduled once; more are rejected (HTTP 503 with
   // Retry-After, gRPC RESOURCE_EXHAUSTED).
   int max_queued_requests = 1024;
@@ -86,6 +88,8 @@ struct EngineStats {
   int64_t prompt_tokens_total = 0;
   int64_t generation_tokens_total = 0;
   int64_t preemptions_total = 0;
+  int64_t prefix_cache_queries_total = 0;  // tokens looked up (prefix_cache_queries)
+  int64_t prefix_cache_hits_total = 0;     // of which the cache had (prefix_cache_hits)
   int64_t finished_stop = 0;  // request_success_total{finished_reason=...}, per choice
   int64_t finished_length = 0;
   int64_t finished_abort = 0;

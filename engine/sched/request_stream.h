@@ -36,6 +36,8 @@ struct RequestOutput {
   // first output; and with depth_attention_per_token one matrix per token id of this output:
   // generated token k's comes from the forward of position num_prompt_tokens + k - 1.
   std::optional<DepthAttentionMatrix> depth_prompt_mean;
+  // With the choice's first output: its prompt tokens that came from the prefix cache.
+  std::optional<int> cached_prompt_tokens;
   std::vector<DepthAttentionMatrix> depth_per_token;
   FinishReason finish_reason = FinishReason::None;  // set on the choice's last output
   std::optional<std::string> stop_string;           // vLLM's stop_reason, when one matched
@@ -49,6 +51,9 @@ struct RequestOutput {
 struct Usage {
   int prompt_tokens = 0;
   int completion_tokens = 0;  // all choices together, as OpenAI counts them
+  // Prompt tokens served from the prefix cache when the request was first scheduled (choice
+  // 0's): OpenAI's usage.prompt_tokens_details.cached_tokens.
+  int cached_tokens = 0;
   int total_tokens() const { return prompt_tokens + completion_tokens; }
 };
 

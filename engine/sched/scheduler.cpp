@@ -74,19 +74,37 @@ ScheduleOutput Scheduler::schedule() {
   while (out.preempted.empty() && budget > 0 && !waiting_.empty() &&
          num_running() < config_.max_num_seqs) {
     Sequence* seq = waiting_.front();
-    const int remaining = seq->num_uncomputed_tokens();
+    // The last token is always computed: its logits are the point of the step.
+    PrefixHit hit;
+    const bool fresh = seq->num_computed_tokens() == 0;
+    if (fresh) {
+      hit = blocks_.find_cached_prefix(
+          seq->token_ids, std::min(seq->num_tokens() - 1, seq->first_position_needing_rows()));
+    }
+    const int remaining = seq->num_uncomputed_tokens() - hit.num_tokens;
     const int n = std::min(remaining, budget);
     if (!config_.enable_chunked_prefill && n < remaining) break;  // token budget: next step
-    if (can_never_fit(*seq, n)) {
+    if (blocks_.blocks_for(hit.num_tokens + n) > blocks_.num_blocks()) {
       waiting_.pop_front();
       fail(seq, out);
       continue;
     }
-    if (!blocks_.can_append(seq->blocks, n)) break;  // KV memory: wait for blocks to free up
+    const bool fits =
+        fresh ? blocks_.can_allocate(hit, n) : blocks_.can_append(seq->blocks, n);
+    if (!fits) break;  // KV memory: wait for blocks to free up
     waiting_.pop_front();
     seq->status = SequenceStatus::Running;
     insert_running(seq);
-    blocks_.append(seq->blocks, n);
+    if (fresh) {
+      blocks_.allocate(seq->blocks, hit, n);
+      if (blocks_.prefix_caching()) {
+        out.prefix_cache_queried_tokens += seq->num_tokens();
+        out.prefix_cache_hit_tokens += hit.num_tokens;
+      }
+      if (seq->prefix_cache_hit_tokens < 0) seq->prefix_cache_hit_tokens = hit.num_tokens;
+    } else {
+      blocks_.append(seq->blocks, n);
+    }
     add_chunk(seq, n, out);
     budget -= n;
   }
@@ -148,6 +166,13 @@ void Scheduler::add_chunk(Sequence* seq, int num_new_tokens, ScheduleOutput& out
   const bool last = seq->num_computed_tokens() + num_new_tokens == seq->num_tokens();
   out.chunks.push_back(ScheduledChunk{seq, num_new_tokens, last});
   out.num_batched_tokens += num_new_tokens;
+}
+
+void Scheduler::cache_computed_blocks(const ScheduleOutput& schedule) {
+  for (const ScheduledChunk& chunk : schedule.chunks) {
+    Sequence* seq = chunk.seq;
+    if (!seq->finished()) blocks_.cache_full_blocks(seq->blocks, seq->token_ids);
+  }
 }
 
 void Scheduler::insert_running(Sequence* seq) {

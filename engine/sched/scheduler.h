@@ -4,7 +4,8 @@
 //   1. running sequences that decode (one token each), oldest first;
 //   2. running sequences still prefilling (possibly after a preemption), a chunk each;
 //   3. waiting sequences in arrival order (the front may be a preempted one), a chunk each,
-//      while fewer than max_num_seqs run — and only if nothing was preempted this step.
+//      while fewer than max_num_seqs run — and only if nothing was preempted this step. With
+//      prefix caching, the chunk starts after the longest cached prefix of its tokens.
 //
 // Two separate questions gate every sequence, as in TensorRT-LLM's batch manager:
 //   - the token budget (max_num_batched_tokens): how many tokens this step may compute.
@@ -54,6 +55,10 @@ struct ScheduleOutput {
   std::vector<Sequence*> preempted;    // sent back to waiting during this schedule()
   std::vector<Sequence*> failed;       // finished with an error: can never fit in the cache
   int num_batched_tokens = 0;
+  // Prefix cache (vLLM's prefix_cache_queries / _hits): tokens looked up for sequences
+  // scheduled from waiting this step, and how many of them the cache had.
+  int prefix_cache_queried_tokens = 0;
+  int prefix_cache_hit_tokens = 0;
   bool empty() const { return chunks.empty(); }
 };
 
@@ -66,8 +71,13 @@ class Scheduler {
   void add(Sequence* seq);
 
   // Decides this step. Block tables are grown for the scheduled chunks; the caller then
-  // builds the batch (add_to_batch advances each sequence's computed-token count).
+  // builds the batch (add_to_batch advances each sequence's computed-token count). A
+  // sequence scheduled from waiting with nothing computed first takes what the prefix cache
+  // holds of its tokens.
   ScheduleOutput schedule();
+  // After the step's forward computed them: registers the scheduled sequences' newly full
+  // blocks in the prefix cache.
+  void cache_computed_blocks(const ScheduleOutput& schedule);
 
   // Ends a sequence (a stop condition, or an abort): frees its blocks, drops it from the
   // queues, sets its status and reason. Idempotent for finished sequences.

@@ -4,6 +4,7 @@
 // independently.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <span>
@@ -64,6 +65,18 @@ struct Sequence {
   bool needs_depth_prompt_rows() const {
     return params.wants_depth_attention() && depth_prompt_end < num_prompt_tokens;
   }
+
+  // Prefix caching: computed positions below this may come from the cache; the rest must be
+  // computed because the sequence still needs rows (prompt logprobs, depth weights) there.
+  int first_position_needing_rows() const {
+    int first = num_tokens();
+    if (needs_prompt_logprob_rows()) first = std::min(first, prompt_logprobs_end - 1);
+    if (needs_depth_prompt_rows()) first = std::min(first, depth_prompt_end);
+    return first;
+  }
+  // Tokens the first schedule took from the prefix cache (-1 until first scheduled): OpenAI's
+  // usage.prompt_tokens_details.cached_tokens.
+  int prefix_cache_hit_tokens = -1;
 
   int num_tokens() const { return static_cast<int>(token_ids.size()); }
   int num_output_tokens() const { return num_tokens() - num_prompt_tokens; }

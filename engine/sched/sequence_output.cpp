@@ -35,18 +35,18 @@ void run_output_stage(OutputStage stage, std::string_view request_id,
   }
 }
 
-void prepare_logits_row(std::span<float> logits, const Vocabulary& vocabulary) {
-  vocabulary.mask_padding(logits);
+void check_logits_row(std::span<const float> logits, const Vocabulary& vocabulary) {
   bool any_finite = false;
   for (size_t i = 0; i < logits.size(); ++i) {
     const float x = logits[i];
     if (std::isnan(x) || x == INFINITY) {
-      throw Error("the model produced a non-finite logit (" + std::string(std::isnan(x) ? "NaN" : "+inf") +
-                  " for token id " + std::to_string(i) + ")");
+      throw Error("the model produced a non-finite logit (" +
+                  std::string(std::isnan(x) ? "NaN" : "+inf") + " for token id " +
+                  std::to_string(i) + ")");
     }
-    any_finite = any_finite || std::isfinite(x);
+    any_finite = any_finite || (std::isfinite(x) && vocabulary.contains(static_cast<int32_t>(i)));
   }
-  if (!any_finite) throw Error("the model produced no finite logit");
+  if (!any_finite) throw Error("the model produced no finite logit for a token it can decode");
 }
 
 SequenceOutput::SequenceOutput(const SamplingParams& params, uint64_t fallback_seed,
@@ -62,13 +62,17 @@ SampledToken SequenceOutput::next(std::span<float> logits, std::vector<int32_t>&
   const OutputFaultHook& hook = context.fault_hook;
   SampledToken token;
   run_output_stage(OutputStage::CheckLogits, request_id, hook,
-                   [&] { prepare_logits_row(logits, context.vocabulary); });
+                   [&] { check_logits_row(logits, context.vocabulary); });
   run_output_stage(OutputStage::Sample, request_id, hook, [&] {
-    const bool want_logprobs = sampler_.params().logprobs >= 0;
-    TokenLogprob logprob;
-    token.id = sampler_.sample(logits, prompt, output, context.eos_ids,
-                               want_logprobs ? &logprob : nullptr);
-    if (want_logprobs) token.logprob = std::move(logprob);
+    // Logprobs describe the model's own distribution (every row, raw logits); sampling never
+    // picks a padding row the tokenizer cannot decode.
+    const int top_k = sampler_.params().logprobs;
+    if (top_k >= 0) raw_logits_.assign(logits.begin(), logits.end());
+    context.vocabulary.mask_padding(logits);
+    token.id = sampler_.sample(logits, prompt, output, context.eos_ids, nullptr);
+    if (top_k >= 0) {
+      token.logprob = compute_logprobs(raw_logits_, token.id, top_k, context.vocabulary.decodable);
+    }
   });
   token_ids.push_back(token.id);
   const int num_generated = static_cast<int>(token_ids.size()) - num_prompt_tokens;

@@ -45,9 +45,9 @@ using OutputFaultHook = std::function<void(OutputStage stage, std::string_view r
 void run_output_stage(OutputStage stage, std::string_view request_id,
                       const OutputFaultHook& hook, const std::function<void()>& fn);
 
-// Masks the padding rows (Vocabulary) of one logits row and throws attnres::Error when what is
-// left holds a NaN or +inf or no finite value at all.
-void prepare_logits_row(std::span<float> logits, const Vocabulary& vocabulary);
+// Throws attnres::Error when one logits row holds a NaN or +inf, or no finite value among the
+// ids the vocabulary can decode: the model broke for this sequence.
+void check_logits_row(std::span<const float> logits, const Vocabulary& vocabulary);
 
 struct SampledToken {
   int32_t id = 0;
@@ -85,6 +85,7 @@ class SequenceOutput {
   std::unique_ptr<TextDecoder> decoder_;
   std::string text_;     // detokenized output so far
   size_t released_ = 0;  // bytes of text_ already handed out
+  std::vector<float> raw_logits_;  // the unmasked row, for logprobs
 };
 
 }  // namespace attnres

@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -53,6 +54,10 @@ std::vector<FlagSpec> serve_flags() {
        "requests waiting beyond the running batch before 503 "
        "(default 1024)"},
       {"grace-period", "SECONDS", "on SIGTERM, time running requests get to finish (default 30)"},
+      {"enable-prefix-caching", "",
+       "reuse the KV cache of prompt prefixes computed before (the default; "
+       "ATTNRES_ENABLE_PREFIX_CACHING=0 turns it off too)"},
+      {"no-enable-prefix-caching", "", "turn automatic prefix caching off"},
   };
   specs.insert(specs.end(), own.begin(), own.end());
   return specs;
@@ -82,6 +87,19 @@ size_t parse_memory(const std::string& text) {
     throw Error("--kv-cache-memory: '" + text + "' is not a size (e.g. 512MiB, 4GiB, 0.2)");
   }
   return static_cast<size_t>(value * scale);
+}
+
+// On unless --no-enable-prefix-caching or ATTNRES_ENABLE_PREFIX_CACHING=0/false (a switch
+// read from the environment is only ever "on", so the off value is read here).
+bool prefix_caching_from_flags(const Flags& flags) {
+  if (flags.has("enable-prefix-caching") && flags.has("no-enable-prefix-caching")) {
+    throw Error("give --enable-prefix-caching or --no-enable-prefix-caching, not both");
+  }
+  if (flags.has("no-enable-prefix-caching")) return false;
+  if (flags.has("enable-prefix-caching")) return true;
+  const char* env = std::getenv(Flags::env_name("ATTNRES_", "enable-prefix-caching").c_str());
+  const std::string value = env ? env : "";
+  return !(value == "0" || value == "false");
 }
 
 std::string default_served_name(const LoadedModel& model) {
@@ -145,6 +163,7 @@ int run_serve(const std::vector<std::string>& args) {
   }
 
   EngineConfig engine_config;
+  engine_config.enable_prefix_caching = prefix_caching_from_flags(flags);
   engine_config.scheduler.max_num_seqs = flags.get_int("max-num-seqs", 256);
   engine_config.scheduler.max_num_batched_tokens = flags.get_int("max-num-batched-tokens", 2048);
   engine_config.scheduler.max_model_len = max_model_len;
@@ -158,12 +177,13 @@ int run_serve(const std::vector<std::string>& args) {
   engine_config.vocabulary = model.vocabulary();
   std::fprintf(stderr,
                "attnres serve: KV cache %d blocks x %d tokens = %lld tokens (%.1f MiB%s), "
-               "max_model_len %d\n",
+               "max_model_len %d, prefix caching %s\n",
                num_blocks, block_size, static_cast<long long>(capacity_tokens),
                static_cast<double>(num_blocks) *
                    static_cast<double>(kv_bytes_per_block(flags, model, block_size)) /
                    (1024.0 * 1024.0),
-               tensor_parallel_size_from_flags(flags, model) > 1 ? " per rank" : "", max_model_len);
+               tensor_parallel_size_from_flags(flags, model) > 1 ? " per rank" : "", max_model_len,
+               engine_config.enable_prefix_caching ? "on" : "off");
 
   auto exec = make_model_execution(flags, model, num_blocks, block_size);
   std::cerr << "attnres serve: running on " << exec->description << "\n";

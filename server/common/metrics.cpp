@@ -121,6 +121,12 @@ std::string Metrics::render(const EngineStats& s) const {
           static_cast<double>(s.generation_tokens_total));
   counter("attnres:num_preemptions_total", "Sequences preempted (recomputed later).",
           static_cast<double>(s.preemptions_total));
+  counter("attnres:prefix_cache_queries_total",
+          "Prompt tokens looked up in the prefix cache (vLLM's prefix_cache_queries).",
+          static_cast<double>(s.prefix_cache_queries_total));
+  counter("attnres:prefix_cache_hits_total",
+          "Looked-up prompt tokens the prefix cache held (vLLM's prefix_cache_hits).",
+          static_cast<double>(s.prefix_cache_hits_total));
   header(out, "attnres:request_success_total", "counter", "Finished sequences by finish reason.");
   sample(out, "attnres:request_success_total", labels_ + ",finished_reason=\"stop\"",
          static_cast<double>(s.finished_stop));

@@ -5,6 +5,7 @@
 namespace attnres::server {
 
 void ChoiceAccumulator::add(const RequestOutput& out) {
+  if (out.cached_prompt_tokens) cached_prompt_tokens = *out.cached_prompt_tokens;
   token_ids.insert(token_ids.end(), out.token_ids.begin(), out.token_ids.end());
   text += out.text;
   logprobs.insert(logprobs.end(), out.logprobs.begin(), out.logprobs.end());
@@ -59,6 +60,7 @@ v1::GenerateComplete make_complete(const RequestOutput& last, const ChoiceAccumu
   usage->set_prompt_tokens(static_cast<uint32_t>(prompt_tokens));
   usage->set_completion_tokens(completion);
   usage->set_total_tokens(static_cast<uint32_t>(prompt_tokens) + completion);
+  usage->set_cached_tokens(static_cast<uint32_t>(choice.cached_prompt_tokens));
   if (!streamed) {
     for (const TokenLogprob& lp : choice.logprobs) to_proto(lp, *complete.add_logprobs());
   }

@@ -20,6 +20,7 @@ struct ChoiceAccumulator {
   std::vector<TokenLogprob> logprobs;
   std::optional<DepthAttentionMatrix> depth_prompt_mean;
   std::vector<DepthAttentionMatrix> depth_per_token;
+  int cached_prompt_tokens = 0;  // of this choice's prompt, from the prefix cache
   void add(const RequestOutput& out);
 };
 

@@ -59,6 +59,7 @@ Usage Generation::usage() const {
     const Usage u = part.stream->usage();
     total.prompt_tokens += u.prompt_tokens;
     total.completion_tokens += u.completion_tokens;
+    total.cached_tokens += u.cached_tokens;
   }
   return total;
 }

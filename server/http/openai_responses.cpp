@@ -51,6 +51,7 @@ Json head_json(const ResponseHead& head) {
 }
 
 void ChoiceResult::add(const RequestOutput& out) {
+  if (out.cached_prompt_tokens) cached_prompt_tokens = *out.cached_prompt_tokens;
   text += out.text;
   token_ids.insert(token_ids.end(), out.token_ids.begin(), out.token_ids.end());
   logprobs.insert(logprobs.end(), out.logprobs.begin(), out.logprobs.end());
@@ -71,6 +72,8 @@ Json usage_json(const Usage& usage) {
   j["prompt_tokens"] = usage.prompt_tokens;
   j["completion_tokens"] = usage.completion_tokens;
   j["total_tokens"] = usage.total_tokens();
+  // OpenAI's shape: prompt tokens whose KV came from the prefix cache.
+  j["prompt_tokens_details"] = {{"cached_tokens", usage.cached_tokens}};
   return j;
 }
 

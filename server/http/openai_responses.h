@@ -38,6 +38,7 @@ struct ChoiceResult {
   std::optional<std::string> stop_string;
   std::optional<int32_t> stop_token;
   std::string error;
+  int cached_prompt_tokens = 0;  // of this choice's prompt, from the prefix cache
 
   void add(const RequestOutput& out);
 };
