@@ -125,7 +125,7 @@ json read_json_file(const std::string& path) {
   json parsed;
   try {
     parsed = json::parse(text.str());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number overflow
     throw Error(path + ": not valid JSON (" + e.what() + ")");
   }
   if (!parsed.is_object()) throw Error(path + ": expected a JSON object at the top level");

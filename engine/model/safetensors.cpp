@@ -178,7 +178,7 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   try {
     header =
         json::parse(std::string_view(reinterpret_cast<const char*>(file->base_ + 8), header_size));
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number overflow
     throw Error(path + ": header is not valid JSON (" + e.what() + ")");
   }
   if (!header.is_object())

@@ -25,7 +25,7 @@ std::map<std::string, std::string> read_weight_map(const std::string& index_path
   json index;
   try {
     index = json::parse(text.str());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number overflow
     throw Error(index_path + ": not valid JSON (" + e.what() + ")");
   }
   if (!index.is_object()) throw Error(index_path + ": expected a JSON object at the top level");

@@ -13,7 +13,7 @@ using Json = nlohmann::ordered_json;
 Json parse_json_body(const httplib::Request& req) {
   try {
     return Json::parse(req.body);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, or out_of_range for a number overflow
     // nlohmann checks UTF-8 inside strings, so invalid bytes land here too.
     std::string message = "the request body is not valid JSON (or not valid UTF-8): ";
     message += e.what();

@@ -50,6 +50,9 @@ def test_malformed_json(server):
     expect(server, "/v1/chat/completions", b"not json at all", 400)
     expect(server, "/v1/completions", b"", 400)
     expect(server, "/v1/completions", b'["a", "list"]', 400)
+    # A number past a double's range (found by tests/fuzz: it used to escape the JSON check).
+    expect(server, "/v1/completions", b'{"prompt": "hi", "max_tokens": 1e999999}', 400)
+    expect(server, "/tokenize", b'{"prompt": "hi", "x": -1E400}', 400)
 
 
 @pytest.mark.parametrize("path,body,param", [

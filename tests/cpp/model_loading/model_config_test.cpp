@@ -290,6 +290,10 @@ TEST(ModelConfig, LoadErrorsNameTheFile) {
   test_files::write_bytes(dir.file("config.json"), "{ not json");
   EXPECT_THAT(error_of([&] { ModelConfig::load(dir.path()); }),
               AllOf(HasSubstr(dir.file("config.json")), HasSubstr("not valid JSON")));
+  // A number past a double's range is nlohmann's out_of_range, not a parse error.
+  test_files::write_bytes(dir.file("config.json"), "{\"rope_theta\": 1e99999}");
+  EXPECT_THAT(error_of([&] { ModelConfig::load(dir.path()); }),
+              AllOf(HasSubstr(dir.file("config.json")), HasSubstr("number overflow")));
 }
 
 // The published config.json / generation_config.json of real models, from ../shared when

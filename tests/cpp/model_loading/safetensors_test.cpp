@@ -138,6 +138,16 @@ TEST(Safetensors, RejectsHeaderThatIsNotJson) {
               AllOf(HasSubstr("x.safetensors"), HasSubstr("header is not valid JSON")));
 }
 
+// Found by tests/fuzz/safetensors_fuzzer: a number too large for a double is not a parse error
+// in nlohmann::json but an out_of_range exception, which escaped as an uncaught exception.
+TEST(Safetensors, RejectsHeaderWithANumberThatOverflows) {
+  TempDir dir;
+  write_raw_safetensors(dir.file("x.safetensors"), "{\"a\": 33.3E597166994737212}", "");
+  EXPECT_THAT(open_error(dir.file("x.safetensors")),
+              AllOf(HasSubstr("x.safetensors"), HasSubstr("header is not valid JSON"),
+                    HasSubstr("number overflow")));
+}
+
 TEST(Safetensors, RejectsHeaderThatIsNotAnObject) {
   TempDir dir;
   write_raw_safetensors(dir.file("x.safetensors"), "[1, 2]", "");
