@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import attnres_ref as ref
-from make_checkpoint import TOKENIZER_VOCAB, VARIANTS, make_checkpoint
+from make_checkpoint import GATE_TYPES, TOKENIZER_VOCAB, VARIANTS, make_checkpoint
 
 F32_TOL = 1e-4
 LOW_PRECISION_TOL = 2e-2
@@ -167,6 +167,30 @@ LOGIT_CASES = (
     ]
 )
 
+# ATTNRES.md §2d: every attnres_mode x attnres_gate_type x null source the open-attnres code
+# can produce, through the CLI (cheap: no server). A null source outside the delta modes and
+# gate weights under first_layer / pre_gated are written but never read: those cases check
+# they are ignored. A few bf16 cases, and delta_block with more blocks than layers.
+_DELTA = ("attnres_delta", "attnres_delta_block", "attnres_delta_v")
+_CUMULATIVE = ("attnres_block", "attnres_block_reset", "attnres_full")
+MODE_CASES = (
+    [(v, "f32", {"gate": g, "null_source": n}) for v in _DELTA for g in GATE_TYPES
+     for n in (False, True)]
+    + [(v, "f32", {"gate": g}) for v in _CUMULATIVE for g in GATE_TYPES]
+    + [("attnres_block", "f32", {"gate": "sigmoid_vector", "null_source": True})]
+    + [(v, "f32", kw) for v in ("attnres_first_layer", "attnres_pre_gated")
+       for kw in ({}, {"gate": "sigmoid_vector", "null_source": True})]
+    + [
+        ("attnres_delta_block", "f32", {"num_blocks": 10}),  # more blocks than layers: P = 1
+        ("attnres_delta_v", "bf16", {"gate": "sigmoid_vector", "null_source": True}),
+        ("attnres_delta_block", "bf16", {"gate": "learnable_alpha"}),
+        ("attnres_block_reset", "bf16", {"gate": "sigmoid_scalar"}),
+        ("attnres_pre_gated", "bf16", {}),
+        ("attnres_first_layer", "bf16", {"layers": 6}),
+    ]
+)
+LOGIT_CASES = LOGIT_CASES + MODE_CASES
+
 
 # ----------------------------------------------------------------------------
 # tests
@@ -202,13 +226,21 @@ def test_logits_prefill_then_decode(attnres_bin, checkpoint, tmp_path, variant, 
         + ", ".join(f"{t}:{e:.2g}" for t, e in enumerate(per_row)))
 
 
-GREEDY_CASES = [(v, s) for v in VARIANTS for s in GREEDY_SEEDS]
+# One greedy run per §2d mode (its gate and null source varied across them).
+GREEDY_CASES = [(v, s, {}) for v in VARIANTS for s in GREEDY_SEEDS] + [
+    ("attnres_delta", 1, {"gate": "sigmoid_scalar", "null_source": True}),
+    ("attnres_delta_block", 1, {"gate": "sigmoid_vector"}),
+    ("attnres_delta_v", 1, {"gate": "learnable_alpha", "null_source": True}),
+    ("attnres_first_layer", 1, {}),
+    ("attnres_pre_gated", 1, {}),
+]
 
 
-@pytest.mark.parametrize("variant,seed", GREEDY_CASES, ids=[f"{v}-seed{s}" for v, s in GREEDY_CASES])
-def test_greedy_matches_reference(attnres_bin, checkpoint, variant, seed):
+@pytest.mark.parametrize("variant,seed,kw", GREEDY_CASES,
+                         ids=[case_id(v, f"seed{s}", kw) for v, s, kw in GREEDY_CASES])
+def test_greedy_matches_reference(attnres_bin, checkpoint, variant, seed, kw):
     require_binary(attnres_bin)
-    model_dir = checkpoint(variant, seed=seed)
+    model_dir = checkpoint(variant, seed=seed, **kw)
     prompt = prompt_ids(seed, GEN_PROMPT_LEN)
     got = [int(t) for t in engine_generate(attnres_bin, model_dir, prompt)["token_ids"]]
     want, rows = reference_greedy(ref.load(model_dir), prompt, GEN_TOKENS)
