@@ -455,9 +455,12 @@ std::string ModelConfig::summary() const {
   std::ostringstream s;
   s << model_type;
   if (attnres_mode != AttnResMode::None) {
-    s << " (attnres " << attnres_mode_name(attnres_mode) << ", " << attnres_num_blocks
-      << " blocks of " << layers_per_block() << " layers"
-      << (attnres_gate_type.empty() ? "" : ", gate " + attnres_gate_type)
+    s << " (attnres " << attnres_mode_name(attnres_mode);
+    // Only block and delta_block group layers into blocks; the other modes ignore the count.
+    if (attnres_mode == AttnResMode::Block || attnres_mode == AttnResMode::DeltaBlock) {
+      s << ", " << attnres_num_blocks << " blocks of " << layers_per_block() << " layers";
+    }
+    s << (attnres_gate_type.empty() ? "" : ", gate " + attnres_gate_type)
       << (attnres_use_null_source ? ", null source" : "") << ")";
   }
   s << ": layers=" << num_layers << " hidden=" << hidden_size << " ffn=" << intermediate_size
