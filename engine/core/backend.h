@@ -125,8 +125,7 @@ class Backend {
   // source_gate_logits [T, d] (pre_gated, ATTNRES.md §2d), when given: every source is first
   // replaced by sigmoid(source_gate_logits[t]) * bank[j, t] (logit, rms and o all see it).
   virtual void depth_phase1(const Tensor& queries, const Tensor& bank, int n, float eps, Tensor& m,
-                            Tensor& s, Tensor& o,
-                            const Tensor* source_gate_logits = nullptr) = 0;
+                            Tensor& s, Tensor& o, const Tensor* source_gate_logits = nullptr) = 0;
 
   // Phase 2 fused with the sublayer's PreNorm. For each token, over the extra sources the
   // bank's Phase-1 state (m, s, o) does not hold:

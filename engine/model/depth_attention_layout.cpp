@@ -80,7 +80,7 @@ DepthAttentionLayout make_depth_attention_layout(const DepthPlan& plan) {
     null_column = null_column || step.null_source;
     first_bank = first_bank < 0 ? step.bank_first : std::min(first_bank, step.bank_first);
   }
-  if (first_bank < 0) return layout;  // no mixes: nothing to report
+  if (first_bank < 0) return layout;                      // no mixes: nothing to report
   const int offset = (null_column ? 1 : 0) - first_bank;  // column of bank entry j: j + offset
   int width = 0;
   for (const DepthStep& step : plan.steps) {

@@ -224,7 +224,8 @@ std::string DepthPlan::describe() const {
       out << (s.adds_partial ? " x + mix[" : " mix[");
       if (s.null_source) out << "null ";
       for (int j = s.bank_first; j < s.bank_first + s.num_bank_sources; ++j) {
-        out << "b" << j << (j + 1 < s.bank_first + s.num_bank_sources || s.partial_is_source ? " " : "");
+        out << "b" << j
+            << (j + 1 < s.bank_first + s.num_bank_sources || s.partial_is_source ? " " : "");
       }
       out << (s.partial_is_source ? "p]" : "]") << "  group " << s.group << " slot " << s.slot;
       if (s.value_slot >= 0) out << " (V stream: slot " << s.value_slot << ")";

@@ -29,14 +29,14 @@ struct DepthStep {
   bool mixes = false;        // false: plain pre-norm, the sublayer input is the partial
   int bank_first = 0;        // first bank entry read (first_layer: 1, layer 0's MLP output)
   int num_bank_sources = 0;  // bank entries [bank_first, bank_first + n) read by the mix
-  bool partial_is_source = true;   // false in delta modes and pre_gated
-  bool adds_partial = false;       // h_mix = partial + mix (delta modes, pre_gated)
-  bool null_source = false;        // a learned constant source 0 (delta modes, on request)
-  bool pre_gated = false;          // sources become sigmoid(pre_gate x + b) * src
-  bool gated = false;              // attnres_gate_type's gate blends x and h_mix after the mix
-  int group = -1;                  // Phase-1 group this step's bank logits come from
-  int slot = 0;                    // this step's row in its group's Phase-1 outputs
-  int value_slot = -1;             // delta_v attention: the V stream's row in the same group
+  bool partial_is_source = true;  // false in delta modes and pre_gated
+  bool adds_partial = false;      // h_mix = partial + mix (delta modes, pre_gated)
+  bool null_source = false;       // a learned constant source 0 (delta modes, on request)
+  bool pre_gated = false;         // sources become sigmoid(pre_gate x + b) * src
+  bool gated = false;             // attnres_gate_type's gate blends x and h_mix after the mix
+  int group = -1;                 // Phase-1 group this step's bank logits come from
+  int slot = 0;                   // this step's row in its group's Phase-1 outputs
+  int value_slot = -1;            // delta_v attention: the V stream's row in the same group
   bool push_and_reset_after_mix = false;  // 2b: bank += [partial]; partial = 0 (before f runs)
   bool push_after = false;                // 2a: bank += [partial] after the output is added
   bool push_output_after = false;         // delta modes: bank += [sublayer output]

@@ -187,9 +187,9 @@ std::optional<RopeScaling> parse_rope_scaling(const FieldReader& config,
 // The qwen3_attnres fields (ATTNRES.md §2a/2b/2d). Absent keys take the open-attnres code's
 // defaults: mode "block", 8 blocks, gate "bias", no null source.
 constexpr std::pair<const char*, AttnResMode> kAttnResModes[] = {
-    {"block", AttnResMode::Block},         {"full", AttnResMode::Full},
-    {"delta", AttnResMode::Delta},         {"delta_block", AttnResMode::DeltaBlock},
-    {"delta_v", AttnResMode::DeltaV},      {"first_layer", AttnResMode::FirstLayer},
+    {"block", AttnResMode::Block},       {"full", AttnResMode::Full},
+    {"delta", AttnResMode::Delta},       {"delta_block", AttnResMode::DeltaBlock},
+    {"delta_v", AttnResMode::DeltaV},    {"first_layer", AttnResMode::FirstLayer},
     {"pre_gated", AttnResMode::PreGated}};
 constexpr std::pair<const char*, AttnResGate> kAttnResGates[] = {
     {"bias", AttnResGate::Bias},
@@ -211,8 +211,7 @@ Enum parse_choice(const FieldReader& config, const char* key, const std::string&
 void parse_attnres(const FieldReader& config, ModelConfig& cfg) {
   const std::string mode = config.optional_string("attnres_mode").value_or("block");
   cfg.attnres_mode = parse_choice(config, "attnres_mode", mode, kAttnResModes);
-  auto blocks =
-      config.optional_int("attnres_num_blocks", 1, std::numeric_limits<int32_t>::max());
+  auto blocks = config.optional_int("attnres_num_blocks", 1, std::numeric_limits<int32_t>::max());
   const bool uses_blocks =
       cfg.attnres_mode == AttnResMode::Block || cfg.attnres_mode == AttnResMode::DeltaBlock;
   // More blocks than layers means one layer per block; modes without blocks ignore the field

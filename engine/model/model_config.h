@@ -57,7 +57,7 @@ struct ModelConfig {
   // block / delta_block: from config (default 8, capped at num_layers); every other
   // AttnRes mode: num_layers (it ignores the field); none: 0.
   int attnres_num_blocks = 0;
-  std::string attnres_gate_type;  // as written in config.json, "" when absent
+  std::string attnres_gate_type;                 // as written in config.json, "" when absent
   AttnResGate attnres_gate = AttnResGate::Bias;  // absent: the code's default, "bias"
   bool attnres_use_null_source = false;          // as written; only delta modes read it
   std::string torch_dtype;        // as written ("bfloat16"), "" when absent

@@ -79,8 +79,8 @@ class WeightChecker {
     const std::string bias = prefix + "_res_bias";
     const bool reads_bias = mode == AttnResMode::Block || mode == AttnResMode::Full;
     if (reads_bias && (!cfg_.attnres_gate_type.empty() || store_.has(bias))) {
-      res.bias = take_scalar(bias, "config.json has attnres_gate_type \"" +
-                                       cfg_.attnres_gate_type + "\"");
+      res.bias =
+          take_scalar(bias, "config.json has attnres_gate_type \"" + cfg_.attnres_gate_type + "\"");
     } else if (store_.has(bias)) {
       ignore(bias);
     }
@@ -103,8 +103,7 @@ class WeightChecker {
   // (first_layer, pre_gated) or this is the final mix, and present tensors are ignored.
   void take_gate(const std::string& prefix, bool unread, AttnResWeights& res) {
     const int64_t d = cfg_.hidden_size;
-    const std::string why =
-        "config.json has attnres_gate_type \"" + cfg_.attnres_gate_type + "\"";
+    const std::string why = "config.json has attnres_gate_type \"" + cfg_.attnres_gate_type + "\"";
     if (unread) {
       for (const char* suffix :
            {"_res_gate_logit", "_res_alpha", "_res_gate_proj.weight", "_res_gate_proj.bias"}) {

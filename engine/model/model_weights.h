@@ -41,8 +41,8 @@ struct AttnResWeights {
   // sigmoid_scalar: sigmoid(*_res_gate_logit); learnable_alpha: *_res_alpha. The blend
   // h = x + blend (h_mix - x), computed once here.
   std::optional<float> gate_blend;
-  Tensor gate_proj, gate_bias;  // sigmoid_vector: [d, d], [d]
-  Tensor null_source;           // delta modes with attnres_use_null_source: [d]
+  Tensor gate_proj, gate_bias;     // sigmoid_vector: [d, d], [d]
+  Tensor null_source;              // delta modes with attnres_use_null_source: [d]
   Tensor pre_gate, pre_gate_bias;  // pre_gated: [d, d], [d]
 };
 

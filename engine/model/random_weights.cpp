@@ -52,7 +52,8 @@ AttnResWeights make_depth(Filler& fill, int64_t d) {
 void add_mode_weights(Filler& fill, const ModelConfig& c, AttnResWeights& res) {
   const int64_t d = c.hidden_size;
   const float in_std = 1.0f / std::sqrt(static_cast<float>(d));
-  const bool reads_bias = c.attnres_mode == AttnResMode::Block || c.attnres_mode == AttnResMode::Full;
+  const bool reads_bias =
+      c.attnres_mode == AttnResMode::Block || c.attnres_mode == AttnResMode::Full;
   if (!reads_bias || c.attnres_gate_type.empty()) res.bias = std::nullopt;
   if (attnres_mode_has_gate(c.attnres_mode)) {
     switch (c.attnres_gate) {

@@ -248,9 +248,9 @@ Tensor Transformer::reduce_output(const RowSplit& split, Scratch& s) {
   return s.reduced;
 }
 
-Tensor Transformer::mix_depth_weights(size_t i, int slot, const Tensor& bank,
-                                      const Tensor& partial, const Tensor* source_gate_logits,
-                                      const RowSplit& split, std::span<const int32_t> rows) {
+Tensor Transformer::mix_depth_weights(size_t i, int slot, const Tensor& bank, const Tensor& partial,
+                                      const Tensor* source_gate_logits, const RowSplit& split,
+                                      std::span<const int32_t> rows) {
   const DepthStep& step = plan_.steps[i];
   const StepMix& w = step_mix_[i];
   Backend::DepthSourceSwitches sources;

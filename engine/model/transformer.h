@@ -116,14 +116,14 @@ class Transformer {
   ModelWeights weights_;               // device tensors
   // What one mixing step reads besides its query (ATTNRES.md §2d), on the device.
   struct StepMix {
-    float bias = 0.0f;        // on the partial's logit (block / full mixes)
-    float null_logit = 0.0f;  // query . null / rms(null): a per-step constant
+    float bias = 0.0f;              // on the partial's logit (block / full mixes)
+    float null_logit = 0.0f;        // query . null / rms(null): a per-step constant
     float value_null_logit = 0.0f;  // the same for delta_v's V-stream query
     Tensor null_source;             // [d] f32, undefined without one
     Backend::DepthGate gate = Backend::DepthGate::None;
-    float gate_blend = 0.0f;              // DepthGate::Scalar
-    Tensor gate_proj, gate_bias;          // DepthGate::Vector
-    Tensor pre_gate, pre_gate_bias;       // pre_gated
+    float gate_blend = 0.0f;         // DepthGate::Scalar
+    Tensor gate_proj, gate_bias;     // DepthGate::Vector
+    Tensor pre_gate, pre_gate_bias;  // pre_gated
   };
   void load_step_mix(const ModelWeights& weights);
   Backend::DepthMixArgs mix_args(size_t i, int slot, const Tensor& m, const Tensor& s,

@@ -188,8 +188,8 @@ void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& par
     ATTNRES_CHECK(mix.gate_logits->numel() == t_dim * d,
                   "depth_phase2 gate logits " + shape_str(mix.gate_logits->shape));
   }
-  const bool plain_mix = mix.partial_is_source && !mix.adds_partial && !mix.null_source &&
-                         mix.gate == DepthGate::None;
+  const bool plain_mix =
+      mix.partial_is_source && !mix.adds_partial && !mix.null_source && mix.gate == DepthGate::None;
   if (!plain_mix) return depth_phase2_general(mix, partial, prenorm_gain, norm_eps, out);
   const std::vector<float> gain = cpu::widen_vector(prenorm_gain, d, "depth_phase2 gain");
 

@@ -58,7 +58,8 @@ void CpuBackend::depth_weights(const Tensor& query, const Tensor& bank, int n,
   const Tensor* gate = sources.source_gate_logits;
   if (gate) {
     cpu::check_f32_rows(*gate, d, "depth_weights source gate");
-    ATTNRES_CHECK(gate->numel() == t_dim * d, "depth_weights source gate " + shape_str(gate->shape));
+    ATTNRES_CHECK(gate->numel() == t_dim * d,
+                  "depth_weights source gate " + shape_str(gate->shape));
   }
 
   const float* qp = query.ptr<float>();

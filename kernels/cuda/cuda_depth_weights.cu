@@ -24,7 +24,8 @@ __global__ void depth_weights_kernel(DepthWeightsParams p) {
   const float* gate = p.source_gate_logits ? p.source_gate_logits + t * d : nullptr;
   for (int j = 0; j < sources; ++j) {
     const bool is_partial = j == p.n;
-    const float* row = is_partial ? p.partial + t * d : p.bank + (static_cast<int64_t>(j) * T + t) * d;
+    const float* row =
+        is_partial ? p.partial + t * d : p.bank + (static_cast<int64_t>(j) * T + t) * d;
     float acc[2] = {0.0f, 0.0f};  // query . row, row . row
     for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
       float x = row[i];

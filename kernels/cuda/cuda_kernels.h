@@ -89,9 +89,9 @@ void launch_depth_phase2_prenorm(const float* m, const float* s, const float* o,
 // Phase 2 + PreNorm with the ATTNRES.md §2d switches (Backend::DepthMixArgs): the partial
 // as a source or not, a null source, the partial added to the mix, a scalar or vector gate.
 struct DepthPhase2Params {
-  const float* m = nullptr;  // [T]
-  const float* s = nullptr;  // [T]
-  const float* o = nullptr;  // [T, d]
+  const float* m = nullptr;      // [T]
+  const float* s = nullptr;      // [T]
+  const float* o = nullptr;      // [T, d]
   const float* query = nullptr;  // [d]; null: the partial is not a source
   float bias = 0.0f, mix_eps = 1e-6f;
   bool adds_partial = false;

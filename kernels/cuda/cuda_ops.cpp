@@ -375,8 +375,8 @@ void CudaBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& pa
   check_f32_rows(*mix.o, d, "depth_phase2 o");
   ATTNRES_CHECK(mix.o->numel() == T * d, "depth_phase2 o " + shape_str(mix.o->shape));
   check_float_vector(prenorm_gain, d, "depth_phase2 gain");
-  const bool plain_mix = mix.partial_is_source && !mix.adds_partial && !mix.null_source &&
-                         mix.gate == DepthGate::None;
+  const bool plain_mix =
+      mix.partial_is_source && !mix.adds_partial && !mix.null_source && mix.gate == DepthGate::None;
   if (plain_mix) {
     cuda::launch_depth_phase2_prenorm(f32(*mix.m), f32(*mix.s), f32(*mix.o), f32(*mix.query),
                                       mix.bias, mix.mix_eps, f32(partial), prenorm_gain.data,

@@ -23,7 +23,7 @@ namespace {
 struct LatencyResult {
   std::string model;
   bool attnres = false;
-  int hidden = 0, layers = 0;  // the shape, to find the no-AttnRes twin
+  int hidden = 0, layers = 0;     // the shape, to find the no-AttnRes twin
   double prefill_seconds = 0;     // median over iterations
   double decode_ms_per_step = 0;  // median
   double bytes_per_step = 0;
@@ -114,8 +114,9 @@ int run_latency(const std::vector<std::string>& args) {
       {"iters", "N", "measured repetitions; medians are reported (default 3)"},
       {"warmup", "N", "unmeasured repetitions first (default 1)"},
       {"json", "FILE", "also write the results as JSON"},
-      {"modes", "SIZE", "100m or 0.6b: the built-in plain twin, then that AttnRes shape in every "
-                        "attnres_mode (added to any --model)"},
+      {"modes", "SIZE",
+       "100m or 0.6b: the built-in plain twin, then that AttnRes shape in every "
+       "attnres_mode (added to any --model)"},
   };
   specs.insert(specs.end(), own.begin(), own.end());
   if (print_help_if_asked(
@@ -143,8 +144,8 @@ int run_latency(const std::vector<std::string>& args) {
   std::printf("memory bandwidth (copy, read+write): %.1f GB/s\n", bandwidth);
   std::printf("batch %d, input %d, output %d\n\n", batch, input_len,
               flags.get_int("output-len", 32));
-  std::printf("%-36s %14s %14s %12s %10s %10s %10s\n", "model", "prefill tok/s",
-              "decode ms/step", "floor ms", "of floor", "vs first", "vs twin");
+  std::printf("%-36s %14s %14s %12s %10s %10s %10s\n", "model", "prefill tok/s", "decode ms/step",
+              "floor ms", "of floor", "vs first", "vs twin");
   nlohmann::json out = nlohmann::json::array();
   double first_decode = 0;
   std::vector<LatencyResult> done;

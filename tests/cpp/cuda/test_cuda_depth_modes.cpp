@@ -27,8 +27,10 @@ TEST(CudaDepthModes, EverySwitchCombinationMatchesTheCpu) {
         const int64_t t_dim = 5;
         const ModeInputs in = ModeInputs::random(n, t_dim, d, rng);
         ModeInputs dev;  // the same inputs on the GPU
-        for (auto [to, from] : {std::pair{&dev.bank, &in.bank}, {&dev.partial, &in.partial},
-                                {&dev.query, &in.query}, {&dev.gain, &in.gain},
+        for (auto [to, from] : {std::pair{&dev.bank, &in.bank},
+                                {&dev.partial, &in.partial},
+                                {&dev.query, &in.query},
+                                {&dev.gain, &in.gain},
                                 {&dev.null_source, &in.null_source},
                                 {&dev.gate_logits, &in.gate_logits}}) {
           *to = gpu.upload(*from);

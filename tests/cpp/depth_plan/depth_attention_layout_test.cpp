@@ -58,9 +58,8 @@ TEST(DepthAttentionLayout, DeltaVWithNullSource) {
   EXPECT_EQ(layout.sublayers,
             (Labels{"layer 0 attention", "layer 0 attention (V stream)", "layer 0 mlp",
                     "layer 1 attention", "layer 1 attention (V stream)", "layer 1 mlp"}));
-  EXPECT_EQ(layout.sources,
-            (Labels{"null source", "embedding", "attention output of layer 0",
-                    "mlp output of layer 0", "attention output of layer 1"}));
+  EXPECT_EQ(layout.sources, (Labels{"null source", "embedding", "attention output of layer 0",
+                                    "mlp output of layer 0", "attention output of layer 1"}));
   EXPECT_EQ(layout.row_sources, (std::vector<int>{2, 2, 3, 4, 4, 5}));
   EXPECT_EQ(layout.row_columns[2], (std::vector<int>{0, 1, 2}));
 }

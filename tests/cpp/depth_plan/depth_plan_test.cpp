@@ -82,7 +82,8 @@ std::vector<int> first_read(const DepthPlan& plan) {
 TEST(DepthPlan, DeltaModeReadsSublayerOutputs) {
   // delta, L = 3: bank = [e]; every sublayer reads the whole bank (x is added, not a
   // source), then pushes its output. The last MLP output is never read: not stored.
-  DepthPlan plan = DepthPlan::build(config(AttnResMode::Delta, 3, 3, "sigmoid_vector", true), false);
+  DepthPlan plan =
+      DepthPlan::build(config(AttnResMode::Delta, 3, 3, "sigmoid_vector", true), false);
   EXPECT_EQ(sources_read(plan), (std::vector<int>{1, 2, 3, 4, 5, 6, -1}));
   for (int i = 0; i < 6; ++i) {
     const DepthStep& s = plan.steps[i];
@@ -155,7 +156,7 @@ TEST(DepthPlan, PreGatedStepsAreGroupsOfTheirOwn) {
   EXPECT_EQ(plan.groups.size(), 4u);
   for (int i = 0; i < 4; ++i) {
     EXPECT_TRUE(plan.steps[i].pre_gated);
-    EXPECT_FALSE(plan.steps[i].gated);       // pre_gated has no gate after the mix
+    EXPECT_FALSE(plan.steps[i].gated);        // pre_gated has no gate after the mix
     EXPECT_FALSE(plan.steps[i].null_source);  // nor a null source
   }
 }

@@ -34,8 +34,8 @@ inline std::vector<ModeCase> all_mode_cases() {
   for (bool partial : {true, false})
     for (bool adds : {false, true})
       for (bool null : {false, true})
-        for (auto gate : {Backend::DepthGate::None, Backend::DepthGate::Scalar,
-                          Backend::DepthGate::Vector})
+        for (auto gate :
+             {Backend::DepthGate::None, Backend::DepthGate::Scalar, Backend::DepthGate::Vector})
           for (bool pre : {false, true}) cases.push_back({partial, adds, null, gate, pre});
   return cases;
 }

@@ -59,7 +59,8 @@ TEST(CpuDepthModes, GateDirectionMatters) {
   ModeCase zero{true, false, false, Backend::DepthGate::Scalar, false};
   Tensor mixed = be->alloc({t_dim, d}, DType::F32), gated = be->alloc({t_dim, d}, DType::F32),
          x_only = be->alloc({t_dim, d}, DType::F32);
-  be->depth_phase2_prenorm(mode_args(plain, in, ml, sl, ol, 1e-6f), in.partial, in.gain, 1e-6f, mixed);
+  be->depth_phase2_prenorm(mode_args(plain, in, ml, sl, ol, 1e-6f), in.partial, in.gain, 1e-6f,
+                           mixed);
   Backend::DepthMixArgs one = mode_args(zero, in, ml, sl, ol, 1e-6f);
   one.gate_blend = 1.0f;
   be->depth_phase2_prenorm(one, in.partial, in.gain, 1e-6f, gated);

@@ -2,9 +2,9 @@
 // qwen2 / llama biases) and one test per weight defect, checking file and tensor names.
 #include "engine/model/model_weights.h"
 
-#include <cmath>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <cmath>
 
 #include "tests/cpp/model_loading/tiny_model.h"
 
@@ -342,8 +342,9 @@ TEST(ModelWeightsModes, TensorsAModeNeverReadsAreAcceptedAndIgnored) {
 TEST(ModelWeightsModes, MissingTensorOfTheModeIsNamed) {
   TinyModel gate = mode_model("delta", "sigmoid_scalar", false);
   gate.weights.remove("model.layers.1.mlp_res_gate_logit");
-  EXPECT_THAT(load_error(gate), AllOf(HasSubstr("tensor model.layers.1.mlp_res_gate_logit is missing"),
-                                      HasSubstr("attnres_gate_type \"sigmoid_scalar\"")));
+  EXPECT_THAT(load_error(gate),
+              AllOf(HasSubstr("tensor model.layers.1.mlp_res_gate_logit is missing"),
+                    HasSubstr("attnres_gate_type \"sigmoid_scalar\"")));
   TinyModel v = mode_model("delta_v", "bias", false);
   v.weights.remove("model.layers.2.v_res_norm.weight");
   EXPECT_THAT(load_error(v), HasSubstr("tensor model.layers.2.v_res_norm.weight is missing"));
