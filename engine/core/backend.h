@@ -41,6 +41,16 @@ struct KvCacheLayer {
   int block_size() const { return static_cast<int>(k.dim(1)); }
 };
 
+// Which sources Backend::depth_weights reports beside the bank (ATTNRES.md §2d); see there.
+// At namespace scope so it can be a default argument of the member function.
+struct DepthSourceSwitches {
+  bool partial_is_source = true;
+  bool has_null = false;
+  float null_logit = 0.0f;
+  const Tensor* source_gate_logits = nullptr;
+  int width(int n) const { return n + (has_null ? 1 : 0) + (partial_is_source ? 1 : 0); }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -105,43 +115,64 @@ class Backend {
   // out[i] = x[rows[i]]. x [R, n]; out [rows.size(), n]; out must not alias x.
   virtual void gather_rows(const Tensor& x, std::span<const int32_t> rows, Tensor& out) = 0;
 
-  // --- depth attention (ATTNRES.md §3) ---
+  // --- depth attention (ATTNRES.md §3, §2d) ---
   // Phase 1, once per block, for the S sublayers that read the same bank:
   //   logit[l, j, t] = queries[l] . bank[j, t] / rms(bank[j, t])   (rms with eps)
   //   m[l, t] = max_j logit;  s[l, t] = sum_j exp(logit - m);  o[l, t] = sum_j exp(logit - m)
   //   bank[j, t]
   // queries [S, d] f32 (projection already multiplied by the norm gain); bank [>= n, T, d]
   // with its first n entries live (n >= 1); m, s [S, T]; o [S, T, d].
+  // source_gate_logits [T, d] (pre_gated, ATTNRES.md §2d), when given: every source is first
+  // replaced by sigmoid(source_gate_logits[t]) * bank[j, t] (logit, rms and o all see it).
   virtual void depth_phase1(const Tensor& queries, const Tensor& bank, int n, float eps, Tensor& m,
-                            Tensor& s, Tensor& o) = 0;
+                            Tensor& s, Tensor& o, const Tensor* source_gate_logits = nullptr) = 0;
 
-  // Phase 2 fused with the sublayer's PreNorm. For each token:
-  //   q = query . p / rms(p) + bias
-  //   h = (e^(m-M) o + e^(q-M) p) / (e^(m-M) s + e^(q-M)),  M = max(m, q)
+  // Phase 2 fused with the sublayer's PreNorm. For each token, over the extra sources the
+  // bank's Phase-1 state (m, s, o) does not hold:
+  //   the partial p, when partial_is_source: logit q = query . p / rms(p) + bias
+  //   the null source v, when given: logit null_logit (a per-step constant)
+  //   M = max(m, q?, null_logit?);  h_mix = (e^(m-M) o + e^(q-M) p + e^(c-M) v) / (e^(m-M) s +
+  //   e^(q-M) + e^(c-M))   (absent terms dropped)
+  //   adds_partial (delta modes, pre_gated): h_mix += p
+  //   gate Scalar: h = p + gate_blend (h_mix - p); Vector: h = p + sigmoid(gate_logits) * (h_mix
+  //   - p); None: h = h_mix
   //   out = rms_norm(h, prenorm_gain, eps)
-  // m, s [T] and o [T, d] are one sublayer's rows of the Phase-1 outputs; when
-  // m is null the bank is empty and h = p. p (the partial) [T, d]; query [d] f32. The bias
-  // applies to the partial's logit only (bank logits never carry one). out may alias p.
+  // m, s [T] and o [T, d] are one sublayer's rows of the Phase-1 outputs; when m is null there
+  // is no mix and h = p. p (the partial) [T, d]; query [d] f32. The bias applies to the
+  // partial's logit only (bank logits never carry one). out may alias p.
+  enum class DepthGate { None, Scalar, Vector };
   struct DepthMixArgs {
     const Tensor* m = nullptr;
     const Tensor* s = nullptr;
     const Tensor* o = nullptr;
-    const Tensor* query = nullptr;  // null: no depth mix, h = p (plain pre-norm model)
+    const Tensor* query = nullptr;  // the partial's query; unused when !partial_is_source
     float bias = 0.0f;
     float mix_eps = 1e-6f;  // the depth RMSNorm's eps
+    bool partial_is_source = true;
+    bool adds_partial = false;
+    const Tensor* null_source = nullptr;  // [d] f32
+    float null_logit = 0.0f;
+    DepthGate gate = DepthGate::None;
+    float gate_blend = 0.0f;
+    const Tensor* gate_logits = nullptr;  // [T, d] f32, gate Vector
   };
   virtual void depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& partial,
                                     const Tensor& prenorm_gain, float norm_eps, Tensor& out) = 0;
 
   // The depth-mix weights of one mixing step, for introspection (ATTNRES.md §5; the forward
-  // runs it only when a request asked). For each token t, over the n + 1 sources
-  // src_j = bank[j, t] (j < n) and src_n = partial[t]:
-  //   logit_j = query . src_j / rms(src_j)  (+ bias on the partial's logit, j = n)
+  // runs it only when a request asked). For each token t, over the sources in the code's
+  // order: [null source, when null_logit is set] + bank[0, n) + [partial, when
+  // partial_is_source]:
+  //   logit_j = query . src_j / rms(src_j)  (+ bias on the partial's logit; null: null_logit)
   //   out[t, j] = softmax_j(logit)
   // rms with `eps` (the depth RMSNorm's), query [d] f32 (gain folded in, as for Phase 2);
-  // bank [>= n, T, d] with its first n entries live (n >= 1); partial [T, d]; out [T, n + 1].
+  // bank [>= n, T, d] with its first n entries live (n >= 1); partial [T, d]; out [T, width]
+  // with width = n + (null ? 1 : 0) + (partial source ? 1 : 0). source_gate_logits [T, d]:
+  // as in depth_phase1 (pre_gated), the bank sources are gated first.
+  using DepthSourceSwitches = attnres::DepthSourceSwitches;
   virtual void depth_weights(const Tensor& query, const Tensor& bank, int n, const Tensor& partial,
-                             float bias, float eps, Tensor& out) = 0;
+                             float bias, float eps, Tensor& out,
+                             const DepthSourceSwitches& sources = {}) = 0;
 };
 
 }  // namespace attnres

@@ -20,38 +20,133 @@ const char* kind_name(SublayerKind k) {
   return "?";
 }
 
+// Query rows one Phase-1 pass serves at most: beyond this, the [rows, T, d] Phase-1 output
+// costs more memory than re-reading a bank entry (first_layer's one group would hold every
+// sublayer).
+constexpr int kMaxGroupSlots = 8;
+
 // Steps that read the same bank entries form a group; the bank only grows, so those steps
-// are consecutive.
+// are consecutive. A pre-gated step's sources depend on its own gate: it is a group alone.
 void build_groups(DepthPlan& plan) {
+  bool alone = true;  // the previous group must not take more steps
   for (int i = 0; i < static_cast<int>(plan.steps.size()); ++i) {
     DepthStep& step = plan.steps[i];
     if (!step.mixes) continue;
-    if (plan.groups.empty() || plan.groups.back().num_bank_sources != step.num_bank_sources) {
-      plan.groups.push_back(DepthGroup{step.num_bank_sources, {}});
-    }
+    const int rows = step.value_slot >= 0 ? 2 : 1;
+    const bool joins = !plan.groups.empty() && !alone && !step.pre_gated &&
+                       plan.groups.back().bank_first == step.bank_first &&
+                       plan.groups.back().num_bank_sources == step.num_bank_sources &&
+                       plan.groups.back().num_slots + rows <= kMaxGroupSlots;
+    if (!joins) plan.groups.push_back(DepthGroup{step.bank_first, step.num_bank_sources, {}, 0});
+    alone = step.pre_gated;
     DepthGroup& group = plan.groups.back();
     step.group = static_cast<int>(plan.groups.size()) - 1;
-    step.slot = static_cast<int>(group.steps.size());
+    step.slot = group.num_slots;
+    if (step.value_slot >= 0) step.value_slot = step.slot + 1;
+    group.num_slots += rows;
     group.steps.push_back(i);
   }
 }
 
-// A bank entry nobody reads (2a's snapshot after the last block) is not worth copying.
+// A bank entry nobody reads (2a's snapshot after the last block, the last sublayer's output
+// in the delta modes) is not worth storing.
 void drop_unread_pushes(DepthPlan& plan) {
-  int max_read = 1;
-  for (const DepthStep& s : plan.steps) max_read = std::max(max_read, s.num_bank_sources);
+  int read_end = 1;  // entries [0, read_end) are read by some step
+  for (const DepthStep& s : plan.steps) {
+    if (s.mixes) read_end = std::max(read_end, s.bank_first + s.num_bank_sources);
+  }
   int size = 1;
+  std::vector<DepthStep*> accumulating;  // delta_block: steps adding into the open entry
   for (DepthStep& s : plan.steps) {
     if (s.push_and_reset_after_mix) ++size;  // always read: the final mix sees every block
-    if (s.push_after) {
-      if (size >= max_read) {
-        s.push_after = false;
+    if (s.accumulate_output) accumulating.push_back(&s);
+    for (bool* push : {&s.push_after, &s.push_output_after, &s.commit_open_entry}) {
+      if (!*push) continue;
+      if (size >= read_end) {
+        *push = false;
+        if (push == &s.commit_open_entry) {
+          for (DepthStep* a : accumulating) a->accumulate_output = false;
+        }
       } else {
         ++size;
       }
+      if (push == &s.commit_open_entry) accumulating.clear();
     }
   }
-  plan.bank_capacity = std::max(size, max_read);
+  // Layers after the last committed block delta: their sum is never a source.
+  for (DepthStep* a : accumulating) a->accumulate_output = false;
+  plan.bank_capacity = std::max(size, read_end);
+}
+
+// 2a / 2b (ATTNRES.md §2a, §2b): the partial is the last source; full pushes after every
+// sublayer.
+void add_cumulative_steps(const ModelConfig& config, DepthPlan& plan) {
+  const bool full = config.attnres_mode == AttnResMode::Full;
+  const int per_block = plan.layers_per_block;
+  int bank_size = 1;  // the embedding
+  for (int i = 0; i < config.num_layers; ++i) {
+    DepthStep attn{SublayerKind::Attention, i};
+    DepthStep mlp{SublayerKind::Mlp, i};
+    attn.mixes = mlp.mixes = true;
+    attn.num_bank_sources = bank_size;
+    if (plan.cumulative) {
+      attn.push_after = full;
+      bank_size += attn.push_after ? 1 : 0;
+      mlp.num_bank_sources = bank_size;
+      mlp.push_after = full || (i + 1) % per_block == 0;
+      bank_size += mlp.push_after ? 1 : 0;
+    } else {
+      attn.push_and_reset_after_mix = i > 0 && i % per_block == 0;
+      bank_size += attn.push_and_reset_after_mix ? 1 : 0;
+      mlp.num_bank_sources = bank_size;
+    }
+    plan.steps.push_back(attn);
+    plan.steps.push_back(mlp);
+  }
+}
+
+// delta, delta_block, delta_v, pre_gated (ATTNRES.md §2d): h_mix = x + mix([null?] + bank).
+void add_delta_steps(const ModelConfig& config, DepthPlan& plan) {
+  const AttnResMode mode = config.attnres_mode;
+  const bool per_block = mode == AttnResMode::DeltaBlock;
+  int bank_size = 1;
+  for (int i = 0; i < config.num_layers; ++i) {
+    for (SublayerKind kind : {SublayerKind::Attention, SublayerKind::Mlp}) {
+      DepthStep step{kind, i};
+      step.mixes = true;
+      step.num_bank_sources = bank_size;
+      step.partial_is_source = false;
+      step.adds_partial = true;
+      step.null_source = attnres_is_delta(mode) && config.attnres_use_null_source;
+      step.pre_gated = mode == AttnResMode::PreGated;
+      step.gated = attnres_mode_has_gate(mode) && config.attnres_gate != AttnResGate::Bias;
+      if (mode == AttnResMode::DeltaV && kind == SublayerKind::Attention) step.value_slot = 0;
+      if (per_block) {
+        step.accumulate_output = true;
+        step.commit_open_entry = kind == SublayerKind::Mlp && (i + 1) % plan.layers_per_block == 0;
+        bank_size += step.commit_open_entry ? 1 : 0;
+      } else {
+        step.push_output_after = true;
+        ++bank_size;
+      }
+      plan.steps.push_back(step);
+    }
+  }
+}
+
+// first_layer (ATTNRES.md §2d): layer 0 runs unmixed and stores its MLP output; every later
+// sublayer mixes [out_1, x] (bank entry 1 and the partial), with no bias and no gate.
+void add_first_layer_steps(const ModelConfig& config, DepthPlan& plan) {
+  for (int i = 0; i < config.num_layers; ++i) {
+    for (SublayerKind kind : {SublayerKind::Attention, SublayerKind::Mlp}) {
+      DepthStep step{kind, i};
+      step.mixes = i > 0;
+      step.bank_first = 1;
+      step.num_bank_sources = i > 0 ? 1 : 0;
+      step.push_output_after = i == 0 && kind == SublayerKind::Mlp;
+      plan.steps.push_back(step);
+    }
+  }
 }
 
 }  // namespace
@@ -61,39 +156,31 @@ DepthPlan DepthPlan::build(const ModelConfig& config, bool has_final_mix) {
   plan.mode = config.attnres_mode;
   plan.has_final_mix = has_final_mix;
   plan.cumulative = !has_final_mix;
-  const int num_layers = config.num_layers;
-  const bool attnres = config.attnres_mode != AttnResMode::None;
-  if (has_final_mix && config.attnres_mode != AttnResMode::Block) {
+  const AttnResMode mode = config.attnres_mode;
+  if (has_final_mix && mode != AttnResMode::Block) {
     throw Error("a final depth mix (model.final_res_*) is only defined for attnres_mode \"block\"");
   }
-  plan.layers_per_block = attnres ? config.layers_per_block() : 0;
-  const bool full = config.attnres_mode == AttnResMode::Full;
-  const int per_block = plan.layers_per_block;
-
-  int bank_size = 1;  // the embedding
-  for (int i = 0; i < num_layers; ++i) {
-    DepthStep attn{SublayerKind::Attention, i};
-    DepthStep mlp{SublayerKind::Mlp, i};
-    if (attnres) {
-      attn.mixes = mlp.mixes = true;
-      attn.num_bank_sources = bank_size;
-      if (plan.cumulative) {
-        attn.push_after = full;
-        bank_size += attn.push_after ? 1 : 0;
-        mlp.num_bank_sources = bank_size;
-        mlp.push_after = full || (i + 1) % per_block == 0;
-        bank_size += mlp.push_after ? 1 : 0;
-      } else {
-        attn.push_and_reset_after_mix = i > 0 && i % per_block == 0;
-        bank_size += attn.push_and_reset_after_mix ? 1 : 0;
-        mlp.num_bank_sources = bank_size;
-      }
+  plan.layers_per_block = mode != AttnResMode::None ? config.layers_per_block() : 0;
+  const bool gated = attnres_mode_has_gate(mode) && config.attnres_gate != AttnResGate::Bias;
+  if (mode == AttnResMode::None) {
+    for (int i = 0; i < config.num_layers; ++i) {
+      plan.steps.push_back(DepthStep{SublayerKind::Attention, i});
+      plan.steps.push_back(DepthStep{SublayerKind::Mlp, i});
     }
-    plan.steps.push_back(attn);
-    plan.steps.push_back(mlp);
+  } else if (mode == AttnResMode::Block || mode == AttnResMode::Full) {
+    add_cumulative_steps(config, plan);
+    for (DepthStep& s : plan.steps) s.gated = gated;
+  } else if (mode == AttnResMode::FirstLayer) {
+    add_first_layer_steps(config, plan);
+  } else {
+    add_delta_steps(config, plan);
   }
-  DepthStep final_step{SublayerKind::Final, num_layers};
-  final_step.mixes = has_final_mix;
+  int bank_size = 1;
+  for (const DepthStep& s : plan.steps) {
+    bank_size += (s.push_and_reset_after_mix || s.push_after) ? 1 : 0;
+  }
+  DepthStep final_step{SublayerKind::Final, config.num_layers};
+  final_step.mixes = has_final_mix;  // 2b only, never gated
   final_step.num_bank_sources = has_final_mix ? bank_size : 0;
   plan.steps.push_back(final_step);
 
@@ -103,9 +190,9 @@ DepthPlan DepthPlan::build(const ModelConfig& config, bool has_final_mix) {
 }
 
 int DepthPlan::max_group_size() const {
-  size_t m = 0;
-  for (const DepthGroup& g : groups) m = std::max(m, g.steps.size());
-  return static_cast<int>(m);
+  int m = 0;
+  for (const DepthGroup& g : groups) m = std::max(m, g.num_slots);
+  return m;
 }
 
 std::string DepthPlan::describe() const {
@@ -114,13 +201,15 @@ std::string DepthPlan::describe() const {
     out << "depth plan: none (plain pre-norm residual stream)\n";
     return out.str();
   }
-  out << "depth plan: " << (mode == AttnResMode::Full ? "full" : "block") << " AttnRes, "
-      << (cumulative ? "cumulative partial (bank holds snapshots of the running sum)"
-                     : "block sums with reset and a final mix")
+  const bool block_or_full = mode == AttnResMode::Block || mode == AttnResMode::Full;
+  out << "depth plan: " << attnres_mode_name(mode) << " AttnRes, "
+      << (!block_or_full ? "running residual x, never reset"
+          : cumulative   ? "cumulative partial (bank holds snapshots of the running sum)"
+                         : "block sums with reset and a final mix")
       << ", " << layers_per_block << " layers per block, bank up to " << bank_capacity
       << " entries, " << groups.size() << " Phase-1 groups\n";
-  out << "sources: b0 = embedding, bN = bank entry N, p = partial (always last, bias applies "
-         "to it)\n";
+  out << "sources: null = null source, b0 = embedding, bN = bank entry N, p = partial (last, "
+         "bias applies to it); x + mix: the partial is added, not a source\n";
   for (const DepthStep& s : steps) {
     if (s.kind == SublayerKind::Final && !s.mixes) {
       out << "  final        norm(p)\n";
@@ -128,11 +217,26 @@ std::string DepthPlan::describe() const {
     }
     char label[32];
     std::snprintf(label, sizeof(label), "%-5s L%-3d", kind_name(s.kind), s.layer);
-    out << "  " << (s.kind == SublayerKind::Final ? "final       " : label) << " mix[";
-    for (int j = 0; j < s.num_bank_sources; ++j) out << "b" << j << " ";
-    out << "p]  group " << s.group << " slot " << s.slot;
+    out << "  " << (s.kind == SublayerKind::Final ? "final       " : label);
+    if (!s.mixes) {
+      out << " p (no mix)";
+    } else {
+      out << (s.adds_partial ? " x + mix[" : " mix[");
+      if (s.null_source) out << "null ";
+      for (int j = s.bank_first; j < s.bank_first + s.num_bank_sources; ++j) {
+        out << "b" << j
+            << (j + 1 < s.bank_first + s.num_bank_sources || s.partial_is_source ? " " : "");
+      }
+      out << (s.partial_is_source ? "p]" : "]") << "  group " << s.group << " slot " << s.slot;
+      if (s.value_slot >= 0) out << " (V stream: slot " << s.value_slot << ")";
+      if (s.pre_gated) out << "  sources pre-gated";
+      if (s.gated) out << "  gated";
+    }
     if (s.push_and_reset_after_mix) out << "  -> bank += p; p = 0 (new block)";
     if (s.push_after) out << "  -> bank += p (snapshot)";
+    if (s.push_output_after) out << "  -> bank += output";
+    if (s.accumulate_output) out << "  -> open entry += output";
+    if (s.commit_open_entry) out << "  -> bank += block delta";
     out << "\n";
   }
   return out.str();

@@ -23,8 +23,10 @@ struct BuiltinShape {
   bool final_mix;
 };
 
+// The released open-attnres checkpoints' RoPE: theta 10000, 4096 positions.
 nlohmann::json shape_config(const char* model_type, int d, int layers, int heads, int kv_heads,
-                            int head_dim, int ffn, int vocab, int blocks, bool tied = true) {
+                            int head_dim, int ffn, int vocab, int blocks, bool tied = true,
+                            const char* mode = "block") {
   nlohmann::json c = {{"model_type", model_type},
                       {"hidden_size", d},
                       {"num_hidden_layers", layers},
@@ -33,16 +35,16 @@ nlohmann::json shape_config(const char* model_type, int d, int layers, int heads
                       {"head_dim", head_dim},
                       {"intermediate_size", ffn},
                       {"vocab_size", vocab},
-                      {"max_position_embeddings", 40960},
+                      {"max_position_embeddings", 4096},
                       {"rms_norm_eps", 1e-6},
-                      {"rope_theta", 1000000.0},
+                      {"rope_theta", 10000.0},
                       {"tie_word_embeddings", tied},
                       {"hidden_act", "silu"},
                       {"torch_dtype", "bfloat16"},
                       {"bos_token_id", 50256},
                       {"eos_token_id", 50256}};
   if (blocks > 0) {
-    c["attnres_mode"] = "block";
+    c["attnres_mode"] = mode;
     c["attnres_num_blocks"] = blocks;
     c["attnres_gate_type"] = "bias";
     c["attnres_recency_bias_init"] = 0.0;
@@ -59,7 +61,24 @@ std::vector<BuiltinShape> builtin_shapes() {
       {"plain-100m", shape_config("qwen3", 512, 12, 8, 4, 64, 1536, 151936, 0), false},
       {"attnres-0.6b", shape_config("qwen3_attnres", 1024, 28, 16, 8, 64, 3072, 151936, 8), false},
       {"plain-0.6b", shape_config("qwen3", 1024, 28, 16, 8, 64, 3072, 151936, 0), false},
+      // The open-attnres paper's best 0.6B result is a delta mode (ATTNRES.md §2d).
+      {"attnres-delta-100m",
+       shape_config("qwen3_attnres", 512, 12, 8, 4, 64, 1536, 151936, 4, true, "delta"), false},
+      {"attnres-delta-0.6b",
+       shape_config("qwen3_attnres", 1024, 28, 16, 8, 64, 3072, 151936, 8, true, "delta"), false},
   };
+}
+
+// "SHAPE@MODE[+GATE]": a built-in AttnRes shape with another attnres_mode (and gate), e.g.
+// attnres-100m@delta_v+sigmoid_vector, for comparing every mode at one shape. Every tensor
+// the mode reads is drawn by make_random_weights.
+void apply_mode_suffix(const std::string& suffix, BuiltinShape& shape) {
+  if (shape.config["model_type"] != "qwen3_attnres") {
+    throw Error(std::string("built-in model '") + shape.name + "' has no AttnRes to set a mode on");
+  }
+  const size_t plus = suffix.find('+');
+  shape.config["attnres_mode"] = suffix.substr(0, plus);
+  if (plus != std::string::npos) shape.config["attnres_gate_type"] = suffix.substr(plus + 1);
 }
 
 void load_tokenizer(LoadedModel& model, const std::string& dir) {
@@ -120,8 +139,11 @@ std::vector<std::string> builtin_model_names() {
 }
 
 LoadedModel load_builtin_model(const std::string& name) {
-  for (const BuiltinShape& shape : builtin_shapes()) {
-    if (name != shape.name) continue;
+  const size_t at = name.find('@');
+  const std::string base = name.substr(0, at);
+  for (BuiltinShape shape : builtin_shapes()) {
+    if (base != shape.name) continue;
+    if (at != std::string::npos) apply_mode_suffix(name.substr(at + 1), shape);
     LoadedModel model;
     model.source = "built-in:" + name;
     model.config = ModelConfig::from_json(shape.config, model.source);

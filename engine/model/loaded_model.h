@@ -35,7 +35,9 @@ struct LoadedModel {
 // tokenizer_config.json (optional). Throws attnres::Error naming the file and the defect.
 LoadedModel load_model(const std::string& model_dir);
 
-// Names accepted by load_builtin_model: "demo" and the benchmark shapes.
+// Names accepted by load_builtin_model: "demo" and the benchmark shapes. An AttnRes shape
+// also takes "@MODE" or "@MODE+GATE" (attnres-100m@delta_block+sigmoid_scalar): the same
+// shape in another attnres_mode / attnres_gate_type.
 std::vector<std::string> builtin_model_names();
 // "demo": a small qwen3_attnres model (block mode) with the GPT-2 tokenizer from the
 // repository. "attnres-100m" / "plain-100m": the 100M open-attnres shape and its

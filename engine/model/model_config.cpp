@@ -1,11 +1,13 @@
 #include "engine/model/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "engine/core/error.h"
 
@@ -279,30 +281,45 @@ void parse_rope(const FieldReader& config, const std::string& origin, ModelConfi
   cfg.rope_scaling = scaling;
 }
 
-// The qwen3_attnres fields (ATTNRES.md §2a/2b).
+// The qwen3_attnres fields (ATTNRES.md §2a/2b/2d). Absent keys take the open-attnres code's
+// defaults: mode "block", 8 blocks, gate "bias", no null source.
+constexpr std::pair<const char*, AttnResMode> kAttnResModes[] = {
+    {"block", AttnResMode::Block},       {"full", AttnResMode::Full},
+    {"delta", AttnResMode::Delta},       {"delta_block", AttnResMode::DeltaBlock},
+    {"delta_v", AttnResMode::DeltaV},    {"first_layer", AttnResMode::FirstLayer},
+    {"pre_gated", AttnResMode::PreGated}};
+constexpr std::pair<const char*, AttnResGate> kAttnResGates[] = {
+    {"bias", AttnResGate::Bias},
+    {"sigmoid_scalar", AttnResGate::SigmoidScalar},
+    {"sigmoid_vector", AttnResGate::SigmoidVector},
+    {"learnable_alpha", AttnResGate::LearnableAlpha}};
+
+template <class Enum, size_t N>
+Enum parse_choice(const FieldReader& config, const char* key, const std::string& value,
+                  const std::pair<const char*, Enum> (&choices)[N]) {
+  std::string names;
+  for (const auto& [name, e] : choices) {
+    if (value == name) return e;
+    names += std::string(names.empty() ? "" : ", ") + name;
+  }
+  config.fail(key, "must be one of " + names + ", found \"" + value + "\"");
+}
+
 void parse_attnres(const FieldReader& config, ModelConfig& cfg) {
-  std::optional<std::string> mode = config.optional_string("attnres_mode");
-  if (!mode) config.fail("attnres_mode", "is missing (required for qwen3_attnres: block or full)");
-  if (*mode == "block") {
-    cfg.attnres_mode = AttnResMode::Block;
-  } else if (*mode == "full") {
-    cfg.attnres_mode = AttnResMode::Full;
-  } else {
-    config.fail("attnres_mode", "must be \"block\" or \"full\", found \"" + *mode + "\"");
-  }
-  auto blocks = config.optional_int("attnres_num_blocks", 1, cfg.num_layers);
-  if (cfg.attnres_mode == AttnResMode::Block && !blocks) {
-    config.fail("attnres_num_blocks", "is missing (required with attnres_mode block, in [1, " +
-                                          std::to_string(cfg.num_layers) + "])");
-  }
-  // Full AttnRes gives every layer its own bank entry: as if each layer were a block.
+  const std::string mode = config.optional_string("attnres_mode").value_or("block");
+  cfg.attnres_mode = parse_choice(config, "attnres_mode", mode, kAttnResModes);
+  auto blocks = config.optional_int("attnres_num_blocks", 1, std::numeric_limits<int32_t>::max());
+  const bool uses_blocks =
+      cfg.attnres_mode == AttnResMode::Block || cfg.attnres_mode == AttnResMode::DeltaBlock;
+  // More blocks than layers means one layer per block; modes without blocks ignore the field
+  // (every layer is its own block, as far as layers_per_block() goes).
   cfg.attnres_num_blocks =
-      cfg.attnres_mode == AttnResMode::Full ? cfg.num_layers : static_cast<int>(*blocks);
+      uses_blocks ? static_cast<int>(std::min<int64_t>(blocks.value_or(8), cfg.num_layers))
+                  : cfg.num_layers;
   std::optional<std::string> gate = config.optional_string("attnres_gate_type");
-  if (gate && *gate != "bias") {
-    config.fail("attnres_gate_type", "must be \"bias\" or absent, found \"" + *gate + "\"");
-  }
+  if (gate) cfg.attnres_gate = parse_choice(config, "attnres_gate_type", *gate, kAttnResGates);
   cfg.attnres_gate_type = gate.value_or("");
+  cfg.attnres_use_null_source = config.optional_bool("attnres_use_null_source").value_or(false);
 }
 
 }  // namespace
@@ -329,8 +346,35 @@ std::string_view attnres_mode_name(AttnResMode mode) {
       return "block";
     case AttnResMode::Full:
       return "full";
+    case AttnResMode::Delta:
+      return "delta";
+    case AttnResMode::DeltaBlock:
+      return "delta_block";
+    case AttnResMode::DeltaV:
+      return "delta_v";
+    case AttnResMode::FirstLayer:
+      return "first_layer";
+    case AttnResMode::PreGated:
+      return "pre_gated";
   }
   return "?";
+}
+
+std::string_view attnres_gate_name(AttnResGate gate) {
+  for (const auto& [name, g] : kAttnResGates) {
+    if (g == gate) return name;
+  }
+  return "?";
+}
+
+bool attnres_is_delta(AttnResMode mode) {
+  return mode == AttnResMode::Delta || mode == AttnResMode::DeltaBlock ||
+         mode == AttnResMode::DeltaV;
+}
+
+bool attnres_mode_has_gate(AttnResMode mode) {
+  return mode != AttnResMode::None && mode != AttnResMode::FirstLayer &&
+         mode != AttnResMode::PreGated;
 }
 
 GenerationDefaults GenerationDefaults::from_json(const json& json, const std::string& origin) {
@@ -483,9 +527,13 @@ std::string ModelConfig::summary() const {
   std::ostringstream s;
   s << model_type;
   if (attnres_mode != AttnResMode::None) {
-    s << " (attnres " << attnres_mode_name(attnres_mode) << ", " << attnres_num_blocks
-      << " blocks of " << layers_per_block() << " layers"
-      << (attnres_gate_type.empty() ? "" : ", gate " + attnres_gate_type) << ")";
+    s << " (attnres " << attnres_mode_name(attnres_mode);
+    // Only block and delta_block group layers into blocks; the other modes ignore the count.
+    if (attnres_mode == AttnResMode::Block || attnres_mode == AttnResMode::DeltaBlock) {
+      s << ", " << attnres_num_blocks << " blocks of " << layers_per_block() << " layers";
+    }
+    s << (attnres_gate_type.empty() ? "" : ", gate " + attnres_gate_type)
+      << (attnres_use_null_source ? ", null source" : "") << ")";
   }
   s << ": layers=" << num_layers << " hidden=" << hidden_size << " ffn=" << intermediate_size
     << " heads=" << num_heads << "/" << num_kv_heads << "x" << head_dim << " vocab=" << vocab_size

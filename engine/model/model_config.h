@@ -16,7 +16,13 @@
 namespace attnres {
 
 enum class Architecture { Qwen3AttnRes, Qwen3, Qwen2, Llama };  // "mistral" loads as Llama
-enum class AttnResMode { None, Block, Full };
+// attnres_mode (ATTNRES.md §2a/2b/2d). Block and Full are the cumulative / block-sum mixes;
+// Delta, DeltaBlock and DeltaV attend over sublayer outputs (or block deltas) and add the
+// mix to the running residual; FirstLayer mixes [x, layer 0's MLP output]; PreGated gates
+// the delta sources before the softmax.
+enum class AttnResMode { None, Block, Full, Delta, DeltaBlock, DeltaV, FirstLayer, PreGated };
+// attnres_gate_type (ATTNRES.md §2d): how the mix is blended with the running residual.
+enum class AttnResGate { Bias, SigmoidScalar, SigmoidVector, LearnableAlpha };
 
 // generation_config.json; unset fields stay nullopt (or empty).
 struct GenerationDefaults {
@@ -45,9 +51,13 @@ struct ModelConfig {
   bool mlp_bias = false;        // llama: config mlp_bias (gate, up, down)
   bool qk_norm = false;         // qwen3 family: per-head RMSNorm on q and k before RoPE
   AttnResMode attnres_mode = AttnResMode::None;
-  int attnres_num_blocks = 0;     // block: from config; full: num_layers; none: 0
-  std::string attnres_gate_type;  // "bias" or ""
-  std::string torch_dtype;        // dtype (5.x) or torch_dtype (4.x) as written, "" when absent
+  // block / delta_block: from config (default 8, capped at num_layers); every other
+  // AttnRes mode: num_layers (it ignores the field); none: 0.
+  int attnres_num_blocks = 0;
+  std::string attnres_gate_type;                 // as written in config.json, "" when absent
+  AttnResGate attnres_gate = AttnResGate::Bias;  // absent: the code's default, "bias"
+  bool attnres_use_null_source = false;          // as written; only delta modes read it
+  std::string torch_dtype;  // dtype (5.x) or torch_dtype (4.x) as written, "" when absent
   std::vector<int32_t> eos_token_ids;
   std::optional<int32_t> bos_token_id;
   GenerationDefaults generation;
@@ -69,5 +79,11 @@ struct ModelConfig {
 
 std::string_view architecture_name(Architecture arch);
 std::string_view attnres_mode_name(AttnResMode mode);
+std::string_view attnres_gate_name(AttnResGate gate);
+// delta, delta_block, delta_v: h = x + mix(sources), the only modes with a null source.
+bool attnres_is_delta(AttnResMode mode);
+// Modes whose sublayer mixes go through attnres_gate_type's gate (all but first_layer and
+// pre_gated, which have none).
+bool attnres_mode_has_gate(AttnResMode mode);
 
 }  // namespace attnres

@@ -1,5 +1,6 @@
 #include "engine/model/model_weights.h"
 
+#include <cmath>
 #include <set>
 #include <string>
 
@@ -47,11 +48,12 @@ class WeightChecker {
     return store_.get(name);
   }
 
-  // A 0-dim gate bias of any float dtype, read as a float.
-  float take_scalar(const std::string& name) {
+  // A 0-dim float of any float dtype (a bias, gate logit or alpha), read as a float. `why`
+  // says which config field implies it.
+  float take_scalar(const std::string& name, const std::string& why) {
     if (!store_.has(name)) {
       throw Error(store_.source() + ": tensor " + name + " is missing (expected a 0-dim float; " +
-                  "config.json has attnres_gate_type \"bias\")");
+                  why + ")");
     }
     used_.insert(name);
     const SafetensorsFile::Entry& entry = store_.entry(name);
@@ -62,13 +64,67 @@ class WeightChecker {
     return store_.read_scalar(name);
   }
 
-  AttnResWeights take_res(const std::string& prefix) {
-    int64_t d = cfg_.hidden_size;
+  // A sublayer's depth query and what its mode and gate read (ATTNRES.md §2d). `prefix` is
+  // "model.layers.{i}.attn" / ".mlp" / "model.final"; `null_prefix` names the null source
+  // ("model.layers.{i}.attn_null_source"), empty for the final mix.
+  AttnResWeights take_res(const std::string& prefix, const std::string& null_prefix = "") {
+    const int64_t d = cfg_.hidden_size;
+    const AttnResMode mode = cfg_.attnres_mode;
+    const bool final_mix = null_prefix.empty();
     AttnResWeights res;
     res.proj = take(prefix + "_res_proj.weight", {1, d});
     res.norm = take(prefix + "_res_norm.weight", {d});
-    if (cfg_.attnres_gate_type == "bias") res.bias = take_scalar(prefix + "_res_bias");
+    // The recency bias: read by block / full mixes; the code writes it under every gate, so
+    // it is required once attnres_gate_type is written, optional (0) when the key is absent.
+    const std::string bias = prefix + "_res_bias";
+    const bool reads_bias = mode == AttnResMode::Block || mode == AttnResMode::Full;
+    if (reads_bias && (!cfg_.attnres_gate_type.empty() || store_.has(bias))) {
+      res.bias =
+          take_scalar(bias, "config.json has attnres_gate_type \"" + cfg_.attnres_gate_type + "\"");
+    } else if (store_.has(bias)) {
+      ignore(bias);
+    }
+    take_gate(prefix, final_mix || !attnres_mode_has_gate(mode), res);
+    if (!final_mix && cfg_.attnres_use_null_source) {
+      if (attnres_is_delta(mode)) {
+        res.null_source = take(null_prefix, {d});
+      } else if (store_.has(null_prefix)) {
+        ignore(null_prefix);  // created by the code, read only by the delta modes
+      }
+    }
+    if (!final_mix && mode == AttnResMode::PreGated) {
+      res.pre_gate = take(prefix + "_pre_gate.weight", {d, d});
+      res.pre_gate_bias = take(prefix + "_pre_gate.bias", {d});
+    }
     return res;
+  }
+
+  // The gate tensors of attnres_gate_type (ATTNRES.md §2d); `unread`: the mode has no gate
+  // (first_layer, pre_gated) or this is the final mix, and present tensors are ignored.
+  void take_gate(const std::string& prefix, bool unread, AttnResWeights& res) {
+    const int64_t d = cfg_.hidden_size;
+    const std::string why = "config.json has attnres_gate_type \"" + cfg_.attnres_gate_type + "\"";
+    if (unread) {
+      for (const char* suffix :
+           {"_res_gate_logit", "_res_alpha", "_res_gate_proj.weight", "_res_gate_proj.bias"}) {
+        if (store_.has(prefix + suffix)) ignore(prefix + suffix);
+      }
+      return;
+    }
+    switch (cfg_.attnres_gate) {
+      case AttnResGate::Bias:
+        break;
+      case AttnResGate::SigmoidScalar:
+        res.gate_blend = 1.0f / (1.0f + std::exp(-take_scalar(prefix + "_res_gate_logit", why)));
+        break;
+      case AttnResGate::LearnableAlpha:
+        res.gate_blend = take_scalar(prefix + "_res_alpha", why);
+        break;
+      case AttnResGate::SigmoidVector:
+        res.gate_proj = take(prefix + "_res_gate_proj.weight", {d, d});
+        res.gate_bias = take(prefix + "_res_gate_proj.bias", {d});
+        break;
+    }
   }
 
   // Names may appear without being used: known buffers that carry no weights.
@@ -100,7 +156,19 @@ class WeightChecker {
     if (name.find("_res_") != std::string::npos && cfg_.arch != Architecture::Qwen3AttnRes) {
       return "; AttnRes weights need model_type qwen3_attnres";
     }
-    if (ends_with(name, "_res_bias")) return "; config.json has no attnres_gate_type \"bias\"";
+    if (ends_with(name, "_null_source")) {
+      return "; config.json has no attnres_use_null_source true";
+    }
+    if (ends_with(name, "_pre_gate.weight") || ends_with(name, "_pre_gate.bias")) {
+      return "; only attnres_mode \"pre_gated\" has a pre-gate";
+    }
+    if (name.find(".v_res_") != std::string::npos) {
+      return "; only attnres_mode \"delta_v\" has a V-stream mix";
+    }
+    if (name.find("_res_gate_") != std::string::npos || ends_with(name, "_res_alpha")) {
+      return "; config.json's attnres_gate_type \"" + cfg_.attnres_gate_type +
+             "\" has no such gate tensor";
+    }
     if (name.rfind("model.layers.", 0) == 0) {
       int layer = std::atoi(name.c_str() + std::string("model.layers.").size());
       if (layer >= cfg_.num_layers) {
@@ -151,8 +219,14 @@ LayerWeights load_layer(const ModelConfig& cfg, WeightChecker& checker, int i) {
     w.down_bias = checker.take(p + "mlp.down_proj.bias", {d});
   }
   if (cfg.attnres_mode != AttnResMode::None) {
-    w.attn_res = checker.take_res(p + "attn");
-    w.mlp_res = checker.take_res(p + "mlp");
+    w.attn_res = checker.take_res(p + "attn", p + "attn_null_source");
+    w.mlp_res = checker.take_res(p + "mlp", p + "mlp_null_source");
+  }
+  if (cfg.attnres_mode == AttnResMode::DeltaV) {
+    AttnResWeights v;
+    v.proj = checker.take(p + "v_res_proj.weight", {1, d});
+    v.norm = checker.take(p + "v_res_norm.weight", {d});
+    w.v_res = std::move(v);
   }
   return w;
 }

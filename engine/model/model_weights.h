@@ -9,8 +9,17 @@
 //   model.layers.{i}.self_attn.{q,k,v,o}_proj.weight (+ .bias)  .self_attn.{q,k}_norm.weight [hd]
 //   model.layers.{i}.mlp.{gate,up,down}_proj.weight (+ .bias)
 //   model.layers.{i}.{attn,mlp}_res_proj.weight [1,d]  .{attn,mlp}_res_norm.weight [d]
-//   model.layers.{i}.{attn,mlp}_res_bias []            (attnres_gate_type "bias")
+//   model.layers.{i}.{attn,mlp}_res_bias []            (any attnres_gate_type; read by
+//                                                       block / full, ignored elsewhere)
 //   model.final_res_proj.weight [1,d]  model.final_res_norm.weight [d]  model.final_res_bias []
+// ATTNRES.md §2d, per sublayer prefix {attn,mlp}:
+//   {p}_res_gate_logit []  (sigmoid_scalar)   {p}_res_alpha []  (learnable_alpha)
+//   {p}_res_gate_proj.weight [d,d] .bias [d]  (sigmoid_vector)
+//   {p}_null_source [d]  (attnres_use_null_source; read by the delta modes only)
+//   {p}_pre_gate.weight [d,d] .bias [d]       (pre_gated)
+//   model.layers.{i}.v_res_proj.weight [1,d]  .v_res_norm.weight [d]  (delta_v)
+// A tensor the mode creates but never reads (a null source outside the delta modes, gate
+// weights under first_layer / pre_gated, the bias of a delta mix) is accepted and ignored.
 #pragma once
 
 #include <optional>
@@ -22,11 +31,19 @@
 
 namespace attnres {
 
-// One depth-attention query: logit_j = proj . RMSNorm_norm(src_j) (+ bias on the last source).
+// One depth-attention query: logit_j = proj . RMSNorm_norm(src_j) (+ bias on the last source),
+// and what the sublayer's mode and gate add around it (ATTNRES.md §2d). Only what the mode
+// reads is set.
 struct AttnResWeights {
   Tensor proj;                // [1, d]
   Tensor norm;                // [d]
-  std::optional<float> bias;  // set when attnres_gate_type is "bias"
+  std::optional<float> bias;  // block / full mixes, when the checkpoint has *_res_bias
+  // sigmoid_scalar: sigmoid(*_res_gate_logit); learnable_alpha: *_res_alpha. The blend
+  // h = x + blend (h_mix - x), computed once here.
+  std::optional<float> gate_blend;
+  Tensor gate_proj, gate_bias;     // sigmoid_vector: [d, d], [d]
+  Tensor null_source;              // delta modes with attnres_use_null_source: [d]
+  Tensor pre_gate, pre_gate_bias;  // pre_gated: [d, d], [d]
 };
 
 struct LayerWeights {
@@ -36,6 +53,8 @@ struct LayerWeights {
   Tensor post_attention_norm, gate_proj, up_proj, down_proj;
   Tensor gate_bias, up_bias, down_bias;             // undefined unless cfg.mlp_bias
   std::optional<AttnResWeights> attn_res, mlp_res;  // qwen3_attnres only
+  // delta_v: the V stream's own query (proj, norm); null source and gate are attn_res's.
+  std::optional<AttnResWeights> v_res;
 };
 
 struct ModelWeights {

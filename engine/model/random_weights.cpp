@@ -47,6 +47,39 @@ AttnResWeights make_depth(Filler& fill, int64_t d) {
                         fill.make({d}, 0.1f, 1.0f), fill.scalar(1.0f)};
 }
 
+// What a sublayer's mode and gate read besides the query (ATTNRES.md §2d), as the loader
+// would leave it: only the tensors the mode reads.
+void add_mode_weights(Filler& fill, const ModelConfig& c, AttnResWeights& res) {
+  const int64_t d = c.hidden_size;
+  const float in_std = 1.0f / std::sqrt(static_cast<float>(d));
+  const bool reads_bias =
+      c.attnres_mode == AttnResMode::Block || c.attnres_mode == AttnResMode::Full;
+  if (!reads_bias || c.attnres_gate_type.empty()) res.bias = std::nullopt;
+  if (attnres_mode_has_gate(c.attnres_mode)) {
+    switch (c.attnres_gate) {
+      case AttnResGate::Bias:
+        break;
+      case AttnResGate::SigmoidScalar:
+        res.gate_blend = 1.0f / (1.0f + std::exp(-fill.scalar(1.0f)));
+        break;
+      case AttnResGate::LearnableAlpha:
+        res.gate_blend = 0.5f + fill.scalar(0.2f);
+        break;
+      case AttnResGate::SigmoidVector:
+        res.gate_proj = fill.make({d, d}, in_std);
+        res.gate_bias = fill.make({d}, 0.5f);
+        break;
+    }
+  }
+  if (attnres_is_delta(c.attnres_mode) && c.attnres_use_null_source) {
+    res.null_source = fill.make({d}, 1.0f);
+  }
+  if (c.attnres_mode == AttnResMode::PreGated) {
+    res.pre_gate = fill.make({d, d}, in_std);
+    res.pre_gate_bias = fill.make({d}, 0.5f);
+  }
+}
+
 }  // namespace
 
 ModelWeights make_random_weights(const ModelConfig& c, const RandomWeightOptions& options) {
@@ -85,7 +118,9 @@ ModelWeights make_random_weights(const ModelConfig& c, const RandomWeightOptions
     if (c.attnres_mode != AttnResMode::None) {
       l.attn_res = make_depth(fill, d);
       l.mlp_res = make_depth(fill, d);
-      if (c.attnres_gate_type != "bias") l.attn_res->bias = l.mlp_res->bias = std::nullopt;
+      add_mode_weights(fill, c, *l.attn_res);
+      add_mode_weights(fill, c, *l.mlp_res);
+      if (c.attnres_mode == AttnResMode::DeltaV) l.v_res = make_depth(fill, d);
     }
     w.layers.push_back(std::move(l));
   }
@@ -93,7 +128,7 @@ ModelWeights make_random_weights(const ModelConfig& c, const RandomWeightOptions
   w.lm_head = c.tie_word_embeddings ? w.embed_tokens : fill.make({c.vocab_size, d}, in_std);
   if (options.final_mix) {
     w.final_res = make_depth(fill, d);
-    if (c.attnres_gate_type != "bias") w.final_res->bias = std::nullopt;
+    if (c.attnres_gate_type.empty()) w.final_res->bias = std::nullopt;
   }
   return w;
 }

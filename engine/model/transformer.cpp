@@ -24,6 +24,23 @@ void fold_query(const AttnResWeights& res, int64_t d, float* out) {
   }
 }
 
+// query . v / rms(v) for the null source v: its logit never changes (ATTNRES.md §2d).
+float constant_logit(const float* query, const Tensor& v, int64_t d, float eps) {
+  double dot = 0.0, ss = 0.0;
+  for (int64_t k = 0; k < d; ++k) {
+    const double x = element_as_float(v, k);
+    dot += query[k] * x;
+    ss += x * x;
+  }
+  return static_cast<float>(dot / std::sqrt(ss / static_cast<double>(d) + eps));
+}
+
+Tensor widened(const Tensor& t) {
+  std::vector<float> values(t.numel());
+  for (int64_t k = 0; k < t.numel(); ++k) values[k] = element_as_float(t, k);
+  return host_f32(values, {t.numel()});
+}
+
 const AttnResWeights* depth_weights_of(const ModelWeights& w, const DepthStep& step) {
   if (step.kind == SublayerKind::Final) return w.final_res ? &*w.final_res : nullptr;
   const LayerWeights& layer = w.layers[step.layer];
@@ -40,6 +57,7 @@ struct Transformer::Scratch {
   // Sequence-parallel only: every row of the step (padded to a multiple of the group size)
   // for the gathered sublayer input and the not-yet-reduced sublayer output.
   Tensor gathered, unreduced;
+  Tensor gathered_v;  // delta_v under sequence parallelism: the V stream's gathered input
   Tensor reduced;  // [local rows, d]: the sublayer output summed over the ranks
 };
 
@@ -56,6 +74,79 @@ Tensor Transformer::upload(const Tensor& t) {
   if (!t.defined()) return t;
   weight_bytes_ += t.nbytes();
   return backend_.upload(t);
+}
+
+// Folds every query of every Phase-1 group (a delta_v attention step has a second one, its V
+// stream's) and gathers what each mixing step reads besides: bias, null source and its
+// constant logits, gate, pre-gate.
+void Transformer::load_step_mix(const ModelWeights& weights) {
+  const int64_t d = config_.hidden_size;
+  const float eps = config_.rms_norm_eps;
+  step_mix_.assign(plan_.steps.size(), StepMix{});
+  for (const DepthGroup& group : plan_.groups) {
+    std::vector<float> queries(static_cast<size_t>(group.num_slots) * d);
+    for (int step_index : group.steps) {
+      const DepthStep& step = plan_.steps[step_index];
+      const AttnResWeights* res = depth_weights_of(weights, step);
+      ATTNRES_CHECK(res != nullptr, "a mixing step without depth weights");
+      StepMix& mix = step_mix_[step_index];
+      float* query = &queries[static_cast<size_t>(step.slot) * d];
+      fold_query(*res, d, query);
+      mix.bias = step.partial_is_source ? res->bias.value_or(0.0f) : 0.0f;
+      if (step.null_source) {
+        ATTNRES_CHECK(res->null_source.defined(), "a null-source step without a null source");
+        mix.null_source = upload(widened(res->null_source));
+        mix.null_logit = constant_logit(query, res->null_source, d, eps);
+      }
+      if (step.value_slot >= 0) {
+        const auto& v_res = weights.layers[step.layer].v_res;
+        ATTNRES_CHECK(v_res.has_value(), "a V-stream mix without v_res weights");
+        float* value_query = &queries[static_cast<size_t>(step.value_slot) * d];
+        fold_query(*v_res, d, value_query);
+        if (step.null_source) {
+          mix.value_null_logit = constant_logit(value_query, res->null_source, d, eps);
+        }
+      }
+      if (step.gated && res->gate_blend) {
+        mix.gate = Backend::DepthGate::Scalar;
+        mix.gate_blend = *res->gate_blend;
+      } else if (step.gated) {
+        ATTNRES_CHECK(res->gate_proj.defined(), "a gated step without gate weights");
+        mix.gate = Backend::DepthGate::Vector;
+        mix.gate_proj = upload(res->gate_proj);
+        mix.gate_bias = upload(res->gate_bias);
+      }
+      if (step.pre_gated) {
+        mix.pre_gate = upload(res->pre_gate);
+        mix.pre_gate_bias = upload(res->pre_gate_bias);
+      }
+    }
+    group_queries_.push_back(upload(host_f32(queries, {group.num_slots, d})));
+  }
+}
+
+Backend::DepthMixArgs Transformer::mix_args(size_t i, int slot, const Tensor& m, const Tensor& s,
+                                            const Tensor& o, const Tensor& query,
+                                            const Tensor* gate_logits) const {
+  const DepthStep& step = plan_.steps[i];
+  const StepMix& w = step_mix_[i];
+  Backend::DepthMixArgs mix;
+  mix.mix_eps = config_.rms_norm_eps;
+  mix.m = &m;
+  mix.s = &s;
+  mix.o = &o;
+  mix.query = &query;
+  mix.bias = w.bias;
+  mix.partial_is_source = step.partial_is_source;
+  mix.adds_partial = step.adds_partial;
+  if (step.null_source) {
+    mix.null_source = &w.null_source;
+    mix.null_logit = slot == step.value_slot ? w.value_null_logit : w.null_logit;
+  }
+  mix.gate = w.gate;
+  mix.gate_blend = w.gate_blend;
+  mix.gate_logits = w.gate == Backend::DepthGate::Vector ? gate_logits : nullptr;
+  return mix;
 }
 
 Transformer::Transformer(const ModelConfig& config, const ModelWeights& weights, Backend& backend,
@@ -93,31 +184,19 @@ Transformer::Transformer(const ModelConfig& config, const ModelWeights& weights,
     weights_.layers.push_back(std::move(dst));
   }
 
-  const int64_t d = config_.hidden_size;
-  step_bias_.assign(plan_.steps.size(), 0.0f);
-  for (const DepthGroup& group : plan_.groups) {
-    std::vector<float> queries(group.steps.size() * d);
-    for (size_t slot = 0; slot < group.steps.size(); ++slot) {
-      const int step_index = group.steps[slot];
-      const AttnResWeights* res = depth_weights_of(weights, plan_.steps[step_index]);
-      ATTNRES_CHECK(res != nullptr, "a mixing step without depth weights");
-      fold_query(*res, d, &queries[slot * d]);
-      step_bias_[step_index] = res->bias.value_or(0.0f);
-    }
-    Tensor q = upload(host_f32(queries, {static_cast<int64_t>(group.steps.size()), d}));
-    group_queries_.push_back(q);
-  }
+  load_step_mix(weights);
   std::vector<float> inv_freq = config_.rope_inv_freq();
   inv_freq_ = backend_.upload(host_f32(inv_freq, {static_cast<int64_t>(inv_freq.size())}));
 }
 
-void Transformer::attention_sublayer(int layer, const Tensor& normed, const BatchMeta& batch,
-                                     KvCacheLayer& cache, Scratch& s, Tensor& out) {
+void Transformer::attention_sublayer(int layer, const Tensor& normed, const Tensor& value_input,
+                                     const BatchMeta& batch, KvCacheLayer& cache, Scratch& s,
+                                     Tensor& out) {
   const LayerWeights& w = weights_.layers[layer];
   auto bias = [](const Tensor& b) { return b.defined() ? &b : nullptr; };
   backend_.linear(normed, w.q_proj, bias(w.q_bias), s.q);
   backend_.linear(normed, w.k_proj, bias(w.k_bias), s.k);
-  backend_.linear(normed, w.v_proj, bias(w.v_bias), s.v);
+  backend_.linear(value_input, w.v_proj, bias(w.v_bias), s.v);
   backend_.qk_norm_rope(s.q, s.k, config_.head_dim, bias(w.q_norm), bias(w.k_norm),
                         config_.rms_norm_eps, inv_freq_, batch);
   backend_.store_kv(s.k, s.v, batch, cache);
@@ -157,10 +236,10 @@ Transformer::RowSplit Transformer::split_rows(const BatchMeta& batch) const {
   return split;
 }
 
-Tensor Transformer::gather_input(const RowSplit& split, Tensor& normed_local, Scratch& s) {
+Tensor Transformer::gather_input(const RowSplit& split, Tensor& normed_local, Tensor& gathered) {
   if (!split.sharded) return normed_local;
-  parallel_.comm->all_gather(normed_local, s.gathered);
-  return s.gathered.rows(0, split.rows);
+  parallel_.comm->all_gather(normed_local, gathered);
+  return gathered.rows(0, split.rows);
 }
 
 Tensor Transformer::reduce_output(const RowSplit& split, Scratch& s) {
@@ -173,14 +252,21 @@ Tensor Transformer::reduce_output(const RowSplit& split, Scratch& s) {
   return s.reduced;
 }
 
-Tensor Transformer::step_depth_weights(size_t i, const Tensor& bank, const Tensor& partial,
-                                       const RowSplit& split, std::span<const int32_t> rows) {
+Tensor Transformer::mix_depth_weights(size_t i, int slot, const Tensor& bank, const Tensor& partial,
+                                      const Tensor* source_gate_logits, const RowSplit& split,
+                                      std::span<const int32_t> rows) {
   const DepthStep& step = plan_.steps[i];
-  const int64_t width = step.num_bank_sources + 1;
-  const Tensor query = group_queries_[step.group].row(step.slot);
+  const StepMix& w = step_mix_[i];
+  Backend::DepthSourceSwitches sources;
+  sources.partial_is_source = step.partial_is_source;
+  sources.has_null = step.null_source;
+  sources.null_logit = slot == step.value_slot ? w.value_null_logit : w.null_logit;
+  sources.source_gate_logits = source_gate_logits;
+  const int64_t width = sources.width(step.num_bank_sources);
+  const Tensor query = group_queries_[step.group].row(slot);
   Tensor local = backend_.alloc({split.local, width}, DType::F32);
-  backend_.depth_weights(query, bank, step.num_bank_sources, partial, step_bias_[i],
-                         config_.rms_norm_eps, local);
+  backend_.depth_weights(query, bank.rows(step.bank_first, bank.dim(0)), step.num_bank_sources,
+                         partial, w.bias, config_.rms_norm_eps, local, sources);
   Tensor all = local;
   if (split.sharded) {  // each rank holds its slice of the rows: gather them all
     all = backend_.alloc({split.padded, width}, DType::F32);
@@ -191,21 +277,23 @@ Tensor Transformer::step_depth_weights(size_t i, const Tensor& bank, const Tenso
   return picked;
 }
 
-void Transformer::download_depth_weights(const std::vector<Tensor>& per_step,
+void Transformer::download_depth_weights(const std::vector<Tensor>& per_mix,
                                          const DepthWeightsRequest& depth) {
   const size_t num_rows = depth.rows.size();
-  const size_t sublayers = static_cast<size_t>(depth_layout_.rows());
+  const size_t mixes = static_cast<size_t>(depth_layout_.rows());
   const size_t cols = static_cast<size_t>(depth_layout_.cols());
-  ATTNRES_CHECK(per_step.size() == sublayers, "depth weights: one tensor per mixing step");
-  depth.weights->assign(num_rows * sublayers * cols, kDepthAttentionUnused);
+  ATTNRES_CHECK(per_mix.size() == mixes, "depth weights: one tensor per depth mix");
+  depth.weights->assign(num_rows * mixes * cols, kDepthAttentionUnused);
   std::vector<float> host;
-  for (size_t k = 0; k < sublayers; ++k) {
-    const size_t width = static_cast<size_t>(per_step[k].dim(1));
+  for (size_t k = 0; k < mixes; ++k) {
+    const std::vector<int>& columns = depth_layout_.row_columns[k];
+    const size_t width = static_cast<size_t>(per_mix[k].dim(1));
+    ATTNRES_CHECK(columns.size() == width, "depth weights: layout and op disagree on sources");
     host.resize(num_rows * width);
-    backend_.download(per_step[k], host.data());
+    backend_.download(per_mix[k], host.data());
     for (size_t r = 0; r < num_rows; ++r) {
-      std::copy_n(host.data() + r * width, width,
-                  depth.weights->data() + (r * sublayers + k) * cols);
+      float* dst = depth.weights->data() + (r * mixes + k) * cols;
+      for (size_t j = 0; j < width; ++j) dst[columns[j]] = host[r * width + j];
     }
   }
 }
@@ -254,7 +342,7 @@ Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
     backend_.embedding(weights_.embed_tokens, batch, partial);
   }
   if (attnres) {
-    const int64_t slots = plan_.max_group_size();
+    const int64_t slots = plan_.max_group_size();  // query rows, V streams included
     bank = backend_.alloc({plan_.bank_capacity, L, d}, DType::F32);
     phase1_m = backend_.alloc({slots, L}, DType::F32);
     phase1_s = backend_.alloc({slots, L}, DType::F32);
@@ -269,61 +357,101 @@ Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
     backend_.copy(partial, entry);
   };
 
-  // Depth introspection, only when asked: each mixing step's weights of the requested rows.
+  // Depth introspection, only when asked: each depth mix's weights of the requested rows.
   const bool report_depth = depth && !depth->rows.empty() && attnres;
   std::vector<Tensor> depth_per_step;
+
+  // Only allocated by models whose steps need them: gate logits (sigmoid_vector, pre_gated)
+  // and the V stream's sublayer input (delta_v).
+  Tensor gate_logits, normed_v;
+  for (size_t i = 0; i < plan_.steps.size(); ++i) {
+    if (plan_.steps[i].pre_gated || step_mix_[i].gate == Backend::DepthGate::Vector) {
+      gate_logits = backend_.alloc({L, d}, DType::F32);
+      break;
+    }
+  }
+  for (const DepthStep& step : plan_.steps) {
+    if (step.value_slot < 0) continue;
+    normed_v = backend_.alloc({L, d}, DType::F32);
+    if (split.sharded) s.gathered_v = backend_.alloc({split.padded, d}, DType::F32);
+    break;
+  }
 
   Tensor hidden = backend_.alloc({L, d}, DType::F32);
   for (size_t i = 0; i < plan_.steps.size(); ++i) {
     const DepthStep& step = plan_.steps[i];
-    Backend::DepthMixArgs mix;
-    mix.mix_eps = config_.rms_norm_eps;
-    Tensor m, sum, o, query;
-    if (step.mixes) {
-      const DepthGroup& group = plan_.groups[step.group];
-      if (step.slot == 0) {  // Phase 1, once for every step of the group
-        ATTNRES_CHECK(bank_size >= group.num_bank_sources, "bank not filled yet");
-        const int64_t n_steps = static_cast<int64_t>(group.steps.size());
-        Tensor gm = phase1_m.rows(0, n_steps), gs = phase1_s.rows(0, n_steps),
-               go = phase1_o.rows(0, n_steps);
-        backend_.depth_phase1(group_queries_[step.group], bank, group.num_bank_sources,
-                              config_.rms_norm_eps, gm, gs, go);
-      }
-      m = phase1_m.row(step.slot);
-      sum = phase1_s.row(step.slot);
-      o = phase1_o.row(step.slot);
-      query = group_queries_[step.group].row(step.slot);
-      mix.m = &m;
-      mix.s = &sum;
-      mix.o = &o;
-      mix.query = &query;
-      mix.bias = step_bias_[i];
-    }
-    if (report_depth && step.mixes) {
-      depth_per_step.push_back(step_depth_weights(i, bank, partial, split, depth->rows));
-    }
-    // Phase 2 (or, for a plain model, just the PreNorm) writes the sublayer's input.
+    const StepMix& w = step_mix_[i];
     const bool final_step = step.kind == SublayerKind::Final;
     const Tensor& gain = final_step ? weights_.final_norm
                          : step.kind == SublayerKind::Attention
                              ? weights_.layers[step.layer].input_norm
                              : weights_.layers[step.layer].post_attention_norm;
-    backend_.depth_phase2_prenorm(mix, partial, gain, config_.rms_norm_eps,
-                                  final_step ? hidden : normed);
-    if (step.kind == SublayerKind::Final) break;
+    Tensor& normed_out = final_step ? hidden : normed;
+    if (!step.mixes) {  // plain pre-norm (or first_layer's layer 0): h = p
+      backend_.depth_phase2_prenorm(Backend::DepthMixArgs{}, partial, gain, config_.rms_norm_eps,
+                                    normed_out);
+    } else {
+      // pre_gated: the gate on the sources; sigmoid_vector: the gate after the mix. Both are
+      // computed from x, the partial before any reset.
+      const Tensor* step_gate = nullptr;
+      if (step.pre_gated) {
+        backend_.linear(partial, w.pre_gate, &w.pre_gate_bias, gate_logits);
+        step_gate = &gate_logits;
+      } else if (w.gate == Backend::DepthGate::Vector) {
+        backend_.linear(partial, w.gate_proj, &w.gate_bias, gate_logits);
+      }
+      const DepthGroup& group = plan_.groups[step.group];
+      const Tensor bank_read = bank.rows(step.bank_first, plan_.bank_capacity);
+      if (step.slot == 0) {  // Phase 1, once for every step of the group
+        ATTNRES_CHECK(bank_size >= group.bank_first + group.num_bank_sources,
+                      "bank not filled yet");
+        Tensor gm = phase1_m.rows(0, group.num_slots), gs = phase1_s.rows(0, group.num_slots),
+               go = phase1_o.rows(0, group.num_slots);
+        backend_.depth_phase1(group_queries_[step.group], bank_read, group.num_bank_sources,
+                              config_.rms_norm_eps, gm, gs, go,
+                              step.pre_gated ? step_gate : nullptr);
+      }
+      for (int slot : {step.slot, step.value_slot}) {
+        if (slot < 0) continue;
+        if (report_depth) {
+          depth_per_step.push_back(
+              mix_depth_weights(i, slot, bank, partial, step_gate, split, depth->rows));
+        }
+        const Tensor m = phase1_m.row(slot), sum = phase1_s.row(slot), o = phase1_o.row(slot);
+        const Tensor query = group_queries_[step.group].row(slot);
+        // Phase 2 writes the sublayer's input (the V stream's into its own buffer).
+        backend_.depth_phase2_prenorm(mix_args(i, slot, m, sum, o, query, &gate_logits), partial,
+                                      gain, config_.rms_norm_eps,
+                                      slot == step.value_slot ? normed_v : normed_out);
+      }
+    }
+    if (final_step) break;
 
     if (step.push_and_reset_after_mix) {
       push_partial();
       backend_.fill_zero(partial);
     }
-    const Tensor input = gather_input(split, normed, s);
+    const Tensor input = gather_input(split, normed, s.gathered);
     if (step.kind == SublayerKind::Attention) {
-      attention_sublayer(step.layer, input, batch, cache.layers[step.layer], s, sublayer_out);
+      const Tensor value_input =
+          step.value_slot >= 0 ? gather_input(split, normed_v, s.gathered_v) : input;
+      attention_sublayer(step.layer, input, value_input, batch, cache.layers[step.layer], s,
+                         sublayer_out);
     } else {
       mlp_sublayer(step.layer, input, s, sublayer_out);
     }
-    backend_.add_inplace(partial, reduce_output(split, s));
+    const Tensor out = reduce_output(split, s);
+    backend_.add_inplace(partial, out);
     if (step.push_after) push_partial();
+    if (step.push_output_after) {  // delta modes: the sublayer output itself is a source
+      Tensor entry = bank.row(bank_size++);
+      backend_.copy(out, entry);
+    }
+    if (step.accumulate_output) {  // delta_block: the open entry sums the block's outputs
+      Tensor entry = bank.row(bank_size);
+      backend_.add_inplace(entry, out);
+    }
+    if (step.commit_open_entry) ++bank_size;
   }
 
   if (report_depth && depth->weights) download_depth_weights(depth_per_step, *depth);
@@ -332,7 +460,7 @@ Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
   const int64_t vocab = config_.vocab_size;
   // A step made only of unfinished prefill chunks wants no logits: its work was the K/V.
   if (rows == 0) return backend_.alloc({0, vocab}, DType::F32);
-  const Tensor all_hidden = gather_input(split, hidden, s);
+  const Tensor all_hidden = gather_input(split, hidden, s.gathered);
   Tensor selected = backend_.alloc({rows, d}, DType::F32);
   backend_.gather_rows(all_hidden, logit_rows, selected);
   Tensor logits = backend_.alloc({rows, vocab}, DType::F32);

@@ -90,17 +90,23 @@ class Transformer {
   RowSplit split_rows(const BatchMeta& batch) const;
   // The sublayer's input with every row of the step: the local normed rows themselves, or
   // (sequence-parallel) all of them gathered from the ranks.
-  Tensor gather_input(const RowSplit& split, Tensor& normed_local, Scratch& scratch);
+  // `gathered` is the all-rows buffer to gather into (scratch's, or the V stream's).
+  Tensor gather_input(const RowSplit& split, Tensor& normed_local, Tensor& gathered);
   // Sums the ranks' partial sublayer outputs into the rows this rank holds.
   Tensor reduce_output(const RowSplit& split, Scratch& scratch);
-  void attention_sublayer(int layer, const Tensor& normed, const BatchMeta& batch,
-                          KvCacheLayer& cache, Scratch& scratch, Tensor& out);
+  // `value_input` feeds v_proj: the same tensor as `normed` except under delta_v, whose V
+  // stream has its own depth mix (ATTNRES.md §2d).
+  void attention_sublayer(int layer, const Tensor& normed, const Tensor& value_input,
+                          const BatchMeta& batch, KvCacheLayer& cache, Scratch& scratch,
+                          Tensor& out);
   void mlp_sublayer(int layer, const Tensor& normed, Scratch& scratch, Tensor& out);
   Tensor upload(const Tensor& t);
-  // Depth introspection: plan step i's weights for the requested rows ([rows, n + 1], on the
-  // device), and the download of every mixing step's into the request's host buffer.
-  Tensor step_depth_weights(size_t i, const Tensor& bank, const Tensor& partial,
-                            const RowSplit& split, std::span<const int32_t> rows);
+  // Depth introspection: one mix's weights (plan step i, query row `slot` of its group) for
+  // the requested rows ([rows, sources], on the device), and the download of every mix's
+  // into the request's host buffer.
+  Tensor mix_depth_weights(size_t i, int slot, const Tensor& bank, const Tensor& partial,
+                           const Tensor* source_gate_logits, const RowSplit& split,
+                           std::span<const int32_t> rows);
   void download_depth_weights(const std::vector<Tensor>& per_step,
                               const DepthWeightsRequest& depth);
 
@@ -108,8 +114,24 @@ class Transformer {
   Backend& backend_;
   DepthPlan plan_;
   ModelWeights weights_;               // device tensors
-  std::vector<Tensor> group_queries_;  // per Phase-1 group: [steps, d] f32, gain folded in
-  std::vector<float> step_bias_;       // per plan step: the bias on the partial's logit
+  // What one mixing step reads besides its query (ATTNRES.md §2d), on the device.
+  struct StepMix {
+    float bias = 0.0f;              // on the partial's logit (block / full mixes)
+    float null_logit = 0.0f;        // query . null / rms(null): a per-step constant
+    float value_null_logit = 0.0f;  // the same for delta_v's V-stream query
+    Tensor null_source;             // [d] f32, undefined without one
+    Backend::DepthGate gate = Backend::DepthGate::None;
+    float gate_blend = 0.0f;         // DepthGate::Scalar
+    Tensor gate_proj, gate_bias;     // DepthGate::Vector
+    Tensor pre_gate, pre_gate_bias;  // pre_gated
+  };
+  void load_step_mix(const ModelWeights& weights);
+  Backend::DepthMixArgs mix_args(size_t i, int slot, const Tensor& m, const Tensor& s,
+                                 const Tensor& o, const Tensor& query,
+                                 const Tensor* gate_logits) const;
+
+  std::vector<Tensor> group_queries_;  // per Phase-1 group: [slots, d] f32, gain folded in
+  std::vector<StepMix> step_mix_;      // per plan step
   Tensor inv_freq_;                    // [head_dim / 2] f32
   size_t weight_bytes_ = 0;
   ParallelRole parallel_;

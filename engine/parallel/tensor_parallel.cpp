@@ -119,6 +119,7 @@ ModelWeights shard_weights(const ModelWeights& full, const ModelConfig& c,
     o.k_norm = l.k_norm;
     o.attn_res = l.attn_res;
     o.mlp_res = l.mlp_res;
+    o.v_res = l.v_res;  // depth weights are replicated, never sharded
     o.q_proj = l.q_proj.rows(q_begin, q_end);
     o.k_proj = l.k_proj.rows(kv_begin, kv_end);
     o.v_proj = l.v_proj.rows(kv_begin, kv_end);

@@ -15,7 +15,13 @@
 //   h = (a o + b p) / (a s + b);   out = h / rms(h) * prenorm_gain
 // Pass 1 reads p (dot + sum of squares), pass 2 writes h into out while summing h^2, pass 3
 // scales out in place. Every write of out[i] follows the reads of p[i] and o[i], so out may
-// alias p. With no query (plain pre-norm model) or no bank (m null) h = p.
+// alias p. With no bank (m null: a plain pre-norm model, or an unmixed sublayer) h = p.
+//
+// The open-attnres modes (ATTNRES.md §2d) are switches of the same two ops: Phase 1 may gate
+// every source by sigmoid(gate logits[t]) first (pre_gated: one thread-local gated copy of
+// each row); Phase 2 may drop the partial as a source, merge a null source with a constant
+// logit, add the partial to the mix (delta modes) and blend x and the mix with a scalar or
+// per-element gate. Those cases take a general per-element pass 2; 2a/2b keep the vector one.
 #include <omp.h>
 
 #include <algorithm>
@@ -78,7 +84,7 @@ float dots_any(int s_count, const float* queries, int64_t d, const float* x, flo
 }  // namespace
 
 void CpuBackend::depth_phase1(const Tensor& queries, const Tensor& bank, int n, float eps,
-                              Tensor& m, Tensor& s, Tensor& o) {
+                              Tensor& m, Tensor& s, Tensor& o, const Tensor* source_gate_logits) {
   ATTNRES_CHECK(queries.rank() == 2, "depth_phase1 queries " + shape_str(queries.shape));
   const int64_t s_dim = queries.dim(0), d = queries.dim(1);
   cpu::check_f32_rows(queries, d, "depth_phase1 queries");
@@ -91,6 +97,12 @@ void CpuBackend::depth_phase1(const Tensor& queries, const Tensor& bank, int n, 
                 "depth_phase1 m " + shape_str(m.shape) + " s " + shape_str(s.shape));
   cpu::check_f32_rows(o, d, "depth_phase1 o");
   ATTNRES_CHECK(o.numel() == s_dim * t_dim * d, "depth_phase1 o " + shape_str(o.shape));
+  const Tensor* gate = source_gate_logits;
+  if (gate) {
+    cpu::check_f32_rows(*gate, d, "depth_phase1 source gate");
+    ATTNRES_CHECK(gate->numel() == t_dim * d, "depth_phase1 source gate " + shape_str(gate->shape));
+  }
+  const float* gp = gate ? gate->ptr<float>() : nullptr;
 
   const float* qp = queries.ptr<float>();
   const float* bp = bank.ptr<float>();
@@ -100,10 +112,20 @@ void CpuBackend::depth_phase1(const Tensor& queries, const Tensor& bank, int n, 
   const bool parallel = threads_ > 1 && t_dim > 1;
 #pragma omp parallel for schedule(static) num_threads(threads_) if (parallel)
   for (int64_t t = 0; t < t_dim; ++t) {
+    std::vector<float> sig, gated;  // pre_gated: sigmoid(gate logits[t]) and a gated row
+    if (gp) {
+      sig.resize(d);
+      gated.resize(d);
+      for (int64_t i = 0; i < d; ++i) sig[i] = 1.0f / (1.0f + std::exp(-gp[t * d + i]));
+    }
     for (int64_t l0 = 0; l0 < s_dim; l0 += kMaxFusedS) {
       const int group = static_cast<int>(std::min<int64_t>(kMaxFusedS, s_dim - l0));
       for (int j = 0; j < n; ++j) {
         const float* row = bp + (static_cast<int64_t>(j) * t_dim + t) * d;
+        if (gp) {
+          for (int64_t i = 0; i < d; ++i) gated[i] = sig[i] * row[i];
+          row = gated.data();
+        }
         float dots[kMaxFusedS];
         const float ss = dots_any(group, qp + l0 * d, d, row, dots);
         const float inv_rms = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
@@ -141,17 +163,34 @@ void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& par
   cpu::check_f32_rows(out, d, "depth_phase2 out");
   const int64_t t_dim = cpu::rows_of(partial);
   ATTNRES_CHECK(out.numel() == partial.numel(), "depth_phase2 out " + shape_str(out.shape));
-  const bool mixing = mix.query != nullptr && mix.m != nullptr;
+  const bool mixing = mix.m != nullptr;
   if (!mixing) return rms_norm(partial, prenorm_gain, norm_eps, out);  // h = p
 
-  cpu::check_f32_rows(*mix.query, d, "depth_phase2 query");
-  ATTNRES_CHECK(mix.query->numel() == d, "depth_phase2 query " + shape_str(mix.query->shape));
+  if (mix.partial_is_source) {
+    ATTNRES_CHECK(mix.query != nullptr, "depth_phase2: the partial is a source but has no query");
+    cpu::check_f32_rows(*mix.query, d, "depth_phase2 query");
+    ATTNRES_CHECK(mix.query->numel() == d, "depth_phase2 query " + shape_str(mix.query->shape));
+  }
   ATTNRES_CHECK(mix.s && mix.o, "depth_phase2: m given without s / o");
   ATTNRES_CHECK(mix.m->dtype == DType::F32 && mix.s->dtype == DType::F32 &&
                     mix.m->numel() == t_dim && mix.s->numel() == t_dim,
                 "depth_phase2 m " + shape_str(mix.m->shape) + " s " + shape_str(mix.s->shape));
   cpu::check_f32_rows(*mix.o, d, "depth_phase2 o");
   ATTNRES_CHECK(mix.o->numel() == t_dim * d, "depth_phase2 o " + shape_str(mix.o->shape));
+  if (mix.null_source) {
+    cpu::check_f32_rows(*mix.null_source, d, "depth_phase2 null source");
+    ATTNRES_CHECK(mix.null_source->numel() == d,
+                  "depth_phase2 null source " + shape_str(mix.null_source->shape));
+  }
+  if (mix.gate == DepthGate::Vector) {
+    ATTNRES_CHECK(mix.gate_logits != nullptr, "depth_phase2: vector gate without gate logits");
+    cpu::check_f32_rows(*mix.gate_logits, d, "depth_phase2 gate logits");
+    ATTNRES_CHECK(mix.gate_logits->numel() == t_dim * d,
+                  "depth_phase2 gate logits " + shape_str(mix.gate_logits->shape));
+  }
+  const bool plain_mix =
+      mix.partial_is_source && !mix.adds_partial && !mix.null_source && mix.gate == DepthGate::None;
+  if (!plain_mix) return depth_phase2_general(mix, partial, prenorm_gain, norm_eps, out);
   const std::vector<float> gain = cpu::widen_vector(prenorm_gain, d, "depth_phase2 gain");
 
   const float* qv = mix.query->ptr<float>();
@@ -192,6 +231,64 @@ void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& par
     for (; i + kLanes <= d; i += kLanes)
       cpu::vstore(h + i, cpu::vmul(cpu::vmul(cpu::vload(h + i), vs), cpu::vload(gain.data() + i)));
     for (; i < d; ++i) h[i] = h[i] * inv_rms * gain[i];
+  }
+}
+
+// Phase 2 with the §2d switches (validated by depth_phase2_prenorm), per token: the extra
+// sources' logits, the online-softmax merge with the bank's (m, s, o), the residual base,
+// the gate, then the PreNorm. One element at a time: each out[i] is written after p[i] (and
+// o[i], the null source and the gate logit) are read, so out may alias p.
+void CpuBackend::depth_phase2_general(const DepthMixArgs& mix, const Tensor& partial,
+                                      const Tensor& prenorm_gain, float norm_eps, Tensor& out) {
+  const int64_t d = partial.dim(-1);
+  const int64_t t_dim = cpu::rows_of(partial);
+  const std::vector<float> gain = cpu::widen_vector(prenorm_gain, d, "depth_phase2 gain");
+  const float* qv = mix.partial_is_source ? mix.query->ptr<float>() : nullptr;
+  const float* nv = mix.null_source ? mix.null_source->ptr<float>() : nullptr;
+  const float* gl = mix.gate == DepthGate::Vector ? mix.gate_logits->ptr<float>() : nullptr;
+  const float* mp = mix.m->ptr<float>();
+  const float* sp = mix.s->ptr<float>();
+  const float* opp = mix.o->ptr<float>();
+  const float* pp = partial.ptr<float>();
+  float* outp = out.ptr<float>();
+  const float inv_d = 1.0f / static_cast<float>(d);
+  const bool parallel = threads_ > 1 && t_dim > 1;
+#pragma omp parallel for schedule(static) num_threads(threads_) if (parallel)
+  for (int64_t t = 0; t < t_dim; ++t) {
+    const float* p = pp + t * d;
+    const float* ot = opp + t * d;
+    float* h = outp + t * d;
+    float big = mp[t], q = 0.0f;
+    if (qv) {
+      float dot;
+      const float ss = dots_and_squares<1>(qv, d, p, &dot);
+      q = dot / std::sqrt(ss * inv_d + mix.mix_eps) + mix.bias;
+      big = std::max(big, q);
+    }
+    if (nv) big = std::max(big, mix.null_logit);
+    const float a = std::exp(mp[t] - big);
+    const float b = qv ? std::exp(q - big) : 0.0f;
+    const float c = nv ? std::exp(mix.null_logit - big) : 0.0f;
+    const float inv_den = 1.0f / (a * sp[t] + b + c);
+    const float wa = a * inv_den, wb = b * inv_den, wc = c * inv_den;
+    const float* glt = gl ? gl + t * d : nullptr;
+    float hss = 0.0f;
+    for (int64_t i = 0; i < d; ++i) {
+      const float x = p[i];
+      float hm = wa * ot[i] + wb * x;
+      if (nv) hm += wc * nv[i];
+      if (mix.adds_partial) hm += x;
+      float hv = hm;
+      if (mix.gate == DepthGate::Scalar) {
+        hv = x + mix.gate_blend * (hm - x);
+      } else if (glt) {
+        hv = x + (hm - x) / (1.0f + std::exp(-glt[i]));
+      }
+      h[i] = hv;
+      hss += hv * hv;
+    }
+    const float inv_rms = 1.0f / std::sqrt(hss * inv_d + norm_eps);
+    for (int64_t i = 0; i < d; ++i) h[i] = h[i] * inv_rms * gain[i];
   }
 }
 

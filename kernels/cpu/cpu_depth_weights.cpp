@@ -1,7 +1,9 @@
 // Depth-attention weights of one mixing step, for introspection (ATTNRES.md §5), per token t:
-//   logit_j = query . src_j / rms(src_j)  (+ bias for j = n)     rms(x) = sqrt(mean(x^2) + eps)
-//   out[t, j] = softmax_j(logit)          src_j = bank[j, t] (j < n), src_n = partial[t]
-// Layout: query [d], bank [>= n, T, d] (first n live), partial [T, d], out [T, n + 1], f32.
+//   logit_j = query . src_j / rms(src_j)  (+ bias for the partial)  rms(x) = sqrt(mean(x^2) + eps)
+//   out[t, j] = softmax_j(logit)
+// over the sources [null (constant logit)?] + bank[0, n) + [partial?] (ATTNRES.md §2d); under
+// pre_gated each bank source is sigmoid(gate logits[t]) * bank[j, t] first.
+// Layout: query [d], bank [>= n, T, d] (first n live), partial [T, d], out [T, width], f32.
 // The forward runs it only for steps where some request asked for the weights, so it favours
 // clarity over the two-phase fusion of cpu_depth_mix.cpp: one pass per source computes the dot
 // product and the sum of squares together (the same arithmetic as Phase 1's logits), then a
@@ -39,7 +41,8 @@ float source_logit(const float* query, const float* x, int64_t d, float eps) {
 }  // namespace
 
 void CpuBackend::depth_weights(const Tensor& query, const Tensor& bank, int n,
-                               const Tensor& partial, float bias, float eps, Tensor& out) {
+                               const Tensor& partial, float bias, float eps, Tensor& out,
+                               const DepthSourceSwitches& sources) {
   ATTNRES_CHECK(partial.rank() == 2, "depth_weights partial " + shape_str(partial.shape));
   const int64_t t_dim = partial.dim(0), d = partial.dim(1);
   cpu::check_f32_rows(partial, d, "depth_weights partial");
@@ -49,26 +52,43 @@ void CpuBackend::depth_weights(const Tensor& query, const Tensor& bank, int n,
                 "depth_weights bank " + shape_str(bank.shape) + " n " + std::to_string(n) + " T " +
                     std::to_string(t_dim));
   cpu::check_f32_rows(bank, d, "depth_weights bank");
-  cpu::check_f32_rows(out, n + 1, "depth_weights out");
+  const int width = sources.width(n);
+  cpu::check_f32_rows(out, width, "depth_weights out");
   ATTNRES_CHECK(cpu::rows_of(out) == t_dim, "depth_weights out " + shape_str(out.shape));
+  const Tensor* gate = sources.source_gate_logits;
+  if (gate) {
+    cpu::check_f32_rows(*gate, d, "depth_weights source gate");
+    ATTNRES_CHECK(gate->numel() == t_dim * d,
+                  "depth_weights source gate " + shape_str(gate->shape));
+  }
 
   const float* qp = query.ptr<float>();
   const float* bp = bank.ptr<float>();
   const float* pp = partial.ptr<float>();
+  const float* gp = gate ? gate->ptr<float>() : nullptr;
   float* op = out.ptr<float>();
+  const int first_bank = sources.has_null ? 1 : 0;
   const bool parallel = threads_ > 1 && t_dim > 1;
 #pragma omp parallel for schedule(static) num_threads(threads_) if (parallel)
   for (int64_t t = 0; t < t_dim; ++t) {
-    float* w = op + t * (n + 1);
+    float* w = op + t * width;
+    std::vector<float> gated;  // pre_gated: sigmoid(gate) * source, one source at a time
+    if (sources.has_null) w[0] = sources.null_logit;
     for (int j = 0; j < n; ++j) {
-      w[j] = source_logit(qp, bp + (static_cast<int64_t>(j) * t_dim + t) * d, d, eps);
+      const float* src = bp + (static_cast<int64_t>(j) * t_dim + t) * d;
+      if (gp) {
+        gated.resize(d);
+        for (int64_t i = 0; i < d; ++i) gated[i] = src[i] / (1.0f + std::exp(-gp[t * d + i]));
+        src = gated.data();
+      }
+      w[first_bank + j] = source_logit(qp, src, d, eps);
     }
-    w[n] = source_logit(qp, pp + t * d, d, eps) + bias;
-    const float big = *std::max_element(w, w + n + 1);
+    if (sources.partial_is_source) w[width - 1] = source_logit(qp, pp + t * d, d, eps) + bias;
+    const float big = *std::max_element(w, w + width);
     float sum = 0.0f;
-    for (int j = 0; j <= n; ++j) sum += (w[j] = std::exp(w[j] - big));
+    for (int j = 0; j < width; ++j) sum += (w[j] = std::exp(w[j] - big));
     const float inv = 1.0f / sum;
-    for (int j = 0; j <= n; ++j) w[j] *= inv;
+    for (int j = 0; j < width; ++j) w[j] *= inv;
   }
 }
 

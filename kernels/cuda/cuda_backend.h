@@ -74,11 +74,12 @@ class CudaBackend : public Backend {
   void add_inplace(Tensor& x, const Tensor& y) override;
   void gather_rows(const Tensor& x, std::span<const int32_t> rows, Tensor& out) override;
   void depth_phase1(const Tensor& queries, const Tensor& bank, int n, float eps, Tensor& m,
-                    Tensor& s, Tensor& o) override;
+                    Tensor& s, Tensor& o, const Tensor* source_gate_logits = nullptr) override;
   void depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& partial,
                             const Tensor& prenorm_gain, float norm_eps, Tensor& out) override;
   void depth_weights(const Tensor& query, const Tensor& bank, int n, const Tensor& partial,
-                     float bias, float eps, Tensor& out) override;
+                     float bias, float eps, Tensor& out,
+                     const DepthSourceSwitches& sources = {}) override;
 
   // The stream every op runs on (for timing with events, or graph capture by the caller).
   CUstream_st* stream() const;

@@ -24,6 +24,12 @@
 // summing h^2, pass 3 scales out in place. A thread only writes elements it read itself, and
 // pass 1's reads of p are behind the reduction barrier, so out may alias p. The no-mix
 // case (plain pre-norm model, or an empty bank) is launch_rms_norm, called by the op.
+//
+// The open-attnres switches (ATTNRES.md §2d), mirroring kernels/cpu/cpu_depth_mix.cpp:
+// Phase 1 may gate every source by sigmoid(gate logits[t]) (pre_gated; recomputed where the
+// row is read, so nothing extra is stored); the general Phase 2 kernel drops the partial as
+// a source, merges a null source with a constant logit, adds the partial to the mix and
+// blends x and the mix with a scalar or per-element gate, in the same three passes.
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -36,8 +42,13 @@ template <int S>
 __global__ void depth_phase1_kernel(const float* __restrict__ queries,
                                     const float* __restrict__ bank, int n, int64_t T, int64_t d,
                                     float eps, float* __restrict__ m, float* __restrict__ s,
-                                    float* __restrict__ o) {
+                                    float* __restrict__ o, const float* __restrict__ gate_logits) {
   const int64_t t = blockIdx.x;
+  const float* gate = gate_logits ? gate_logits + t * d : nullptr;
+  // The source value at element i: the bank row, gated under pre_gated.
+  auto source = [gate](const float* row, int64_t i) {
+    return gate ? row[i] / (1.0f + expf(-gate[i])) : row[i];
+  };
   float m_run[S], s_run[S];
 #pragma unroll
   for (int l = 0; l < S; ++l) m_run[l] = s_run[l] = 0.0f;
@@ -47,7 +58,7 @@ __global__ void depth_phase1_kernel(const float* __restrict__ queries,
 #pragma unroll
     for (int l = 0; l <= S; ++l) acc[l] = 0.0f;
     for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-      const float x = row[i];
+      const float x = source(row, i);
       acc[S] += x * x;
 #pragma unroll
       for (int l = 0; l < S; ++l) acc[l] += queries[l * d + i] * x;
@@ -61,15 +72,15 @@ __global__ void depth_phase1_kernel(const float* __restrict__ queries,
       if (j == 0) {
         m_run[l] = logit;
         s_run[l] = 1.0f;
-        for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ol[i] = row[i];
+        for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ol[i] = source(row, i);
       } else if (logit > m_run[l]) {  // new max: rescale what was accumulated
         const float c = expf(m_run[l] - logit);
-        for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ol[i] = ol[i] * c + row[i];
+        for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ol[i] = ol[i] * c + source(row, i);
         s_run[l] = s_run[l] * c + 1.0f;
         m_run[l] = logit;
       } else {
         const float w = expf(logit - m_run[l]);
-        for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ol[i] = ol[i] + w * row[i];
+        for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ol[i] = ol[i] + w * source(row, i);
         s_run[l] += w;
       }
     }
@@ -120,18 +131,70 @@ __global__ void depth_phase2_prenorm_kernel(
     outr[i] = outr[i] * inv_rms * to_f32(gain[i]);
 }
 
+// Phase 2 with the §2d switches, one block per token; see the header comment.
+template <class G>
+__global__ void depth_phase2_general_kernel(DepthPhase2Params p) {
+  const int64_t t = blockIdx.x, d = p.d;
+  const float* pr = p.partial + t * d;
+  const float* orow = p.o + t * d;
+  const float* gl = p.gate == 2 ? p.gate_logits + t * d : nullptr;
+  const G* gain = static_cast<const G*>(p.gain);
+  float* outr = p.out + t * d;
+  const float inv_d = 1.0f / static_cast<float>(d);
+
+  float big = p.m[t], q = 0.0f;
+  if (p.query) {
+    float acc[2] = {0.0f, 0.0f};  // query . p, p . p
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+      const float x = pr[i];
+      acc[0] += p.query[i] * x;
+      acc[1] += x * x;
+    }
+    block_sum_n<2>(acc);
+    q = acc[0] / sqrtf(acc[1] * inv_d + p.mix_eps) + p.bias;
+    big = fmaxf(big, q);
+  }
+  if (p.null_source) big = fmaxf(big, p.null_logit);
+  const float a = expf(p.m[t] - big);
+  const float b = p.query ? expf(q - big) : 0.0f;
+  const float c = p.null_source ? expf(p.null_logit - big) : 0.0f;
+  const float inv_den = 1.0f / (a * p.s[t] + b + c);
+  const float wa = a * inv_den, wb = b * inv_den, wc = c * inv_den;
+
+  float hss = 0.0f;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    const float x = pr[i];
+    float hm = wa * orow[i] + wb * x;
+    if (p.null_source) hm += wc * p.null_source[i];
+    if (p.adds_partial) hm += x;
+    float h = hm;
+    if (p.gate == 1) {
+      h = x + p.gate_blend * (hm - x);
+    } else if (gl) {
+      h = x + (hm - x) / (1.0f + expf(-gl[i]));
+    }
+    outr[i] = h;
+    hss += h * h;
+  }
+  hss = block_sum(hss);
+  const float inv_rms = 1.0f / sqrtf(hss * inv_d + p.norm_eps);
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
+    outr[i] = outr[i] * inv_rms * to_f32(gain[i]);
+}
+
 template <int S>
 void launch_phase1_group(const float* queries, const float* bank, int n, int64_t T, int64_t d,
-                         float eps, float* m, float* s, float* o, cudaStream_t stream) {
+                         float eps, float* m, float* s, float* o, const float* gate_logits,
+                         cudaStream_t stream) {
   depth_phase1_kernel<S><<<static_cast<unsigned>(T), row_block_threads(d), 0, stream>>>(
-      queries, bank, n, T, d, eps, m, s, o);
+      queries, bank, n, T, d, eps, m, s, o, gate_logits);
 }
 
 }  // namespace
 
 void launch_depth_phase1(const float* queries, int num_queries, const float* bank, int n,
                          int64_t num_tokens, int64_t d, float eps, float* m, float* s, float* o,
-                         cudaStream_t stream) {
+                         const float* source_gate_logits, cudaStream_t stream) {
   if (num_tokens == 0 || num_queries == 0) return;
   const int64_t T = num_tokens;
   for (int l0 = 0; l0 < num_queries; l0 += kMaxFusedQueries) {
@@ -142,28 +205,28 @@ void launch_depth_phase1(const float* queries, int num_queries, const float* ban
     float* og = o + static_cast<int64_t>(l0) * T * d;
     switch (group) {
       case 1:
-        launch_phase1_group<1>(qg, bank, n, T, d, eps, mg, sg, og, stream);
+        launch_phase1_group<1>(qg, bank, n, T, d, eps, mg, sg, og, source_gate_logits, stream);
         break;
       case 2:
-        launch_phase1_group<2>(qg, bank, n, T, d, eps, mg, sg, og, stream);
+        launch_phase1_group<2>(qg, bank, n, T, d, eps, mg, sg, og, source_gate_logits, stream);
         break;
       case 3:
-        launch_phase1_group<3>(qg, bank, n, T, d, eps, mg, sg, og, stream);
+        launch_phase1_group<3>(qg, bank, n, T, d, eps, mg, sg, og, source_gate_logits, stream);
         break;
       case 4:
-        launch_phase1_group<4>(qg, bank, n, T, d, eps, mg, sg, og, stream);
+        launch_phase1_group<4>(qg, bank, n, T, d, eps, mg, sg, og, source_gate_logits, stream);
         break;
       case 5:
-        launch_phase1_group<5>(qg, bank, n, T, d, eps, mg, sg, og, stream);
+        launch_phase1_group<5>(qg, bank, n, T, d, eps, mg, sg, og, source_gate_logits, stream);
         break;
       case 6:
-        launch_phase1_group<6>(qg, bank, n, T, d, eps, mg, sg, og, stream);
+        launch_phase1_group<6>(qg, bank, n, T, d, eps, mg, sg, og, source_gate_logits, stream);
         break;
       case 7:
-        launch_phase1_group<7>(qg, bank, n, T, d, eps, mg, sg, og, stream);
+        launch_phase1_group<7>(qg, bank, n, T, d, eps, mg, sg, og, source_gate_logits, stream);
         break;
       default:
-        launch_phase1_group<8>(qg, bank, n, T, d, eps, mg, sg, og, stream);
+        launch_phase1_group<8>(qg, bank, n, T, d, eps, mg, sg, og, source_gate_logits, stream);
         break;
     }
     CUDA_CHECK_LAUNCH();
@@ -180,6 +243,17 @@ void launch_depth_phase2_prenorm(const float* m, const float* s, const float* o,
     depth_phase2_prenorm_kernel<G>
         <<<static_cast<unsigned>(num_tokens), row_block_threads(d), 0, stream>>>(
             m, s, o, query, bias, mix_eps, partial, static_cast<const G*>(gain), norm_eps, d, out);
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_depth_phase2_general(const DepthPhase2Params& params, cudaStream_t stream) {
+  if (params.num_tokens == 0 || params.d == 0) return;
+  dispatch_float_dtype(params.gain_dtype, "depth_phase2 prenorm gain", [&](auto tag) {
+    using G = decltype(tag);
+    depth_phase2_general_kernel<G>
+        <<<static_cast<unsigned>(params.num_tokens), row_block_threads(params.d), 0, stream>>>(
+            params);
   });
   CUDA_CHECK_LAUNCH();
 }

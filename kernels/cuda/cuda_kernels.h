@@ -74,10 +74,11 @@ constexpr int kMaxAttentionHeadDim = 256;
 
 // --- cuda_depth_mix.cu ---
 // Phase 1 for S query rows (any S; done in groups of 8): see Backend::depth_phase1.
-// queries [S, d]; bank [>= n, T, d]; m, s [S, T]; o [S, T, d].
+// queries [S, d]; bank [>= n, T, d]; m, s [S, T]; o [S, T, d]. source_gate_logits [T, d] or
+// null (pre_gated: every source is sigmoid(gate) * bank row first).
 void launch_depth_phase1(const float* queries, int num_queries, const float* bank, int n,
                          int64_t num_tokens, int64_t d, float eps, float* m, float* s, float* o,
-                         cudaStream_t stream);
+                         const float* source_gate_logits, cudaStream_t stream);
 // Phase 2 + PreNorm: see Backend::depth_phase2_prenorm (the mixing case; the caller runs
 // launch_rms_norm when there is no mix). m, s [T]; o, p, out [T, d] (out may alias p).
 void launch_depth_phase2_prenorm(const float* m, const float* s, const float* o, const float* query,
@@ -85,11 +86,46 @@ void launch_depth_phase2_prenorm(const float* m, const float* s, const float* o,
                                  DType gain_dtype, float norm_eps, int64_t num_tokens, int64_t d,
                                  float* out, cudaStream_t stream);
 
+// Phase 2 + PreNorm with the ATTNRES.md §2d switches (Backend::DepthMixArgs): the partial
+// as a source or not, a null source, the partial added to the mix, a scalar or vector gate.
+struct DepthPhase2Params {
+  const float* m = nullptr;      // [T]
+  const float* s = nullptr;      // [T]
+  const float* o = nullptr;      // [T, d]
+  const float* query = nullptr;  // [d]; null: the partial is not a source
+  float bias = 0.0f, mix_eps = 1e-6f;
+  bool adds_partial = false;
+  const float* null_source = nullptr;  // [d] or null
+  float null_logit = 0.0f;
+  int gate = 0;  // 0 none, 1 scalar (gate_blend), 2 vector (sigmoid(gate_logits))
+  float gate_blend = 0.0f;
+  const float* gate_logits = nullptr;  // [T, d]
+  const float* partial = nullptr;      // [T, d]
+  const void* gain = nullptr;
+  DType gain_dtype = DType::F32;
+  float norm_eps = 1e-6f;
+  int64_t num_tokens = 0, d = 0;
+  float* out = nullptr;  // [T, d], may alias partial
+};
+void launch_depth_phase2_general(const DepthPhase2Params& params, cudaStream_t stream);
+
 // --- cuda_depth_weights.cu ---
 // The depth-mix weights of one mixing step: see Backend::depth_weights. query [d];
-// bank [>= n, T, d]; partial [T, d]; out [T, n + 1].
-void launch_depth_weights(const float* query, const float* bank, int n, const float* partial,
-                          float bias, float eps, int64_t num_tokens, int64_t d, float* out,
-                          cudaStream_t stream);
+// bank [>= n, T, d]; partial [T, d] or null (not a source); out [T, width] with
+// width = n + (has_null) + (partial != null); source_gate_logits [T, d] or null (pre_gated).
+struct DepthWeightsParams {
+  const float* query = nullptr;
+  const float* bank = nullptr;
+  int n = 0;
+  const float* partial = nullptr;
+  float bias = 0.0f;
+  bool has_null = false;
+  float null_logit = 0.0f;
+  const float* source_gate_logits = nullptr;
+  float eps = 1e-6f;
+  int64_t num_tokens = 0, d = 0;
+  float* out = nullptr;
+};
+void launch_depth_weights(const DepthWeightsParams& params, cudaStream_t stream);
 
 }  // namespace attnres::cuda

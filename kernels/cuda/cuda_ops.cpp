@@ -325,7 +325,7 @@ void CudaBackend::gather_rows(const Tensor& x, std::span<const int32_t> rows, Te
 }
 
 void CudaBackend::depth_phase1(const Tensor& queries, const Tensor& bank, int n, float eps,
-                               Tensor& m, Tensor& s, Tensor& o) {
+                               Tensor& m, Tensor& s, Tensor& o, const Tensor* source_gate_logits) {
   ATTNRES_CHECK(queries.rank() == 2, "depth_phase1 queries " + shape_str(queries.shape));
   const int64_t s_dim = queries.dim(0), d = queries.dim(1);
   check_f32_rows(queries, d, "depth_phase1 queries");
@@ -340,8 +340,14 @@ void CudaBackend::depth_phase1(const Tensor& queries, const Tensor& bank, int n,
                 "depth_phase1 m " + shape_str(m.shape) + " s " + shape_str(s.shape));
   check_f32_rows(o, d, "depth_phase1 o");
   ATTNRES_CHECK(o.numel() == s_dim * T * d, "depth_phase1 o " + shape_str(o.shape));
+  if (source_gate_logits) {
+    check_f32_rows(*source_gate_logits, d, "depth_phase1 source gate");
+    ATTNRES_CHECK(source_gate_logits->numel() == T * d,
+                  "depth_phase1 source gate " + shape_str(source_gate_logits->shape));
+  }
   cuda::launch_depth_phase1(f32(queries), static_cast<int>(s_dim), f32(bank), n, T, d, eps, f32(m),
-                            f32(s), f32(o), impl_->stream);
+                            f32(s), f32(o), source_gate_logits ? f32(*source_gate_logits) : nullptr,
+                            impl_->stream);
 }
 
 void CudaBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& partial,
@@ -352,11 +358,14 @@ void CudaBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& pa
   check_f32_rows(out, d, "depth_phase2 out");
   const int64_t T = rows_of(partial);
   ATTNRES_CHECK(out.numel() == partial.numel(), "depth_phase2 out " + shape_str(out.shape));
-  const bool mixing = mix.query != nullptr && mix.m != nullptr;
+  const bool mixing = mix.m != nullptr;
   if (!mixing) return rms_norm(partial, prenorm_gain, norm_eps, out);  // h = p
 
-  check_f32_rows(*mix.query, d, "depth_phase2 query");
-  ATTNRES_CHECK(mix.query->numel() == d, "depth_phase2 query " + shape_str(mix.query->shape));
+  if (mix.partial_is_source) {
+    ATTNRES_CHECK(mix.query != nullptr, "depth_phase2: the partial is a source but has no query");
+    check_f32_rows(*mix.query, d, "depth_phase2 query");
+    ATTNRES_CHECK(mix.query->numel() == d, "depth_phase2 query " + shape_str(mix.query->shape));
+  }
   ATTNRES_CHECK(mix.s && mix.o, "depth_phase2: m given without s / o");
   check_cuda(*mix.m, "depth_phase2 m");
   check_cuda(*mix.s, "depth_phase2 s");
@@ -366,13 +375,51 @@ void CudaBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& pa
   check_f32_rows(*mix.o, d, "depth_phase2 o");
   ATTNRES_CHECK(mix.o->numel() == T * d, "depth_phase2 o " + shape_str(mix.o->shape));
   check_float_vector(prenorm_gain, d, "depth_phase2 gain");
-  cuda::launch_depth_phase2_prenorm(f32(*mix.m), f32(*mix.s), f32(*mix.o), f32(*mix.query),
-                                    mix.bias, mix.mix_eps, f32(partial), prenorm_gain.data,
-                                    prenorm_gain.dtype, norm_eps, T, d, f32(out), impl_->stream);
+  const bool plain_mix =
+      mix.partial_is_source && !mix.adds_partial && !mix.null_source && mix.gate == DepthGate::None;
+  if (plain_mix) {
+    cuda::launch_depth_phase2_prenorm(f32(*mix.m), f32(*mix.s), f32(*mix.o), f32(*mix.query),
+                                      mix.bias, mix.mix_eps, f32(partial), prenorm_gain.data,
+                                      prenorm_gain.dtype, norm_eps, T, d, f32(out), impl_->stream);
+    return;
+  }
+  cuda::DepthPhase2Params p;
+  p.m = f32(*mix.m);
+  p.s = f32(*mix.s);
+  p.o = f32(*mix.o);
+  p.query = mix.partial_is_source ? f32(*mix.query) : nullptr;
+  p.bias = mix.bias;
+  p.mix_eps = mix.mix_eps;
+  p.adds_partial = mix.adds_partial;
+  if (mix.null_source) {
+    check_f32_rows(*mix.null_source, d, "depth_phase2 null source");
+    ATTNRES_CHECK(mix.null_source->numel() == d,
+                  "depth_phase2 null source " + shape_str(mix.null_source->shape));
+    p.null_source = f32(*mix.null_source);
+    p.null_logit = mix.null_logit;
+  }
+  p.gate = mix.gate == DepthGate::Scalar ? 1 : mix.gate == DepthGate::Vector ? 2 : 0;
+  p.gate_blend = mix.gate_blend;
+  if (mix.gate == DepthGate::Vector) {
+    ATTNRES_CHECK(mix.gate_logits != nullptr, "depth_phase2: vector gate without gate logits");
+    check_f32_rows(*mix.gate_logits, d, "depth_phase2 gate logits");
+    ATTNRES_CHECK(mix.gate_logits->numel() == T * d,
+                  "depth_phase2 gate logits " + shape_str(mix.gate_logits->shape));
+    p.gate_logits = f32(*mix.gate_logits);
+  }
+  p.partial = f32(partial);
+  p.gain = prenorm_gain.data;
+  p.gain_dtype = prenorm_gain.dtype;
+  p.norm_eps = norm_eps;
+  p.num_tokens = T;
+  p.d = d;
+  p.out = f32(out);
+  cuda::launch_depth_phase2_general(p, impl_->stream);
 }
 
 void CudaBackend::depth_weights(const Tensor& query, const Tensor& bank, int n,
-                                const Tensor& partial, float bias, float eps, Tensor& out) {
+                                const Tensor& partial, float bias, float eps, Tensor& out,
+                                const DepthSourceSwitches& sources) {
   ATTNRES_CHECK(partial.rank() == 2, "depth_weights partial " + shape_str(partial.shape));
   const int64_t T = partial.dim(0), d = partial.dim(1);
   check_f32_rows(partial, d, "depth_weights partial");
@@ -382,10 +429,27 @@ void CudaBackend::depth_weights(const Tensor& query, const Tensor& bank, int n,
                 "depth_weights bank " + shape_str(bank.shape) + " n " + std::to_string(n) + " T " +
                     std::to_string(T));
   check_f32_rows(bank, d, "depth_weights bank");
-  check_f32_rows(out, n + 1, "depth_weights out");
+  check_f32_rows(out, sources.width(n), "depth_weights out");
   ATTNRES_CHECK(rows_of(out) == T, "depth_weights out " + shape_str(out.shape));
-  cuda::launch_depth_weights(f32(query), f32(bank), n, f32(partial), bias, eps, T, d, f32(out),
-                             impl_->stream);
+  cuda::DepthWeightsParams p;
+  if (sources.source_gate_logits) {
+    check_f32_rows(*sources.source_gate_logits, d, "depth_weights source gate");
+    ATTNRES_CHECK(sources.source_gate_logits->numel() == T * d,
+                  "depth_weights source gate " + shape_str(sources.source_gate_logits->shape));
+    p.source_gate_logits = f32(*sources.source_gate_logits);
+  }
+  p.query = f32(query);
+  p.bank = f32(bank);
+  p.n = n;
+  p.partial = sources.partial_is_source ? f32(partial) : nullptr;
+  p.bias = bias;
+  p.has_null = sources.has_null;
+  p.null_logit = sources.null_logit;
+  p.eps = eps;
+  p.num_tokens = T;
+  p.d = d;
+  p.out = f32(out);
+  cuda::launch_depth_weights(p, impl_->stream);
 }
 
 }  // namespace attnres

@@ -1,7 +1,9 @@
 // attnres bench latency: engine-only latency at a fixed batch, input and output length,
 // reported next to the memory-bandwidth floor (PERF.md). Several --model values run in
-// the same process, one after the other, and are reported as ratios to the first: run an
-// AttnRes model and its no-AttnRes twin together to read the AttnRes overhead.
+// the same process, one after the other, and are reported as ratios to the first and to
+// their no-AttnRes twin (the plain model of the same shape, when one is in the run): run an
+// AttnRes model and its twin together to read the AttnRes overhead. --modes SIZE runs the
+// built-in plain-SIZE and attnres-SIZE in every attnres_mode (ATTNRES.md §2d).
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -20,6 +22,8 @@ namespace {
 
 struct LatencyResult {
   std::string model;
+  bool attnres = false;
+  int hidden = 0, layers = 0;     // the shape, to find the no-AttnRes twin
   double prefill_seconds = 0;     // median over iterations
   double decode_ms_per_step = 0;  // median
   double bytes_per_step = 0;
@@ -92,6 +96,9 @@ LatencyResult bench_one(const std::string& model_arg, const Flags& flags, double
   const double avg_context = input_len + output_len / 2.0;
   LatencyResult r;
   r.model = model.source;
+  r.attnres = c.attnres_mode != AttnResMode::None;
+  r.hidden = c.hidden_size;
+  r.layers = c.num_layers;
   r.prefill_seconds = median(prefill);
   r.decode_ms_per_step = median(decode);
   r.bytes_per_step = weight_bytes + batch * avg_context * kv_bytes_per_token /
@@ -110,6 +117,9 @@ int run_latency(const std::vector<std::string>& args) {
       {"iters", "N", "measured repetitions; medians are reported (default 3)"},
       {"warmup", "N", "unmeasured repetitions first (default 1)"},
       {"json", "FILE", "also write the results as JSON"},
+      {"modes", "SIZE",
+       "100m or 0.6b: the built-in plain twin, then that AttnRes shape in every "
+       "attnres_mode (added to any --model)"},
   };
   specs.insert(specs.end(), own.begin(), own.end());
   if (print_help_if_asked(
@@ -122,6 +132,14 @@ int run_latency(const std::vector<std::string>& args) {
   }
   Flags flags(specs, args);
   std::vector<std::string> models = flags.get_all("model");
+  if (flags.has("modes")) {
+    const std::string size = flags.get("modes");
+    models.push_back("builtin:plain-" + size);
+    for (const char* mode :
+         {"block", "full", "delta", "delta_block", "delta_v", "first_layer", "pre_gated"}) {
+      models.push_back("builtin:attnres-" + size + "@" + mode);
+    }
+  }
   if (models.empty()) models.push_back("");
   const double bandwidth = measure_copy_bandwidth_gbps();
   const int batch = flags.get_int("batch", 1);
@@ -129,17 +147,30 @@ int run_latency(const std::vector<std::string>& args) {
   std::printf("memory bandwidth (copy, read+write): %.1f GB/s\n", bandwidth);
   std::printf("batch %d, input %d, output %d\n\n", batch, input_len,
               flags.get_int("output-len", 32));
-  std::printf("%-28s %14s %14s %12s %10s %10s\n", "model", "prefill tok/s", "decode ms/step",
-              "floor ms", "of floor", "vs first");
+  std::printf("%-36s %14s %14s %12s %10s %10s %10s\n", "model", "prefill tok/s", "decode ms/step",
+              "floor ms", "of floor", "vs first", "vs twin");
   nlohmann::json out = nlohmann::json::array();
   double first_decode = 0;
+  std::vector<LatencyResult> done;
   for (const std::string& m : models) {
     LatencyResult r = bench_one(m, flags, bandwidth);
     if (first_decode == 0) first_decode = r.decode_ms_per_step;
     const double prefill_tps = batch * input_len / r.prefill_seconds;
-    std::printf("%-28s %14.1f %14.3f %12.3f %9.1f%% %9.3fx\n", r.model.c_str(), prefill_tps,
+    // The twin: a plain model of the same shape measured in this run.
+    const LatencyResult* twin = nullptr;
+    for (const LatencyResult& o : done) {
+      if (!o.attnres && o.hidden == r.hidden && o.layers == r.layers) twin = &o;
+    }
+    char vs_twin[32] = "-";
+    if (r.attnres && twin) {
+      std::snprintf(vs_twin, sizeof(vs_twin), "%+.1f%%",
+                    100.0 * (r.decode_ms_per_step / twin->decode_ms_per_step - 1.0));
+    }
+    std::printf("%-36s %14.1f %14.3f %12.3f %9.1f%% %9.3fx %10s\n", r.model.c_str(), prefill_tps,
                 r.decode_ms_per_step, r.floor_ms, 100.0 * r.floor_ms / r.decode_ms_per_step,
-                r.decode_ms_per_step / first_decode);
+                r.decode_ms_per_step / first_decode, vs_twin);
+    std::fflush(stdout);
+    done.push_back(r);
     out.push_back({{"model", r.model},
                    {"batch", batch},
                    {"input_len", input_len},
@@ -150,6 +181,9 @@ int run_latency(const std::vector<std::string>& args) {
                    {"floor_ms", r.floor_ms},
                    {"fraction_of_floor", r.floor_ms / r.decode_ms_per_step},
                    {"bandwidth_gbps", bandwidth}});
+    if (r.attnres && twin) {
+      out.back()["decode_overhead_vs_twin"] = r.decode_ms_per_step / twin->decode_ms_per_step - 1;
+    }
   }
   if (flags.has("json")) std::ofstream(flags.get("json")) << out.dump(2) << "\n";
   return 0;

@@ -4,7 +4,9 @@ its generated tokens, and the comparison with a stated tolerance.
 
 Expectations come from tests/reference/attnres_ref.py (the direct softmax form of ATTNRES.md,
 independent of the engine): Model.depth_matrices(ids) gives position t's matrix [mixes,
-width] with mix k's alpha over bank + [partial] in columns [0, n_sources) and NaN elsewhere.
+width] with mix k's alpha in the columns of its sources (bank + [partial] in columns
+[0, n_sources) for 2a / 2b; see the reference for the §2d modes) and NaN elsewhere;
+Model.depth_sources() labels the columns.
   prompt_mean  = mean over the prompt positions of their matrices
   per_token[k] = the matrix of position len(prompt) + k - 1 (the forward that produced token k)
 """
@@ -27,14 +29,16 @@ def proto_matrix(m) -> np.ndarray:
 
 
 def sublayer_labels(model) -> list[str]:
-    """What the engine calls the reference's mixes ("layers.3.attn" -> "layer 3 attention")."""
+    """What the engine calls the reference's mixes ("layers.3.attn" -> "layer 3 attention",
+    delta_v's "layers.3.attn_v" -> "layer 3 attention (V stream)")."""
+    kinds = {"attn": "attention", "mlp": "mlp", "attn_v": "attention (V stream)"}
     out = []
     for name in model.depth_names():
         if name == "final":
             out.append("final")
         else:
             _, i, kind = name.split(".")
-            out.append(f"layer {i} {'attention' if kind == 'attn' else 'mlp'}")
+            out.append(f"layer {i} {kinds[kind]}")
     return out
 
 
@@ -63,7 +67,8 @@ def check_depth_json(depth: dict, model, prompt, generated, tol: float, per_toke
     """A choice's depth_attention object against the reference."""
     mean, tokens = expected(model, prompt, generated)
     assert depth["sublayers"] == sublayer_labels(model), depth["sublayers"]
-    assert len(depth["sources"]) == mean.shape[1] and depth["sources"][0] == "embedding"
+    assert depth["sources"] == model.depth_sources(), depth["sources"]
+    assert len(depth["sources"]) == mean.shape[1]
     check_matrix(json_matrix(depth["prompt_mean"]), mean, tol, f"{what} prompt_mean")
     if not per_token:
         assert "per_token" not in depth, f"{what}: per_token without asking"

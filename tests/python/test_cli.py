@@ -94,6 +94,30 @@ def test_inspect_prints_the_depth_plan(attnres_bin, small_model):
     assert "mix[b0 p]" in text and "bank += p" in text
 
 
+def test_builtin_shape_takes_another_mode(attnres_bin):
+    """builtin:SHAPE@MODE+GATE (bench latency --modes uses it): the plan is that mode's."""
+    text = run(attnres_bin, "inspect", "--model", "builtin:demo@delta_v+sigmoid_vector").stdout
+    assert "depth plan: delta_v AttnRes" in text
+    assert "x + mix[b0]" in text and "V stream" in text and "gated" in text
+    out = generate_json(attnres_bin, "--model", "builtin:demo@pre_gated", "--prompt-ids", "1,2,3",
+                        "--max-tokens", "2", "--temperature", "0", "--ignore-eos")
+    assert len(out["token_ids"]) == 2
+
+
+def test_unsupported_attnres_mode_names_file_and_field(attnres_bin, small_model, tmp_path):
+    broken = tmp_path / "mode"
+    shutil.copytree(small_model, broken)
+    config = json.loads((broken / "config.json").read_text())
+    config["attnres_mode"] = "sparse_delta"
+    (broken / "config.json").write_text(json.dumps(config))
+    proc = run(attnres_bin, "inspect", "--model", broken, check=False)
+    assert proc.returncode == 1
+    assert "config.json" in proc.stderr and "attnres_mode" in proc.stderr
+    assert "sparse_delta" in proc.stderr
+    proc = run(attnres_bin, "inspect", "--model", "builtin:demo@sparse_delta", check=False)
+    assert proc.returncode == 1 and "attnres_mode" in proc.stderr
+
+
 @pytest.mark.parametrize("args, message", [
     (["generate", "--no-such-flag"], "unknown flag --no-such-flag"),
     (["generate", "--max-tokens"], "needs a value"),

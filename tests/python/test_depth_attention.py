@@ -58,6 +58,13 @@ CASES = [(v, "f32", {}) for v in ATTNRES_VARIANTS] + [
     ("attnres_block_reset", "bf16", {}),
     ("attnres_block", "f32", {"layers": 7}),          # P = 3, a ragged last block
     ("attnres_block_reset", "f32", {"layers": 5}),    # resets at layers 2 and 4
+    # ATTNRES.md §2d, compactly (the engine-level parity test has the whole matrix): a null
+    # column and a V-stream row; block deltas under a scalar gate; first_layer's lone source;
+    # pre-gated sources.
+    ("attnres_delta_v", "f32", {"gate": "sigmoid_vector", "null_source": True}),
+    ("attnres_delta_block", "f32", {"gate": "sigmoid_scalar"}),
+    ("attnres_first_layer", "f32", {}),
+    ("attnres_pre_gated", "f32", {}),
 ]
 
 

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import attnres_ref as ref
-from make_checkpoint import TOKENIZER_VOCAB, VARIANTS, make_checkpoint
+from make_checkpoint import GATE_TYPES, TOKENIZER_VOCAB, VARIANTS, make_checkpoint
 
 PLAIN_VARIANTS = ("qwen3", "qwen2", "llama")
 ROPE_TYPES = ref.ROPE_TYPES
@@ -182,6 +182,30 @@ LOGIT_CASES = (
     ]
 )
 
+# ATTNRES.md §2d: every attnres_mode x attnres_gate_type x null source the open-attnres code
+# can produce, through the CLI (cheap: no server). A null source outside the delta modes and
+# gate weights under first_layer / pre_gated are written but never read: those cases check
+# they are ignored. A few bf16 cases, and delta_block with more blocks than layers.
+_DELTA = ("attnres_delta", "attnres_delta_block", "attnres_delta_v")
+_CUMULATIVE = ("attnres_block", "attnres_block_reset", "attnres_full")
+MODE_CASES = (
+    [(v, "f32", {"gate": g, "null_source": n}) for v in _DELTA for g in GATE_TYPES
+     for n in (False, True)]
+    + [(v, "f32", {"gate": g}) for v in _CUMULATIVE for g in GATE_TYPES]
+    + [("attnres_block", "f32", {"gate": "sigmoid_vector", "null_source": True})]
+    + [(v, "f32", kw) for v in ("attnres_first_layer", "attnres_pre_gated")
+       for kw in ({}, {"gate": "sigmoid_vector", "null_source": True})]
+    + [
+        ("attnres_delta_block", "f32", {"num_blocks": 10}),  # more blocks than layers: P = 1
+        ("attnres_delta_v", "bf16", {"gate": "sigmoid_vector", "null_source": True}),
+        ("attnres_delta_block", "bf16", {"gate": "learnable_alpha"}),
+        ("attnres_block_reset", "bf16", {"gate": "sigmoid_scalar"}),
+        ("attnres_pre_gated", "bf16", {}),
+        ("attnres_first_layer", "bf16", {"layers": 6}),
+    ]
+)
+LOGIT_CASES = LOGIT_CASES + MODE_CASES
+
 
 # ----------------------------------------------------------------------------
 # tests
@@ -230,9 +254,16 @@ def test_inspect_prints_the_rope_settings_used(attnres_bin, checkpoint, variant,
     assert expect in out, out
 
 
+# One greedy run per scaled rope type in the v5 form, and per §2d mode (its gate and null
+# source varied across them).
 GREEDY_CASES = ([(v, s, {}) for v in VARIANTS for s in GREEDY_SEEDS]
                 + [(v, 1, {"rope": r, "config_form": "v5"}) for v in PLAIN_VARIANTS
-                   for r in ("linear", "yarn")])
+                   for r in ("linear", "yarn")]
+                + [("attnres_delta", 1, {"gate": "sigmoid_scalar", "null_source": True}),
+                   ("attnres_delta_block", 1, {"gate": "sigmoid_vector"}),
+                   ("attnres_delta_v", 1, {"gate": "learnable_alpha", "null_source": True}),
+                   ("attnres_first_layer", 1, {}),
+                   ("attnres_pre_gated", 1, {})])
 
 
 @pytest.mark.parametrize("variant,seed,kw", GREEDY_CASES,

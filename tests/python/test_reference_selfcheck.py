@@ -18,7 +18,7 @@ import pytest
 from safetensors.numpy import load_file
 
 import attnres_ref as ref
-from make_checkpoint import ATTNRES_VARIANTS, VARIANTS, make_checkpoint
+from make_checkpoint import ATTNRES_VARIANTS, MODE_VARIANTS, VARIANTS, make_checkpoint
 
 SMALL_VOCAB = 512
 
@@ -348,3 +348,43 @@ def test_attnres_variant_detection(small_ckpt, variant):
     assert model.block_reset == (variant == "attnres_block_reset")
     assert model.mode == ("full" if variant == "attnres_full" else "block")
     assert len(model.depth_names()) == len(model.depth_weights([1, 2, 3]))
+
+
+# ----------------------------------------------------------------------------
+# (e) the §2d modes: cache consistency, and the gates' two ends
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", MODE_VARIANTS)
+def test_modes_kv_cache_matches_full_forward(small_ckpt, variant):
+    model = ref.load(small_ckpt(variant, seed=5, gate="sigmoid_vector", null_source=True))
+    ids = random_ids(6, 8)
+    full = model.logits(ids)
+    cache = ref.KVCache()
+    rows = [model.forward(ids[:5], cache)] + [model.forward([t], cache) for t in ids[5:]]
+    np.testing.assert_allclose(np.concatenate(rows), full, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("variant", ["attnres_block", "attnres_full", "attnres_delta",
+                                     "attnres_delta_block", "attnres_delta_v"])
+def test_alpha_zero_is_the_plain_model_and_alpha_one_is_the_ungated_mix(small_ckpt, variant):
+    """learnable_alpha blends h = (1 - a) x + a h_mix: with a = 0 every sublayer reads x, which
+    is the plain pre-norm model on the same backbone; with a = 1 it is the mode without a gate.
+    Both ends are computed by other code paths of the reference (_plain, gate 'bias')."""
+    d = small_ckpt(variant, seed=3, gate="learnable_alpha", null_source=True)
+    ids = random_ids(7, 6)
+    model = ref.load(d)
+    gated = model.logits(ids)
+    alphas = [k for k in model.w if k.endswith("_res_alpha")]
+    assert alphas and all(abs(float(model.w[k])) > 0.05 for k in alphas)  # O(1), not the init
+    for k in alphas:
+        model.w[k] = np.float64(0.0)
+    plain = ref.load(d)
+    plain.attnres = False
+    np.testing.assert_allclose(model.logits(ids), plain.logits(ids), rtol=0, atol=1e-10)
+    for k in alphas:
+        model.w[k] = np.float64(1.0)
+    ungated = ref.load(d)
+    ungated.gate_type = "bias"
+    np.testing.assert_allclose(model.logits(ids), ungated.logits(ids), rtol=0, atol=1e-10)
+    assert not np.allclose(gated, ungated.logits(ids), atol=1e-3)  # the gate matters

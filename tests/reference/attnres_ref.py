@@ -12,8 +12,14 @@ API:
     m.logits(ids)          -> np.ndarray [T, vocab]   full causal forward
     m.greedy(prompt, n)    -> list[int]               argmax, no EOS stop
     m.depth_weights(ids)   -> list of [T, n_sources]  one per depth mix, in order
-    m.depth_names()        -> names of those mixes ("layers.0.attn", ..., "final")
+    m.depth_names()        -> names of those mixes ("layers.0.attn", ..., "final";
+                              delta_v's V-stream mix is "layers.0.attn_v")
     m.depth_matrices(ids)  -> [T, mixes, width] alphas laid out as sublayer x source slot
+    m.depth_sources()      -> the label of each source slot (column) of those matrices
+
+Every attnres_mode, attnres_gate_type and null source of ATTNRES.md §2d is written out as
+its own function below (_cumulative, _block_reset, _delta, _first_layer), each from that
+page's pseudocode.
     m.forward(ids, cache)  -> logits of `ids` appended after the cache's tokens
 """
 
@@ -87,6 +93,10 @@ def read_checkpoint_tensors(model_dir: Path) -> dict[str, np.ndarray]:
 def rms_norm(x: np.ndarray, gain: np.ndarray, eps: float) -> np.ndarray:
     """x / sqrt(mean(x^2) + eps) * g over the last axis."""
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * gain
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
 
 
 def silu(x: np.ndarray) -> np.ndarray:
@@ -259,8 +269,14 @@ class Model:
         self.mode = c.get("attnres_mode", "block")
         if self.attnres and self.block_reset and self.mode != "block":
             raise ValueError("final_res_* (variant 2b) requires attnres_mode 'block'")
-        nb = c.get("attnres_num_blocks") or 1
+        # Missing keys take the open-attnres code's defaults (ATTNRES.md §2d).
+        nb = min(c.get("attnres_num_blocks") or 8, self.n_layers)
         self.block_layers = math.ceil(self.n_layers / nb)  # P
+        self.gate_type = c.get("attnres_gate_type") or "bias"
+        self.null_source = bool(c.get("attnres_use_null_source", False))
+        if self.attnres and self.mode not in ("block", "full", "delta", "delta_block", "delta_v",
+                                              "first_layer", "pre_gated"):
+            raise ValueError(f"unknown attnres_mode {self.mode!r}")
 
         # LM head: HF ties when tie_word_embeddings (these model classes default it to
         # False); a checkpoint without lm_head.weight can only mean tied.
@@ -279,14 +295,17 @@ class Model:
 
     # --- sublayers (public so the self-check can drive its own two-phase loop) --
 
-    def attn_sublayer(self, i: int, h: np.ndarray, positions: np.ndarray, cache: KVCache | None) -> np.ndarray:
-        """Attention sublayer output for layer i given its (unnormalised) input h [T, d]."""
+    def attn_sublayer(self, i: int, h: np.ndarray, positions: np.ndarray, cache: KVCache | None,
+                      h_v: np.ndarray | None = None) -> np.ndarray:
+        """Attention sublayer output for layer i given its (unnormalised) input h [T, d].
+        h_v (delta_v): v comes from input_layernorm(h_v) instead, q and k from h."""
         L = lambda s: self._layer(i, s)
         x = rms_norm(h, L("input_layernorm.weight"), self.eps)
+        x_v = x if h_v is None else rms_norm(h_v, L("input_layernorm.weight"), self.eps)
         T, hd = h.shape[0], self.head_dim
         q = linear(x, L("self_attn.q_proj.weight"), L("self_attn.q_proj.bias"))
         k = linear(x, L("self_attn.k_proj.weight"), L("self_attn.k_proj.bias"))
-        v = linear(x, L("self_attn.v_proj.weight"), L("self_attn.v_proj.bias"))
+        v = linear(x_v, L("self_attn.v_proj.weight"), L("self_attn.v_proj.bias"))
         q = q.reshape(T, self.n_heads, hd).transpose(1, 0, 2)  # [H, T, hd]
         k = k.reshape(T, self.n_kv, hd).transpose(1, 0, 2)
         v = v.reshape(T, self.n_kv, hd).transpose(1, 0, 2)
@@ -328,20 +347,42 @@ class Model:
         b = self.w.get(f"{prefix}_bias")
         return w, g, (None if b is None else float(b))
 
-    def mix(self, sources: list[np.ndarray], prefix: str, name: str, trace: list | None) -> np.ndarray:
-        """Direct form: logit_j = w . RMSNorm(src_j) (+ bias on the LAST source), softmax, sum."""
+    def mix(self, sources: list[np.ndarray], prefix: str, name: str, trace: list | None,
+            use_bias: bool = True, labels: list[str] | None = None,
+            columns: list[int] | None = None) -> np.ndarray:
+        """Direct form: logit_j = w . RMSNorm(src_j) (+ bias on the LAST source when use_bias
+        and the checkpoint has one), softmax, sum. labels / columns: what each source holds and
+        its column in depth_matrices (default: columns 0..n-1)."""
         w, g, b = self.mix_params(prefix)
         S = np.stack(sources)                       # [n_src, T, d]
         logits = rms_norm(S, g, self.eps) @ w       # [n_src, T]
-        if b is not None:
+        if b is not None and use_bias:
             logits[-1] += b
         alpha = softmax(logits, axis=0)
         h = np.sum(alpha[:, :, None] * S, axis=0)
         if trace is not None:
-            trace.append({"name": name, "alpha": alpha.T.copy(), "h": h.copy(), "sources": S.copy()})
+            trace.append({"name": name, "alpha": alpha.T.copy(), "h": h.copy(), "sources": S.copy(),
+                          "labels": labels or [""] * len(sources),
+                          "columns": columns or list(range(len(sources)))})
         return h
 
-    # --- the three variants, each written as ATTNRES.md's pseudocode -------------
+    def gate(self, i: int, side: str, x: np.ndarray, h_mix: np.ndarray) -> np.ndarray:
+        """attnres_gate_type's blend of x (the sublayer's partial before any reset) and the
+        mix (ATTNRES.md §2d); side is 'attn' or 'mlp'."""
+        p = f"model.layers.{i}.{side}"
+        if self.gate_type == "sigmoid_scalar":
+            s = sigmoid(self.w[f"{p}_res_gate_logit"])
+        elif self.gate_type == "sigmoid_vector":
+            s = sigmoid(linear(x, self.w[f"{p}_res_gate_proj.weight"], self.w[f"{p}_res_gate_proj.bias"]))
+        elif self.gate_type == "learnable_alpha":
+            s = self.w[f"{p}_res_alpha"]
+        elif self.gate_type == "bias":
+            return h_mix
+        else:
+            raise ValueError(f"unknown attnres_gate_type {self.gate_type!r}")
+        return (1 - s) * x + s * h_mix
+
+    # --- the variants, each written as ATTNRES.md's pseudocode ---------------------
 
     def hidden_states(self, ids, positions, cache=None, trace=None) -> np.ndarray:
         """Final normed hidden [T, d]."""
@@ -350,6 +391,10 @@ class Model:
             return self._plain(e, positions, cache)
         if self.block_reset:
             return self._block_reset(e, positions, cache, trace)
+        if self.mode in ("delta", "delta_block", "delta_v", "pre_gated"):
+            return self._delta(e, positions, cache, trace)
+        if self.mode == "first_layer":
+            return self._first_layer(e, positions, cache, trace)
         return self._cumulative(e, positions, cache, trace)
 
     def _plain(self, e, positions, cache):  # 2c
@@ -363,30 +408,105 @@ class Model:
         full = self.mode == "full"
         P = self.block_layers
         bank, x = [e], e
+        names = ["embedding"]
         for i in range(self.n_layers):
-            h = self.mix(bank + [x], f"model.layers.{i}.attn_res", f"layers.{i}.attn", trace)
-            x = x + self.attn_sublayer(i, h, positions, cache)
+            lab = names + ["partial (running sum)"]
+            h = self.mix(bank + [x], f"model.layers.{i}.attn_res", f"layers.{i}.attn", trace, labels=lab)
+            x = x + self.attn_sublayer(i, self.gate(i, "attn", x, h), positions, cache)
             if full:
-                bank = bank + [x]
-            h = self.mix(bank + [x], f"model.layers.{i}.mlp_res", f"layers.{i}.mlp", trace)
-            x = x + self.mlp_sublayer(i, h)
+                bank, names = bank + [x], names + [f"after layer {i} attention"]
+            lab = names + ["partial (running sum)"]
+            h = self.mix(bank + [x], f"model.layers.{i}.mlp_res", f"layers.{i}.mlp", trace, labels=lab)
+            x = x + self.mlp_sublayer(i, self.gate(i, "mlp", x, h))
             if full or (i + 1) % P == 0:
-                bank = bank + [x]
+                bank, names = bank + [x], names + [f"after layer {i}"]
         return rms_norm(x, self.w["model.norm.weight"], self.eps)
+
+    def _block_label(self, k: int) -> str:
+        P = self.block_layers
+        first, last = (k - 1) * P, min(k * P, self.n_layers) - 1
+        span = f"(layer {first})" if first == last else f"(layers {first}-{last})"
+        return ("embedding + " if k == 1 else "") + f"block {k} {span}"
 
     def _block_reset(self, e, positions, cache, trace):  # 2b
         P = self.block_layers
         bank, p = [e], e
+        names = ["embedding"]
         for i in range(self.n_layers):
-            h = self.mix(bank + [p], f"model.layers.{i}.attn_res", f"layers.{i}.attn", trace)
+            lab = names + [self._block_label(len(bank))]
+            h = self.mix(bank + [p], f"model.layers.{i}.attn_res", f"layers.{i}.attn", trace, labels=lab)
+            h = self.gate(i, "attn", p, h)  # x = the partial before the reset
             if i > 0 and i % P == 0:  # after the attention-side mix
-                bank = bank + [p]
+                bank, names = bank + [p], names + [self._block_label(len(bank))]
                 p = np.zeros_like(p)
             p = p + self.attn_sublayer(i, h, positions, cache)
-            h = self.mix(bank + [p], f"model.layers.{i}.mlp_res", f"layers.{i}.mlp", trace)
-            p = p + self.mlp_sublayer(i, h)
-        h = self.mix(bank + [p], "model.final_res", "final", trace)
+            lab = names + [self._block_label(len(bank))]
+            h = self.mix(bank + [p], f"model.layers.{i}.mlp_res", f"layers.{i}.mlp", trace, labels=lab)
+            p = p + self.mlp_sublayer(i, self.gate(i, "mlp", p, h))
+        lab = names + [self._block_label(len(bank))]
+        h = self.mix(bank + [p], "model.final_res", "final", trace, labels=lab)  # never gated
         return rms_norm(h, self.w["model.norm.weight"], self.eps)
+
+    def _delta_mix(self, i, side, query, bank, names, x, trace, name):
+        """x + mix_nobias([null?] + bank); pre_gated gates the sources first."""
+        prefix = f"model.layers.{i}.{side}"
+        sources, labels = list(bank), list(names)
+        if self.mode == "pre_gated":
+            g = sigmoid(linear(x, self.w[f"{prefix}_pre_gate.weight"], self.w[f"{prefix}_pre_gate.bias"]))
+            sources = [g * s for s in sources]
+        elif self.null_source:
+            null = self.w[f"{prefix}_null_source"]
+            sources = [np.broadcast_to(null, x.shape)] + sources
+            labels = ["null source"] + labels
+        return x + self.mix(sources, f"model.layers.{i}.{query}", name, trace, use_bias=False,
+                            labels=labels)
+
+    def _delta(self, e, positions, cache, trace):  # delta, delta_block, delta_v, pre_gated
+        P = self.block_layers
+        per_block = self.mode == "delta_block"
+        bank, names, x, x_start = [e], ["embedding"], e, e
+        gated = self.mode != "pre_gated"
+        for i in range(self.n_layers):
+            h = self._delta_mix(i, "attn", "attn_res", bank, names, x, trace, f"layers.{i}.attn")
+            h = self.gate(i, "attn", x, h) if gated else h
+            h_v = None
+            if self.mode == "delta_v":  # the V stream: its own query, the attention's gate
+                h_v = self._delta_mix(i, "attn", "v_res", bank, names, x, trace, f"layers.{i}.attn_v")
+                h_v = self.gate(i, "attn", x, h_v)
+            out = self.attn_sublayer(i, h, positions, cache, h_v=h_v)
+            x = x + out
+            if not per_block:
+                bank, names = bank + [out], names + [f"attention output of layer {i}"]
+            h = self._delta_mix(i, "mlp", "mlp_res", bank, names, x, trace, f"layers.{i}.mlp")
+            out = self.mlp_sublayer(i, self.gate(i, "mlp", x, h) if gated else h)
+            x = x + out
+            if not per_block:
+                bank, names = bank + [out], names + [f"mlp output of layer {i}"]
+            elif (i + 1) % P == 0:
+                k = len(bank)
+                first, last = (k - 1) * P, min(k * P, self.n_layers) - 1
+                span = f"(layer {first})" if first == last else f"(layers {first}-{last})"
+                bank, names = bank + [x - x_start], names + [f"block {k} delta {span}"]
+                x_start = x
+        return rms_norm(x, self.w["model.norm.weight"], self.eps)
+
+    def _first_layer(self, e, positions, cache, trace):
+        """Layer 0 unmixed; later sublayers mix [x, out_1] (out_1 = layer 0's MLP output),
+        no bias, no gate. The engine lists out_1's column first: columns [1, 0]."""
+        x = e
+        out_1 = None
+        for i in range(self.n_layers):
+            lab = ["partial (running sum)", "mlp output of layer 0"]
+            h = x if out_1 is None else self.mix([x, out_1], f"model.layers.{i}.attn_res", f"layers.{i}.attn",
+                                                 trace, use_bias=False, labels=lab, columns=[1, 0])
+            x = x + self.attn_sublayer(i, h, positions, cache)
+            h = x if out_1 is None else self.mix([x, out_1], f"model.layers.{i}.mlp_res", f"layers.{i}.mlp",
+                                                 trace, use_bias=False, labels=lab, columns=[1, 0])
+            out = self.mlp_sublayer(i, h)
+            x = x + out
+            if i == 0:
+                out_1 = out
+        return rms_norm(x, self.w["model.norm.weight"], self.eps)
 
     # --- public API ---------------------------------------------------------------
 
@@ -418,26 +538,48 @@ class Model:
         self.forward(list(token_ids), trace=trace)
         return [t["alpha"] for t in trace]
 
+    def _trace_one_token(self) -> list:
+        trace = []
+        self.forward([0], trace=trace)
+        return trace
+
     def depth_matrices(self, token_ids) -> np.ndarray:
         """Every token's depth-attention matrix (ATTNRES.md §5): [T, mixes, width], row k is
-        mix k (order of depth_names()) and its alpha over sources bank + [partial] fills
-        columns [0, n_sources) in that order (so the partial sits in column n_sources - 1);
-        other cells are NaN. width = the most sources any mix has. A plain model: [T, 0, 0].
-        Position t's matrix is that of the forward at t: depth mixing never looks at other
-        tokens, so one causal pass over prompt + generated tokens gives every step's."""
-        alphas = self.depth_weights(token_ids)
+        mix k (order of depth_names()) and its alpha over its sources sits in the columns the
+        mix names (bank + [partial] in columns [0, n_sources) for 2a / 2b, the partial in column
+        n_sources - 1; [null] + bank for the delta modes; first_layer's [x, out_1] in columns
+        [1, 0]); other cells are NaN. width = one past the last column any mix uses. A plain
+        model: [T, 0, 0]. Position t's matrix is that of the forward at t: depth mixing never
+        looks at other tokens, so one causal pass over prompt + generated tokens gives every
+        step's."""
+        trace = []
+        self.forward(list(token_ids), trace=trace)
         T = len(token_ids)
-        width = max((a.shape[1] for a in alphas), default=0)
-        out = np.full((T, len(alphas), width), np.nan)
-        for k, a in enumerate(alphas):
-            out[:, k, : a.shape[1]] = a
+        width = max((max(t["columns"]) + 1 for t in trace), default=0)
+        out = np.full((T, len(trace), width), np.nan)
+        for k, t in enumerate(trace):
+            out[:, k, t["columns"]] = t["alpha"]
         return out
 
     def depth_names(self) -> list[str]:
         if not self.attnres:
             return []
-        names = [f"layers.{i}.{s}" for i in range(self.n_layers) for s in ("attn", "mlp")]
-        return names + (["final"] if self.block_reset else [])
+        return [t["name"] for t in self._trace_one_token()]
+
+    def depth_sources(self) -> list[str]:
+        """Column labels of depth_matrices: what each source slot holds. A column shared by a
+        bank entry and an earlier mix's partial (2a) is named after the bank entry."""
+        if not self.attnres:
+            return []
+        trace = self._trace_one_token()
+        width = max(max(t["columns"]) + 1 for t in trace)
+        labels = [None] * width
+        partial = {"partial (running sum)"}
+        for t in trace:
+            for col, lab in zip(t["columns"], t["labels"]):
+                if labels[col] is None or (labels[col] in partial and lab not in partial):
+                    labels[col] = lab
+        return labels
 
 
 def load(model_dir) -> Model:

@@ -9,6 +9,12 @@ Variants:
     attnres_full         2a cumulative, attnres_mode full
     attnres_block_reset  2b block sums with reset + final_res_* mix
     attnres_nobias       2a block, no *_res_bias tensors, no attnres_gate_type
+    attnres_delta        ATTNRES.md §2d modes (4 layers, 3 blocks -> P = 2): delta,
+    attnres_delta_block    delta_block, delta_v, first_layer, pre_gated. They and the
+    attnres_delta_v        block / full / block_reset variants take --gate (bias,
+    attnres_first_layer    sigmoid_scalar, sigmoid_vector, learnable_alpha) and
+    attnres_pre_gated      --null-source; the file then holds every tensor the open-attnres
+                           code creates for that config, read by the mode or not.
     qwen3                plain Qwen3 (q_norm/k_norm)
     qwen2                plain Qwen2 (q/k/v biases, no q/k norm)
     llama                plain Llama, rope_scaling llama3, untied lm_head
@@ -46,6 +52,12 @@ TOKENIZER_VOCAB = 50257  # real rows; vocab_size above this is padding
 
 VARIANTS = ("attnres_block", "attnres_full", "attnres_block_reset", "attnres_nobias", "qwen3", "qwen2", "llama")
 ATTNRES_VARIANTS = VARIANTS[:4]
+# The §2d modes: kept out of VARIANTS so the server-level suites stay compact; the engine-
+# level parity test runs them across every gate and null-source option.
+MODE_VARIANTS = ("attnres_delta", "attnres_delta_block", "attnres_delta_v", "attnres_first_layer",
+                 "attnres_pre_gated")
+ALL_VARIANTS = VARIANTS + MODE_VARIANTS
+GATE_TYPES = ("bias", "sigmoid_scalar", "sigmoid_vector", "learnable_alpha")
 
 # Scalings with a small original context so that they change frequencies at the short
 # positions the tests use (yarn's ramp then covers the first dimensions).
@@ -74,9 +86,9 @@ CHATML_TEMPLATE = (
 
 def _defaults(variant: str) -> dict:
     """Per-variant shape and flag defaults (all overridable)."""
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}; one of {VARIANTS}")
-    qwen3_like = variant in ATTNRES_VARIANTS or variant == "qwen3"
+    if variant not in ALL_VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; one of {ALL_VARIANTS}")
+    qwen3_like = variant in ATTNRES_VARIANTS + MODE_VARIANTS or variant == "qwen3"
     return {
         "layers": 6 if variant in ("attnres_block", "attnres_block_reset", "attnres_nobias") else 4,
         "num_blocks": 3,
@@ -89,8 +101,30 @@ def _defaults(variant: str) -> dict:
     }
 
 
+def _mode_tensors(t, p, variant, hidden, gate, null_source, normal, gain, scalar):
+    """The §2d tensors of one layer (prefix p), every one the open-attnres code creates for
+    this config, all non-zero and O(1) so that a mode computed wrongly shows in the logits."""
+    for side in ("attn", "mlp"):
+        if gate == "sigmoid_scalar":
+            scalar(p + f"{side}_res_gate_logit", 0.0, 1.0)
+        elif gate == "sigmoid_vector":
+            normal(p + f"{side}_res_gate_proj.weight", (hidden, hidden), 1.0 / np.sqrt(hidden))
+            normal(p + f"{side}_res_gate_proj.bias", (hidden,), 0.5)
+        elif gate == "learnable_alpha":
+            scalar(p + f"{side}_res_alpha", 0.5, 0.2)
+        if null_source:
+            normal(p + f"{side}_null_source", (hidden,), 0.5)
+        if variant == "attnres_pre_gated":
+            normal(p + f"{side}_pre_gate.weight", (hidden, hidden), 1.0 / np.sqrt(hidden))
+            normal(p + f"{side}_pre_gate.bias", (hidden,), 0.5)
+    if variant == "attnres_delta_v":
+        normal(p + "v_res_proj.weight", (1, hidden), 0.3)
+        gain(p + "v_res_norm.weight", hidden)
+
+
 def _rng_tensors(variant, seed, layers, hidden, heads, kv_heads, head_dim, ffn, vocab,
-                 tied, attention_bias, mlp_bias, pad_scale=0.01) -> dict[str, np.ndarray]:
+                 tied, attention_bias, mlp_bias, pad_scale=0.01, gate="bias",
+                 null_source=False) -> dict[str, np.ndarray]:
     """All tensors as float32, drawn in a fixed order from one generator.
 
     Scales are chosen so that activations stay O(1), attention and depth softmaxes are
@@ -110,7 +144,10 @@ def _rng_tensors(variant, seed, layers, hidden, heads, kv_heads, head_dim, ffn, 
     def bias0(name):  # 0-dim tensor, as the 2a checkpoints store it
         t[name] = np.array(rng.normal(0.0, 1.0), dtype=np.float32)
 
-    attnres = variant in ATTNRES_VARIANTS
+    def scalar(name, mean, std):  # a 0-dim gate logit or alpha
+        t[name] = np.array(rng.normal(mean, std), dtype=np.float32)
+
+    attnres = variant in ATTNRES_VARIANTS + MODE_VARIANTS
     res_bias = attnres and variant != "attnres_nobias"
     qk_norm = attnres or variant == "qwen3"
     qkv_bias = variant == "qwen2" or attention_bias
@@ -157,6 +194,7 @@ def _rng_tensors(variant, seed, layers, hidden, heads, kv_heads, head_dim, ffn, 
                 gain(p + f"{side}_norm.weight", hidden)
                 if res_bias:
                     bias0(p + f"{side}_bias")
+            _mode_tensors(t, p, variant, hidden, gate, null_source, normal, gain, scalar)
     gain("model.norm.weight", hidden)
     if variant == "attnres_block_reset":
         normal("model.final_res_proj.weight", (1, hidden), 0.3)
@@ -169,7 +207,7 @@ def _rng_tensors(variant, seed, layers, hidden, heads, kv_heads, head_dim, ffn, 
 
 
 def _config(variant, layers, hidden, heads, kv_heads, head_dim, ffn, vocab, tied, dtype,
-            num_blocks, attention_bias, mlp_bias) -> dict:
+            num_blocks, attention_bias, mlp_bias, gate="bias", null_source=False) -> dict:
     """config.json with the fields real HF configs of each family carry."""
     c = {
         "architectures": None,
@@ -195,19 +233,22 @@ def _config(variant, layers, hidden, heads, kv_heads, head_dim, ffn, vocab, tied
         "use_cache": True,
         "transformers_version": "4.51.0",
     }
-    if variant in ATTNRES_VARIANTS or variant == "qwen3":
+    if variant in ATTNRES_VARIANTS + MODE_VARIANTS or variant == "qwen3":
         c["architectures"] = ["Qwen3ForCausalLM"]
         c["model_type"] = "qwen3"
         c.update(attention_bias=attention_bias, use_sliding_window=False, sliding_window=None,
                  max_window_layers=layers)
-    if variant in ATTNRES_VARIANTS:
+    if variant in ATTNRES_VARIANTS + MODE_VARIANTS:
         c["architectures"] = ["Qwen3AttnResForCausalLM"]
         c["model_type"] = "qwen3_attnres"
-        c["attnres_mode"] = "full" if variant == "attnres_full" else "block"
+        c["attnres_mode"] = ("full" if variant == "attnres_full" else "block"
+                             if variant in ATTNRES_VARIANTS else variant[len("attnres_"):])
         c["attnres_num_blocks"] = num_blocks
         c["attnres_recency_bias_init"] = 1.0  # the file's biases are random: never trust the init
         if variant != "attnres_nobias":
-            c["attnres_gate_type"] = "bias"
+            c["attnres_gate_type"] = gate
+        if null_source:
+            c["attnres_use_null_source"] = True
     elif variant == "qwen2":
         # Real Qwen2 configs have no attention_bias field: q/k/v biases are implied.
         c.update(architectures=["Qwen2ForCausalLM"], model_type="qwen2",
@@ -287,7 +328,8 @@ def make_checkpoint(out, variant: str, seed: int = 0, dtype: str = "f32", tied: 
                     num_blocks: int | None = None, vocab_size: int = 50304,
                     attention_bias: bool | None = None, mlp_bias: bool | None = None,
                     pad_scale: float = 0.01, rope: str | None = None,
-                    config_form: str = "v4") -> Path:
+                    config_form: str = "v4", gate: str = "bias",
+                    null_source: bool = False) -> Path:
     """Writes the checkpoint into `out` (created) and returns it as a Path. pad_scale scales
     the LM head's padding rows (ids past the GPT-2 tokenizer's 50257 tokens)."""
     d = _defaults(variant)
@@ -301,17 +343,21 @@ def make_checkpoint(out, variant: str, seed: int = 0, dtype: str = "f32", tied: 
         raise ValueError(f"dtype must be one of {sorted(NP_DTYPES)}")
     if heads % kv_heads:
         raise ValueError("heads must be a multiple of kv_heads")
+    if gate not in GATE_TYPES:
+        raise ValueError(f"gate must be one of {GATE_TYPES}")
+    if (gate != "bias" or null_source) and variant not in ATTNRES_VARIANTS + MODE_VARIANTS:
+        raise ValueError("--gate / --null-source need an AttnRes variant")
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     for stale in [*out.glob("model*.safetensors"), out / "model.safetensors.index.json"]:
         stale.unlink(missing_ok=True)  # re-generating into a dir must not mix layouts
     master = _rng_tensors(variant, seed, layers, hidden, heads, kv_heads, head_dim, ffn, vocab_size,
-                          tied, attention_bias, mlp_bias, pad_scale)
+                          tied, attention_bias, mlp_bias, pad_scale, gate, null_source)
     tensors = {k: v.astype(NP_DTYPES[dtype]) for k, v in master.items()}
     _write_weights(out, tensors, shards)
     config = _config(variant, layers, hidden, heads, kv_heads, head_dim, ffn, vocab_size, tied, dtype,
-                     num_blocks, attention_bias, mlp_bias)
+                     num_blocks, attention_bias, mlp_bias, gate, null_source)
     config = _apply_rope_options(config, rope, config_form)
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     gen = {"bos_token_id": GPT2_EOS, "eos_token_id": GPT2_EOS, "do_sample": False,
@@ -337,7 +383,7 @@ def _verify_read_back(out: Path, tensors: dict[str, np.ndarray]) -> None:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--variant", required=True, choices=VARIANTS)
+    ap.add_argument("--variant", required=True, choices=ALL_VARIANTS)
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dtype", default="f32", choices=sorted(NP_DTYPES))
@@ -356,12 +402,15 @@ def main(argv=None) -> None:
     ap.add_argument("--mlp-bias", action="store_true", default=None)
     ap.add_argument("--rope", choices=sorted(ROPE_SCALINGS))
     ap.add_argument("--config-form", default="v4", choices=CONFIG_FORMS)
+    ap.add_argument("--gate", default="bias", choices=GATE_TYPES)
+    ap.add_argument("--null-source", action="store_true")
     a = ap.parse_args(argv)
     out = make_checkpoint(a.out, a.variant, seed=a.seed, dtype=a.dtype, tied=a.tied, shards=a.shards,
                           layers=a.layers, hidden=a.hidden, heads=a.heads, kv_heads=a.kv_heads,
                           head_dim=a.head_dim, ffn=a.ffn, num_blocks=a.num_blocks,
                           vocab_size=a.vocab_size, attention_bias=a.attention_bias, mlp_bias=a.mlp_bias,
-                          rope=a.rope, config_form=a.config_form)
+                          rope=a.rope, config_form=a.config_form, gate=a.gate,
+                          null_source=a.null_source)
     print(out)
 
 

@@ -7,6 +7,8 @@
 // them f32, and the difference compounds over the layers).
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include <algorithm>
 #include <numeric>
 #include <random>
@@ -21,7 +23,10 @@
 namespace attnres::test {
 namespace {
 
-ModelConfig small_config(bool attnres, int layers, int blocks) {
+// mode: an attnres_mode ("" for a plain qwen3); gate / null_source: ATTNRES.md §2d.
+ModelConfig small_config(const std::string& mode, int layers, int blocks,
+                         const std::string& gate = "bias", bool null_source = false) {
+  const bool attnres = !mode.empty();
   nlohmann::json j = {{"model_type", attnres ? "qwen3_attnres" : "qwen3"},
                       {"hidden_size", 64},
                       {"intermediate_size", 96},
@@ -35,9 +40,10 @@ ModelConfig small_config(bool attnres, int layers, int blocks) {
                       {"rope_theta", 10000.0},
                       {"tie_word_embeddings", true}};
   if (attnres) {
-    j["attnres_mode"] = "block";
+    j["attnres_mode"] = mode;
     j["attnres_num_blocks"] = blocks;
-    j["attnres_gate_type"] = "bias";
+    j["attnres_gate_type"] = gate;
+    j["attnres_use_null_source"] = null_source;
   }
   return ModelConfig::from_json(j, "cuda test config");
 }
@@ -118,23 +124,35 @@ void compare_model(const ModelConfig& config, DType weight_dtype, bool final_mix
 
 TEST(CudaModel, PlainQwen3) {
   SKIP_WITHOUT_CUDA();
-  const ModelConfig config = small_config(false, 3, 0);
+  const ModelConfig config = small_config("", 3, 0);
   compare_model(config, DType::F32, false, 1e-4);
   compare_model(config, DType::BF16, false, 3e-2);
 }
 
 TEST(CudaModel, AttnResBlock) {
   SKIP_WITHOUT_CUDA();
-  const ModelConfig config = small_config(true, 4, 2);
+  const ModelConfig config = small_config("block", 4, 2);
   compare_model(config, DType::F32, false, 1e-4);
   compare_model(config, DType::BF16, false, 3e-2);
 }
 
 TEST(CudaModel, AttnResBlockFinalMix) {
   SKIP_WITHOUT_CUDA();
-  const ModelConfig config = small_config(true, 4, 2);
+  const ModelConfig config = small_config("block", 4, 2);
   compare_model(config, DType::F32, true, 1e-4);
   compare_model(config, DType::BF16, true, 3e-2);
+}
+
+TEST(CudaModel, EveryAttnResModeGateAndNullSource) {
+  SKIP_WITHOUT_CUDA();
+  for (const char* mode : {"block", "full", "delta", "delta_block", "delta_v"})
+    for (const char* gate : {"bias", "sigmoid_scalar", "sigmoid_vector", "learnable_alpha"})
+      for (bool null_source : {false, true})
+        compare_model(small_config(mode, 4, 2, gate, null_source), DType::F32, false, 1e-4);
+  compare_model(small_config("block", 4, 2, "sigmoid_vector"), DType::F32, true, 1e-4);
+  for (const char* mode : {"first_layer", "pre_gated"})
+    compare_model(small_config(mode, 4, 2, "sigmoid_vector", true), DType::F32, false, 1e-4);
+  compare_model(small_config("delta_v", 4, 2, "sigmoid_vector", true), DType::BF16, false, 3e-2);
 }
 
 }  // namespace

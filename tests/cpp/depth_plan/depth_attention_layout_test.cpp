@@ -46,9 +46,38 @@ TEST(DepthAttentionLayout, BlockSumsWithResetAndFinalMix) {
   ASSERT_EQ(layout.rows(), 11);
   EXPECT_EQ(layout.sublayers.front(), "layer 0 attention");
   EXPECT_EQ(layout.sublayers.back(), "final");
-  EXPECT_EQ(layout.sources, (Labels{"embedding", "block 1 (layers 0-1)", "block 2 (layers 2-3)",
-                                    "block 3 (layer 4)"}));
+  EXPECT_EQ(layout.sources, (Labels{"embedding", "embedding + block 1 (layers 0-1)",
+                                    "block 2 (layers 2-3)", "block 3 (layer 4)"}));
   EXPECT_EQ(layout.row_sources, (std::vector<int>{2, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4}));
+}
+
+TEST(DepthAttentionLayout, DeltaVWithNullSource) {
+  // Null source first, then the sublayer outputs; no partial column; the V stream is a row.
+  const auto layout = make_depth_attention_layout(
+      DepthPlan::build(config(AttnResMode::DeltaV, 2, 2, "bias", true), false));
+  EXPECT_EQ(layout.sublayers,
+            (Labels{"layer 0 attention", "layer 0 attention (V stream)", "layer 0 mlp",
+                    "layer 1 attention", "layer 1 attention (V stream)", "layer 1 mlp"}));
+  EXPECT_EQ(layout.sources, (Labels{"null source", "embedding", "attention output of layer 0",
+                                    "mlp output of layer 0", "attention output of layer 1"}));
+  EXPECT_EQ(layout.row_sources, (std::vector<int>{2, 2, 3, 4, 4, 5}));
+  EXPECT_EQ(layout.row_columns[2], (std::vector<int>{0, 1, 2}));
+}
+
+TEST(DepthAttentionLayout, DeltaBlockNamesBlockDeltas) {
+  const auto layout =
+      make_depth_attention_layout(DepthPlan::build(config(AttnResMode::DeltaBlock, 4, 2), false));
+  EXPECT_EQ(layout.sources, (Labels{"embedding", "block 1 delta (layers 0-1)"}));
+  EXPECT_EQ(layout.row_columns.back(), (std::vector<int>{0, 1}));
+}
+
+TEST(DepthAttentionLayout, FirstLayerHasNoRowsForLayerZero) {
+  const auto layout =
+      make_depth_attention_layout(DepthPlan::build(config(AttnResMode::FirstLayer, 3, 3), false));
+  EXPECT_EQ(layout.sublayers.front(), "layer 1 attention");
+  EXPECT_EQ(layout.rows(), 4);
+  EXPECT_EQ(layout.sources, (Labels{"mlp output of layer 0", "partial (running sum)"}));
+  EXPECT_EQ(layout.row_columns[0], (std::vector<int>{0, 1}));
 }
 
 TEST(DepthAttentionLayout, PlainModelHasNone) {

@@ -73,6 +73,101 @@ TEST(DepthPlan, BlockSumsWithResetAndFinalMix) {
   EXPECT_FALSE(plan.cumulative);
 }
 
+std::vector<int> first_read(const DepthPlan& plan) {
+  std::vector<int> first;
+  for (const DepthStep& s : plan.steps) first.push_back(s.mixes ? s.bank_first : -1);
+  return first;
+}
+
+TEST(DepthPlan, DeltaModeReadsSublayerOutputs) {
+  // delta, L = 3: bank = [e]; every sublayer reads the whole bank (x is added, not a
+  // source), then pushes its output. The last MLP output is never read: not stored.
+  DepthPlan plan =
+      DepthPlan::build(config(AttnResMode::Delta, 3, 3, "sigmoid_vector", true), false);
+  EXPECT_EQ(sources_read(plan), (std::vector<int>{1, 2, 3, 4, 5, 6, -1}));
+  for (int i = 0; i < 6; ++i) {
+    const DepthStep& s = plan.steps[i];
+    EXPECT_FALSE(s.partial_is_source);
+    EXPECT_TRUE(s.adds_partial);
+    EXPECT_TRUE(s.null_source);
+    EXPECT_TRUE(s.gated);
+    EXPECT_FALSE(s.pre_gated);
+    EXPECT_EQ(s.push_output_after, i < 5) << i;
+  }
+  EXPECT_EQ(plan.groups.size(), 6u);  // the bank grows at every sublayer: nothing to share
+  EXPECT_EQ(plan.bank_capacity, 6);
+  EXPECT_FALSE(plan.has_final_mix);
+}
+
+TEST(DepthPlan, DeltaBlockSharesPhaseOneAcrossABlock) {
+  // delta_block, L = 5, 2 blocks -> P = 3: layers 0-2 read [e], layers 3-4 read [e, d1]
+  // where d1 = x - e after layer 2, summed in the open entry as the outputs arrive; the
+  // last, partial block's delta is never read, so nothing accumulates there.
+  DepthPlan plan = DepthPlan::build(config(AttnResMode::DeltaBlock, 5, 2), false);
+  EXPECT_EQ(sources_read(plan), (std::vector<int>{1, 1, 1, 1, 1, 1, 2, 2, 2, 2, -1}));
+  ASSERT_EQ(plan.groups.size(), 2u);
+  EXPECT_EQ(plan.groups[0].steps.size(), 6u);
+  EXPECT_EQ(plan.groups[1].steps.size(), 4u);
+  for (int i = 0; i < 6; ++i) EXPECT_TRUE(plan.steps[i].accumulate_output) << i;
+  for (int i = 6; i < 10; ++i) EXPECT_FALSE(plan.steps[i].accumulate_output) << i;
+  EXPECT_TRUE(plan.steps[5].commit_open_entry);  // L2 mlp
+  EXPECT_FALSE(plan.steps[9].commit_open_entry);
+  EXPECT_FALSE(plan.steps[0].gated);  // gate "bias": nothing after the mix
+  EXPECT_EQ(plan.bank_capacity, 2);
+}
+
+TEST(DepthPlan, MoreBlocksThanLayersMeansOneLayerPerBlock) {
+  DepthPlan plan = DepthPlan::build(config(AttnResMode::DeltaBlock, 3, 10), false);
+  EXPECT_EQ(plan.layers_per_block, 1);
+  EXPECT_EQ(sources_read(plan), (std::vector<int>{1, 1, 2, 2, 3, 3, -1}));
+}
+
+TEST(DepthPlan, DeltaVHasASecondQueryRow) {
+  DepthPlan plan = DepthPlan::build(config(AttnResMode::DeltaV, 2, 2), false);
+  EXPECT_EQ(plan.steps[0].value_slot, 1);  // attention: main row 0, V stream row 1
+  EXPECT_EQ(plan.steps[1].value_slot, -1);
+  EXPECT_EQ(plan.groups[0].num_slots, 2);
+  EXPECT_EQ(plan.max_group_size(), 2);
+}
+
+TEST(DepthPlan, FirstLayerMixesThePartialWithLayerZerosMlpOutput) {
+  // Layer 0 is unmixed and stores its MLP output (bank entry 1); every later sublayer mixes
+  // [b1 | x] with no gate, and they share one Phase-1 group of at most 8 rows.
+  DepthPlan plan =
+      DepthPlan::build(config(AttnResMode::FirstLayer, 6, 3, "sigmoid_scalar", true), false);
+  EXPECT_EQ(sources_read(plan), (std::vector<int>{-1, -1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, -1}));
+  EXPECT_EQ(first_read(plan), (std::vector<int>{-1, -1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, -1}));
+  EXPECT_TRUE(plan.steps[1].push_output_after);
+  for (size_t i = 2; i < 12; ++i) {
+    EXPECT_TRUE(plan.steps[i].partial_is_source);
+    EXPECT_FALSE(plan.steps[i].gated);
+    EXPECT_FALSE(plan.steps[i].null_source);
+    EXPECT_FALSE(plan.steps[i].push_output_after);
+  }
+  ASSERT_EQ(plan.groups.size(), 2u);  // 10 mixing steps: 8 + 2
+  EXPECT_EQ(plan.groups[0].num_slots, 8);
+  EXPECT_EQ(plan.bank_capacity, 2);
+}
+
+TEST(DepthPlan, PreGatedStepsAreGroupsOfTheirOwn) {
+  DepthPlan plan =
+      DepthPlan::build(config(AttnResMode::PreGated, 2, 2, "sigmoid_vector", true), false);
+  EXPECT_EQ(sources_read(plan), (std::vector<int>{1, 2, 3, 4, -1}));
+  EXPECT_EQ(plan.groups.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_TRUE(plan.steps[i].pre_gated);
+    EXPECT_FALSE(plan.steps[i].gated);        // pre_gated has no gate after the mix
+    EXPECT_FALSE(plan.steps[i].null_source);  // nor a null source
+  }
+}
+
+TEST(DepthPlan, GatesApplyToBlockAndFullMixesButNotTheFinalMix) {
+  DepthPlan plan = DepthPlan::build(config(AttnResMode::Block, 4, 2, "learnable_alpha"), true);
+  for (size_t i = 0; i + 1 < plan.steps.size(); ++i) EXPECT_TRUE(plan.steps[i].gated);
+  EXPECT_FALSE(plan.steps.back().gated);
+  EXPECT_TRUE(plan.steps.back().partial_is_source);
+}
+
 TEST(DepthPlan, PlainModelHasNoMixes) {
   DepthPlan plan = DepthPlan::build(config(AttnResMode::None, 4, 0), false);
   for (const DepthStep& s : plan.steps) EXPECT_FALSE(s.mixes);
@@ -87,6 +182,10 @@ TEST(DepthPlan, DescribeNamesSourcesAndGrowth) {
   const std::string text = DepthPlan::build(config(AttnResMode::Block, 6, 3), true).describe();
   EXPECT_NE(text.find("mix[b0 b1 p]"), std::string::npos) << text;
   EXPECT_NE(text.find("bank += p; p = 0"), std::string::npos) << text;
+  const std::string delta =
+      DepthPlan::build(config(AttnResMode::Delta, 2, 2, "bias", true), false).describe();
+  EXPECT_NE(delta.find("x + mix[null b0 b1]"), std::string::npos) << delta;
+  EXPECT_NE(delta.find("bank += output"), std::string::npos) << delta;
 }
 
 }  // namespace

@@ -3,12 +3,15 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "engine/model/model_config.h"
 
 namespace attnres::test {
 
-inline ModelConfig config(AttnResMode mode, int layers, int blocks) {
+// gate: an attnres_gate_type value; null_source: attnres_use_null_source.
+inline ModelConfig config(AttnResMode mode, int layers, int blocks, const char* gate = "bias",
+                          bool null_source = false) {
   nlohmann::json j = {{"model_type", mode == AttnResMode::None ? "qwen3" : "qwen3_attnres"},
                       {"hidden_size", 64},
                       {"intermediate_size", 128},
@@ -22,9 +25,10 @@ inline ModelConfig config(AttnResMode mode, int layers, int blocks) {
                       {"rope_theta", 10000.0},
                       {"tie_word_embeddings", true}};
   if (mode != AttnResMode::None) {
-    j["attnres_mode"] = mode == AttnResMode::Block ? "block" : "full";
+    j["attnres_mode"] = std::string(attnres_mode_name(mode));
     j["attnres_num_blocks"] = blocks;
-    j["attnres_gate_type"] = "bias";
+    j["attnres_gate_type"] = gate;
+    j["attnres_use_null_source"] = null_source;
   }
   return ModelConfig::from_json(j, "test config");
 }

@@ -178,21 +178,58 @@ TEST(ModelConfig, RejectsBadAttnResFields) {
   json c = tiny_config();
   c["attnres_mode"] = "sparse";
   EXPECT_THAT(config_error(c),
-              HasSubstr("dir/config.json: field 'attnres_mode' must be \"block\" or \"full\", "
-                        "found \"sparse\""));
-  c.erase("attnres_mode");
-  EXPECT_THAT(config_error(c), HasSubstr("field 'attnres_mode' is missing"));
+              HasSubstr("dir/config.json: field 'attnres_mode' must be one of block, full, delta, "
+                        "delta_block, delta_v, first_layer, pre_gated, found \"sparse\""));
   c = tiny_config();
   c["attnres_num_blocks"] = 0;
-  EXPECT_THAT(config_error(c), HasSubstr("field 'attnres_num_blocks' must be in [1, 4], found 0"));
-  c["attnres_num_blocks"] = 5;
-  EXPECT_THAT(config_error(c), HasSubstr("field 'attnres_num_blocks' must be in [1, 4], found 5"));
-  c.erase("attnres_num_blocks");
-  EXPECT_THAT(config_error(c), HasSubstr("field 'attnres_num_blocks' is missing"));
+  EXPECT_THAT(config_error(c), HasSubstr("field 'attnres_num_blocks' must be in [1, "));
   c = tiny_config();
   c["attnres_gate_type"] = "sigmoid";
   EXPECT_THAT(config_error(c),
-              HasSubstr("field 'attnres_gate_type' must be \"bias\" or absent, found \"sigmoid\""));
+              HasSubstr("field 'attnres_gate_type' must be one of bias, sigmoid_scalar, "
+                        "sigmoid_vector, learnable_alpha, found \"sigmoid\""));
+  c = tiny_config();
+  c["attnres_use_null_source"] = "yes";
+  EXPECT_THAT(config_error(c), HasSubstr("field 'attnres_use_null_source'"));
+}
+
+TEST(ModelConfig, MissingAttnResKeysTakeTheCodesDefaults) {
+  json c = tiny_config();
+  c.erase("attnres_mode");
+  c.erase("attnres_num_blocks");
+  c.erase("attnres_gate_type");
+  c["num_hidden_layers"] = 16;
+  ModelConfig cfg = ModelConfig::from_json(c, "c");
+  EXPECT_EQ(cfg.attnres_mode, AttnResMode::Block);
+  EXPECT_EQ(cfg.attnres_num_blocks, 8);
+  EXPECT_EQ(cfg.layers_per_block(), 2);
+  EXPECT_EQ(cfg.attnres_gate, AttnResGate::Bias);
+  EXPECT_EQ(cfg.attnres_gate_type, "");
+  EXPECT_FALSE(cfg.attnres_use_null_source);
+  c["attnres_num_blocks"] = 40;  // more blocks than layers: one layer per block
+  EXPECT_EQ(ModelConfig::from_json(c, "c").layers_per_block(), 1);
+}
+
+TEST(ModelConfig, ReadsEveryModeGateAndNullSource) {
+  json c = tiny_config();
+  c["attnres_mode"] = "delta_v";
+  c["attnres_gate_type"] = "sigmoid_vector";
+  c["attnres_use_null_source"] = true;
+  ModelConfig cfg = ModelConfig::from_json(c, "c");
+  EXPECT_EQ(cfg.attnres_mode, AttnResMode::DeltaV);
+  EXPECT_EQ(cfg.attnres_gate, AttnResGate::SigmoidVector);
+  EXPECT_TRUE(cfg.attnres_use_null_source);
+  EXPECT_EQ(cfg.attnres_num_blocks, cfg.num_layers);  // delta ignores attnres_num_blocks
+  EXPECT_THAT(cfg.summary(), HasSubstr("attnres delta_v"));
+  EXPECT_THAT(cfg.summary(), HasSubstr("gate sigmoid_vector, null source"));
+  for (const char* mode : {"delta", "delta_block", "first_layer", "pre_gated", "full", "block"}) {
+    c["attnres_mode"] = mode;
+    EXPECT_EQ(attnres_mode_name(ModelConfig::from_json(c, "c").attnres_mode), mode);
+  }
+  for (const char* gate : {"bias", "sigmoid_scalar", "learnable_alpha"}) {
+    c["attnres_gate_type"] = gate;
+    EXPECT_EQ(attnres_gate_name(ModelConfig::from_json(c, "c").attnres_gate), gate);
+  }
 }
 
 TEST(ModelConfig, RopeScaling) {

@@ -4,6 +4,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <cmath>
 
 #include "tests/cpp/model_loading/tiny_model.h"
 
@@ -183,13 +184,11 @@ TEST(ModelWeights, UnexpectedTensorsAreRejected) {
       AllOf(HasSubstr("model.safetensors: unexpected tensor model.layers.4.mlp.up_proj.weight"),
             HasSubstr("num_hidden_layers 4")));
 
-  TinyModelOptions no_gate;
-  no_gate.gate_bias = false;
-  TinyModel bias_without_gate(no_gate);
-  bias_without_gate.weights.add("model.layers.0.attn_res_bias", "BF16", {}, {1.f});
-  EXPECT_THAT(load_error(bias_without_gate),
-              AllOf(HasSubstr("unexpected tensor model.layers.0.attn_res_bias"),
-                    HasSubstr("no attnres_gate_type")));
+  TinyModel stray_null;  // a null source without attnres_use_null_source
+  stray_null.weights.add("model.layers.0.attn_null_source", "BF16", {8});
+  EXPECT_THAT(load_error(stray_null),
+              AllOf(HasSubstr("unexpected tensor model.layers.0.attn_null_source"),
+                    HasSubstr("no attnres_use_null_source true")));
 
   TinyModelOptions plain;
   plain.model_type = "qwen3";
@@ -263,6 +262,112 @@ TEST(ModelWeights, ShardedModelLoadsEndToEnd) {
   WeightStore store = WeightStore::open(dir.path());
   EXPECT_THAT(store.file_of("model.layers.3.mlp.up_proj.weight"), HasSubstr("00002-of"));
   EXPECT_THAT(store.file_of("model.layers.1.mlp.up_proj.weight"), HasSubstr("00001-of"));
+}
+
+}  // namespace
+}  // namespace attnres
+
+namespace attnres {
+namespace {
+
+// ATTNRES.md §2d: a tiny model in `mode` with `gate`, and the tensors the open-attnres code
+// writes for it added by hand (d = 8).
+TinyModel mode_model(const std::string& mode, const std::string& gate, bool null_source) {
+  TinyModel m;
+  m.config["attnres_mode"] = mode;
+  m.config["attnres_gate_type"] = gate;
+  m.config["attnres_use_null_source"] = null_source;
+  for (int i = 0; i < 4; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    for (const char* side : {"attn", "mlp"}) {
+      const std::string s = p + side;
+      if (gate == "sigmoid_scalar") m.weights.add(s + "_res_gate_logit", "BF16", {}, {0.5f});
+      if (gate == "learnable_alpha") m.weights.add(s + "_res_alpha", "BF16", {}, {0.25f});
+      if (gate == "sigmoid_vector") {
+        m.weights.add(s + "_res_gate_proj.weight", "BF16", {8, 8});
+        m.weights.add(s + "_res_gate_proj.bias", "BF16", {8});
+      }
+      if (null_source) m.weights.add(s + "_null_source", "BF16", {8});
+      if (mode == "pre_gated") {
+        m.weights.add(s + "_pre_gate.weight", "BF16", {8, 8});
+        m.weights.add(s + "_pre_gate.bias", "BF16", {8});
+      }
+    }
+    if (mode == "delta_v") {
+      m.weights.add(p + "v_res_proj.weight", "BF16", {1, 8});
+      m.weights.add(p + "v_res_norm.weight", "BF16", {8});
+    }
+  }
+  return m;
+}
+
+ModelWeights load_model(const TinyModel& model) {
+  TempDir dir;
+  model.write(dir);
+  return load_dir(dir);
+}
+
+TEST(ModelWeightsModes, ReadsWhatEachModeAndGateReads) {
+  ModelWeights scalar = load_model(mode_model("delta", "sigmoid_scalar", true));
+  const AttnResWeights& res = *scalar.layers[1].attn_res;
+  ASSERT_TRUE(res.gate_blend);
+  EXPECT_NEAR(*res.gate_blend, 1.0f / (1.0f + std::exp(-0.5f)), 1e-6f);  // sigmoid(logit)
+  EXPECT_TRUE(res.null_source.defined());
+  EXPECT_FALSE(res.bias);  // a delta mix has no bias: the tensor is there but unread
+
+  ModelWeights alpha = load_model(mode_model("block", "learnable_alpha", false));
+  EXPECT_EQ(alpha.layers[0].mlp_res->gate_blend, 0.25f);
+  EXPECT_TRUE(alpha.layers[0].mlp_res->bias);  // block mixes read it under every gate
+
+  ModelWeights v = load_model(mode_model("delta_v", "sigmoid_vector", false));
+  ASSERT_TRUE(v.layers[3].v_res);
+  EXPECT_EQ(v.layers[3].v_res->proj.shape, (Shape{1, 8}));
+  EXPECT_EQ(v.layers[3].attn_res->gate_proj.shape, (Shape{8, 8}));
+
+  ModelWeights pre = load_model(mode_model("pre_gated", "bias", false));
+  EXPECT_EQ(pre.layers[2].mlp_res->pre_gate.shape, (Shape{8, 8}));
+}
+
+TEST(ModelWeightsModes, TensorsAModeNeverReadsAreAcceptedAndIgnored) {
+  // Null sources outside the delta modes; gate weights under pre_gated and first_layer.
+  ModelWeights block = load_model(mode_model("block", "bias", true));
+  EXPECT_FALSE(block.layers[0].attn_res->null_source.defined());
+  ModelWeights pre = load_model(mode_model("pre_gated", "sigmoid_vector", true));
+  EXPECT_FALSE(pre.layers[0].attn_res->gate_proj.defined());
+  EXPECT_FALSE(pre.layers[0].attn_res->null_source.defined());
+  ModelWeights first = load_model(mode_model("first_layer", "sigmoid_scalar", true));
+  EXPECT_FALSE(first.layers[0].attn_res->gate_blend);
+}
+
+TEST(ModelWeightsModes, MissingTensorOfTheModeIsNamed) {
+  TinyModel gate = mode_model("delta", "sigmoid_scalar", false);
+  gate.weights.remove("model.layers.1.mlp_res_gate_logit");
+  EXPECT_THAT(load_error(gate),
+              AllOf(HasSubstr("tensor model.layers.1.mlp_res_gate_logit is missing"),
+                    HasSubstr("attnres_gate_type \"sigmoid_scalar\"")));
+  TinyModel v = mode_model("delta_v", "bias", false);
+  v.weights.remove("model.layers.2.v_res_norm.weight");
+  EXPECT_THAT(load_error(v), HasSubstr("tensor model.layers.2.v_res_norm.weight is missing"));
+  TinyModel null = mode_model("delta_block", "bias", true);
+  null.weights.remove("model.layers.0.attn_null_source");
+  EXPECT_THAT(load_error(null), HasSubstr("tensor model.layers.0.attn_null_source is missing"));
+  TinyModel pre = mode_model("pre_gated", "bias", false);
+  pre.weights.remove("model.layers.3.attn_pre_gate.bias");
+  EXPECT_THAT(load_error(pre), HasSubstr("tensor model.layers.3.attn_pre_gate.bias is missing"));
+}
+
+TEST(ModelWeightsModes, TensorOfAnotherModeIsRejected) {
+  TinyModel v = mode_model("delta", "bias", false);
+  v.weights.add("model.layers.0.v_res_proj.weight", "BF16", {1, 8});
+  EXPECT_THAT(load_error(v), AllOf(HasSubstr("unexpected tensor model.layers.0.v_res_proj.weight"),
+                                   HasSubstr("only attnres_mode \"delta_v\"")));
+  TinyModel pre = mode_model("delta", "bias", false);
+  pre.weights.add("model.layers.1.mlp_pre_gate.weight", "BF16", {8, 8});
+  EXPECT_THAT(load_error(pre), HasSubstr("only attnres_mode \"pre_gated\" has a pre-gate"));
+  TinyModel gate = mode_model("delta", "sigmoid_scalar", false);
+  gate.weights.add("model.layers.1.mlp_res_alpha", "BF16", {}, {0.5f});
+  EXPECT_THAT(load_error(gate), AllOf(HasSubstr("unexpected tensor model.layers.1.mlp_res_alpha"),
+                                      HasSubstr("\"sigmoid_scalar\" has no such gate tensor")));
 }
 
 }  // namespace

@@ -18,8 +18,10 @@
 namespace attnres::test {
 
 // d 64, 4 layers, 4 query / 2 KV heads (P = 4 replicates KV heads), ffn 96, vocab 301
-// (uneven: padded LM head slices). mode: "block", "full", or "" for a plain qwen3.
-inline ModelConfig tp_test_config(const std::string& mode) {
+// (uneven: padded LM head slices). mode: an attnres_mode, or "" for a plain qwen3; gate and
+// null_source: attnres_gate_type and attnres_use_null_source (ATTNRES.md §2d).
+inline ModelConfig tp_test_config(const std::string& mode, const std::string& gate = "bias",
+                                  bool null_source = false) {
   nlohmann::json j = {{"model_type", mode.empty() ? "qwen3" : "qwen3_attnres"},
                       {"hidden_size", 64},
                       {"num_hidden_layers", 4},
@@ -34,7 +36,8 @@ inline ModelConfig tp_test_config(const std::string& mode) {
   if (!mode.empty()) {
     j["attnres_mode"] = mode;
     j["attnres_num_blocks"] = 2;
-    j["attnres_gate_type"] = "bias";
+    j["attnres_gate_type"] = gate;
+    j["attnres_use_null_source"] = null_source;
   }
   return ModelConfig::from_json(j, "tensor-parallel test config " + mode);
 }

@@ -22,11 +22,15 @@ using test::run_prefill_then_decode;
 
 struct Variant {
   const char* name;
-  const char* mode;  // "block", "full", or "" (plain qwen3)
+  const char* mode;  // an attnres_mode, or "" (plain qwen3)
   bool final_mix;
+  const char* gate = "bias";
+  bool null_source = false;
 };
 
-ModelConfig make_config(const Variant& v) { return test::tp_test_config(v.mode); }
+ModelConfig make_config(const Variant& v) {
+  return test::tp_test_config(v.mode, v.gate, v.null_source);
+}
 
 class TensorParallelForward : public ::testing::TestWithParam<Variant> {};
 
@@ -108,6 +112,15 @@ INSTANTIATE_TEST_SUITE_P(AttnRes, TensorParallelForward, kAttnResVariants, varia
 INSTANTIATE_TEST_SUITE_P(Plain, TensorParallelForward,
                          ::testing::Values(Variant{"plain", "", false}), variant_name);
 INSTANTIATE_TEST_SUITE_P(AttnRes, SequenceParallelBank, kAttnResVariants, variant_name);
+// ATTNRES.md §2d under tensor and sequence parallelism: the V stream's gathered input, the
+// gates and pre-gates computed on each rank's rows, the null source, block deltas.
+INSTANTIATE_TEST_SUITE_P(
+    Modes, TensorParallelForward,
+    ::testing::Values(Variant{"delta_v", "delta_v", false, "sigmoid_vector", true},
+                      Variant{"delta_block", "delta_block", false, "sigmoid_scalar", true},
+                      Variant{"pre_gated", "pre_gated", false},
+                      Variant{"block_reset_alpha", "block", true, "learnable_alpha"}),
+    variant_name);
 
 }  // namespace
 }  // namespace attnres
