@@ -2,7 +2,8 @@
 # Installs what building (and, with --tests, testing) AttnRes Serve needs on Debian 12.
 # Shared by CI (.ci/run), the Dockerfiles and a newcomer's first command.
 #   docker/install-deps.sh           build dependencies (Debian packages)
-#   docker/install-deps.sh --tests   also the Python test dependencies, in .venv/
+#   docker/install-deps.sh --tests   also what the tests need: Clang with libFuzzer and OpenMP
+#                                    (tests/fuzz), and the Python test packages, in .venv/
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -10,21 +11,29 @@ packages=(build-essential cmake ninja-build pkg-config git
           nlohmann-json3-dev libutf8proc-dev libgtest-dev libgmock-dev
           libcpp-httplib-dev libgrpc++-dev libprotobuf-dev protobuf-compiler
           protobuf-compiler-grpc)
+# The fuzzers (tests/fuzz) build with Clang's libFuzzer runtime and OpenMP.
+test_packages=(clang libclang-rt-14-dev libomp-dev)
 
 sudo_cmd=""
 [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
 
-missing=()
-for p in "${packages[@]}"; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
+# Installs those of the named Debian packages that are missing (a no-op once they are there).
+install_missing() {
+  local missing=()
+  for p in "$@"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return
   echo "installing: ${missing[*]}"
   $sudo_cmd apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}"
+}
+
+install_missing "${packages[@]}"
 
 if [ "${1:-}" = "--tests" ]; then
+  install_missing "${test_packages[@]}"
   # A virtual environment keeps the test packages off the system Python (PEP 668).
   if [ ! -x "$repo/.venv/bin/python" ]; then
     python3 -m venv "$repo/.venv" 2>/dev/null || {

@@ -52,11 +52,20 @@ nlohmann::json shape_config(const char* model_type, int d, int layers, int heads
   return c;
 }
 
+// The demo model: small enough to start in a second on a laptop. Untied, because a random
+// tied LM head mostly predicts the input token again. It is no released checkpoint's shape,
+// so it keeps Qwen3's long context (40960 positions, theta 1e6): long-prompt tests and
+// demos need it.
+nlohmann::json demo_config() {
+  nlohmann::json c = shape_config("qwen3_attnres", 256, 8, 8, 4, 32, 768, 50257, 4, false);
+  c["max_position_embeddings"] = 40960;
+  c["rope_theta"] = 1000000.0;
+  return c;
+}
+
 std::vector<BuiltinShape> builtin_shapes() {
   return {
-      // The demo model: small enough to start in a second on a laptop. Untied, because a
-      // random tied LM head mostly predicts the input token again.
-      {"demo", shape_config("qwen3_attnres", 256, 8, 8, 4, 32, 768, 50257, 4, false), false},
+      {"demo", demo_config(), false},
       {"attnres-100m", shape_config("qwen3_attnres", 512, 12, 8, 4, 64, 1536, 151936, 4), false},
       {"plain-100m", shape_config("qwen3", 512, 12, 8, 4, 64, 1536, 151936, 0), false},
       {"attnres-0.6b", shape_config("qwen3_attnres", 1024, 28, 16, 8, 64, 3072, 151936, 8), false},

@@ -19,6 +19,7 @@
 #include "engine/sched/engine_core.h"
 #include "engine/sched/tokenizer_text_decoder.h"
 #include "server/cli/commands.h"
+#include "server/cli/fault_injecting_runner.h"
 #include "server/cli/model_execution.h"
 #include "server/common/metrics.h"
 #include "server/common/server_state.h"
@@ -186,6 +187,7 @@ int run_serve(const std::vector<std::string>& args) {
                engine_config.enable_prefix_caching ? "on" : "off");
 
   auto exec = make_model_execution(flags, model, num_blocks, block_size);
+  exec->runner = FaultInjectingRunner::wrap_if_requested(std::move(exec->runner));
   std::cerr << "attnres serve: running on " << exec->description << "\n";
   EngineCore engine(engine_config, *exec->runner);
   engine.start();

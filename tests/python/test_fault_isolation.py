@@ -12,9 +12,9 @@ what they get alone, and the server stays healthy throughout.
 import json
 import subprocess
 import threading
+import time
 
 import grpc
-import numpy as np
 import pytest
 from openai import BadRequestError, OpenAI
 
@@ -22,6 +22,7 @@ import attnres_ref
 from checkpoint_cache import checkpoint_fixture
 from grpc_stubs import DEFAULT_TIMEOUT, GrpcServerProcess, channel, collect, pb, pb_grpc
 from http_helpers import assert_error_envelope, post_json, request
+from server_process import ServerProcess
 
 TOKENIZER_VOCAB = 50257  # GPT-2: ids [50257, 50304) are padding rows
 PADDING_ID = 50300
@@ -244,3 +245,26 @@ def test_attnres_generate_never_samples_padding(attnres_bin, model_dir, referenc
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode != 0
     assert str(PADDING_ID) in bad.stderr and "padding row" in bad.stderr, bad.stderr
+
+
+def test_a_failed_forward_stops_the_server_with_exit_status_1(attnres_bin):
+    """The other side of the rule: a failure of the step itself (here injected into the
+    forward from the second step on) leaves the KV cache unknown, so the engine stops: the
+    running request gets the error, /health answers 503 and the process exits 1 for its
+    supervisor to restart it."""
+    server = ServerProcess(attnres_bin, env={"ATTNRES_TEST_FAIL_FORWARD_AFTER": "1"})
+    server.__enter__()
+    try:
+        status, _, reply = post_json(server.http_url, "/v1/completions", {
+            "prompt": "Hello", "max_tokens": 8, "temperature": 0, "ignore_eos": True})
+        assert status in (500, 503), reply
+        assert "injected forward failure" in reply["error"]["message"]
+        deadline = time.monotonic() + 30
+        while server.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.proc.returncode == 1, server.log()
+        assert "the engine stopped after an error" in server.log()
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
+            server.proc.wait()
