@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need (Debian packages, and the Python test
 # packages into .venv/; both steps are no-ops once done), builds everything, then runs the
-# C++ tests (ctest) and the Python tests (pytest: the independent references and the
-# end-to-end tests against the real binaries). Arguments go to pytest.
+# C++ tests (ctest), every fuzzer briefly, and the Python tests (pytest: the independent
+# references and the end-to-end tests against the real binaries). Arguments go to pytest.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 export ATTNRES_BUILD_DIR=${ATTNRES_BUILD_DIR:-$repo/build}
@@ -10,4 +10,6 @@ export ATTNRES_BUILD_DIR=${ATTNRES_BUILD_DIR:-$repo/build}
 "$repo/docker/build.sh"
 python=${PYTHON:-$repo/.venv/bin/python}
 ctest --test-dir "$ATTNRES_BUILD_DIR" --output-on-failure -j "$(nproc)"
+# Every fuzzer for 10 s (tests/fuzz/README.md; longer runs: docs/RELIABILITY.md).
+"$repo/tests/fuzz/run.sh" "${ATTNRES_FUZZ_SECONDS:-10}"
 cd "$repo" && "$python" -m pytest tests/python -q -p no:cacheprovider "$@"
