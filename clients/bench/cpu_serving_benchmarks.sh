@@ -54,10 +54,11 @@ http=(--url "http://127.0.0.1:$http_port")
 if [ "$sweep" = prefix ]; then
   # One warm-up each (the first prompt): with caching on it leaves the shared prefix cached,
   # the steady state of a server whose system prompt is in use; off, it is only a warm-up.
+  # Greedy, so that both sides get the same answers and so the same multi-turn histories.
   shared=(--num-prompts 24 --random-prefix-len 1024 --random-input-len 128
-    --random-output-len 32 --max-concurrency 4 --num-warmups 1)
+    --random-output-len 32 --max-concurrency 4 --num-warmups 1 --temperature 0)
   chat=(--backend openai-chat --num-prompts 8 --multi-turn 4 --random-input-len 128
-    --random-output-len 32 --max-concurrency 4)
+    --random-output-len 32 --max-concurrency 4 --temperature 0)
   for rep in $(seq "${REPS:-2}"); do
     # Alternate which side goes first, so that drift in the machine's load hits both.
     order=(on off)

@@ -64,6 +64,18 @@ class AwkwardTokenizer : public PromptTokenizer {
   std::vector<std::string> pieces_;
 };
 
+DatasetOptions options_of(int num_prompts, int input_len, int output_len, uint64_t seed,
+                          int prefix_len = 0, int turns = 1) {
+  DatasetOptions options;
+  options.num_prompts = num_prompts;
+  options.input_len = input_len;
+  options.output_len = output_len;
+  options.seed = seed;
+  options.prefix_len = prefix_len;
+  options.turns = turns;
+  return options;
+}
+
 TEST(PromptDataset, ExactLengthsWithAnAwkwardTokenizer) {
   for (int overhead : {0, 1, 7}) {
     AwkwardTokenizer tokenizer(overhead);
@@ -100,11 +112,7 @@ TEST(PromptDataset, DeterministicPerSeedAndIndexAndDistinct) {
 
 TEST(PromptDataset, ParallelBuildEqualsSequential) {
   AwkwardTokenizer tokenizer(2);
-  DatasetOptions options;
-  options.num_prompts = 24;
-  options.input_len = 33;
-  options.output_len = 7;
-  options.seed = 9;
+  DatasetOptions options = options_of(24, 33, 7, 9);
   options.threads = 4;
   int progress_calls = 0;
   std::mutex m;
@@ -162,13 +170,7 @@ TEST(PromptDataset, RandomWordsAreDeterministic) {
 TEST(PromptDataset, SharedPrefixIsIdenticalAndLengthsExact) {
   for (int overhead : {0, 1, 7}) {
     AwkwardTokenizer tokenizer(overhead);
-    DatasetOptions options;
-    options.num_prompts = 12;
-    options.input_len = 17;
-    options.output_len = 3;
-    options.prefix_len = 40;
-    options.seed = 4;
-    const std::vector<BenchPrompt> prompts = make_dataset(tokenizer, options);
+    const std::vector<BenchPrompt> prompts = make_dataset(tokenizer, options_of(12, 17, 3, 4, 40));
     const std::string prefix = make_prefix(tokenizer, 40, 4);
     const std::vector<int32_t> prefix_ids = tokenizer.encode_text(prefix);
     ASSERT_EQ(prefix_ids.size(), 40u);
@@ -205,13 +207,7 @@ TEST(PromptDataset, PrefixFlagsAreCheckedByName) {
 // a turn sent with its history (flat_prompt_text) extends the previous turn's text.
 TEST(PromptDataset, MultiTurnPromptsExtendEachOther) {
   AwkwardTokenizer tokenizer(1);
-  DatasetOptions options;
-  options.num_prompts = 3;
-  options.turns = 4;
-  options.input_len = 12;
-  options.output_len = 2;
-  options.prefix_len = 9;
-  const std::vector<BenchPrompt> prompts = make_dataset(tokenizer, options);
+  const std::vector<BenchPrompt> prompts = make_dataset(tokenizer, options_of(3, 12, 2, 0, 9, 4));
   ASSERT_EQ(prompts.size(), 12u);
   const std::string prefix = make_prefix(tokenizer, 9, 0);
   for (int c = 0; c < 3; ++c) {
