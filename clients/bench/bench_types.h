@@ -14,6 +14,10 @@ struct BenchPrompt {
   std::string text;    // sent as the completion prompt / the user message / the gRPC text
   int prompt_len = 0;  // tokens the server counts for it (usage.prompt_tokens)
   int output_len = 0;  // max_tokens (with ignore_eos: exactly the tokens generated)
+  // Multi-turn: the conversation before this turn, alternating user text and the model's
+  // answer (empty for single-turn prompts and turn 0). With history, prompt_len is 0: the
+  // server's count depends on the answers, so it is not checked.
+  std::vector<std::string> history;
 };
 
 // What one request measured (vLLM's RequestFuncOutput).
@@ -23,6 +27,8 @@ struct RequestOutput {
   std::string generated_text;  // the streamed text, concatenated
   int prompt_len = 0;          // usage.prompt_tokens (the requested length until usage arrives)
   int output_tokens = 0;       // usage.completion_tokens (gRPC: GenerateComplete.usage)
+  int cached_tokens = -1;      // usage.prompt_tokens_details.cached_tokens; -1: not reported
+  int turn = 0;                // multi-turn: the turn this request was (0-based)
   double ttft = 0;             // send -> first chunk carrying a choice (vLLM: TTFT)
   std::vector<double> itl;     // gaps between successive choice chunks (vLLM: ITL)
   double latency = 0;          // send -> last choice chunk (vLLM: E2EL)

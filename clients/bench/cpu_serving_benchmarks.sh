@@ -1,26 +1,44 @@
 #!/usr/bin/env bash
-# The serving benchmarks recorded in docs/BENCHMARKS.md ("Server under load on the CPU"):
-# starts `attnres serve` (built-in demo model, default flags) on spare ports, runs
-# `attnres bench serve` over a sweep of settings sized for a 2-core CPU (a few minutes in all),
-# writes one result JSON per run into OUT_DIR (default bench-results/), plots them, and stops
-# the server. Usage: clients/bench/cpu_serving_benchmarks.sh [OUT_DIR]
+# The serving benchmarks recorded in docs/BENCHMARKS.md, sized for a 2-core CPU:
+#   load (default)  "Server under load on the CPU": starts `attnres serve` (built-in demo
+#                   model, default flags) on spare ports, runs `attnres bench serve` over a
+#                   sweep of settings (a few minutes in all), plots them;
+#   prefix          "Prefix caching on the CPU": a 1024-token shared prefix + 128 unique tokens,
+#                   and a 4-turn chat, each with prefix caching on and off, alternating on/off
+#                   for REPS repetitions (default 2), a fresh server per run so that no run
+#                   starts with another's cache.
+# One result JSON per run goes into OUT_DIR (default bench-results/), tables into
+# OUT_DIR/tables.txt. Usage: clients/bench/cpu_serving_benchmarks.sh [OUT_DIR] [load|prefix]
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 build=${ATTNRES_BUILD_DIR:-$repo/build}
 attnres=$build/server/cli/attnres
 python=${PYTHON:-$repo/.venv/bin/python}
 out=${1:-bench-results}
+sweep=${2:-load}
 http_port=${HTTP_PORT:-8100}
 grpc_port=${GRPC_PORT:-50151}
 mkdir -p "$out"
 
-"$attnres" serve --port "$http_port" --grpc-port "$grpc_port" >"$out/server.log" 2>&1 &
-server=$!
-trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null || true' EXIT
-for _ in $(seq 100); do
-  curl -sf "http://127.0.0.1:$http_port/health" >/dev/null && break
-  sleep 0.2
-done
+server=
+stop_server() {
+  [ -n "$server" ] || return 0
+  kill "$server" 2>/dev/null
+  wait "$server" 2>/dev/null || true
+  server=
+}
+start_server() {  # start_server ARGS...: a fresh `attnres serve`, the log appended to server.log
+  stop_server
+  "$attnres" serve --port "$http_port" --grpc-port "$grpc_port" "$@" >>"$out/server.log" 2>&1 &
+  server=$!
+  for _ in $(seq 100); do
+    curl -sf "http://127.0.0.1:$http_port/health" >/dev/null && return 0
+    sleep 0.2
+  done
+  echo "attnres serve did not come up; see $out/server.log" >&2
+  exit 1
+}
+trap stop_server EXIT
 
 run() {  # run NAME ARGS...: one benchmark, its table appended to $out/tables.txt
   local name=$1
@@ -32,6 +50,31 @@ run() {  # run NAME ARGS...: one benchmark, its table appended to $out/tables.tx
 }
 
 http=(--url "http://127.0.0.1:$http_port")
+
+if [ "$sweep" = prefix ]; then
+  # One warm-up each (the first prompt): with caching on it leaves the shared prefix cached,
+  # the steady state of a server whose system prompt is in use; off, it is only a warm-up.
+  # Greedy, so that both sides get the same answers and so the same multi-turn histories.
+  shared=(--num-prompts 24 --random-prefix-len 1024 --random-input-len 128
+    --random-output-len 32 --max-concurrency 4 --num-warmups 1 --temperature 0)
+  chat=(--backend openai-chat --num-prompts 8 --multi-turn 4 --random-input-len 128
+    --random-output-len 32 --max-concurrency 4 --temperature 0)
+  for rep in $(seq "${REPS:-2}"); do
+    # Alternate which side goes first, so that drift in the machine's load hits both.
+    order=(on off)
+    [ $((rep % 2)) -eq 0 ] && order=(off on)
+    for workload in shared chat; do
+      for mode in "${order[@]}"; do
+        if [ "$mode" = on ]; then start_server; else start_server --no-enable-prefix-caching; fi
+        declare -n args=$workload
+        run "$workload-$mode-$rep" "${http[@]}" "${args[@]}"
+      done
+    done
+  done
+  exit 0
+fi
+
+start_server
 # Short prompts: 128 in / 32 out, a burst of 64 requests at several concurrency limits.
 for c in 1 4 16 64; do
   run "short-c$c" "${http[@]}" --num-prompts 64 --random-input-len 128 --random-output-len 32 \

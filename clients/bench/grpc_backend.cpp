@@ -124,7 +124,7 @@ RequestOutput GrpcBackend::send(const BenchPrompt& prompt, const RequestSettings
   RequestOutput out;
   out.prompt_len = prompt.prompt_len;
   attnres::client::GenerateOptions options;
-  options.prompt = prompt.text;
+  options.prompt = flat_prompt_text(prompt);
   options.request_id = request_id;
   options.stream = true;
   attnres::client::SamplingOptions& p = options.sampling;
@@ -154,6 +154,7 @@ RequestOutput GrpcBackend::send(const BenchPrompt& prompt, const RequestSettings
     const attnres::client::Choice& choice = result.choices.at(0);
     out.output_tokens = static_cast<int>(choice.usage.completion_tokens);
     out.prompt_len = static_cast<int>(choice.usage.prompt_tokens);
+    out.cached_tokens = static_cast<int>(choice.usage.cached_tokens);
     if (!choice.error.empty()) {
       out.error = "server error: " + choice.error;
     } else if (!timer.any()) {

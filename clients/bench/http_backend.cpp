@@ -59,10 +59,16 @@ Json sampling_fields(const SamplingOverrides& s) {
   return j;
 }
 
-// vLLM's _get_chat_messages for a text prompt: one user message with one text part.
-Json chat_messages(const std::string& text) {
-  return Json::array(
-      {{{"role", "user"}, {"content", Json::array({{{"type", "text"}, {"text", text}}})}}});
+// vLLM's _get_chat_messages for a text prompt: one user message with one text part, after
+// the multi-turn history as alternating user / assistant messages.
+Json chat_messages(const std::string& text, const std::vector<std::string>& history = {}) {
+  Json messages = Json::array();
+  for (size_t i = 0; i < history.size(); ++i) {
+    messages.push_back({{"role", i % 2 == 0 ? "user" : "assistant"}, {"content", history[i]}});
+  }
+  messages.push_back(
+      {{"role", "user"}, {"content", Json::array({{{"type", "text"}, {"text", text}}})}});
+  return messages;
 }
 
 class HttpBackend;
@@ -159,12 +165,12 @@ class HttpBackend : public ServingBackend {
     Json p;
     p["model"] = settings.model;
     if (api_ == OpenAiApi::kCompletions) {
-      p["prompt"] = prompt.text;
+      p["prompt"] = flat_prompt_text(prompt);
       p["repetition_penalty"] = 1.0;
       p["max_tokens"] = prompt.output_len;
       p["logprobs"] = nullptr;
     } else {
-      p["messages"] = chat_messages(prompt.text);
+      p["messages"] = chat_messages(prompt.text, prompt.history);
       p["max_completion_tokens"] = prompt.output_len;
     }
     p["stream"] = true;

@@ -92,6 +92,20 @@ void peak_metrics(const std::vector<RequestOutput>& outputs, BenchmarkMetrics& m
   }
 }
 
+void per_turn_ttft(const std::vector<RequestOutput>& outputs,
+                   const std::vector<double>& percentiles, BenchmarkMetrics& m) {
+  int turns = 0;
+  for (const RequestOutput& o : outputs) turns = std::max(turns, o.turn + 1);
+  if (turns < 2) return;
+  std::vector<std::vector<double>> ttfts(turns);
+  for (const RequestOutput& o : outputs) {
+    if (o.success) ttfts[o.turn].push_back(o.ttft);
+  }
+  for (const std::vector<double>& values : ttfts) {
+    m.ttft_per_turn.push_back(summarize_seconds(values, percentiles));
+  }
+}
+
 }  // namespace
 
 BenchmarkMetrics calculate_metrics(const std::vector<RequestOutput>& outputs, double duration_s,
@@ -105,6 +119,10 @@ BenchmarkMetrics calculate_metrics(const std::vector<RequestOutput>& outputs, do
       m.total_input += o.prompt_len;
       m.total_output += o.output_tokens;
       m.output_lens.push_back(o.output_tokens);
+      if (o.cached_tokens >= 0) {
+        m.cached_reported = true;
+        m.total_cached += o.cached_tokens;
+      }
     } else {
       ++m.failed;
       m.output_lens.push_back(0);
@@ -125,7 +143,12 @@ BenchmarkMetrics calculate_metrics(const std::vector<RequestOutput>& outputs, do
     }
   }
   peak_metrics(outputs, m);
+  per_turn_ttft(outputs, percentiles, m);
   return m;
+}
+
+double prefix_cache_hit_rate(const BenchmarkMetrics& m) {
+  return m.total_input > 0 ? static_cast<double>(m.total_cached) / m.total_input : 0.0;
 }
 
 }  // namespace attnres::bench

@@ -8,6 +8,8 @@
 //   - peak output tokens/s: chunk arrival times (start + TTFT + cumulative ITL) counted in
 //     one-second buckets from the first start; peak concurrency: a sweep over the half-open
 //     intervals [start, start + E2EL), departures before arrivals at equal times.
+// Ours on top: the prefix-cache hit of the successful requests from their usage (cached /
+// prompt tokens), and for multi-turn runs the TTFT of each turn.
 // Latency statistics are reported in milliseconds, like vLLM's.
 #pragma once
 
@@ -41,7 +43,16 @@ struct BenchmarkMetrics {
   std::vector<int> output_lens;
   // "ttft", "tpot", "itl", "e2el", "client_queue_time", "e2el_including_client_queue".
   std::map<std::string, MetricSummary> summaries;
+  // usage.prompt_tokens_details.cached_tokens summed over successful requests; reported is
+  // false when no response carried it (a server without prefix-cache usage).
+  bool cached_reported = false;
+  long long total_cached = 0;
+  // Multi-turn runs: TTFT of the successful requests of turn k, at [k] (empty for one turn).
+  std::vector<MetricSummary> ttft_per_turn;
 };
+
+// cached / input tokens, in [0, 1] (0 when there was no input).
+double prefix_cache_hit_rate(const BenchmarkMetrics& metrics);
 
 // The per-request values (seconds) a metric summarises, over successful requests:
 // what calculate_metrics collects into ttfts / tpots / itls / e2els.

@@ -55,65 +55,121 @@ std::string random_words(int words, uint64_t& rng_state) {
   return text;
 }
 
-BenchPrompt make_prompt(PromptTokenizer& tokenizer, int input_len, int output_len, uint64_t seed,
-                        int index) {
-  if (input_len < 1) throw Error("--random-input-len must be >= 1");
-  if (output_len < 1) throw Error("--random-output-len must be >= 1");
-  uint64_t state = seed;
-  state = splitmix64(state) ^ (0x632be59bd9b4e019ull * static_cast<uint64_t>(index + 1));
+namespace {
+
+// Random words after `head` until count(text) == target, the overshoot cut at the token level
+// (so never into the head: a cut that changes the head's text is retried with fresh words).
+// Returns "" when the tokenizer never agreed. `own_target` is the part the words must supply
+// besides the head; the error names `flag` when the server's overhead alone exceeds it.
+template <typename Count>
+std::string fit_text(PromptTokenizer& tokenizer, const Count& count, const std::string& head,
+                     int target, int own_target, const std::string& flag, uint64_t& state) {
+  const std::string lead = head.empty() ? "" : head + ' ';
   for (int rebuild = 0; rebuild < kRebuilds; ++rebuild) {
-    std::string text = random_words(std::max(1, input_len / 2), state);
+    std::string text = lead + random_words(std::max(1, own_target / 2), state);
     for (int step = 0; step < kAdjustments; ++step) {
-      const int count = tokenizer.count_prompt(text);
-      if (count == input_len) return {text, input_len, output_len};
-      if (count < input_len) {
+      const int counted = count(text);
+      if (counted == target) return text;
+      if (counted < target) {
         // Each word adds at least one token; ask for about half the gap to overshoot rarely.
-        text += ' ' + random_words(std::max(1, (input_len - count) / 2), state);
+        text += ' ' + random_words(std::max(1, (target - counted) / 2), state);
         continue;
       }
       std::vector<int32_t> ids = tokenizer.encode_text(text);
-      const int overhead = count - static_cast<int>(ids.size());  // special / template tokens
-      if (overhead >= input_len) {
-        throw Error("--random-input-len " + std::to_string(input_len) +
+      const int overhead = counted - static_cast<int>(ids.size());  // special / template tokens
+      if (overhead >= own_target) {
+        throw Error(flag + " " + std::to_string(own_target) +
                     " is too short: the server counts " + std::to_string(overhead) +
                     " tokens around any prompt (special tokens or the chat template)");
       }
-      ids.resize(static_cast<size_t>(input_len - overhead));
+      ids.resize(static_cast<size_t>(target - overhead));
       text = tokenizer.decode(ids);
+      if (text.compare(0, lead.size(), lead) != 0) break;  // the cut reached the head
     }
   }
-  throw Error("could not build a prompt that the server's tokenizer counts as exactly " +
-              std::to_string(input_len) + " tokens (prompt " + std::to_string(index) + ")");
+  return "";
+}
+
+uint64_t stream_state(uint64_t seed, uint64_t salt) {
+  uint64_t state = seed;
+  return splitmix64(state) ^ (0x632be59bd9b4e019ull * salt);
+}
+
+}  // namespace
+
+std::string make_prefix(PromptTokenizer& tokenizer, int prefix_len, uint64_t seed) {
+  if (prefix_len < 1) throw Error("--random-prefix-len must be >= 1");
+  // Salt 0: prompt i uses i + 1, so the prefix's words are no prompt's own words.
+  uint64_t state = stream_state(seed, 0);
+  auto count = [&](const std::string& text) {
+    return static_cast<int>(tokenizer.encode_text(text).size());
+  };
+  std::string text =
+      fit_text(tokenizer, count, "", prefix_len, prefix_len, "--random-prefix-len", state);
+  if (text.empty()) {
+    throw Error("--random-prefix-len " + std::to_string(prefix_len) +
+                ": could not build a prefix that the server's tokenizer counts as exactly that");
+  }
+  return text;
+}
+
+BenchPrompt make_prompt(PromptTokenizer& tokenizer, int input_len, int output_len, uint64_t seed,
+                        int index, const std::string& prefix, int prefix_len) {
+  if (input_len < 1) throw Error("--random-input-len must be >= 1");
+  if (output_len < 1) throw Error("--random-output-len must be >= 1");
+  uint64_t state = stream_state(seed, static_cast<uint64_t>(index + 1));
+  const int target = prefix_len + input_len;
+  auto count = [&](const std::string& text) { return tokenizer.count_prompt(text); };
+  std::string text =
+      fit_text(tokenizer, count, prefix, target, input_len, "--random-input-len", state);
+  if (text.empty()) {
+    throw Error("could not build a prompt that the server's tokenizer counts as exactly " +
+                std::to_string(target) + " tokens (prompt " + std::to_string(index) + ")");
+  }
+  return {text, target, output_len, {}};
+}
+
+std::string flat_prompt_text(const BenchPrompt& prompt) {
+  std::string text;
+  for (const std::string& part : prompt.history) text += part + "\n\n";
+  return text + prompt.text;
 }
 
 void check_dataset_options(const DatasetOptions& options) {
   if (options.num_prompts < 1) throw Error("--num-prompts must be >= 1");
   if (options.input_len < 1) throw Error("--random-input-len must be >= 1");
   if (options.output_len < 1) throw Error("--random-output-len must be >= 1");
+  if (options.prefix_len < 0) throw Error("--random-prefix-len must be >= 0");
+  if (options.turns < 1) throw Error("--multi-turn must be >= 1");
 }
 
 std::vector<BenchPrompt> make_dataset(PromptTokenizer& tokenizer, const DatasetOptions& options,
                                       const std::function<void(int)>& on_progress) {
   check_dataset_options(options);
-  std::vector<BenchPrompt> prompts(options.num_prompts);
+  const int n = options.num_prompts * options.turns;
+  const std::string prefix =
+      options.prefix_len > 0 ? make_prefix(tokenizer, options.prefix_len, options.seed) : "";
+  std::vector<BenchPrompt> prompts(n);
   std::atomic<int> next{0}, done{0};
   std::mutex error_mutex;
   std::exception_ptr error;
   auto work = [&] {
-    for (int i = next++; i < options.num_prompts; i = next++) {
+    for (int i = next++; i < n; i = next++) {
       try {
-        prompts[i] = make_prompt(tokenizer, options.input_len, options.output_len, options.seed, i);
+        const bool first_turn = i % options.turns == 0;  // only turn 0 carries the prefix
+        prompts[i] = make_prompt(tokenizer, options.input_len, options.output_len, options.seed, i,
+                                 first_turn ? prefix : "", first_turn ? options.prefix_len : 0);
       } catch (...) {
         std::lock_guard<std::mutex> lock(error_mutex);
         if (!error) error = std::current_exception();
-        next = options.num_prompts;  // stop the other workers early
+        next = n;  // stop the other workers early
         return;
       }
       const int d = ++done;
       if (on_progress) on_progress(d);
     }
   };
-  const int threads = std::clamp(options.threads, 1, options.num_prompts);
+  const int threads = std::clamp(options.threads, 1, n);
   std::vector<std::thread> pool;
   for (int t = 1; t < threads; ++t) pool.emplace_back(work);
   work();

@@ -108,6 +108,20 @@ void print_result_table(std::ostream& out, const BenchmarkMetrics& m, double dur
     }
   }
   out << std::string(50, '=') << "\n";
+  if (m.cached_reported) {
+    out << centered(" Prefix Cache (from usage) ", '=') << "\n";
+    out << row("Total cached prompt tokens:", std::to_string(m.total_cached)) << "\n";
+    out << row("Prefix cache hit rate (%):", fixed2(100 * prefix_cache_hit_rate(m))) << "\n";
+  }
+  if (!m.ttft_per_turn.empty()) {
+    out << centered(" TTFT per Turn ", '=') << "\n";
+    for (size_t k = 0; k < m.ttft_per_turn.size(); ++k) {
+      const std::string turn = "turn " + std::to_string(k + 1);
+      out << row("Mean TTFT " + turn + " (ms):", fixed2(m.ttft_per_turn[k].mean_ms)) << "\n";
+      out << row("Median TTFT " + turn + " (ms):", fixed2(m.ttft_per_turn[k].median_ms)) << "\n";
+    }
+  }
+  if (m.cached_reported || !m.ttft_per_turn.empty()) out << std::string(50, '=') << "\n";
 }
 
 nlohmann::ordered_json result_json(const BenchmarkMetrics& m, const RunResult& run,
@@ -143,6 +157,7 @@ nlohmann::ordered_json result_json(const BenchmarkMetrics& m, const RunResult& r
   if (s.save_detailed) {
     j["input_lens"] = per_request([](const RequestOutput& o) { return o.prompt_len; });
     j["output_lens"] = m.output_lens;
+    j["cached_tokens"] = per_request([](const RequestOutput& o) { return o.cached_tokens; });
     j["ttfts"] = per_request([](const RequestOutput& o) { return o.ttft; });
     j["itls"] = per_request([](const RequestOutput& o) { return o.itl; });
   }
@@ -175,6 +190,19 @@ nlohmann::ordered_json result_json(const BenchmarkMetrics& m, const RunResult& r
   j["base_url"] = s.base_url;
   j["random_input_len"] = s.input_len;
   j["random_output_len"] = s.output_len;
+  j["random_prefix_len"] = s.prefix_len;
+  j["multi_turn"] = s.turns;
+  if (m.cached_reported) {
+    j["total_cached_tokens"] = m.total_cached;
+    j["prefix_cache_hit_rate"] = prefix_cache_hit_rate(m);
+  }
+  if (!m.ttft_per_turn.empty()) {
+    Json turns = Json::array();
+    for (const MetricSummary& t : m.ttft_per_turn) {
+      turns.push_back({{"mean", t.mean_ms}, {"median", t.median_ms}});
+    }
+    j["ttft_per_turn_ms"] = turns;
+  }
   j["seed"] = s.seed;
   j["num_warmups"] = s.num_warmups;
   j["ignore_eos"] = s.ignore_eos;

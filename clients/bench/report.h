@@ -9,6 +9,10 @@
 //     arrays (input_lens, output_lens, ttfts, itls, start_times, generated_texts).
 //     Ours on top: the per-request `errors` are always kept (vLLM keeps them only with
 //     --save-detailed), and the data-set settings (random_input_len, ...) are recorded.
+// Ours after vLLM's table (left intact so that tools parsing it keep working): a "Prefix
+// Cache" section with the cached prompt tokens and the hit rate from the responses' usage
+// (when the server reports cached tokens), and for multi-turn runs the TTFT of each turn; the
+// JSON carries them as total_cached_tokens, prefix_cache_hit_rate and ttft_per_turn_ms.
 #pragma once
 
 #include <optional>
@@ -31,6 +35,8 @@ struct ReportSettings {
   int num_prompts = 0;
   int input_len = 0;
   int output_len = 0;
+  int prefix_len = 0;  // --random-prefix-len
+  int turns = 1;       // --multi-turn
   double request_rate = 1.0 / 0.0;
   double burstiness = 1.0;
   std::optional<int> max_concurrency;

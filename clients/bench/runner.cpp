@@ -102,6 +102,7 @@ void check_run_options(const RunOptions& options) {
     throw Error("--max-concurrency must be > 0");
   }
   if (options.num_warmups < 0) throw Error("--num-warmups must be >= 0");
+  if (options.turns < 1) throw Error("--multi-turn must be >= 1");
   check_arrival_process(options.request_rate, options.burstiness);
 }
 
@@ -110,39 +111,62 @@ RunResult run_benchmark(ServingBackend& backend, const std::vector<BenchPrompt>&
   if (prompts.empty()) throw Error("no prompts to send");
   check_run_options(options);
   const int n = static_cast<int>(prompts.size());
-  const std::vector<double> arrivals =
-      arrival_times(n, options.request_rate, options.burstiness, options.seed);
+  if (n % options.turns != 0) throw Error("the prompts are not whole conversations of --multi-turn");
 
   RunResult result;
   if (options.num_warmups > 0) warm_up(backend, prompts[0], settings, options, result);
 
   result.outputs.resize(n);
-  std::vector<double> arrived_at(n, 0);
+  const int turns = options.turns;
+  const int conversations = n / turns;
+  const std::vector<double> arrivals =
+      arrival_times(conversations, options.request_rate, options.burstiness, options.seed);
+  std::vector<double> arrived_at(conversations, 0);
   ArrivalQueue queue;
   ProgressBar bar("", n, options.progress);
   const auto start_point = std::chrono::steady_clock::now();
   const double start =
       std::chrono::duration<double>(start_point.time_since_epoch()).count();  // steady_seconds()
-  auto work = [&] {
-    while (std::optional<int> i = queue.pop()) {
-      RequestOutput out = send_guarded(backend, prompts[*i], settings,
-                                       settings.request_id_prefix + std::to_string(*i));
-      out.queue_time = std::max(0.0, out.start_time - arrived_at[*i]);
+  auto run_conversation = [&](int c) {
+    std::vector<std::string> history;
+    for (int k = 0; k < turns; ++k) {
+      const int i = c * turns + k;
+      RequestOutput out;
+      if (k > 0 && !result.outputs[i - 1].success) {
+        out.start_time = steady_seconds();
+        out.error = "turn " + std::to_string(k - 1) + " of this conversation failed";
+      } else {
+        BenchPrompt prompt = prompts[i];
+        if (k > 0) {
+          prompt.history = history;
+          prompt.prompt_len = 0;  // history includes the answers: the total is not known
+        }
+        out = send_guarded(backend, prompt, settings,
+                           settings.request_id_prefix + std::to_string(i));
+        history.push_back(prompts[i].text);
+        history.push_back(out.generated_text);
+      }
+      // A conversation waits for its slot once, before turn 0; later turns never queue.
+      out.queue_time = k == 0 ? std::max(0.0, out.start_time - arrived_at[c]) : 0.0;
       out.start_time -= start;
-      result.outputs[*i] = std::move(out);
+      out.turn = k;
+      result.outputs[i] = std::move(out);
       bar.update();
     }
   };
+  auto work = [&] {
+    while (std::optional<int> c = queue.pop()) run_conversation(*c);
+  };
   std::vector<std::thread> workers;
-  for (int t = 0; t < worker_count(options, n); ++t) workers.emplace_back(work);
-  for (int i = 0; i < n; ++i) {
-    if (arrivals[i] > 0) {
+  for (int t = 0; t < worker_count(options, conversations); ++t) workers.emplace_back(work);
+  for (int c = 0; c < conversations; ++c) {
+    if (arrivals[c] > 0) {
       std::this_thread::sleep_until(start_point +
                                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                        std::chrono::duration<double>(arrivals[i])));
+                                        std::chrono::duration<double>(arrivals[c])));
     }
-    arrived_at[i] = steady_seconds();
-    queue.push(i);
+    arrived_at[c] = steady_seconds();
+    queue.push(c);
   }
   queue.close();
   for (std::thread& t : workers) t.join();

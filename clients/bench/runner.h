@@ -6,6 +6,10 @@
 //     for one of max_concurrency slots (vLLM's semaphore; unlimited when unset); its
 //     queue_time is that wait, its start_time the moment it is sent;
 //   - the duration runs from the first arrival slot to the end of the last request.
+// Multi-turn (turns > 1): the prompts are conversations of `turns` prompts each (prompt
+// c * turns + k is turn k of conversation c); a conversation arrives, takes a slot, and sends
+// its turns one after another in that slot, turn k carrying turns < k and their answers as
+// history; a failed turn fails the rest of its conversation. Arrivals are per conversation.
 // Threads: the calling thread dispatches arrivals; one worker per concurrency slot (one per
 // request when unlimited) sends requests, so a slow request never delays another's arrival.
 #pragma once
@@ -25,6 +29,7 @@ struct RunOptions {
   uint64_t seed = 0;
   std::optional<int> max_concurrency;
   int num_warmups = 0;
+  int turns = 1;  // prompts per conversation (--multi-turn)
   bool progress = false;  // a progress bar on stderr
 };
 

@@ -54,6 +54,12 @@ void OpenAiStreamRecorder::on_event(const std::string& data, double now) {
     if (auto p = u->find("prompt_tokens"); p != u->end() && p->is_number_integer()) {
       out_.prompt_len = p->get<int>();
     }
+    // OpenAI's prompt_tokens_details.cached_tokens (vLLM: with --enable-prompt-tokens-details).
+    if (auto d = u->find("prompt_tokens_details"); d != u->end() && d->is_object()) {
+      if (auto c = d->find("cached_tokens"); c != d->end() && c->is_number_integer()) {
+        out_.cached_tokens = c->get<int>();
+      }
+    }
   }
 }
 
@@ -73,7 +79,8 @@ void OpenAiStreamRecorder::finish() {
 void check_lengths(const BenchPrompt& prompt, bool ignore_eos, RequestOutput& out) {
   if (!out.success) return;
   std::string why;
-  if (out.prompt_len != prompt.prompt_len) {
+  // prompt_len 0: a later turn of a conversation, whose total depends on the answers.
+  if (prompt.prompt_len > 0 && out.prompt_len != prompt.prompt_len) {
     why = "the server counted " + std::to_string(out.prompt_len) + " prompt tokens, expected " +
           std::to_string(prompt.prompt_len);
   } else if (ignore_eos ? out.output_tokens != prompt.output_len

@@ -6,7 +6,8 @@
 //     trailing usage event (`choices: []`) is not one;
 //   - TTFT = first chunk - send; ITL = the gaps between successive chunks;
 //     E2EL (latency) = last chunk - send (the usage event and [DONE] do not extend it);
-//   - output tokens and prompt tokens come from the usage event.
+//   - output tokens and prompt tokens come from the usage event, and the prefix-cache hit from
+//     its prompt_tokens_details.cached_tokens when the server reports it.
 // Stricter than vLLM, which counts any stream with one chunk as a success: an in-band
 // `{"error": ...}` event, a body that is not JSON, or a stream that ends without
 // `data: [DONE]` or without usage make the request fail with that reason.
@@ -57,7 +58,7 @@ class OpenAiStreamRecorder {
 
 // Checks the lengths the server reported against the prompt's: the prompt must be counted as
 // prompt.prompt_len tokens, and with ignore_eos exactly prompt.output_len tokens must come back
-// (without it, 1 to output_len). A mismatch marks a successful output failed, with the numbers.
+// (without it, 1 to output_len); a prompt_len of 0 (a later turn) is not checked. A mismatch marks a successful output failed, with the numbers.
 void check_lengths(const BenchPrompt& prompt, bool ignore_eos, RequestOutput& out);
 
 }  // namespace attnres::bench

@@ -33,7 +33,8 @@ void to_proto(const SamplingOptions& s, v1::SamplingParams& p) {
 }
 
 Usage usage_from_proto(const v1::Usage& usage) {
-  return {usage.prompt_tokens(), usage.completion_tokens(), usage.total_tokens()};
+  return {usage.prompt_tokens(), usage.completion_tokens(), usage.total_tokens(),
+          usage.cached_tokens()};
 }
 
 Choice choice_from_proto(const v1::GenerateComplete& complete) {
@@ -163,6 +164,7 @@ GenerateResult ResultAssembler::result() const {
     const Choice& choice = *choices_[i].done;
     result.choices.push_back(choice);
     result.usage.prompt_tokens = choice.usage.prompt_tokens;  // the same prompt for every one
+    if (i == 0) result.usage.cached_tokens = choice.usage.cached_tokens;  // as OpenAI usage
     result.usage.completion_tokens += choice.usage.completion_tokens;
   }
   result.usage.total_tokens = result.usage.prompt_tokens + result.usage.completion_tokens;

@@ -56,6 +56,7 @@ struct Usage {
   uint32_t prompt_tokens = 0;
   uint32_t completion_tokens = 0;
   uint32_t total_tokens = 0;
+  uint32_t cached_tokens = 0;  // prompt tokens the server's prefix cache had
 };
 
 struct TokenLogprob {

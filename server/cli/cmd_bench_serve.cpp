@@ -53,6 +53,12 @@ std::vector<FlagSpec> serve_bench_flags() {
       {"random-input-len", "N",
        "prompt tokens as the server counts them, chat template included (default 1024)"},
       {"input-len", "N", "same as --random-input-len"},
+      {"random-prefix-len", "N",
+       "every prompt starts with the same N random tokens, then its own --random-input-len "
+       "(vLLM's shared prefix; multi-turn: turn 1 only) (default 0)"},
+      {"multi-turn", "T",
+       "chat conversations of T turns: --num-prompts conversations, turn k sent with the "
+       "earlier turns and answers as history; reports TTFT per turn (default 1)"},
       {"random-output-len", "N", "max_tokens per request (default 128)"},
       {"output-len", "N", "same as --random-output-len"},
       {"request-rate", "R",
@@ -157,7 +163,9 @@ int run_bench_serve(const std::vector<std::string>& args) {
           "methodology: random prompts of exact token lengths (counted by the server's\n"
           "tokenizer), Poisson / gamma or burst arrivals, a concurrency limit; prints\n"
           "vLLM's table (throughput; mean, median and percentiles of TTFT, TPOT, ITL and\n"
-          "E2EL) and writes its result JSON. Plot results with clients/bench/plot_results.py.",
+          "E2EL) and writes its result JSON. Plot results with clients/bench/plot_results.py.\n"
+          "Prefix caching: --random-prefix-len (a shared prefix) and --multi-turn (chat\n"
+          "conversations); the cached-token hit rate from usage is printed after the table.",
           specs)) {
     return 0;
   }
@@ -185,6 +193,8 @@ int run_bench_serve(const std::vector<std::string>& args) {
   data.num_prompts = flags.get_int("num-prompts", 1000);
   data.input_len = int_flag(flags, "random-input-len", "input-len", 1024);
   data.output_len = int_flag(flags, "random-output-len", "output-len", 128);
+  data.prefix_len = flags.get_int("random-prefix-len", 0);
+  data.turns = flags.get_int("multi-turn", 1);
   const int seed = flags.get_int("seed", 0);
   if (seed < 0) throw Error("--seed must be >= 0");
   data.seed = static_cast<uint64_t>(seed);
@@ -196,6 +206,7 @@ int run_bench_serve(const std::vector<std::string>& args) {
   run.seed = data.seed;
   if (flags.has("max-concurrency")) run.max_concurrency = flags.get_int("max-concurrency", 0);
   run.num_warmups = flags.get_int("num-warmups", 0);
+  run.turns = data.turns;
   run.progress = !flags.has("disable-tqdm") && (flags.has("progress") || isatty(STDERR_FILENO));
   check_run_options(run);  // before any request: a bad flag must not cost a built data set
 
@@ -220,6 +231,8 @@ int run_bench_serve(const std::vector<std::string>& args) {
   report.num_prompts = data.num_prompts;
   report.input_len = data.input_len;
   report.output_len = data.output_len;
+  report.prefix_len = data.prefix_len;
+  report.turns = data.turns;
   report.request_rate = run.request_rate;
   report.burstiness = run.burstiness;
   report.max_concurrency = run.max_concurrency;
@@ -257,13 +270,18 @@ int run_bench_serve(const std::vector<std::string>& args) {
   }
   report.model_id = settings.model;
 
-  std::cout << "Building " << data.num_prompts << " prompts of " << data.input_len
-            << " tokens (counted by the server's tokenizer"
-            << (backend_name == "openai-chat" ? ", chat template included" : "") << ")...\n"
-            << std::flush;
+  const int total_prompts = data.num_prompts * data.turns;
+  std::cout << "Building " << total_prompts << " prompts of " << data.input_len;
+  if (data.prefix_len > 0) std::cout << " + " << data.prefix_len << " shared prefix";
+  std::cout << " tokens (counted by the server's tokenizer"
+            << (backend_name == "openai-chat" ? ", chat template included" : "") << ")";
+  if (data.turns > 1) {
+    std::cout << " for " << data.num_prompts << " conversations of " << data.turns << " turns";
+  }
+  std::cout << "...\n" << std::flush;
   const double build_start = steady_seconds();
   std::unique_ptr<PromptTokenizer> tokenizer = backend->tokenizer(settings);
-  ProgressBar build_bar("prompts", data.num_prompts, run.progress);
+  ProgressBar build_bar("prompts", total_prompts, run.progress);
   const std::vector<BenchPrompt> prompts =
       make_dataset(*tokenizer, data, [&](int) { build_bar.update(); });
   build_bar.close();

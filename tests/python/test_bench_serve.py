@@ -8,7 +8,9 @@ std and percentiles of TTFT, TPOT, ITL and E2EL; peak tokens/s and concurrency) 
 computation from the per-request arrays with vLLM's definitions (vllm/benchmarks/serve.py,
 calculate_metrics). Failures (server down, unknown model, requests that time out) must give a
 clear error and, for request failures, a result with every error kept. The plotting script
-must turn the results into valid PNGs.
+must turn the results into valid PNGs. The prefix-caching workloads (--random-prefix-len,
+--multi-turn) must move the server's prefix-cache counters by exactly what the responses' usage
+reported, and print that hit rate.
 """
 
 import json
@@ -206,7 +208,9 @@ def test_absurd_numbers_fail_before_any_request(attnres_bin):
                          (["--seed", "-5"], "--seed must be >= 0"),
                          (["--random-input-len", "0"], "--random-input-len must be >= 1"),
                          (["--random-output-len", "0"], "--random-output-len must be >= 1"),
-                         (["--num-prompts", "0"], "--num-prompts must be >= 1")]:
+                         (["--num-prompts", "0"], "--num-prompts must be >= 1"),
+                         (["--random-prefix-len", "-1"], "--random-prefix-len must be >= 0"),
+                         (["--multi-turn", "0"], "--multi-turn must be >= 1")]:
         proc = bench(attnres_bin, "--url", dead, *args)
         assert proc.returncode == 1, args
         assert needle in proc.stderr, (args, proc.stderr)
@@ -234,6 +238,69 @@ def test_failed_requests_are_counted_and_kept(server, attnres_bin, tmp_path, bac
     assert all(e.startswith("timeout") for e in r["errors"]), r["errors"]
     assert "Failed requests during benchmark run detected" in proc.stdout
     assert server.health() == 200  # the server is unharmed by the aborted streams
+
+
+@pytest.fixture(scope="module")
+def cache_server(attnres_bin):
+    """A server of its own, so that no other test's requests (e.g. the aborted ones above,
+    which the server may still be finishing) move its prefix-cache counters."""
+    with ServerProcess(attnres_bin, "--max-num-seqs", "8") as s:
+        yield s
+
+
+def cache_counters(server):
+    m = server.metrics()
+    return m["attnres:prefix_cache_queries_total"], m["attnres:prefix_cache_hits_total"]
+
+
+def check_hit_rate_matches_metrics(server, r, stdout, before):
+    """usage's cached tokens are the server's hits; its prompt tokens are the queries (no
+    warm-ups, no preemption at these sizes)."""
+    queries, hits = (int(after - b) for after, b in zip(cache_counters(server), before))
+    assert r["failed"] == 0, r["errors"]
+    assert r["total_cached_tokens"] == hits > 0
+    assert r["total_input_tokens"] == queries
+    assert close(r["prefix_cache_hit_rate"], hits / queries)
+    rows = dict(re.findall(r"^(\S[^:\n]*:) +(\S+) *$", stdout, re.MULTILINE))
+    assert rows["Prefix cache hit rate (%):"] == f"{100 * hits / queries:.2f}"
+    assert rows["Total cached prompt tokens:"] == str(hits)
+
+
+def test_shared_prefix_hits_the_prefix_cache(cache_server, attnres_bin, tmp_path):
+    server = cache_server
+    path = tmp_path / "prefix.json"
+    before = cache_counters(server)
+    proc = bench(attnres_bin, "--url", server.http_url, "--num-prompts", 6,
+                 "--random-prefix-len", 64, "--random-input-len", 16, "--output-len", 2,
+                 "--max-concurrency", 2, "--seed", 5, "--save-detailed", "--result-file", path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    r = json.loads(path.read_text())
+    assert r["input_lens"] == [80] * 6 and r["random_prefix_len"] == 64
+    # Requests sent after the first pair find the prefix's full blocks (BOS + 63 tokens).
+    assert min(r["cached_tokens"][2:]) >= 48, r["cached_tokens"]
+    check_hit_rate_matches_metrics(server, r, proc.stdout, before)
+
+
+def test_multi_turn_prompts_extend_and_hit(cache_server, attnres_bin, tmp_path):
+    server = cache_server
+    path = tmp_path / "multi_turn.json"
+    before = cache_counters(server)
+    proc = bench(attnres_bin, "--backend", "openai-chat", "--url", server.http_url,
+                 "--num-prompts", 2, "--multi-turn", 3, "--random-input-len", 24,
+                 "--output-len", 4, "--max-concurrency", 2, "--save-detailed",
+                 "--result-file", path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    r = json.loads(path.read_text())
+    assert r["completed"] == 6 and r["multi_turn"] == 3
+    lens, cached = r["input_lens"], r["cached_tokens"]
+    for c in range(2):  # turn k's prompt is turn k-1's plus its answer and a new message
+        turns = lens[3 * c:3 * c + 3]
+        assert turns[0] == 24 and turns[0] < turns[1] < turns[2], lens
+        assert all(cached[3 * c + k] > 0 for k in (1, 2)), cached
+    assert len(r["ttft_per_turn_ms"]) == 3
+    assert "================= TTFT per Turn ==================" in proc.stdout
+    assert "Mean TTFT turn 3 (ms):" in proc.stdout
+    check_hit_rate_matches_metrics(server, r, proc.stdout, before)
 
 
 def png_size(path):

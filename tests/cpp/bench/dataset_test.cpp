@@ -64,6 +64,18 @@ class AwkwardTokenizer : public PromptTokenizer {
   std::vector<std::string> pieces_;
 };
 
+DatasetOptions options_of(int num_prompts, int input_len, int output_len, uint64_t seed,
+                          int prefix_len = 0, int turns = 1) {
+  DatasetOptions options;
+  options.num_prompts = num_prompts;
+  options.input_len = input_len;
+  options.output_len = output_len;
+  options.seed = seed;
+  options.prefix_len = prefix_len;
+  options.turns = turns;
+  return options;
+}
+
 TEST(PromptDataset, ExactLengthsWithAnAwkwardTokenizer) {
   for (int overhead : {0, 1, 7}) {
     AwkwardTokenizer tokenizer(overhead);
@@ -100,11 +112,7 @@ TEST(PromptDataset, DeterministicPerSeedAndIndexAndDistinct) {
 
 TEST(PromptDataset, ParallelBuildEqualsSequential) {
   AwkwardTokenizer tokenizer(2);
-  DatasetOptions options;
-  options.num_prompts = 24;
-  options.input_len = 33;
-  options.output_len = 7;
-  options.seed = 9;
+  DatasetOptions options = options_of(24, 33, 7, 9);
   options.threads = 4;
   int progress_calls = 0;
   std::mutex m;
@@ -155,6 +163,72 @@ TEST(PromptDataset, RandomWordsAreDeterministic) {
   int count = 0;
   for (std::string w; words >> w;) ++count;
   EXPECT_EQ(count, 10);
+}
+
+// --random-prefix-len: every prompt starts with the same text, whose tokens are the same ids
+// (what a prefix cache matches), and the server counts prefix + input_len for the whole prompt.
+TEST(PromptDataset, SharedPrefixIsIdenticalAndLengthsExact) {
+  for (int overhead : {0, 1, 7}) {
+    AwkwardTokenizer tokenizer(overhead);
+    const std::vector<BenchPrompt> prompts = make_dataset(tokenizer, options_of(12, 17, 3, 4, 40));
+    const std::string prefix = make_prefix(tokenizer, 40, 4);
+    const std::vector<int32_t> prefix_ids = tokenizer.encode_text(prefix);
+    ASSERT_EQ(prefix_ids.size(), 40u);
+    std::set<std::string> suffixes;
+    for (const BenchPrompt& p : prompts) {
+      EXPECT_EQ(p.prompt_len, 57);
+      EXPECT_EQ(tokenizer.count_prompt(p.text), 57) << overhead;
+      ASSERT_EQ(p.text.compare(0, prefix.size() + 1, prefix + ' '), 0) << p.text;
+      const std::vector<int32_t> ids = tokenizer.encode_text(p.text);
+      EXPECT_TRUE(std::equal(prefix_ids.begin(), prefix_ids.end(), ids.begin()));
+      suffixes.insert(p.text.substr(prefix.size()));
+    }
+    EXPECT_EQ(suffixes.size(), prompts.size());  // each prompt's own part differs
+  }
+}
+
+TEST(PromptDataset, PrefixFlagsAreCheckedByName) {
+  AwkwardTokenizer tokenizer(0);
+  DatasetOptions options;
+  options.prefix_len = -1;
+  try {
+    check_dataset_options(options);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--random-prefix-len"), std::string::npos);
+  }
+  options.prefix_len = 0;
+  options.turns = 0;
+  EXPECT_THROW(check_dataset_options(options), Error);
+  EXPECT_THROW(make_prefix(tokenizer, 0, 0), Error);
+}
+
+// --multi-turn: num_prompts conversations of `turns` prompts; only turn 0 has the prefix, and
+// a turn sent with its history (flat_prompt_text) extends the previous turn's text.
+TEST(PromptDataset, MultiTurnPromptsExtendEachOther) {
+  AwkwardTokenizer tokenizer(1);
+  const std::vector<BenchPrompt> prompts = make_dataset(tokenizer, options_of(3, 12, 2, 0, 9, 4));
+  ASSERT_EQ(prompts.size(), 12u);
+  const std::string prefix = make_prefix(tokenizer, 9, 0);
+  for (int c = 0; c < 3; ++c) {
+    BenchPrompt turn = prompts[c * 4];
+    EXPECT_EQ(turn.prompt_len, 21);
+    EXPECT_EQ(turn.text.rfind(prefix, 0), 0u);
+    std::string previous = flat_prompt_text(turn);
+    for (int k = 1; k < 4; ++k) {
+      const BenchPrompt& next = prompts[c * 4 + k];
+      EXPECT_EQ(next.prompt_len, 12);
+      EXPECT_EQ(tokenizer.count_prompt(next.text), 12);
+      EXPECT_NE(next.text.rfind(prefix, 0), 0u);  // later turns carry no second prefix
+      turn.history.push_back(turn.text);
+      turn.history.push_back("answer " + std::to_string(k));
+      turn.text = next.text;
+      const std::string flat = flat_prompt_text(turn);
+      EXPECT_EQ(flat.rfind(previous, 0), 0u) << "turn " << k << " does not extend turn " << k - 1;
+      EXPECT_GT(flat.size(), previous.size());
+      previous = flat;
+    }
+  }
 }
 
 }  // namespace

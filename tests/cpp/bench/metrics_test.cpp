@@ -117,5 +117,30 @@ TEST(Metrics, AllFailedGivesZeros) {
   EXPECT_THROW(metric_values({}, "latency"), Error);
 }
 
+// The prefix-cache hit from usage counts successful requests only; per-turn TTFT groups by turn.
+TEST(Metrics, CachedTokensAndTtftPerTurn) {
+  std::vector<RequestOutput> outs = {ok(0.0, 0.5, {}, 0.5, 1, 100), ok(0.5, 0.25, {}, 0.5, 1, 200),
+                                     ok(0.0, 0.75, {}, 0.5, 1, 100),
+                                     ok(0.5, 0.125, {}, 0.5, 1, 300)};
+  EXPECT_FALSE(calculate_metrics(outs, 1.0, {50}).cached_reported);  // no usage detail
+  EXPECT_TRUE(calculate_metrics(outs, 1.0, {50}).ttft_per_turn.empty());
+  outs[0].cached_tokens = 0;
+  outs[1].cached_tokens = 96;
+  outs[2].cached_tokens = 0;
+  outs[3].cached_tokens = 192;
+  outs[1].turn = outs[3].turn = 1;
+  RequestOutput failed;
+  failed.cached_tokens = 50;
+  failed.prompt_len = 500;
+  outs.push_back(failed);
+  const BenchmarkMetrics m = calculate_metrics(outs, 1.0, {50});
+  EXPECT_TRUE(m.cached_reported);
+  EXPECT_EQ(m.total_cached, 288);
+  EXPECT_DOUBLE_EQ(prefix_cache_hit_rate(m), 288.0 / 700.0);
+  ASSERT_EQ(m.ttft_per_turn.size(), 2u);
+  EXPECT_DOUBLE_EQ(m.ttft_per_turn[0].mean_ms, 625);
+  EXPECT_DOUBLE_EQ(m.ttft_per_turn[1].mean_ms, 187.5);
+}
+
 }  // namespace
 }  // namespace attnres::bench

@@ -74,6 +74,41 @@ TEST(Report, BurstTableLeavesOutRateAndConcurrency) {
   EXPECT_EQ(out.str().find("TTFT"), std::string::npos);
 }
 
+// Ours after vLLM's table: the prefix cache from usage and the TTFT of each turn.
+TEST(Report, PrefixCacheAndTurnSections) {
+  ReportSettings s = settings();
+  s.turns = 2;
+  s.prefix_len = 16;
+  std::vector<RequestOutput> outs = testing::hand_timeline();
+  for (RequestOutput& o : outs) o.cached_tokens = 5;
+  outs[1].turn = outs[3].turn = 1;
+  const BenchmarkMetrics m = calculate_metrics(outs, 2.0, s.metric_percentiles);
+  std::ostringstream out;
+  print_result_table(out, m, 2.0, s);
+  const std::string text = out.str();
+  const std::string expected =
+      "=========== Prefix Cache (from usage) ============\n"
+      "Total cached prompt tokens:              15        \n"
+      "Prefix cache hit rate (%):               50.00     \n"
+      "================= TTFT per Turn ==================\n"
+      "Mean TTFT turn 1 (ms):                   500.00    \n"
+      "Median TTFT turn 1 (ms):                 500.00    \n"
+      "Mean TTFT turn 2 (ms):                   625.00    \n"
+      "Median TTFT turn 2 (ms):                 625.00    \n"
+      "==================================================\n";
+  ASSERT_GE(text.size(), expected.size());
+  EXPECT_EQ(text.substr(text.size() - expected.size()), expected);
+  RunResult run;
+  run.outputs = outs;
+  run.duration_s = 2.0;
+  const nlohmann::ordered_json j = result_json(m, run, s);
+  EXPECT_EQ(j["total_cached_tokens"], 15);
+  EXPECT_DOUBLE_EQ(j["prefix_cache_hit_rate"].get<double>(), 0.5);
+  EXPECT_EQ(j["random_prefix_len"], 16);
+  EXPECT_EQ(j["multi_turn"], 2);
+  EXPECT_DOUBLE_EQ(j["ttft_per_turn_ms"][1]["mean"].get<double>(), 625);
+}
+
 TEST(Report, JsonHasVllmKeys) {
   ReportSettings s = settings();
   s.save_detailed = true;

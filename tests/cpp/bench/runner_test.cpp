@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -71,7 +72,7 @@ std::string prompt_text(int i) {
 
 std::vector<BenchPrompt> prompts(int n) {
   std::vector<BenchPrompt> p;
-  for (int i = 0; i < n; ++i) p.push_back({prompt_text(i), 10, 4});
+  for (int i = 0; i < n; ++i) p.push_back({prompt_text(i), 10, 4, {}});
   return p;
 }
 
@@ -141,6 +142,72 @@ TEST(Runner, RejectsBadOptions) {
   options.max_concurrency = 0;
   EXPECT_THROW(run_benchmark(backend, prompts(2), RequestSettings{}, options), Error);
   EXPECT_THROW(run_benchmark(backend, {}, RequestSettings{}, RunOptions{}), Error);
+}
+
+// Records each request's prompt (history included) before answering like FakeBackend.
+class RecordingBackend : public FakeBackend {
+ public:
+  RequestOutput send(const BenchPrompt& prompt, const RequestSettings& settings,
+                     const std::string& request_id) override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      sent_[prompt.text] = prompt;
+    }
+    return FakeBackend::send(prompt, settings, request_id);
+  }
+  BenchPrompt sent(const std::string& text) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return sent_.at(text);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::string, BenchPrompt> sent_;
+};
+
+TEST(Runner, MultiTurnSendsHistoryInOrderWithinTheConcurrencyLimit) {
+  RecordingBackend backend;
+  RunOptions options;
+  options.turns = 3;
+  options.max_concurrency = 2;
+  const RunResult r = run_benchmark(backend, prompts(12), RequestSettings{}, options);  // 4 x 3
+  ASSERT_EQ(r.outputs.size(), 12u);
+  EXPECT_LE(backend.max_in_flight(), 2);
+  for (int c = 0; c < 4; ++c) {
+    std::vector<std::string> expected;
+    for (int k = 0; k < 3; ++k) {
+      const int i = c * 3 + k;
+      const RequestOutput& o = r.outputs[i];
+      EXPECT_TRUE(o.success) << o.error;
+      EXPECT_EQ(o.turn, k);
+      const BenchPrompt sent = backend.sent(prompt_text(i));
+      EXPECT_EQ(sent.history, expected) << "conversation " << c << " turn " << k;
+      EXPECT_EQ(sent.prompt_len, k == 0 ? 10 : 0);  // later turns' totals are not checked
+      if (k > 0) {
+        const RequestOutput& previous = r.outputs[i - 1];
+        EXPECT_GE(o.start_time, previous.start_time + previous.latency);
+        EXPECT_EQ(o.queue_time, 0);
+      }
+      expected.push_back(prompt_text(i));
+      expected.push_back(o.generated_text);  // the fake answers with the prompt's text
+    }
+  }
+}
+
+TEST(Runner, AFailedTurnFailsTheRestOfItsConversation) {
+  FakeBackend backend;
+  std::vector<BenchPrompt> p = prompts(6);
+  p[1].text = "throw";
+  RunOptions options;
+  options.turns = 3;
+  const RunResult r = run_benchmark(backend, p, RequestSettings{}, options);
+  EXPECT_TRUE(r.outputs[0].success);
+  EXPECT_FALSE(r.outputs[1].success);
+  EXPECT_FALSE(r.outputs[2].success);
+  EXPECT_NE(r.outputs[2].error.find("turn 1 of this conversation failed"), std::string::npos);
+  for (int i = 3; i < 6; ++i) EXPECT_TRUE(r.outputs[i].success) << r.outputs[i].error;
+  EXPECT_EQ(backend.ids().size(), 5u);  // the failed conversation's last turn was never sent
+  EXPECT_THROW(run_benchmark(backend, prompts(4), RequestSettings{}, options), Error);
 }
 
 }  // namespace

@@ -102,7 +102,7 @@ TEST(StreamRecorder, FailuresNameTheirCause) {
 }
 
 TEST(CheckLengths, ExactWithIgnoreEos) {
-  BenchPrompt prompt{"x", 12, 3};
+  BenchPrompt prompt{"x", 12, 3, {}};
   RequestOutput out;
   out.success = true;
   out.prompt_len = 12;

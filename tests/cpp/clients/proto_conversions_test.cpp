@@ -149,7 +149,9 @@ TEST(ResultAssembler, InterleavedChoicesOfAStream) {
   EXPECT_FLOAT_EQ(first->logprobs[0].logprob, -2.0f);
   EXPECT_TRUE(assembler.add(chunk(0, {1, 2}, "ab")));
   EXPECT_TRUE(assembler.add(chunk(0, {3}, "")));  // text held back (a possible stop string)
-  EXPECT_FALSE(assembler.add(complete(0, {1, 2, 3}, "abc", "stop", 5)));
+  v1::GenerateResponse first_done = complete(0, {1, 2, 3}, "abc", "stop", 5);
+  first_done.mutable_complete()->mutable_usage()->set_cached_tokens(4);
+  EXPECT_FALSE(assembler.add(first_done));
   EXPECT_FALSE(assembler.complete());
   EXPECT_TRUE(assembler.add(chunk(1, {6}, "e")));
   v1::GenerateResponse last = complete(1, {4, 6}, "de", "stop", 5);
@@ -182,6 +184,9 @@ TEST(ResultAssembler, InterleavedChoicesOfAStream) {
   EXPECT_EQ(result.usage.prompt_tokens, 5u);
   EXPECT_EQ(result.usage.completion_tokens, 5u);
   EXPECT_EQ(result.usage.total_tokens, 10u);
+  // The prefix-cache hit is choice 0's, as OpenAI usage reports it.
+  EXPECT_EQ(c0.usage.cached_tokens, 4u);
+  EXPECT_EQ(result.usage.cached_tokens, 4u);
 }
 
 TEST(ResultAssembler, NotStreamedTakesEverythingFromTheCompletion) {
