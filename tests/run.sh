@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need (Debian packages, and the Python test
 # packages into .venv/; both steps are no-ops once done), builds everything, then runs the
-# C++ tests (ctest), every fuzzer briefly, the threaded parts under TSan, and the Python tests (pytest: the independent
-# references and the end-to-end tests against the real binaries). Arguments go to pytest.
+# C++ tests (ctest), every fuzzer briefly, the threaded parts under TSan, and the Python
+# tests (pytest: the independent references and the end-to-end tests against the real
+# binaries). Arguments go to pytest.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 export ATTNRES_BUILD_DIR=${ATTNRES_BUILD_DIR:-$repo/build}
