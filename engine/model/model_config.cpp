@@ -448,8 +448,12 @@ ModelConfig ModelConfig::from_json(const json& config, const std::string& origin
                 ") must be a multiple of 'num_key_value_heads' (" +
                 std::to_string(cfg.num_kv_heads) + ")");
   }
+  // Larger than any published model's (256 is the largest seen); it bounds the per-head
+  // buffers (RoPE frequencies, attention scratch) a config alone would size. Found by
+  // tests/fuzz/config_json_fuzzer: head_dim 1633333346 asked for 3 GB of frequencies.
+  constexpr int kMaxHeadDim = 1024;
   if (fields.find("head_dim")) {
-    cfg.head_dim = fields.required_positive_int("head_dim");
+    cfg.head_dim = static_cast<int>(*fields.optional_int("head_dim", 1, kMaxHeadDim));
   } else {
     if (cfg.hidden_size % cfg.num_heads != 0) {
       throw Error(origin + ": field 'head_dim' is absent and 'hidden_size' (" +
@@ -457,6 +461,10 @@ ModelConfig ModelConfig::from_json(const json& config, const std::string& origin
                   "'num_attention_heads' (" + std::to_string(cfg.num_heads) + ")");
     }
     cfg.head_dim = cfg.hidden_size / cfg.num_heads;
+    if (cfg.head_dim > kMaxHeadDim) {
+      throw Error(origin + ": 'hidden_size' / 'num_attention_heads' gives a head_dim of " +
+                  std::to_string(cfg.head_dim) + ", more than " + std::to_string(kMaxHeadDim));
+    }
   }
   if (cfg.head_dim % 2 != 0) {
     throw Error(origin + ": field 'head_dim' must be even for rotary embeddings, found " +

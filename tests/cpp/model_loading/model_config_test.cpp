@@ -320,6 +320,18 @@ TEST(ModelConfig, GenerationConfigIsOptionalButValidated) {
               HasSubstr("generation_config.json: field 'top_p' must be in (0, 1]"));
 }
 
+// Found by tests/fuzz/config_json_fuzzer: a huge head_dim sized gigabytes of RoPE frequencies.
+TEST(ModelConfig, AbsurdHeadDimIsAnErrorNamingTheField) {
+  TempDir dir;
+  test_files::write_bytes(dir.file("config.json"),
+                          R"({"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 128,
+                              "num_hidden_layers": 2, "num_attention_heads": 4,
+                              "num_key_value_heads": 2, "head_dim": 1633333346,
+                              "vocab_size": 512})");
+  EXPECT_THAT(error_of([&] { ModelConfig::load(dir.path()); }),
+              AllOf(HasSubstr("field 'head_dim' must be in [1, 1024], found 1633333346")));
+}
+
 TEST(ModelConfig, LoadErrorsNameTheFile) {
   TempDir dir;
   EXPECT_THAT(error_of([&] { ModelConfig::load(dir.path()); }),
