@@ -404,7 +404,7 @@ void EngineCore::process_outputs(const StepBatch& batch) {
   // A sequence whose path fails is remembered and skipped by the later stages of this step,
   // then ended with its error at the end, once nothing of the step refers to it any more.
   std::vector<EngineSequence*> failed;
-  auto guarded = [&](EngineSequence& seq, const std::function<void()>& fn) {
+  auto guarded = [&](EngineSequence& seq, auto&& fn) {
     if (!seq.failure.empty()) return false;
     try {
       fn();

@@ -25,14 +25,8 @@ const char* output_stage_name(OutputStage stage) {
   return "output";
 }
 
-void run_output_stage(OutputStage stage, std::string_view request_id,
-                      const OutputFaultHook& hook, const std::function<void()>& fn) {
-  try {
-    if (hook) hook(stage, request_id);
-    fn();
-  } catch (const std::exception& e) {
-    throw Error(std::string(output_stage_name(stage)) + " failed: " + e.what());
-  }
+void rethrow_as_stage_error(OutputStage stage, const std::exception& e) {
+  throw Error(std::string(output_stage_name(stage)) + " failed: " + e.what());
 }
 
 void check_logits_row(std::span<const float> logits, const Vocabulary& vocabulary) {

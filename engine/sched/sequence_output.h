@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -41,9 +42,18 @@ const char* output_stage_name(OutputStage stage);
 using OutputFaultHook = std::function<void(OutputStage stage, std::string_view request_id)>;
 
 // Runs `stage` of a sequence's output path: the hook, then fn. Any exception comes out as an
-// attnres::Error "<stage> failed: <what>".
+// attnres::Error "<stage> failed: <what>". A template: it runs several times per token.
+[[noreturn]] void rethrow_as_stage_error(OutputStage stage, const std::exception& e);
+template <typename Fn>
 void run_output_stage(OutputStage stage, std::string_view request_id,
-                      const OutputFaultHook& hook, const std::function<void()>& fn);
+                      const OutputFaultHook& hook, Fn&& fn) {
+  try {
+    if (hook) hook(stage, request_id);
+    fn();
+  } catch (const std::exception& e) {
+    rethrow_as_stage_error(stage, e);
+  }
+}
 
 // Throws attnres::Error when one logits row holds a NaN or +inf, or no finite value among the
 // ids the vocabulary can decode: the model broke for this sequence.
