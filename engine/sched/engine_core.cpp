@@ -161,7 +161,7 @@ SubmitResult EngineCore::submit(EngineRequest request) {
     return result;
   }
   const std::string id = request.request_id;
-  auto channel = std::make_shared<StreamChannel>();
+  auto channel = std::make_shared<StreamChannel>(std::move(request.listener));
   {
     std::lock_guard lock(inbox_->mutex);
     if (inbox_->dead) {
@@ -332,8 +332,10 @@ void EngineCore::accept(EngineRequest request, std::shared_ptr<StreamChannel> ch
   for (int choice = 0; choice < request.n; ++choice) {
     SamplingParams params = request.params;
     if (params.seed) params.seed = *params.seed + static_cast<uint64_t>(choice);
-    // Prompt logprobs are per request: choice 0 computes and reports them.
-    if (choice > 0) params.prompt_logprobs = -1;
+    // Prompt logprobs come with every choice's first output, so each choice computes them:
+    // a front end never waits on a sibling choice (which may fail, or be scheduled later)
+    // for them. The price, n LM-head passes over the prompt, falls only on requests that
+    // ask for prompt logprobs with n > 1.
     if (params.depth_attention_per_token) params.depth_attention = true;
     const uint64_t fallback_seed = (static_cast<uint64_t>(entropy()) << 32) | entropy();
     active->choices.push_back(

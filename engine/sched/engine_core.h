@@ -63,6 +63,8 @@ struct EngineRequest {
   std::vector<int32_t> prompt_ids;
   SamplingParams params;
   int n = 1;  // choices; choice i samples with seed + i when a seed is given (vLLM)
+  // Called on the engine thread whenever the request's stream has news (request_stream.h).
+  StreamListener listener;
 };
 
 enum class SubmitStatus {

@@ -9,7 +9,12 @@ void StreamChannel::push(RequestOutput output) {
     std::lock_guard lock(mutex_);
     outputs_.push_back(std::move(output));
   }
+  notify();
+}
+
+void StreamChannel::notify() {
   ready_.notify_all();
+  if (listener_) listener_();
 }
 
 void StreamChannel::close(const Usage& usage, const RequestTimings& timings) {
@@ -19,7 +24,7 @@ void StreamChannel::close(const Usage& usage, const RequestTimings& timings) {
     usage_ = usage;
     timings_ = timings;
   }
-  ready_.notify_all();
+  notify();
 }
 
 StreamChannel::Poll StreamChannel::next_until(std::optional<EngineClock::time_point> deadline,
@@ -32,6 +37,14 @@ StreamChannel::Poll StreamChannel::next_until(std::optional<EngineClock::time_po
     ready_.wait(lock, has_news);
   }
   if (outputs_.empty()) return Poll::Ended;
+  out = std::move(outputs_.front());
+  outputs_.pop_front();
+  return Poll::Output;
+}
+
+StreamChannel::Poll StreamChannel::try_next(RequestOutput& out) {
+  std::lock_guard lock(mutex_);
+  if (outputs_.empty()) return closed_ ? Poll::Ended : Poll::Timeout;
   out = std::move(outputs_.front());
   outputs_.pop_front();
   return Poll::Output;

@@ -29,7 +29,7 @@ struct RequestOutput {
                                        // while a possible stop string is held back)
   std::vector<TokenLogprob> logprobs;  // one per token id when params.logprobs >= 0
   // When params.prompt_logprobs >= 0: one entry per prompt token (position 0 has none), sent
-  // once per request, with choice 0's first output. Empty otherwise.
+  // with each choice's first output. Empty otherwise.
   std::vector<std::optional<TokenLogprob>> prompt_logprobs;
   // Depth-attention weights (params.wants_depth_attention(); layout: EngineCore::
   // depth_attention_layout()). The mean over the prompt positions, once per choice, with its
@@ -66,9 +66,16 @@ struct RequestTimings {
   std::optional<EngineClock::time_point> finished;
 };
 
+// Called on the engine thread after each output or the end is pushed, so an event-driven front
+// end can wake without polling. It must be quick and must not block (post to an event loop,
+// notify a condition variable).
+using StreamListener = std::function<void()>;
+
 // The state the engine thread and the front-end thread share for one request.
 class StreamChannel {
  public:
+  explicit StreamChannel(StreamListener listener = {}) : listener_(std::move(listener)) {}
+
   // Engine side.
   void push(RequestOutput output);
   // After the last output of the last choice: the stream ends once it is read.
@@ -77,11 +84,15 @@ class StreamChannel {
   // Front-end side: see RequestStream.
   enum class Poll { Output, Timeout, Ended };
   Poll next_until(std::optional<EngineClock::time_point> deadline, RequestOutput& out);
+  Poll try_next(RequestOutput& out);  // never waits: Timeout when nothing is there yet
   bool closed() const;
   Usage usage() const;
   RequestTimings timings() const;
 
  private:
+  void notify();
+
+  const StreamListener listener_;
   mutable std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<RequestOutput> outputs_;
@@ -106,6 +117,9 @@ class RequestStream {
   std::optional<RequestOutput> next();
   // Waits at most `timeout` (to poll for a client disconnect between outputs).
   Poll next_for(std::chrono::milliseconds timeout, RequestOutput& out);
+  // Never waits: an output, Ended, or Timeout when nothing is there yet (the request's
+  // listener, EngineRequest::listener, says when to look again).
+  Poll try_next(RequestOutput& out) { return channel_->try_next(out); }
 
   // Asks the engine to abort the request; it frees the KV blocks within a step and ends each
   // unfinished choice with an Abort output. Safe to call at any time, more than once.

@@ -218,7 +218,7 @@ int run_serve(const std::vector<std::string>& args) {
   std::cerr << "attnres serve: HTTP (OpenAI API) on http://" << options.host << ":" << http.port()
             << "  model \"" << options.served_model_name << "\"\n";
 #else
-  std::cerr << "attnres serve: built without the HTTP front end (cpp-httplib missing)\n";
+  std::cerr << "attnres serve: built without the HTTP front end (Boost missing)\n";
 #endif
   std::cerr << "attnres serve: ready" << std::endl;
 

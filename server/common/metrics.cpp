@@ -127,6 +127,10 @@ std::string Metrics::render(const EngineStats& s) const {
   counter("attnres:prefix_cache_hits_total",
           "Looked-up prompt tokens the prefix cache held (vLLM's prefix_cache_hits).",
           static_cast<double>(s.prefix_cache_hits_total));
+  gauge("attnres:http_connections", "Open HTTP connections (idle ones included).",
+        static_cast<double>(http_connections_open_.load()));
+  counter("attnres:http_connections_total", "HTTP connections accepted.",
+          static_cast<double>(http_connections_total_.load()));
   header(out, "attnres:request_success_total", "counter", "Finished sequences by finish reason.");
   sample(out, "attnres:request_success_total", labels_ + ",finished_reason=\"stop\"",
          static_cast<double>(s.finished_stop));

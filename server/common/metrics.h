@@ -3,6 +3,7 @@
 // are recorded by the front end that served the request, once its stream has ended.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -39,6 +40,12 @@ class Metrics {
                       std::span<const double> inter_token_seconds);
   // HTTP / gRPC requests rejected before reaching the engine, by status code.
   void record_rejected(int http_status);
+  // HTTP connections as the server accepts and closes them.
+  void http_connection_opened() {
+    http_connections_open_.fetch_add(1);
+    http_connections_total_.fetch_add(1);
+  }
+  void http_connection_closed() { http_connections_open_.fetch_sub(1); }
 
   // The Prometheus text exposition format (version 0.0.4).
   std::string render(const EngineStats& stats) const;
@@ -53,6 +60,8 @@ class Metrics {
   Histogram prompt_tokens_;
   Histogram generation_tokens_;
   std::map<int, uint64_t> rejected_;
+  std::atomic<int64_t> http_connections_open_{0};
+  std::atomic<uint64_t> http_connections_total_{0};
 };
 
 }  // namespace attnres::server

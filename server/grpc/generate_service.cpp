@@ -7,6 +7,9 @@
 #include <vector>
 
 #include "engine/core/error.h"
+#include "server/common/auth.h"
+#include "server/common/generation.h"
+#include "server/common/request_error.h"
 #include "server/grpc/grpc_requests.h"
 #include "server/grpc/grpc_responses.h"
 
@@ -36,40 +39,34 @@ int http_status_for(StatusCode code) {
   }
 }
 
-std::optional<std::string_view> bearer_token(const grpc::ServerContext& context) {
+std::optional<std::string_view> authorization_of(const grpc::ServerContext& context) {
   const auto& metadata = context.client_metadata();
   const auto it = metadata.find("authorization");
   if (it == metadata.end()) return std::nullopt;
-  const std::string_view value(it->second.data(), it->second.size());
-  constexpr std::string_view kScheme = "Bearer ";
-  if (value.substr(0, kScheme.size()) != kScheme) return std::nullopt;
-  return value.substr(kScheme.size());
+  return std::string_view(it->second.data(), it->second.size());
 }
 
-// The state of one Generate call's stream: per-choice accumulators and latency gaps.
-struct GenerateCall {
-  std::vector<ChoiceAccumulator> choices;
-  std::vector<std::optional<EngineClock::time_point>> last_output;  // per choice
-  std::vector<double> inter_token_seconds;
-
-  explicit GenerateCall(int n) : choices(n), last_output(n) {}
-
-  void record_gap(const RequestOutput& out) {
-    if (out.token_ids.empty()) return;
-    auto& last = last_output[out.choice_index];
-    if (last) {
-      inter_token_seconds.push_back(std::chrono::duration<double>(out.time - *last).count());
-    }
-    last = out.time;
+// A refusal of the shared front-end pipeline as a gRPC status code.
+StatusCode status_code_for(Refusal refusal) {
+  switch (refusal) {
+    case Refusal::InvalidArgument:
+      return StatusCode::INVALID_ARGUMENT;
+    case Refusal::Unauthenticated:
+      return StatusCode::UNAUTHENTICATED;
+    case Refusal::QueueFull:
+      return StatusCode::RESOURCE_EXHAUSTED;
+    case Refusal::Unavailable:
+      return StatusCode::UNAVAILABLE;
+    case Refusal::EngineFailed:
+      return StatusCode::INTERNAL;
   }
-};
+  return StatusCode::INTERNAL;
+}
 
 }  // namespace
 
 Status GenerateService::authenticate(const grpc::ServerContext& context) const {
-  if (state_.options().api_keys.empty()) return Status::OK;
-  const auto token = bearer_token(context);
-  if (token && state_.check_api_key(*token)) return Status::OK;
+  if (server::authenticate(state_, authorization_of(context)) == AuthResult::Ok) return Status::OK;
   return reject(StatusCode::UNAUTHENTICATED,
                 "missing or invalid API key: send the metadata 'authorization: Bearer <key>'");
 }
@@ -82,7 +79,6 @@ Status GenerateService::reject(StatusCode code, const std::string& message) cons
 Status GenerateService::Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
                                  grpc::ServerWriter<v1::GenerateResponse>* writer) {
   if (Status auth = authenticate(*context); !auth.ok()) return auth;
-  if (!state_.accepting()) return reject(StatusCode::UNAVAILABLE, "the server is shutting down");
 
   const LoadedModel& model = state_.model();
   GrpcGenerateRequest parsed;
@@ -101,20 +97,16 @@ Status GenerateService::Generate(grpc::ServerContext* context, const v1::Generat
   const DepthAttentionLayout* depth_layout =
       parsed.engine.params.depth_attention ? &state_.engine().depth_attention_layout() : nullptr;
 
-  SubmitResult submitted = state_.engine().submit(std::move(parsed.engine));
-  switch (submitted.status) {
-    case SubmitStatus::Accepted:
-      break;
-    case SubmitStatus::InvalidRequest:
-      return reject(StatusCode::INVALID_ARGUMENT, submitted.message);
-    case SubmitStatus::QueueFull:
-      return reject(StatusCode::RESOURCE_EXHAUSTED, submitted.message);
-    case SubmitStatus::Unavailable:
-      return reject(StatusCode::UNAVAILABLE, submitted.message);
+  std::unique_ptr<Generation> generation;
+  try {
+    generation = std::make_unique<Generation>(
+        state_, request_id, std::vector<std::vector<int32_t>>{parsed.engine.prompt_ids},
+        parsed.engine.params, n);
+  } catch (const RequestError& e) {
+    return reject(status_code_for(e.refusal()), e.what());
   }
-  RequestStream& stream = *submitted.stream;
 
-  GenerateCall call(n);
+  std::vector<ChoiceResult> choices(static_cast<size_t>(n));
   bool client_gone = false;  // cancelled, past its deadline, or a write failed
   bool cancel_sent = false;
   auto send = [&](v1::GenerateResponse& response) {
@@ -122,17 +114,19 @@ Status GenerateService::Generate(grpc::ServerContext* context, const v1::Generat
     if (!client_gone && !writer->Write(response)) client_gone = true;
   };
   RequestOutput out;
-  for (;;) {
+  while (!generation->ended()) {
     if (!client_gone && context->IsCancelled()) client_gone = true;
     if (client_gone && !cancel_sent) {
-      stream.cancel();  // the engine ends the choices within a step; the loop drains them
+      generation->cancel();  // the engine ends the choices within a step; the loop drains them
       cancel_sent = true;
     }
-    const auto poll = stream.next_for(kCancelPollInterval, out);
-    if (poll == RequestStream::Poll::Ended) break;
-    if (poll == RequestStream::Poll::Timeout) continue;
-    call.record_gap(out);
-    ChoiceAccumulator& choice = call.choices[out.choice_index];
+    if (!generation->next(out)) {
+      // The sync API has no cancellation callback: the wait is bounded so a cancelled call is
+      // noticed within kCancelPollInterval.
+      generation->wait_for(kCancelPollInterval);
+      continue;
+    }
+    ChoiceResult& choice = choices[static_cast<size_t>(out.choice_index)];
     choice.add(out);
     if (client_gone) continue;  // drain to the end for the usage numbers, sending nothing
     const bool has_delta = !out.token_ids.empty() || (parsed.detokenize && !out.text.empty());
@@ -148,7 +142,7 @@ Status GenerateService::Generate(grpc::ServerContext* context, const v1::Generat
       send(response);
     }
   }
-  state_.metrics().record_request(stream.timings(), stream.usage(), call.inter_token_seconds);
+  generation.reset();  // records the request's metrics
   if (client_gone) return Status(StatusCode::CANCELLED, "the call was cancelled");
   return Status::OK;
 }

@@ -4,16 +4,6 @@
 
 namespace attnres::server {
 
-void ChoiceAccumulator::add(const RequestOutput& out) {
-  if (out.cached_prompt_tokens) cached_prompt_tokens = *out.cached_prompt_tokens;
-  token_ids.insert(token_ids.end(), out.token_ids.begin(), out.token_ids.end());
-  text += out.text;
-  logprobs.insert(logprobs.end(), out.logprobs.begin(), out.logprobs.end());
-  if (out.depth_prompt_mean) depth_prompt_mean = out.depth_prompt_mean;
-  depth_per_token.insert(depth_per_token.end(), out.depth_per_token.begin(),
-                         out.depth_per_token.end());
-}
-
 void to_proto(const DepthAttentionMatrix& matrix, v1::DepthAttentionMatrix& proto) {
   proto.set_rows(static_cast<uint32_t>(matrix.rows));
   proto.set_cols(static_cast<uint32_t>(matrix.cols));
@@ -42,7 +32,7 @@ v1::GenerateStreamChunk make_chunk(const RequestOutput& out, bool with_text) {
   return chunk;
 }
 
-v1::GenerateComplete make_complete(const RequestOutput& last, const ChoiceAccumulator& choice,
+v1::GenerateComplete make_complete(const RequestOutput& last, const ChoiceResult& choice,
                                    int prompt_tokens, bool with_text, bool streamed,
                                    const DepthAttentionLayout* depth_layout) {
   v1::GenerateComplete complete;

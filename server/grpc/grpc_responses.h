@@ -10,19 +10,9 @@
 #include "attnres/v1/generate.pb.h"
 #include "engine/model/loaded_model.h"
 #include "engine/sched/request_stream.h"
+#include "server/common/choice_result.h"
 
 namespace attnres::server {
-
-// Everything one choice produced so far: what GenerateComplete reports at its end.
-struct ChoiceAccumulator {
-  std::vector<int32_t> token_ids;
-  std::string text;
-  std::vector<TokenLogprob> logprobs;
-  std::optional<DepthAttentionMatrix> depth_prompt_mean;
-  std::vector<DepthAttentionMatrix> depth_per_token;
-  int cached_prompt_tokens = 0;  // of this choice's prompt, from the prefix cache
-  void add(const RequestOutput& out);
-};
 
 void to_proto(const TokenLogprob& logprob, v1::TokenLogprob& proto);
 
@@ -32,7 +22,7 @@ v1::GenerateStreamChunk make_chunk(const RequestOutput& out, bool with_text);
 // The end of a choice. `streamed`: the chunks already carried the logprobs and per-token depth
 // weights (not repeated). `depth_layout`: the request asked for depth-attention weights (null:
 // it did not).
-v1::GenerateComplete make_complete(const RequestOutput& last, const ChoiceAccumulator& choice,
+v1::GenerateComplete make_complete(const RequestOutput& last, const ChoiceResult& choice,
                                    int prompt_tokens, bool with_text, bool streamed,
                                    const DepthAttentionLayout* depth_layout = nullptr);
 

@@ -41,18 +41,6 @@ nlohmann::ordered_json error_body(const ApiError& error) {
   return error_body(error.status(), error.what(), error.param(), error.code());
 }
 
-std::string field_named_in(const std::string& message) {
-  // "field top_p: got 0, ..." (SamplingParams) or "n: got 0, ..." (EngineCore).
-  std::string_view text = message;
-  if (text.rfind("field ", 0) == 0) text.remove_prefix(6);
-  const size_t colon = text.find(':');
-  if (colon == std::string_view::npos || colon == 0) return "";
-  std::string_view name = text.substr(0, colon);
-  if (name.find(' ') != std::string_view::npos) return "";
-  const size_t bracket = name.find('[');  // logit_bias[5] -> logit_bias
-  return std::string(name.substr(0, bracket));
-}
-
 std::string dump_json(const nlohmann::ordered_json& value) {
   return value.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }

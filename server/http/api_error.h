@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "server/common/request_error.h"
+
 namespace attnres::server::http {
 
 class ApiError : public std::runtime_error {
@@ -33,10 +35,6 @@ const char* error_type_for_status(int status);
 nlohmann::ordered_json error_body(int status, const std::string& message,
                                   const std::string& param = "", const std::string& code = "");
 nlohmann::ordered_json error_body(const ApiError& error);
-
-// The field named by an engine message in the "field X: got ..." style of
-// SamplingParams::validate / EngineCore::validate ("" when the message names none).
-std::string field_named_in(const std::string& message);
 
 // JSON text for the wire: invalid UTF-8 (a token that is part of a character) is replaced
 // with U+FFFD instead of throwing.

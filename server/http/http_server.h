@@ -1,16 +1,20 @@
-// The OpenAI-compatible HTTP server (shared/design/API.md) on cpp-httplib: routes, auth, the
-// error envelope, and the thread pool that lets hundreds of streams run at once.
+// The OpenAI-compatible HTTP server (API.md), event-driven on Boost.Asio / Beast: a few I/O
+// threads hold every connection (an idle or slow client costs a socket and a few KB, not a
+// thread), a small worker pool runs the handlers that parse and tokenize, and the engine's
+// outputs reach streams through the request's Generation without polling.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 
 #include "server/common/server_state.h"
+#include "server/http/http_limits.h"
 
 namespace attnres::server {
 
 class HttpServer {
  public:
-  explicit HttpServer(ServerState& state);
+  explicit HttpServer(ServerState& state, http::HttpLimits limits = {});
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -19,7 +23,11 @@ class HttpServer {
   // attnres::Error naming host:port if it cannot bind.
   void start();
   int port() const;  // the bound port
-  // Stops listening and joins the server threads; called at shutdown after the engine drained.
+  // The connection limit in force (HttpLimits::max_connections, lowered to fit the
+  // process's file-descriptor limit at start()).
+  size_t max_connections() const;
+  // Stops listening, closes every connection and joins the threads; called at shutdown after
+  // the engine drained.
   void stop();
 
  private:

@@ -12,6 +12,7 @@
 #include "engine/core/depth_attention.h"
 #include "engine/sched/request_stream.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "server/common/choice_result.h"
 
 namespace attnres::server::http {
 
@@ -25,23 +26,6 @@ struct ResponseHead {
   std::string model;
 };
 Json head_json(const ResponseHead& head);
-
-// One choice, accumulated over its outputs (non-streamed responses).
-struct ChoiceResult {
-  std::string text;
-  std::vector<int32_t> token_ids;
-  std::vector<TokenLogprob> logprobs;
-  std::vector<std::optional<TokenLogprob>> prompt_logprobs;  // choice 0 of a prompt, when asked
-  std::optional<DepthAttentionMatrix> depth_prompt_mean;     // when asked
-  std::vector<DepthAttentionMatrix> depth_per_token;         // when asked per token
-  FinishReason finish_reason = FinishReason::None;
-  std::optional<std::string> stop_string;
-  std::optional<int32_t> stop_token;
-  std::string error;
-  int cached_prompt_tokens = 0;  // of this choice's prompt, from the prefix cache
-
-  void add(const RequestOutput& out);
-};
 
 Json usage_json(const Usage& usage);
 // "stop" / "length" / "abort", or null while running.

@@ -1,13 +1,15 @@
-// POST /v1/completions and POST /v1/chat/completions: parse, submit (every 4xx / 503 is sent
-// before a stream starts), then either collect the whole answer or stream it as SSE.
+// POST /v1/completions and POST /v1/chat/completions: parse and submit on a request worker
+// (every 4xx / 503 is sent before a stream starts), then hand the connection an AsyncBody
+// that either streams the outputs as SSE or collects the whole answer; the connection pumps
+// it whenever the engine has news.
 #include <chrono>
 #include <memory>
 
+#include "server/common/generation.h"
 #include "server/http/api_error.h"
-#include "server/http/client_connection.h"
-#include "server/http/generation.h"
 #include "server/http/openai_requests.h"
 #include "server/http/openai_responses.h"
+#include "server/http/router.h"
 #include "server/http/routes.h"
 #include "server/http/sse_stream.h"
 
@@ -37,60 +39,102 @@ Json choice_depth_json(const DepthAttentionLayout& layout, const SamplingParams&
                               params.depth_attention_per_token ? &r.depth_per_token : nullptr);
 }
 
-ClientConnection client_of(const httplib::Request& req) {
-  return ClientConnection(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
-}
-
-void require_accepting(const ServerState& state) {
-  if (!state.accepting()) {
-    throw ApiError(503, "the server is shutting down and accepts no new requests", "",
-                   "unavailable");
-  }
-}
-
-// An engine error ended a choice (not a client mistake): 503 once the engine died, else 500.
-[[noreturn]] void throw_engine_error(const ServerState& state, const std::string& error) {
-  const int status = state.engine().stats().alive ? 500 : 503;
-  throw ApiError(status, "generation failed: " + error);
+// An engine error ended a choice (not a client mistake): 500, or 503 once the engine died.
+int engine_error_status(const ServerState& state) {
+  return state.engine().stats().alive ? 500 : 503;
 }
 
 Json engine_error_envelope(const ServerState& state, const std::string& error) {
-  return error_body(state.engine().stats().alive ? 500 : 503, "generation failed: " + error);
+  return error_body(engine_error_status(state), "generation failed: " + error);
 }
 
-std::vector<ChoiceResult> collect(Generation& generation, const ClientConnection& client,
-                                  bool* client_gone) {
-  std::vector<ChoiceResult> results(static_cast<size_t>(generation.num_choices()));
-  const DriveResult end = drive_generation(generation, client, [&](const RequestOutput& out) {
-    results[static_cast<size_t>(out.choice_index)].add(out);
-    return true;
-  });
-  *client_gone = end == DriveResult::ClientGone;
-  return results;
-}
-
-// What the streaming content provider owns once the handler has returned.
-struct StreamJob {
-  ServerState& state;
-  ResponseHead head;
-  GenerationOptions options;
-  std::unique_ptr<Generation> generation;
-  ClientConnection client;
+// Turns a request's outputs into SSE events, one formatter per API shape.
+class StreamFormatter {
+ public:
+  virtual ~StreamFormatter() = default;
+  // Appends the events for one output; false ends the stream (an engine error went in-band).
+  virtual bool on_output(const RequestOutput& o, SseWriter& out) = 0;
 };
 
-void start_sse(httplib::Response& res, std::shared_ptr<StreamJob> job,
-               std::function<void(StreamJob&, SseWriter&)> body) {
-  res.status = 200;
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream", [job, body](size_t, httplib::DataSink& sink) {
-        SseWriter writer([&sink](const char* data, size_t size) { return sink.write(data, size); });
-        body(*job, writer);
-        if (!writer.ok()) return false;  // the client is gone: drop the connection
-        sink.done();
+// Builds a non-streamed body from every choice's accumulated result.
+using BodyBuilder = std::function<Json(const std::vector<ChoiceResult>&, const Usage&)>;
+
+// The stream of a streamed request: its events as the engine produces them, then the usage
+// chunk when asked for (choices: []) and [DONE].
+class StreamedGeneration : public AsyncBody {
+ public:
+  StreamedGeneration(ResponseHead head, bool include_usage, std::unique_ptr<Generation> generation,
+                     std::unique_ptr<StreamFormatter> formatter)
+      : head_(std::move(head)),
+        include_usage_(include_usage),
+        generation_(std::move(generation)),
+        formatter_(std::move(formatter)) {}
+
+  bool streamed() const override { return true; }
+  void set_wake(std::function<void()> wake) override { generation_->set_listener(std::move(wake)); }
+  void cancel() override { generation_->cancel(); }
+
+  bool pump(std::string& chunk, HttpResponse&) override {
+    SseWriter out(chunk);
+    RequestOutput o;
+    while (generation_->next(o)) {
+      if (!formatter_->on_output(o, out)) {
+        generation_->cancel();
         return true;
-      });
-}
+      }
+    }
+    if (!generation_->ended()) return false;
+    if (include_usage_) {
+      Json j = head_json(head_);
+      j["choices"] = Json::array();
+      j["usage"] = usage_json(generation_->usage());
+      out.event(j);
+    }
+    out.done();
+    return true;
+  }
+
+ private:
+  const ResponseHead head_;
+  const bool include_usage_;
+  std::unique_ptr<Generation> generation_;
+  std::unique_ptr<StreamFormatter> formatter_;
+};
+
+// A non-streamed request: every choice accumulated, then one body (or the engine's error).
+class CollectedGeneration : public AsyncBody {
+ public:
+  CollectedGeneration(const ServerState& state, std::unique_ptr<Generation> generation,
+                      BodyBuilder build)
+      : state_(state),
+        generation_(std::move(generation)),
+        results_(static_cast<size_t>(generation_->num_choices())),
+        build_(std::move(build)) {}
+
+  bool streamed() const override { return false; }
+  void set_wake(std::function<void()> wake) override { generation_->set_listener(std::move(wake)); }
+  void cancel() override { generation_->cancel(); }
+
+  bool pump(std::string&, HttpResponse& whole) override {
+    RequestOutput o;
+    while (generation_->next(o)) results_[static_cast<size_t>(o.choice_index)].add(o);
+    if (!generation_->ended()) return false;
+    for (const ChoiceResult& r : results_) {
+      if (!r.error.empty()) {
+        send_error(whole, engine_error_status(state_), "generation failed: " + r.error);
+        return true;
+      }
+    }
+    send_json(whole, 200, build_(results_, generation_->usage()));
+    return true;
+  }
+
+ private:
+  const ServerState& state_;
+  std::unique_ptr<Generation> generation_;
+  std::vector<ChoiceResult> results_;
+  BodyBuilder build_;
+};
 
 // ---- /v1/completions ----
 
@@ -105,48 +149,35 @@ Json completion_choice(int index, std::string text, Json logprobs, FinishReason 
   return choice;
 }
 
-// The end of every stream: the usage chunk when asked for (choices: []), then [DONE].
-void finish_stream(StreamJob& job, SseWriter& out, DriveResult end) {
-  if (end == DriveResult::ClientGone || !out.ok()) return;
-  if (job.options.include_usage) {
-    Json j = head_json(job.head);
-    j["choices"] = Json::array();
-    j["usage"] = usage_json(job.generation->usage());
-    if (!out.event(j)) return;
-  }
-  out.done();
-}
+class CompletionStream : public StreamFormatter {
+ public:
+  CompletionStream(const ServerState& state, ResponseHead head,
+                   std::shared_ptr<const CompletionRequest> request, int choices)
+      : state_(state),
+        tokenizer_(*state.model().tokenizer),
+        head_(std::move(head)),
+        request_(std::move(request)),
+        started_(static_cast<size_t>(choices), false),
+        text_offset_(static_cast<size_t>(choices), 0) {}
 
-void stream_completion(StreamJob& job, const CompletionRequest& request, SseWriter& out) {
-  const Tokenizer& tokenizer = *job.state.model().tokenizer;
-  const size_t n = static_cast<size_t>(job.options.n);
-  const size_t choices = static_cast<size_t>(job.generation->num_choices());
-  std::vector<bool> started(choices, false);
-  std::vector<size_t> text_offset(choices, 0);
-  // echo with logprobs: each choice's first chunk starts with its prompt's logprobs, which the
-  // engine sends once per prompt, with choice p * n's first output. Another choice's outputs
-  // that come before that one are held back until it does.
-  const bool prompt_logprobs = request.echo && job.options.params.prompt_logprobs >= 0;
-  std::vector<bool> prompt_known(request.prompts.size(), !prompt_logprobs);
-  std::vector<std::vector<std::optional<TokenLogprob>>> prompt_lps(request.prompts.size());
-  std::vector<std::vector<RequestOutput>> held(choices);
-  auto chunk = [&](Json choice) {
-    Json j = head_json(job.head);
-    j["choices"] = Json::array({std::move(choice)});
-    return out.event(j);
-  };
-  auto send = [&](const RequestOutput& o) {
+  bool on_output(const RequestOutput& o, SseWriter& out) override {
+    const GenerationOptions& options = request_->options;
     const size_t i = static_cast<size_t>(o.choice_index);
-    const size_t p = i / n;
-    const PromptInput& prompt = request.prompts[p];
+    const PromptInput& prompt = request_->prompts[i / static_cast<size_t>(options.n)];
+    if (!o.error.empty()) {
+      out.error(engine_error_envelope(state_, o.error));
+      return false;
+    }
     std::string text = o.text;
-    const bool first = !started[i];
-    if (first && request.echo) text = prompt.text + text;
-    started[i] = true;
-    if (!o.error.empty()) return out.error(engine_error_envelope(job.state, o.error)) && false;
+    const bool first = !started_[i];
+    if (first && request_->echo) text = prompt.text + text;
+    started_[i] = true;
     // With return_token_ids every id is sent, even one whose text is still held back.
-    const bool ids_to_send = job.options.return_token_ids && (first || !o.token_ids.empty());
-    const bool prompt_part = first && prompt_logprobs && !prompt_lps[p].empty();
+    const bool ids_to_send = options.return_token_ids && (first || !o.token_ids.empty());
+    // echo with logprobs: each choice's first chunk starts with its prompt's logprobs (the
+    // engine sends them with every choice's first output).
+    const bool prompt_part = first && request_->echo && options.params.prompt_logprobs >= 0 &&
+                             !o.prompt_logprobs.empty();
     const bool depth = has_depth_attention(o);
     // A step that generated tokens gets a chunk even when its text is held back (an
     // incomplete UTF-8 character, a possible stop string): one chunk per engine step, as
@@ -154,10 +185,10 @@ void stream_completion(StreamJob& job, const CompletionRequest& request, SseWrit
     if (!text.empty() || !o.token_ids.empty() || !o.logprobs.empty() || ids_to_send ||
         prompt_part || depth) {
       Json logprobs = nullptr;
-      if (job.options.params.logprobs >= 0) {
-        logprobs = prompt_part ? completion_logprobs_json(tokenizer, prompt.ids, prompt_lps[p],
-                                                          o.logprobs, text_offset[i])
-                               : completion_logprobs_json(tokenizer, o.logprobs, text_offset[i]);
+      if (options.params.logprobs >= 0) {
+        logprobs = prompt_part ? completion_logprobs_json(tokenizer_, prompt.ids, o.prompt_logprobs,
+                                                          o.logprobs, text_offset_[i])
+                               : completion_logprobs_json(tokenizer_, o.logprobs, text_offset_[i]);
       }
       // The last output's chunk carries the finish reason, as vLLM's do: a separate empty
       // chunk would count as one more token chunk in vLLM's benchmark (an ITL of ~0).
@@ -165,51 +196,33 @@ void stream_completion(StreamJob& job, const CompletionRequest& request, SseWrit
           o.choice_index, std::move(text), std::move(logprobs),
           o.finished() ? o.finish_reason : FinishReason::None,
           o.finished() ? stop_reason_json(o.stop_string, o.stop_token) : Json(nullptr));
-      if (job.options.return_token_ids) {
+      if (options.return_token_ids) {
         c["token_ids"] = ids_json(o.token_ids);
         if (first) c["prompt_token_ids"] = ids_json(prompt.ids);
       }
-      if (depth) c["depth_attention"] = chunk_depth_json(job.state, o);
-      return chunk(std::move(c));
-    }
-    if (o.finished()) {  // nothing else to send with it (e.g. a stop string ended the text)
-      Json c = completion_choice(o.choice_index, "", nullptr, o.finish_reason,
-                                 stop_reason_json(o.stop_string, o.stop_token));
-      if (!chunk(std::move(c))) return false;
+      if (depth) c["depth_attention"] = chunk_depth_json(state_, o);
+      chunk(out, std::move(c));
+    } else if (o.finished()) {  // nothing else to send with it (e.g. a stop string ended it)
+      chunk(out, completion_choice(o.choice_index, "", nullptr, o.finish_reason,
+                                   stop_reason_json(o.stop_string, o.stop_token)));
     }
     return true;
-  };
-  auto flush_held = [&](size_t p) {
-    for (size_t i = p * n; i < (p + 1) * n && i < choices; ++i) {
-      for (const RequestOutput& o : held[i]) {
-        if (!send(o)) return false;
-      }
-      held[i].clear();
-    }
-    return true;
-  };
-  const DriveResult end =
-      drive_generation(*job.generation, job.client, [&](const RequestOutput& o) {
-        const size_t i = static_cast<size_t>(o.choice_index);
-        const size_t p = i / n;
-        if (!prompt_known[p]) {
-          if (i % n != 0) {
-            held[i].push_back(o);
-            return true;
-          }
-          prompt_known[p] = true;  // choice 0's first output (without them only if it failed)
-          prompt_lps[p] = o.prompt_logprobs;
-          return send(o) && flush_held(p);
-        }
-        return send(o);
-      });
-  if (end != DriveResult::ClientGone && out.ok()) {
-    for (size_t p = 0; p < request.prompts.size(); ++p) {
-      if (!flush_held(p)) break;
-    }
   }
-  finish_stream(job, out, end);
-}
+
+ private:
+  void chunk(SseWriter& out, Json choice) const {
+    Json j = head_json(head_);
+    j["choices"] = Json::array({std::move(choice)});
+    out.event(j);
+  }
+
+  const ServerState& state_;
+  const Tokenizer& tokenizer_;
+  const ResponseHead head_;
+  const std::shared_ptr<const CompletionRequest> request_;
+  std::vector<bool> started_;
+  std::vector<size_t> text_offset_;
+};
 
 Json completion_body(const ResponseHead& head, const CompletionRequest& request,
                      const std::vector<ChoiceResult>& results, const Usage& usage,
@@ -222,13 +235,10 @@ Json completion_body(const ResponseHead& head, const CompletionRequest& request,
     Json logprobs = nullptr;
     if (request.options.params.logprobs >= 0) {
       size_t offset = 0;
-      // echo with logprobs: the prompt's logprobs came with the prompt's first choice.
-      const size_t first_choice = i - i % static_cast<size_t>(request.options.n);
-      logprobs =
-          request.echo && request.options.params.prompt_logprobs >= 0
-              ? completion_logprobs_json(tokenizer, prompt.ids,
-                                         results[first_choice].prompt_logprobs, r.logprobs, offset)
-              : completion_logprobs_json(tokenizer, r.logprobs, offset);
+      logprobs = request.echo && request.options.params.prompt_logprobs >= 0
+                     ? completion_logprobs_json(tokenizer, prompt.ids, r.prompt_logprobs,
+                                                r.logprobs, offset)
+                     : completion_logprobs_json(tokenizer, r.logprobs, offset);
     }
     Json c = completion_choice(static_cast<int>(i), request.echo ? prompt.text + r.text : r.text,
                                std::move(logprobs), r.finish_reason,
@@ -260,58 +270,69 @@ Json chat_chunk_choice(int index, Json delta, Json logprobs, FinishReason reason
   return choice;
 }
 
-void stream_chat(StreamJob& job, const ChatRequest& request, SseWriter& out) {
-  const Tokenizer& tokenizer = *job.state.model().tokenizer;
-  const size_t choices = static_cast<size_t>(job.generation->num_choices());
-  std::vector<bool> role_sent(choices, false);
-  bool first_chunk = true;
-  auto chunk = [&](Json choice) {
-    Json j = head_json(job.head);
-    j["choices"] = Json::array({std::move(choice)});
-    if (first_chunk && job.options.return_token_ids) {
-      j["prompt_token_ids"] = ids_json(request.prompt.ids);
+class ChatStream : public StreamFormatter {
+ public:
+  ChatStream(const ServerState& state, ResponseHead head,
+             std::shared_ptr<const ChatRequest> request, int choices)
+      : state_(state),
+        tokenizer_(*state.model().tokenizer),
+        head_(std::move(head)),
+        request_(std::move(request)),
+        role_sent_(static_cast<size_t>(choices), false) {}
+
+  bool on_output(const RequestOutput& o, SseWriter& out) override {
+    const size_t i = static_cast<size_t>(o.choice_index);
+    if (!o.error.empty()) {
+      out.error(engine_error_envelope(state_, o.error));
+      return false;
     }
-    first_chunk = false;
-    return out.event(j);
-  };
-  const DriveResult end =
-      drive_generation(*job.generation, job.client, [&](const RequestOutput& o) {
-        const size_t i = static_cast<size_t>(o.choice_index);
-        if (!o.error.empty()) return out.error(engine_error_envelope(job.state, o.error)) && false;
-        if (!role_sent[i]) {  // sent with the first output: after prefill, an honest TTFT
-          role_sent[i] = true;
-          Json delta;
-          delta["role"] = "assistant";
-          delta["content"] = "";
-          if (!chunk(chat_chunk_choice(o.choice_index, std::move(delta), nullptr,
-                                       FinishReason::None, nullptr))) {
-            return false;
-          }
-        }
-        const bool depth = has_depth_attention(o);
-        // One chunk per step that generated tokens, even if its text is held back (vLLM).
-        if (!o.text.empty() || !o.token_ids.empty() || !o.logprobs.empty() || depth) {
-          Json delta;
-          delta["content"] = o.text;
-          Json logprobs = request.logprobs ? chat_logprobs_json(tokenizer, o.logprobs) : nullptr;
-          // The finish reason rides on the last content chunk (vLLM), not on a chunk of its own.
-          Json c = chat_chunk_choice(
-              o.choice_index, std::move(delta), std::move(logprobs),
-              o.finished() ? o.finish_reason : FinishReason::None,
-              o.finished() ? stop_reason_json(o.stop_string, o.stop_token) : Json(nullptr));
-          if (job.options.return_token_ids) c["token_ids"] = ids_json(o.token_ids);
-          if (depth) c["depth_attention"] = chunk_depth_json(job.state, o);
-          return chunk(std::move(c));
-        }
-        if (o.finished()) {  // nothing else to send with it
-          Json c = chat_chunk_choice(o.choice_index, Json::object(), nullptr, o.finish_reason,
-                                     stop_reason_json(o.stop_string, o.stop_token));
-          if (!chunk(std::move(c))) return false;
-        }
-        return true;
-      });
-  finish_stream(job, out, end);
-}
+    if (!role_sent_[i]) {  // sent with the first output: after prefill, an honest TTFT
+      role_sent_[i] = true;
+      Json delta;
+      delta["role"] = "assistant";
+      delta["content"] = "";
+      chunk(out, chat_chunk_choice(o.choice_index, std::move(delta), nullptr, FinishReason::None,
+                                   nullptr));
+    }
+    const bool depth = has_depth_attention(o);
+    // One chunk per step that generated tokens, even if its text is held back (vLLM).
+    if (!o.text.empty() || !o.token_ids.empty() || !o.logprobs.empty() || depth) {
+      Json delta;
+      delta["content"] = o.text;
+      Json logprobs = request_->logprobs ? chat_logprobs_json(tokenizer_, o.logprobs) : nullptr;
+      // The finish reason rides on the last content chunk (vLLM), not on a chunk of its own.
+      Json c = chat_chunk_choice(
+          o.choice_index, std::move(delta), std::move(logprobs),
+          o.finished() ? o.finish_reason : FinishReason::None,
+          o.finished() ? stop_reason_json(o.stop_string, o.stop_token) : Json(nullptr));
+      if (request_->options.return_token_ids) c["token_ids"] = ids_json(o.token_ids);
+      if (depth) c["depth_attention"] = chunk_depth_json(state_, o);
+      chunk(out, std::move(c));
+    } else if (o.finished()) {  // nothing else to send with it
+      chunk(out, chat_chunk_choice(o.choice_index, Json::object(), nullptr, o.finish_reason,
+                                   stop_reason_json(o.stop_string, o.stop_token)));
+    }
+    return true;
+  }
+
+ private:
+  void chunk(SseWriter& out, Json choice) {
+    Json j = head_json(head_);
+    j["choices"] = Json::array({std::move(choice)});
+    if (first_chunk_ && request_->options.return_token_ids) {
+      j["prompt_token_ids"] = ids_json(request_->prompt.ids);
+    }
+    first_chunk_ = false;
+    out.event(j);
+  }
+
+  const ServerState& state_;
+  const Tokenizer& tokenizer_;
+  const ResponseHead head_;
+  const std::shared_ptr<const ChatRequest> request_;
+  std::vector<bool> role_sent_;
+  bool first_chunk_ = true;
+};
 
 Json chat_body(const ResponseHead& head, const ChatRequest& request,
                const std::vector<ChoiceResult>& results, const Usage& usage,
@@ -341,12 +362,11 @@ Json chat_body(const ResponseHead& head, const ChatRequest& request,
   return body;
 }
 
-// Runs a parsed request: streamed (SSE) or collected into one body by `make_body`.
-template <typename Request, typename StreamFn, typename BodyFn>
-void run_generation(ServerState& state, const httplib::Request& req, httplib::Response& res,
-                    std::shared_ptr<const Request> request, ResponseHead head,
-                    const std::vector<std::vector<int32_t>>& prompts, StreamFn stream_fn,
-                    BodyFn make_body) {
+// Submits a parsed request and sets `res` to stream it (SSE) or to collect it into one body.
+template <typename Request, typename Formatter, typename MakeBody>
+void run_generation(ServerState& state, HttpResponse& res, std::shared_ptr<const Request> request,
+                    ResponseHead head, const std::vector<std::vector<int32_t>>& prompts,
+                    MakeBody make_body) {
   const GenerationOptions& options = request->options;
   auto generation =
       std::make_unique<Generation>(state, head.id, prompts, options.params, options.n);
@@ -354,49 +374,42 @@ void run_generation(ServerState& state, const httplib::Request& req, httplib::Re
     // Chat chunks are "chat.completion.chunk"; legacy completion chunks stay
     // "text_completion" (OpenAI and vLLM alike).
     if (head.object == "chat.completion") head.object += ".chunk";
-    auto job = std::make_shared<StreamJob>(
-        StreamJob{state, head, options, std::move(generation), client_of(req)});
-    start_sse(res, job,
-              [request, stream_fn](StreamJob& j, SseWriter& out) { stream_fn(j, *request, out); });
+    auto formatter = std::make_unique<Formatter>(state, head, request, generation->num_choices());
+    res.status = 200;
+    res.content_type = "text/event-stream";
+    res.headers.emplace_back("Cache-Control", "no-cache");
+    res.async = std::make_shared<StreamedGeneration>(std::move(head), options.include_usage,
+                                                     std::move(generation), std::move(formatter));
     return;
   }
-  bool client_gone = false;
-  const std::vector<ChoiceResult> results = collect(*generation, client_of(req), &client_gone);
-  if (client_gone) {
-    res.status = 499;  // nginx's "client closed request": nobody reads it
-    return;
-  }
-  for (const ChoiceResult& r : results) {
-    if (!r.error.empty()) throw_engine_error(state, r.error);
-  }
-  send_json(res, 200,
-            make_body(head, *request, results, generation->usage(), *state.model().tokenizer,
-                      state.engine().depth_attention_layout()));
+  BodyBuilder build = [&state, request, head, make_body](const std::vector<ChoiceResult>& results,
+                                                         const Usage& usage) {
+    return make_body(head, *request, results, usage, *state.model().tokenizer,
+                     state.engine().depth_attention_layout());
+  };
+  res.async = std::make_shared<CollectedGeneration>(state, std::move(generation), std::move(build));
 }
 
 }  // namespace
 
-void handle_completions(ServerState& state, const httplib::Request& req, httplib::Response& res) {
-  require_accepting(state);
+void handle_completions(ServerState& state, const HttpRequest& req, HttpResponse& res) {
   const Json body = parse_json_body(req);
   auto request = std::make_shared<const CompletionRequest>(parse_completion_request(body, state));
   std::vector<std::vector<int32_t>> prompts;
   for (const PromptInput& p : request->prompts) prompts.push_back(p.ids);
   ResponseHead head{state.next_request_id("cmpl"), "text_completion", unix_now(),
                     state.options().served_model_name};
-  run_generation(state, req, res, request, std::move(head), prompts, stream_completion,
-                 completion_body);
+  run_generation<CompletionRequest, CompletionStream>(state, res, request, std::move(head), prompts,
+                                                      completion_body);
 }
 
-void handle_chat_completions(ServerState& state, const httplib::Request& req,
-                             httplib::Response& res) {
-  require_accepting(state);
+void handle_chat_completions(ServerState& state, const HttpRequest& req, HttpResponse& res) {
   const Json body = parse_json_body(req);
   auto request = std::make_shared<const ChatRequest>(parse_chat_request(body, state));
   ResponseHead head{state.next_request_id("chatcmpl"), "chat.completion", unix_now(),
                     state.options().served_model_name};
-  run_generation(state, req, res, request, std::move(head), {request->prompt.ids}, stream_chat,
-                 chat_body);
+  run_generation<ChatRequest, ChatStream>(state, res, request, std::move(head),
+                                          {request->prompt.ids}, chat_body);
 }
 
 }  // namespace attnres::server::http

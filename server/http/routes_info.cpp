@@ -10,7 +10,7 @@ namespace attnres::server::http {
 
 using Json = nlohmann::ordered_json;
 
-Json parse_json_body(const httplib::Request& req) {
+Json parse_json_body(const HttpRequest& req) {
   try {
     return Json::parse(req.body);
   } catch (const Json::exception& e) {  // parse_error, or out_of_range for a number overflow
@@ -21,12 +21,12 @@ Json parse_json_body(const httplib::Request& req) {
   }
 }
 
-void send_json(httplib::Response& res, int status, const Json& body) {
+void send_json(HttpResponse& res, int status, const Json& body) {
   res.status = status;
   res.set_content(dump_json(body), "application/json");
 }
 
-void handle_models(ServerState& state, const httplib::Request&, httplib::Response& res) {
+void handle_models(ServerState& state, const HttpRequest&, HttpResponse& res) {
   Json model;
   model["id"] = state.options().served_model_name;
   model["object"] = "model";
@@ -41,7 +41,7 @@ void handle_models(ServerState& state, const httplib::Request&, httplib::Respons
   send_json(res, 200, body);
 }
 
-void handle_health(ServerState& state, const httplib::Request&, httplib::Response& res) {
+void handle_health(ServerState& state, const HttpRequest&, HttpResponse& res) {
   const EngineStats stats = state.engine().stats();
   if (stats.alive && state.accepting()) {
     res.status = 200;
@@ -54,13 +54,13 @@ void handle_health(ServerState& state, const httplib::Request&, httplib::Respons
   res.set_content(dump_json(error_body(503, why)), "application/json");
 }
 
-void handle_metrics(ServerState& state, const httplib::Request&, httplib::Response& res) {
+void handle_metrics(ServerState& state, const HttpRequest&, HttpResponse& res) {
   res.status = 200;
   res.set_content(state.metrics().render(state.engine().stats()),
                   "text/plain; version=0.0.4; charset=utf-8");
 }
 
-void handle_tokenize(ServerState& state, const httplib::Request& req, httplib::Response& res) {
+void handle_tokenize(ServerState& state, const HttpRequest& req, HttpResponse& res) {
   const Json body = parse_json_body(req);
   FieldReader f(body);
   check_model_field(body, state);
@@ -99,7 +99,7 @@ void handle_tokenize(ServerState& state, const httplib::Request& req, httplib::R
   send_json(res, 200, out);
 }
 
-void handle_detokenize(ServerState& state, const httplib::Request& req, httplib::Response& res) {
+void handle_detokenize(ServerState& state, const HttpRequest& req, HttpResponse& res) {
   const Json body = parse_json_body(req);
   FieldReader f(body);
   check_model_field(body, state);

@@ -1,8 +1,6 @@
 // The OpenAI request parsers (/v1/completions, /v1/chat/completions, /tokenize) on arbitrary
 // bodies, with the demo model's tokenizer and chat template: every refusal must be a 4xx
 // ApiError or an attnres::Error, never a crash. The first byte picks the route.
-#include <httplib.h>
-
 #include <nlohmann/json.hpp>
 
 #include "engine/core/error.h"
@@ -12,6 +10,7 @@
 #include "server/common/metrics.h"
 #include "server/common/server_state.h"
 #include "server/http/api_error.h"
+#include "server/http/http_message.h"
 #include "server/http/openai_requests.h"
 #include "server/http/routes.h"
 
@@ -63,9 +62,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string body(fuzz::as_text(data + 1, size - 1));
   try {
     if (route == 2) {
-      httplib::Request req;
+      server::http::HttpRequest req;
       req.body = body;
-      httplib::Response res;
+      server::http::HttpResponse res;
       server::http::handle_tokenize(fixture->state, req, res);
       return 0;
     }

@@ -31,7 +31,7 @@ TEST(GrpcResponses, ChunkCarriesTheDelta) {
 }
 
 TEST(GrpcResponses, CompleteSumsTheChoice) {
-  ChoiceAccumulator choice;
+  ChoiceResult choice;
   choice.add(output(1, {5, 6}, "ab"));
   RequestOutput last = output(1, {7}, "c");
   last.finish_reason = FinishReason::Stop;
@@ -62,7 +62,7 @@ TEST(GrpcResponses, DepthAttentionMatrices) {
   last.token_ids = {6};
   last.depth_per_token = {DepthAttentionMatrix{2, 2, {0.2f, 0.8f, 0.3f, 0.7f}}};
   last.finish_reason = FinishReason::Length;
-  ChoiceAccumulator choice;
+  ChoiceResult choice;
   choice.add(first);
   choice.add(last);
 

@@ -1,10 +1,11 @@
 // Prompt logprobs (vLLM's prompt_logprobs) in the engine loop: a logit row for every prompt
 // token but the last (which is the sampling row), correct values across chunked prefill, sent
-// exactly once per request (choice 0's first output) even when preemption recomputes the
+// exactly once per choice (with its first output) even when preemption recomputes the
 // prompt, and no extra rows for requests that do not ask.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 
 #include "engine/sample/logprobs.h"
 #include "engine_test_util.h"
@@ -41,8 +42,9 @@ struct Read {
   Collected collected;
   int outputs_with_prompt_logprobs = 0;
   std::vector<std::optional<TokenLogprob>> prompt_logprobs;
-  int choice = -1;  // the choice they came with
-  bool with_first_output = false;
+  int choice = -1;                 // the choice the last of them came with
+  bool with_first_output = false;  // the last of them
+  std::map<int, bool> by_choice;   // choice -> they came with its first output
 };
 
 Read read_all(RequestStream& stream) {
@@ -55,6 +57,7 @@ Read read_all(RequestStream& stream) {
       r.prompt_logprobs = out->prompt_logprobs;
       r.choice = index;
       r.with_first_output = seen[index] == 0;
+      r.by_choice[index] = r.with_first_output;
     }
     seen[index] += 1;
     auto& tokens = r.collected.tokens[index];
@@ -113,7 +116,7 @@ TEST(PromptLogprobs, AOneTokenPromptGetsOneNullEntry) {
   EXPECT_FALSE(r.prompt_logprobs[0].has_value());
 }
 
-TEST(PromptLogprobs, NChoicesSendThemOnceWithChoiceZero) {
+TEST(PromptLogprobs, NChoicesEachSendThemWithTheirFirstOutput) {
   FakeRunner runner(64, 4);
   runner.set_allow_inner_rows(true);
   EngineCore engine(engine_config({}), runner);
@@ -122,10 +125,11 @@ TEST(PromptLogprobs, NChoicesSendThemOnceWithChoiceZero) {
   SubmitResult submitted = engine.submit(std::move(request));
   run_until_idle(engine);
   const Read r = read_all(*submitted.stream);
-  EXPECT_EQ(r.outputs_with_prompt_logprobs, 1);
-  EXPECT_EQ(r.choice, 0);
-  // Choice 0's 5 prompt rows; every choice samples 2 tokens.
-  EXPECT_EQ(total(runner.logit_row_counts()), 5 + 3 * 2);
+  // Each choice computes them (no choice waits on a sibling): 5 prompt rows per choice, and
+  // every choice samples 2 tokens.
+  EXPECT_EQ(r.outputs_with_prompt_logprobs, 3);
+  EXPECT_EQ(r.by_choice, (std::map<int, bool>{{0, true}, {1, true}, {2, true}}));
+  EXPECT_EQ(total(runner.logit_row_counts()), 3 * 5 + 3 * 2);
   expect_prompt_logprobs(runner, iota_prompt(6, 1), r.prompt_logprobs, 1, "n = 3");
 }
 
