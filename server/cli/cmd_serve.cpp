@@ -6,6 +6,8 @@
 // process exit 1, so a supervisor restarts it.
 #include <pthread.h>
 #include <unistd.h>
+#include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +25,7 @@
 #include "server/cli/model_execution.h"
 #include "server/common/metrics.h"
 #include "server/common/server_state.h"
+#include "server/http/http_limits.h"
 #ifdef ATTNRES_HAVE_HTTP
 #include "server/http/http_server.h"
 #endif
@@ -59,9 +62,37 @@ std::vector<FlagSpec> serve_flags() {
        "reuse the KV cache of prompt prefixes computed before (the default; "
        "ATTNRES_ENABLE_PREFIX_CACHING=0 turns it off too)"},
       {"no-enable-prefix-caching", "", "turn automatic prefix caching off"},
+      {"timeout-keep-alive", "SECONDS",
+       "close an HTTP connection idle this long between requests (default 5)"},
+      {"http-header-timeout", "SECONDS",
+       "an HTTP request's headers must arrive within this, else 408 (default 10)"},
+      {"http-max-connections", "N",
+       "open HTTP connections at most; one more gets 503 (default 32768, lowered to fit "
+       "the file-descriptor limit)"},
   };
   specs.insert(specs.end(), own.begin(), own.end());
   return specs;
+}
+
+std::chrono::milliseconds positive_seconds(const Flags& flags, const std::string& name,
+                                           double fallback) {
+  const double seconds = flags.get_double(name, fallback);
+  if (!(seconds > 0) || seconds > 86400) {
+    throw Error("--" + name + ": expected seconds in (0, 86400], got " + flags.get(name));
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+server::http::HttpLimits http_limits_from_flags(const Flags& flags) {
+  server::http::HttpLimits limits;
+  limits.idle_timeout = positive_seconds(flags, "timeout-keep-alive", 5);
+  limits.header_timeout = positive_seconds(flags, "http-header-timeout", 10);
+  // The header time counts from the request's start, idle time included.
+  limits.header_timeout = std::max(limits.header_timeout, limits.idle_timeout);
+  const int max_connections = flags.get_int("http-max-connections", 32768);
+  if (max_connections < 1) throw Error("--http-max-connections: must be >= 1");
+  limits.max_connections = static_cast<size_t>(max_connections);
+  return limits;
 }
 
 size_t parse_memory(const std::string& text) {
@@ -201,6 +232,7 @@ int run_serve(const std::vector<std::string>& args) {
   options.max_model_len = max_model_len;
   options.grace_period_seconds = flags.get_int("grace-period", 30);
   if (options.grace_period_seconds < 0) throw Error("--grace-period: must be >= 0");
+  const server::http::HttpLimits http_limits = http_limits_from_flags(flags);
   server::Metrics metrics(options.served_model_name);
   server::ServerState state(model, engine, metrics, options);
 
@@ -213,11 +245,13 @@ int run_serve(const std::vector<std::string>& args) {
   std::cerr << "attnres serve: built without the gRPC front end (gRPC/protobuf missing)\n";
 #endif
 #ifdef ATTNRES_HAVE_HTTP
-  server::HttpServer http(state);
+  server::HttpServer http(state, http_limits);
   http.start();
   std::cerr << "attnres serve: HTTP (OpenAI API) on http://" << options.host << ":" << http.port()
-            << "  model \"" << options.served_model_name << "\"\n";
+            << "  model \"" << options.served_model_name << "\" (at most " << http.max_connections()
+            << " connections)\n";
 #else
+  (void)http_limits;
   std::cerr << "attnres serve: built without the HTTP front end (Boost missing)\n";
 #endif
   std::cerr << "attnres serve: ready" << std::endl;
