@@ -51,9 +51,23 @@ Json engine_error_envelope(const ServerState& state, const std::string& error) {
 // Turns a request's outputs into SSE events, one formatter per API shape.
 class StreamFormatter {
  public:
+  StreamFormatter(const ServerState& state, ResponseHead head)
+      : state_(state), tokenizer_(*state.model().tokenizer), head_(std::move(head)) {}
   virtual ~StreamFormatter() = default;
   // Appends the events for one output; false ends the stream (an engine error went in-band).
   virtual bool on_output(const RequestOutput& o, SseWriter& out) = 0;
+
+ protected:
+  // A chunk: the head's fields and one choice.
+  Json chunk_json(Json choice) const {
+    Json j = head_json(head_);
+    j["choices"] = Json::array({std::move(choice)});
+    return j;
+  }
+
+  const ServerState& state_;
+  const Tokenizer& tokenizer_;
+  const ResponseHead head_;
 };
 
 // Builds a non-streamed body from every choice's accumulated result.
@@ -153,9 +167,7 @@ class CompletionStream : public StreamFormatter {
  public:
   CompletionStream(const ServerState& state, ResponseHead head,
                    std::shared_ptr<const CompletionRequest> request, int choices)
-      : state_(state),
-        tokenizer_(*state.model().tokenizer),
-        head_(std::move(head)),
+      : StreamFormatter(state, std::move(head)),
         request_(std::move(request)),
         started_(static_cast<size_t>(choices), false),
         text_offset_(static_cast<size_t>(choices), 0) {}
@@ -210,15 +222,8 @@ class CompletionStream : public StreamFormatter {
   }
 
  private:
-  void chunk(SseWriter& out, Json choice) const {
-    Json j = head_json(head_);
-    j["choices"] = Json::array({std::move(choice)});
-    out.event(j);
-  }
+  void chunk(SseWriter& out, Json choice) const { out.event(chunk_json(std::move(choice))); }
 
-  const ServerState& state_;
-  const Tokenizer& tokenizer_;
-  const ResponseHead head_;
   const std::shared_ptr<const CompletionRequest> request_;
   std::vector<bool> started_;
   std::vector<size_t> text_offset_;
@@ -274,9 +279,7 @@ class ChatStream : public StreamFormatter {
  public:
   ChatStream(const ServerState& state, ResponseHead head,
              std::shared_ptr<const ChatRequest> request, int choices)
-      : state_(state),
-        tokenizer_(*state.model().tokenizer),
-        head_(std::move(head)),
+      : StreamFormatter(state, std::move(head)),
         request_(std::move(request)),
         role_sent_(static_cast<size_t>(choices), false) {}
 
@@ -317,8 +320,7 @@ class ChatStream : public StreamFormatter {
 
  private:
   void chunk(SseWriter& out, Json choice) {
-    Json j = head_json(head_);
-    j["choices"] = Json::array({std::move(choice)});
+    Json j = chunk_json(std::move(choice));
     if (first_chunk_ && request_->options.return_token_ids) {
       j["prompt_token_ids"] = ids_json(request_->prompt.ids);
     }
@@ -326,9 +328,6 @@ class ChatStream : public StreamFormatter {
     out.event(j);
   }
 
-  const ServerState& state_;
-  const Tokenizer& tokenizer_;
-  const ResponseHead head_;
   const std::shared_ptr<const ChatRequest> request_;
   std::vector<bool> role_sent_;
   bool first_chunk_ = true;
