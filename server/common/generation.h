@@ -37,6 +37,7 @@ class Generation {
   // Every prompt's stream ended and was read to its end.
   bool ended() const { return open_parts_ == 0; }
   // Blocks until there is news (or `timeout` passed), then returns; read it with next().
+  // Check ended() first: the next() that found nothing may also have found the end.
   void wait_for(std::chrono::milliseconds timeout);
   // `listener` is called on the engine thread whenever there is news; it must not block.
   // Call next() after setting it: news that came before is not announced again.

@@ -123,7 +123,7 @@ Status GenerateService::Generate(grpc::ServerContext* context, const v1::Generat
     if (!generation->next(out)) {
       // The sync API has no cancellation callback: the wait is bounded so a cancelled call is
       // noticed within kCancelPollInterval.
-      generation->wait_for(kCancelPollInterval);
+      if (!generation->ended()) generation->wait_for(kCancelPollInterval);
       continue;
     }
     ChoiceResult& choice = choices[static_cast<size_t>(out.choice_index)];
