@@ -8,8 +8,8 @@
 #include "engine/core/backend.h"
 #include "engine/model/loaded_model.h"
 #include "engine/sample/sampling_params.h"
-#include "server/cli/flags.h"
-#include "server/cli/sampling_flags.h"
+#include "clients/cli_flags/flags.h"
+#include "clients/cli_flags/sampling_flags.h"
 
 namespace attnres::cli {
 

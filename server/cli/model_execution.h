@@ -12,7 +12,7 @@
 #include "engine/model/loaded_model.h"
 #include "engine/model/transformer.h"
 #include "engine/sched/model_runner.h"
-#include "server/cli/flags.h"
+#include "clients/cli_flags/flags.h"
 
 namespace attnres::cli {
 
