@@ -14,7 +14,8 @@
 //   throws attnres::Error.
 //
 // Implementations: in_process_communicator.h (ranks are threads of one process on the CPU
-// backend: the tests' and the CPU server's), nccl_communicator.h (one GPU per rank).
+// backend: the tests' and the CPU server's), kernels/cuda/nccl_communicator.h (one GPU per
+// rank). Commands get a group through communicator_registry.h, by backend name.
 #pragma once
 
 #include <string>

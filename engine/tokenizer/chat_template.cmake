@@ -23,5 +23,5 @@ endif()
 
 target_sources(attnres_tokenizer PRIVATE ${ATTNRES_CHAT_TEMPLATE_SOURCES})
 target_link_libraries(attnres_tokenizer
-  PUBLIC nlohmann_json::nlohmann_json
+  PUBLIC attnres_include_root nlohmann_json::nlohmann_json
   PRIVATE PkgConfig::UTF8PROC)

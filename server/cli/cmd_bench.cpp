@@ -12,10 +12,10 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/core/error.h"
+#include "engine/sched/model_execution.h"
 #include "engine/sched/offline_generator.h"
 #include "kernels/cpu/memory_bandwidth.h"
 #include "server/cli/commands.h"
-#include "server/cli/model_execution.h"
 
 namespace attnres::cli {
 namespace {
@@ -71,7 +71,8 @@ LatencyResult bench_one(const std::string& model_arg, const Flags& flags, double
       random_requests(batch, input_len, output_len, vocab, 0);
   OfflineGenerator::validate(shape, model.vocabulary(), options.max_model_len);
   options.num_kv_blocks = OfflineGenerator::blocks_needed(shape, options.block_size);
-  auto exec = make_model_execution(flags, model, options.num_kv_blocks, options.block_size);
+  auto exec = make_model_execution(engine_args_from_flags(flags), model, options.num_kv_blocks,
+                                   options.block_size);
   OfflineGenerator generator(*exec->runner, model.tokenizer, model.eos_token_ids(), options);
   std::vector<double> prefill, decode;
   for (int it = 0; it < warmup + iters; ++it) {

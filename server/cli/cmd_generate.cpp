@@ -5,9 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/core/error.h"
+#include "engine/sched/model_execution.h"
 #include "engine/sched/offline_generator.h"
 #include "server/cli/commands.h"
-#include "server/cli/model_execution.h"
 
 namespace attnres::cli {
 namespace {
@@ -62,7 +62,8 @@ int run_generate(const std::vector<std::string>& args) {
   options.max_model_len = model.config.max_position_embeddings;
   OfflineGenerator::validate({request}, model.vocabulary(), options.max_model_len);
   options.num_kv_blocks = OfflineGenerator::blocks_needed({request}, options.block_size);
-  auto exec = make_model_execution(flags, model, options.num_kv_blocks, options.block_size);
+  auto exec = make_model_execution(engine_args_from_flags(flags), model, options.num_kv_blocks,
+                                   options.block_size);
   OfflineGenerator generator(*exec->runner, model.tokenizer, model.eos_token_ids(), options);
   OfflineGenerator::TextCallback stream;
   if (!json) {

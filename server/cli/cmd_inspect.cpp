@@ -12,9 +12,9 @@
 #include "engine/core/error.h"
 #include "engine/model/depth_plan.h"
 #include "engine/sched/engine_core.h"
+#include "engine/sched/model_execution.h"
 #include "server/cli/commands.h"
 #include "server/cli/depth_heatmap.h"
-#include "server/cli/model_execution.h"
 
 namespace attnres::cli {
 namespace {
@@ -99,7 +99,7 @@ PromptDepth prompt_depth_attention(const Flags& flags, const LoadedModel& model,
   const int block_size = 16;
   const int total = static_cast<int>(prompt.size()) + 1;
   const int num_blocks = (total + block_size - 1) / block_size;
-  auto exec = make_model_execution(flags, model, num_blocks, block_size);
+  auto exec = make_model_execution(engine_args_from_flags(flags), model, num_blocks, block_size);
   EngineConfig config;
   config.scheduler.max_num_seqs = 1;
   config.scheduler.max_num_batched_tokens = flags.get_int("max-num-batched-tokens", 2048);

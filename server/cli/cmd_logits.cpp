@@ -8,8 +8,8 @@
 
 #include "engine/core/error.h"
 #include "engine/sched/batch_builder.h"
+#include "engine/sched/model_execution.h"
 #include "server/cli/commands.h"
-#include "server/cli/model_execution.h"
 
 namespace attnres::cli {
 namespace {
@@ -68,7 +68,8 @@ int run_logits(const std::vector<std::string>& args) {
 
   const int block_size = 16;
   BlockManager blocks((n + block_size - 1) / block_size, block_size);
-  auto exec = make_model_execution(flags, model, blocks.num_blocks(), block_size);
+  auto exec =
+      make_model_execution(engine_args_from_flags(flags), model, blocks.num_blocks(), block_size);
   SequenceBlocks seq;
   blocks.append(seq, n);
 

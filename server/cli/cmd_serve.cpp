@@ -17,12 +17,10 @@
 #include <thread>
 
 #include "engine/core/error.h"
-#include "engine/model/kv_cache.h"
 #include "engine/sched/engine_core.h"
-#include "engine/sched/tokenizer_text_decoder.h"
+#include "engine/sched/model_execution.h"
 #include "server/cli/commands.h"
 #include "server/cli/fault_injecting_runner.h"
-#include "server/cli/model_execution.h"
 #include "server/common/metrics.h"
 #include "server/common/server_state.h"
 #include "server/http/http_limits.h"
@@ -166,58 +164,34 @@ int run_serve(const std::vector<std::string>& args) {
   const sigset_t signals = block_shutdown_signals();
   Flags flags(specs, args, "ATTNRES_");
 
-  LoadedModel model = load_model_from_flags(flags);
+  EngineArgs engine_args = engine_args_from_flags(flags);
+  engine_args.kv_cache_memory_bytes = parse_memory(flags.get("kv-cache-memory", "1GiB"));
+  engine_args.block_size = flags.get_int("block-size", 16);
+  if (flags.has("max-model-len")) engine_args.max_model_len = flags.get_int("max-model-len", 0);
+  engine_args.max_num_seqs = flags.get_int("max-num-seqs", 256);
+  engine_args.max_num_batched_tokens = flags.get_int("max-num-batched-tokens", 2048);
+  engine_args.max_queued_requests = flags.get_int("max-queued-requests", 1024);
+  engine_args.enable_prefix_caching = prefix_caching_from_flags(flags);
+
+  LoadedModel model = load_model(engine_args);
   std::cerr << "attnres serve: loaded " << model.source << ": " << model.config.summary() << "\n";
 
-  const int block_size = flags.get_int("block-size", 16);
-  if (block_size < 1 || block_size > 1024) throw Error("--block-size: must be in [1, 1024]");
-  const size_t budget = parse_memory(flags.get("kv-cache-memory", "1GiB"));
-  const int num_blocks = kv_blocks_for_budget(flags, model, block_size, budget);
-  if (num_blocks < 1) {
-    throw Error("--kv-cache-memory: " + std::to_string(budget) + " bytes hold no KV block (one " +
-                "block takes " + std::to_string(kv_bytes_per_block(flags, model, block_size)) +
-                " bytes)");
-  }
+  const EngineConfig engine_config = make_engine_config(engine_args, model);
+  const int num_blocks = engine_config.num_kv_blocks;
+  const int block_size = engine_config.block_size;
   const int64_t capacity_tokens = static_cast<int64_t>(num_blocks) * block_size;
-  int max_model_len = flags.get_int("max-model-len", model.config.max_position_embeddings);
-  if (max_model_len < 1 || max_model_len > model.config.max_position_embeddings) {
-    throw Error("--max-model-len: " + std::to_string(max_model_len) + " is outside [1, " +
-                std::to_string(model.config.max_position_embeddings) +
-                "] (the model's max_position_embeddings)");
-  }
-  if (max_model_len > capacity_tokens) {
-    if (flags.has("max-model-len")) {
-      throw Error("--max-model-len " + std::to_string(max_model_len) +
-                  " does not fit the KV cache (" + std::to_string(capacity_tokens) +
-                  " tokens): raise --kv-cache-memory");
-    }
-    max_model_len = static_cast<int>(capacity_tokens);
-  }
-
-  EngineConfig engine_config;
-  engine_config.enable_prefix_caching = prefix_caching_from_flags(flags);
-  engine_config.scheduler.max_num_seqs = flags.get_int("max-num-seqs", 256);
-  engine_config.scheduler.max_num_batched_tokens = flags.get_int("max-num-batched-tokens", 2048);
-  engine_config.scheduler.max_model_len = max_model_len;
-  engine_config.scheduler.validate();
-  engine_config.num_kv_blocks = num_blocks;
-  engine_config.block_size = block_size;
-  engine_config.max_queued_requests = flags.get_int("max-queued-requests", 1024);
-  if (engine_config.max_queued_requests < 1) throw Error("--max-queued-requests: must be >= 1");
-  engine_config.eos_ids = model.eos_token_ids();
-  engine_config.make_decoder = make_text_decoder_factory(model.tokenizer);
-  engine_config.vocabulary = model.vocabulary();
+  const int max_model_len = engine_config.scheduler.max_model_len;
   std::fprintf(stderr,
                "attnres serve: KV cache %d blocks x %d tokens = %lld tokens (%.1f MiB%s), "
                "max_model_len %d, prefix caching %s\n",
                num_blocks, block_size, static_cast<long long>(capacity_tokens),
                static_cast<double>(num_blocks) *
-                   static_cast<double>(kv_bytes_per_block(flags, model, block_size)) /
+                   static_cast<double>(kv_bytes_per_block(engine_args, model, block_size)) /
                    (1024.0 * 1024.0),
-               tensor_parallel_size_from_flags(flags, model) > 1 ? " per rank" : "", max_model_len,
+               engine_args.tensor_parallel_size > 1 ? " per rank" : "", max_model_len,
                engine_config.enable_prefix_caching ? "on" : "off");
 
-  auto exec = make_model_execution(flags, model, num_blocks, block_size);
+  auto exec = make_model_execution(engine_args, model, num_blocks, block_size);
   exec->runner = FaultInjectingRunner::wrap_if_requested(std::move(exec->runner));
   std::cerr << "attnres serve: running on " << exec->description << "\n";
   EngineCore engine(engine_config, *exec->runner);

@@ -5,11 +5,12 @@
 #include <string>
 #include <vector>
 
+#include "clients/cli_flags/flags.h"
+#include "clients/cli_flags/sampling_flags.h"
 #include "engine/core/backend.h"
 #include "engine/model/loaded_model.h"
 #include "engine/sample/sampling_params.h"
-#include "server/cli/flags.h"
-#include "server/cli/sampling_flags.h"
+#include "engine/sched/engine_args.h"
 
 namespace attnres::cli {
 
@@ -25,8 +26,9 @@ int run_bench_serve(const std::vector<std::string>& args);
 std::vector<FlagSpec> model_flags();
 // The model named by --model (a directory, builtin:NAME, or the demo model when absent).
 LoadedModel load_model_from_flags(const Flags& flags);
-// The backend named by --device (cpu; cuda once the CUDA backend exists).
-std::unique_ptr<Backend> make_backend_from_flags(const Flags& flags);
+// The model flags (--model, --device, --threads, --fast-prefill, --tensor-parallel-size,
+// --sequence-parallel-min-tokens) mapped onto EngineArgs; serve adds its own.
+EngineArgs engine_args_from_flags(const Flags& flags);
 // Sampling parameters: flags first, then generation_config.json defaults, then ours.
 SamplingParams sampling_from_flags(const Flags& flags, const LoadedModel& model);
 

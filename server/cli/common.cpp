@@ -3,10 +3,6 @@
 #include <iostream>
 
 #include "engine/core/error.h"
-#include "kernels/cpu/cpu_backend.h"
-#ifdef ATTNRES_HAVE_CUDA
-#include "kernels/cuda/cuda_backend.h"
-#endif
 
 namespace attnres::cli {
 
@@ -31,20 +27,15 @@ std::vector<FlagSpec> model_flags() {
 
 LoadedModel load_model_from_flags(const Flags& flags) { return load_model_arg(flags.get("model")); }
 
-std::unique_ptr<Backend> make_backend_from_flags(const Flags& flags) {
-  const std::string device = flags.get("device", "cpu");
-  const int threads = flags.get_int("threads", 0);
-  if (threads < 0) throw Error("--threads: must be >= 0");
-  if (device == "cpu") return make_cpu_backend(threads, !flags.has("fast-prefill"));
-  if (device == "cuda") {
-#ifdef ATTNRES_HAVE_CUDA
-    if (!cuda_device_available()) throw Error("--device cuda: no CUDA device is visible");
-    return make_cuda_backend(0);
-#else
-    throw Error("--device cuda: this build has no CUDA backend (nvcc was not found)");
-#endif
-  }
-  throw Error("--device: unknown device '" + device + "' (expected cpu or cuda)");
+EngineArgs engine_args_from_flags(const Flags& flags) {
+  EngineArgs args;
+  args.model = flags.get("model");
+  args.device = flags.get("device", "cpu");
+  args.threads = flags.get_int("threads", 0);
+  args.fast_prefill = flags.has("fast-prefill");
+  args.tensor_parallel_size = flags.get_int("tensor-parallel-size", 1);
+  args.sequence_parallel_min_tokens = flags.get_int("sequence-parallel-min-tokens", 128);
+  return args;
 }
 
 SamplingParams sampling_from_flags(const Flags& flags, const LoadedModel& model) {

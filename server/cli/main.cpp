@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "engine/core/error.h"
+#include "kernels/builtin_backends.h"
 #include "server/cli/commands.h"
 
 namespace {
@@ -30,6 +31,7 @@ int main(int argc, char** argv) {
   }
   const std::string command = argv[1];
   const std::vector<std::string> args(argv + 2, argv + argc);
+  attnres::register_builtin_backends();  // --device cpu / cuda (engine/core/backend_registry.h)
   try {
     if (command == "serve") return attnres::cli::run_serve(args);
     if (command == "generate") return attnres::cli::run_generate(args);

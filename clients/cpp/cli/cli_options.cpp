@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "engine/core/error.h"
-#include "server/cli/sampling_flags.h"
+#include "clients/cli_flags/sampling_flags.h"
 
 namespace attnres::client::cli {
 namespace {

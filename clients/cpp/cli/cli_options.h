@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "clients/cpp/client.h"
-#include "server/cli/flags.h"
+#include "clients/cli_flags/flags.h"
 
 namespace attnres::client::cli {
 

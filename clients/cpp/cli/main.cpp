@@ -14,7 +14,7 @@
 #include "clients/cpp/cli/interrupt.h"
 #include "clients/cpp/client.h"
 #include "engine/core/error.h"
-#include "server/cli/flags.h"
+#include "clients/cli_flags/flags.h"
 
 namespace attnres::client::cli {
 namespace {

@@ -10,7 +10,7 @@
 #include <cmath>
 
 #include "engine/model/random_weights.h"
-#include "engine/parallel/nccl_communicator.h"
+#include "kernels/cuda/nccl_communicator.h"
 #include "engine/sched/transformer_runner.h"
 #include "tests/cpp/cuda/cuda_test_util.h"
 #include "tests/cpp/parallel/parallel_test_util.h"

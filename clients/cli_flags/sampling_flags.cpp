@@ -1,4 +1,4 @@
-#include "server/cli/sampling_flags.h"
+#include "clients/cli_flags/sampling_flags.h"
 
 namespace attnres::cli {
 

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "server/cli/flags.h"
+#include "clients/cli_flags/flags.h"
 
 namespace attnres::cli {
 

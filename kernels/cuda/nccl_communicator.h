@@ -3,8 +3,9 @@
 // of the machine over NVLink / PCIe). Every collective is queued on the rank's backend stream,
 // so it orders with the kernels around it without host synchronisation.
 //
-// Built only with CUDA and NCCL (ATTNRES_HAVE_NCCL); a plain C++ header otherwise usable
-// from g++-compiled code.
+// Part of attnres_kernels_cuda when NCCL is found (ATTNRES_HAVE_NCCL); register_cuda_backend()
+// registers it as the "cuda" communicator group (engine/parallel/communicator_registry.h), which
+// is how commands get it. A plain C++ header, usable from g++-compiled code.
 #pragma once
 
 #include <memory>

@@ -1,4 +1,4 @@
-#include "engine/parallel/nccl_communicator.h"
+#include "kernels/cuda/nccl_communicator.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>

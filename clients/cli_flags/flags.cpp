@@ -1,4 +1,4 @@
-#include "server/cli/flags.h"
+#include "clients/cli_flags/flags.h"
 
 #include <cctype>
 #include <charconv>

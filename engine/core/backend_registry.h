@@ -1,0 +1,48 @@
+// Backends by name ("cpu", "cuda"): the engine builds the backend a command asks for through
+// this registry, so nothing under engine/ includes kernels/ (issue #15, "an engine that knows
+// no backend"). Each kernels/ library has a registration function (register_cpu_backend in
+// kernels/cpu, register_cuda_backend in kernels/cuda) that fills this registry and the
+// communicator-group registry (engine/parallel/communicator_registry.h);
+// kernels/builtin_backends.h's register_builtin_backends() calls those that were built.
+//
+// Why an explicit registration call and not self-registering static objects: the backends are
+// static libraries, and the linker takes an object file out of a static library only when
+// something references one of its symbols. A file whose only job is a static registrar is
+// referenced by nobody, so it would be dropped without a word (no "cuda" backend, no link
+// error) unless every executable and test linked it --whole-archive; and the order of static
+// initialisation across files would make the registry's own state a second trap. One call at
+// the top of main() (and in each test that uses the registry) is visible to the linker and to
+// the reader, and costs one line.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/core/backend.h"
+
+namespace attnres {
+
+// What a backend is built with. Fields a backend has no use for are ignored.
+struct BackendOptions {
+  int device_index = 0;  // which device of its kind (a GPU's ordinal); rank r of a group uses r
+  int threads = 0;       // CPU: worker threads, 0 = all cores
+  // CPU: the ranks of a tensor-parallel group on this host share `threads` (or all cores)
+  // evenly, each getting at least one.
+  int ranks_sharing_host = 1;
+  bool batch_invariant = true;  // CPU: false = the packed-GEMM prefill (--fast-prefill)
+};
+
+using BackendFactory = std::function<std::unique_ptr<Backend>(const BackendOptions& options)>;
+
+// Adds (or replaces) the factory for `name`. Thread-safe; usually called once from main().
+void register_backend(const std::string& name, BackendFactory factory);
+bool has_backend(const std::string& name);
+// The registered names, sorted.
+std::vector<std::string> registered_backends();
+// Builds the backend `name` (throws attnres::Error naming the registered ones if there is none,
+// or whatever the factory throws, e.g. no visible device).
+std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& options = {});
+
+}  // namespace attnres

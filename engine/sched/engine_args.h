@@ -1,0 +1,33 @@
+// EngineArgs: everything that decides how a model runs and how the serving engine around it
+// is sized, in one parameter struct with the defaults of `attnres`. The attnres command only
+// maps its flags onto it (server/cli: --device, --tensor-parallel-size, --kv-cache-memory, ...
+// and their ATTNRES_* variables); tests fill it directly. engine/sched/model_execution.h builds
+// from it what runs the model and the EngineConfig of `attnres serve`.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+
+namespace attnres {
+
+struct EngineArgs {
+  // --- the model and where it runs (every command) ---
+  std::string model;             // --model: a model directory or builtin:NAME; "" = the demo
+  std::string device = "cpu";    // --device: a registered backend name
+  int threads = 0;               // --threads: CPU threads, 0 = all cores (shared among ranks)
+  bool fast_prefill = false;     // --fast-prefill: the CPU's packed-GEMM prefill
+  int tensor_parallel_size = 1;  // --tensor-parallel-size
+  int sequence_parallel_min_tokens = 128;  // --sequence-parallel-min-tokens (0 = never)
+
+  // --- the serving engine (attnres serve) ---
+  size_t kv_cache_memory_bytes = size_t{1} << 30;  // --kv-cache-memory, per rank
+  int block_size = 16;                             // --block-size
+  std::optional<int> max_model_len;   // --max-model-len; unset: the model's, capped by the cache
+  int max_num_seqs = 256;             // --max-num-seqs
+  int max_num_batched_tokens = 2048;  // --max-num-batched-tokens
+  int max_queued_requests = 1024;     // --max-queued-requests
+  bool enable_prefix_caching = true;  // --[no-]enable-prefix-caching
+};
+
+}  // namespace attnres

@@ -1,0 +1,158 @@
+#include "engine/sched/model_execution.h"
+
+#include "engine/core/backend_registry.h"
+#include "engine/core/error.h"
+#include "engine/model/kv_cache.h"
+#include "engine/parallel/communicator_registry.h"
+#include "engine/parallel/tensor_parallel.h"
+#include "engine/parallel/tensor_parallel_runner.h"
+#include "engine/sched/tokenizer_text_decoder.h"
+#include "engine/sched/transformer_runner.h"
+
+namespace attnres {
+namespace {
+
+// The errors of a --device the registries do not have; "cuda" is known by name because a build
+// without nvcc (or NCCL) says so rather than calling it unknown.
+[[noreturn]] void throw_unknown_device(const std::string& device) {
+  if (registered_backends().empty()) {
+    throw Error(
+        "no backends are registered: call register_builtin_backends() "
+        "(kernels/builtin_backends.h) before building an engine");
+  }
+  throw Error("--device: unknown device '" + device + "' (expected cpu or cuda)");
+}
+
+// The config one rank computes with (its KV heads decide its cache size).
+ModelConfig rank_config(const EngineArgs& args, const LoadedModel& model) {
+  const int size = tensor_parallel_size(args, model);
+  return local_config(model.config, shard_of(model.config, 0, size));
+}
+
+TensorParallelOptions parallel_options(const EngineArgs& args, int size, int num_kv_blocks,
+                                       int block_size) {
+  if (!has_communicator_group(args.device)) {
+    if (args.device == "cuda") {
+      throw Error("--tensor-parallel-size with --device cuda needs a build with CUDA and NCCL");
+    }
+    throw_unknown_device(args.device);
+  }
+  TensorParallelOptions options;
+  options.size = size;
+  options.num_kv_blocks = num_kv_blocks;
+  options.block_size = block_size;
+  options.sequence_parallel_min_tokens = args.sequence_parallel_min_tokens;
+  BackendOptions backend;
+  backend.threads = args.threads;
+  backend.ranks_sharing_host = size;
+  backend.batch_invariant = !args.fast_prefill;
+  options.make_backend = [device = args.device, backend](int rank) {
+    BackendOptions for_rank = backend;
+    for_rank.device_index = rank;
+    return attnres::make_backend(device, for_rank);
+  };
+  options.make_communicator = make_communicator_group(args.device, size);
+  return options;
+}
+
+}  // namespace
+
+LoadedModel load_model(const EngineArgs& args) { return load_model_arg(args.model); }
+
+int tensor_parallel_size(const EngineArgs& args, const LoadedModel& model) {
+  check_tensor_parallel(model.config, args.tensor_parallel_size);
+  if (args.sequence_parallel_min_tokens < 0) {
+    throw Error("--sequence-parallel-min-tokens: must be >= 0");
+  }
+  return args.tensor_parallel_size;
+}
+
+size_t kv_bytes_per_block(const EngineArgs& args, const LoadedModel& model, int block_size) {
+  return KvCache::bytes_per_block(rank_config(args, model), block_size);
+}
+
+int kv_blocks_for_budget(const EngineArgs& args, const LoadedModel& model, int block_size,
+                         size_t budget_bytes) {
+  return KvCache::blocks_for_budget(rank_config(args, model), block_size, budget_bytes);
+}
+
+std::unique_ptr<Backend> make_backend(const EngineArgs& args) {
+  if (args.threads < 0) throw Error("--threads: must be >= 0");
+  if (!has_backend(args.device)) {
+    if (args.device == "cuda" && !registered_backends().empty()) {
+      throw Error("--device cuda: this build has no CUDA backend (nvcc was not found)");
+    }
+    throw_unknown_device(args.device);
+  }
+  BackendOptions options;
+  options.threads = args.threads;
+  options.batch_invariant = !args.fast_prefill;
+  return make_backend(args.device, options);
+}
+
+std::unique_ptr<ModelExecution> make_model_execution(const EngineArgs& args,
+                                                     const LoadedModel& model, int num_kv_blocks,
+                                                     int block_size) {
+  auto exec = std::make_unique<ModelExecution>();
+  exec->tensor_parallel_size = tensor_parallel_size(args, model);
+  if (exec->tensor_parallel_size == 1) {
+    exec->backend = make_backend(args);
+    exec->transformer = std::make_unique<Transformer>(model.config, model.weights, *exec->backend);
+    exec->runner =
+        std::make_unique<TransformerRunner>(*exec->transformer, num_kv_blocks, block_size);
+    exec->weight_bytes_per_rank = exec->transformer->weight_bytes();
+    exec->description = exec->backend->name();
+    return exec;
+  }
+  auto runner = std::make_unique<TensorParallelRunner>(
+      model.config, model.weights,
+      parallel_options(args, exec->tensor_parallel_size, num_kv_blocks, block_size));
+  exec->weight_bytes_per_rank = runner->rank_model(0).weight_bytes();
+  exec->description = runner->backend_name();
+  exec->runner = std::move(runner);
+  return exec;
+}
+
+EngineConfig make_engine_config(const EngineArgs& args, const LoadedModel& model) {
+  const int block_size = args.block_size;
+  if (block_size < 1 || block_size > 1024) throw Error("--block-size: must be in [1, 1024]");
+  const size_t budget = args.kv_cache_memory_bytes;
+  const int num_blocks = kv_blocks_for_budget(args, model, block_size, budget);
+  if (num_blocks < 1) {
+    throw Error("--kv-cache-memory: " + std::to_string(budget) + " bytes hold no KV block (one " +
+                "block takes " + std::to_string(kv_bytes_per_block(args, model, block_size)) +
+                " bytes)");
+  }
+  const int64_t capacity_tokens = static_cast<int64_t>(num_blocks) * block_size;
+  int max_model_len = args.max_model_len.value_or(model.config.max_position_embeddings);
+  if (max_model_len < 1 || max_model_len > model.config.max_position_embeddings) {
+    throw Error("--max-model-len: " + std::to_string(max_model_len) + " is outside [1, " +
+                std::to_string(model.config.max_position_embeddings) +
+                "] (the model's max_position_embeddings)");
+  }
+  if (max_model_len > capacity_tokens) {
+    if (args.max_model_len) {
+      throw Error("--max-model-len " + std::to_string(max_model_len) +
+                  " does not fit the KV cache (" + std::to_string(capacity_tokens) +
+                  " tokens): raise --kv-cache-memory");
+    }
+    max_model_len = static_cast<int>(capacity_tokens);
+  }
+
+  EngineConfig config;
+  config.enable_prefix_caching = args.enable_prefix_caching;
+  config.scheduler.max_num_seqs = args.max_num_seqs;
+  config.scheduler.max_num_batched_tokens = args.max_num_batched_tokens;
+  config.scheduler.max_model_len = max_model_len;
+  config.scheduler.validate();
+  config.num_kv_blocks = num_blocks;
+  config.block_size = block_size;
+  config.max_queued_requests = args.max_queued_requests;
+  if (config.max_queued_requests < 1) throw Error("--max-queued-requests: must be >= 1");
+  config.eos_ids = model.eos_token_ids();
+  config.make_decoder = make_text_decoder_factory(model.tokenizer);
+  config.vocabulary = model.vocabulary();
+  return config;
+}
+
+}  // namespace attnres

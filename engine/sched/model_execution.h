@@ -1,0 +1,61 @@
+// What runs a model for a command, built from EngineArgs (engine/sched/engine_args.h): one
+// backend and one Transformer, or a tensor-parallel group (tensor_parallel_size > 1: N GPUs
+// over NCCL with device "cuda", N thread groups on the CPU), behind the same ModelRunner the
+// offline generator and the server's engine loop drive; and the EngineConfig of `attnres serve`.
+//
+// Backends and tensor-parallel groups come from the registries by the name in args.device
+// (engine/core/backend_registry.h, engine/parallel/communicator_registry.h), so this file knows
+// no backend; call register_builtin_backends() (kernels/builtin_backends.h) first. Error
+// messages name the attnres flag a value comes from: they are what the command prints.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "engine/core/backend.h"
+#include "engine/model/loaded_model.h"
+#include "engine/model/transformer.h"
+#include "engine/sched/engine_args.h"
+#include "engine/sched/engine_core.h"
+#include "engine/sched/model_runner.h"
+
+namespace attnres {
+
+struct ModelExecution {
+  std::unique_ptr<Backend> backend;          // single device only
+  std::unique_ptr<Transformer> transformer;  // single device only
+  std::unique_ptr<ModelRunner> runner;
+  int tensor_parallel_size = 1;
+  size_t weight_bytes_per_rank = 0;  // what one rank's decode step reads
+  std::string description;           // for logs: "cpu (2 threads)", "cpu x2 (in-process)"
+};
+
+// The model named by args.model (a directory, builtin:NAME, or the demo model when empty).
+LoadedModel load_model(const EngineArgs& args);
+
+// args.tensor_parallel_size, checked against the model's head counts (and
+// sequence_parallel_min_tokens >= 0, an error with one rank too).
+int tensor_parallel_size(const EngineArgs& args, const LoadedModel& model);
+
+// Bytes one KV block takes on one rank (a rank caches only its KV heads).
+size_t kv_bytes_per_block(const EngineArgs& args, const LoadedModel& model, int block_size);
+// KV cache blocks that fit in `budget_bytes` per rank.
+int kv_blocks_for_budget(const EngineArgs& args, const LoadedModel& model, int block_size,
+                         size_t budget_bytes);
+
+// The single-device backend args.device names (threads and fast_prefill for the CPU).
+std::unique_ptr<Backend> make_backend(const EngineArgs& args);
+
+// Builds the backend(s), uploads or shards the weights and allocates `num_kv_blocks` blocks
+// of KV cache (per rank).
+std::unique_ptr<ModelExecution> make_model_execution(const EngineArgs& args,
+                                                     const LoadedModel& model, int num_kv_blocks,
+                                                     int block_size);
+
+// The serving engine's configuration: the KV cache sized from kv_cache_memory_bytes,
+// max_model_len resolved against the model and the cache, the scheduler limits validated, and
+// the model's EOS ids, vocabulary and text decoder.
+EngineConfig make_engine_config(const EngineArgs& args, const LoadedModel& model);
+
+}  // namespace attnres

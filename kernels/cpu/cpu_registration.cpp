@@ -1,0 +1,30 @@
+#include "kernels/cpu/cpu_registration.h"
+
+#include <omp.h>
+
+#include <algorithm>
+
+#include "engine/core/backend_registry.h"
+#include "engine/parallel/communicator_registry.h"
+#include "engine/parallel/in_process_communicator.h"
+#include "kernels/cpu/cpu_backend.h"
+
+namespace attnres {
+
+void register_cpu_backend() {
+  register_backend("cpu", [](const BackendOptions& options) {
+    int threads = options.threads;
+    if (options.ranks_sharing_host > 1) {
+      // The ranks of one group split the cores (or --threads) evenly, at least one each.
+      const int total = threads > 0 ? threads : omp_get_max_threads();
+      threads = std::max(1, total / options.ranks_sharing_host);
+    }
+    return make_cpu_backend(threads, options.batch_invariant);
+  });
+  register_communicator_group("cpu", [](int size) -> CommunicatorFactory {
+    auto group = InProcessGroup::create(size);
+    return [group](int rank, Backend&) { return group->communicator(rank); };
+  });
+}
+
+}  // namespace attnres

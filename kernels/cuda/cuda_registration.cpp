@@ -1,0 +1,30 @@
+#include "kernels/cuda/cuda_registration.h"
+
+#include <vector>
+
+#include "engine/core/backend_registry.h"
+#include "engine/core/error.h"
+#include "engine/parallel/communicator_registry.h"
+#include "kernels/cuda/cuda_backend.h"
+#ifdef ATTNRES_HAVE_NCCL
+#include "kernels/cuda/nccl_communicator.h"
+#endif
+
+namespace attnres {
+
+void register_cuda_backend() {
+  register_backend("cuda", [](const BackendOptions& options) {
+    if (!cuda_device_available()) throw Error("--device cuda: no CUDA device is visible");
+    return make_cuda_backend(options.device_index);
+  });
+#ifdef ATTNRES_HAVE_NCCL
+  register_communicator_group("cuda", [](int size) -> CommunicatorFactory {
+    std::vector<int> devices(size);
+    for (int r = 0; r < size; ++r) devices[r] = r;
+    auto group = NcclGroup::create(devices);
+    return [group](int rank, Backend& backend) { return group->communicator(rank, backend); };
+  });
+#endif
+}
+
+}  // namespace attnres
