@@ -10,6 +10,7 @@
 #include "server/common/auth.h"
 #include "server/common/generation.h"
 #include "server/common/request_error.h"
+#include "server/common/token_ids.h"
 #include "server/grpc/grpc_requests.h"
 #include "server/grpc/grpc_responses.h"
 
@@ -86,7 +87,7 @@ Status GenerateService::Generate(grpc::ServerContext* context, const v1::Generat
     // Prompt ids must have text: padding rows past the tokenizer are refused (the engine
     // refuses them too; this names the gRPC field).
     parsed = to_engine_request(*request, state_.default_sampling(), *model.tokenizer,
-                               model.vocabulary().decodable);
+                               model.vocabulary());
   } catch (const Error& e) {
     return reject(StatusCode::INVALID_ARGUMENT, e.what());
   }
@@ -179,7 +180,7 @@ Status GenerateService::Detokenize(grpc::ServerContext* context,
   const std::span<const int32_t> ids(request->token_ids().data(),
                                      static_cast<size_t>(request->token_ids().size()));
   try {
-    check_token_ids("token_ids", ids, tokenizer.vocab_size());
+    check_token_ids("token_ids", ids, state_.model().vocabulary());
     response->set_text(tokenizer.decode(ids, request->skip_special_tokens()));
   } catch (const Error& e) {
     return reject(StatusCode::INVALID_ARGUMENT, e.what());

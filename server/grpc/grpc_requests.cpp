@@ -1,5 +1,7 @@
 #include "server/grpc/grpc_requests.h"
 
+#include "server/common/token_ids.h"
+
 #include <algorithm>
 #include <string>
 
@@ -42,25 +44,9 @@ SamplingParams to_sampling_params(const v1::SamplingParams& proto, SamplingParam
   return p;
 }
 
-void check_token_ids(const char* field, std::span<const int32_t> ids, int vocab_size) {
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] < 0 || ids[i] >= vocab_size) {
-      std::string msg = field;
-      msg += '[';
-      msg += std::to_string(i);
-      msg += "]: got ";
-      msg += std::to_string(ids[i]);
-      msg += ", expected a token id in [0, ";
-      msg += std::to_string(vocab_size);
-      msg += ')';
-      throw Error(msg);
-    }
-  }
-}
-
 GrpcGenerateRequest to_engine_request(const v1::GenerateRequest& proto,
                                       const SamplingParams& defaults, const Tokenizer& tokenizer,
-                                      int vocab_size) {
+                                      const Vocabulary& vocabulary) {
   GrpcGenerateRequest out;
   out.stream = proto.stream();
   out.detokenize = !proto.has_detokenize() || proto.detokenize();
@@ -79,7 +65,7 @@ GrpcGenerateRequest to_engine_request(const v1::GenerateRequest& proto,
     case v1::GenerateRequest::kTokenIds: {
       const auto& ids = proto.token_ids().ids();
       if (ids.empty()) throw Error("token_ids: is empty; the prompt needs at least one token");
-      check_token_ids("token_ids", {ids.data(), static_cast<size_t>(ids.size())}, vocab_size);
+      check_token_ids("token_ids", {ids.data(), static_cast<size_t>(ids.size())}, vocabulary);
       out.engine.prompt_ids.assign(ids.begin(), ids.end());
       break;
     }

@@ -10,6 +10,7 @@
 
 #include "attnres/v1/generate.pb.h"
 #include "engine/sample/sampling_params.h"
+#include "engine/sample/vocabulary.h"
 #include "engine/sched/engine_core.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -29,10 +30,6 @@ SamplingParams to_sampling_params(const v1::SamplingParams& proto, SamplingParam
 // Throws attnres::Error naming the field for an invalid input (INVALID_ARGUMENT).
 GrpcGenerateRequest to_engine_request(const v1::GenerateRequest& proto,
                                       const SamplingParams& defaults, const Tokenizer& tokenizer,
-                                      int vocab_size);
-
-// Throws attnres::Error "<field>[i]: got X, expected a token id in [0, V)" for the first id
-// outside the vocabulary.
-void check_token_ids(const char* field, std::span<const int32_t> ids, int vocab_size);
+                                      const Vocabulary& vocabulary);
 
 }  // namespace attnres::server

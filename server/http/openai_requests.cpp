@@ -4,6 +4,7 @@
 #include <climits>
 
 #include "engine/core/error.h"
+#include "server/common/token_ids.h"
 #include "server/http/api_error.h"
 #include "server/http/chat_requests.h"
 #include "server/http/field_reader.h"
@@ -110,19 +111,9 @@ void read_generation_options(const FieldReader& f, GenerationOptions& o, const S
   f.string("user");  // accepted for OpenAI compatibility; only its type is checked
 }
 
-// Runs the engine's own checks now, so every 400 is sent before any streaming starts and names
-// its field.
-void validate_params(const SamplingParams& p, const ServerState& state) {
-  try {
-    p.validate(state.model().vocabulary());
-  } catch (const Error& e) {
-    throw bad_request(e.what(), field_named_in(e.what()));
-  }
-}
-
 PromptInput prompt_from_ids(std::vector<int32_t> ids, const ServerState& state,
                             const std::string& field) {
-  check_token_ids(ids, client_vocab_size(state), field);
+  server::check_token_ids(field, ids, state.model().vocabulary());
   PromptInput prompt;
   prompt.text = state.model().tokenizer->decode(ids, /*skip_special_tokens=*/false);
   prompt.ids = std::move(ids);
@@ -193,27 +184,6 @@ std::vector<PromptInput> read_prompts(const FieldReader& f, const ServerState& s
 
 }  // namespace
 
-int client_vocab_size(const ServerState& state) {
-  return std::min(state.model().config.vocab_size, state.model().tokenizer->vocab_size());
-}
-
-void check_token_ids(const std::vector<int32_t>& ids, int vocab_size, const std::string& field) {
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] < 0 || ids[i] >= vocab_size) {
-      std::string message = "field ";
-      message += field;
-      message += ": token id ";
-      message += std::to_string(ids[i]);
-      message += " (position ";
-      message += std::to_string(i);
-      message += ") is outside the vocabulary [0, ";
-      message += std::to_string(vocab_size);
-      message += ')';
-      throw bad_request(message, field);
-    }
-  }
-}
-
 void check_model_field(const nlohmann::ordered_json& body, const ServerState& state) {
   if (!body.is_object()) return;  // FieldReader reports it
   auto model = body.find("model");
@@ -271,7 +241,6 @@ CompletionRequest parse_completion_request(const nlohmann::ordered_json& body,
   if (auto v = f.boolean("echo")) request.echo = *v;
   // echo with logprobs: the logprobs cover the echoed prompt too (vLLM's prompt_logprobs).
   if (request.echo && o.params.logprobs >= 0) o.params.prompt_logprobs = o.params.logprobs;
-  validate_params(o.params, state);
   request.prompts = read_prompts(f, state);
   for (const PromptInput& p : request.prompts) {
     check_context_length(int(p.ids.size()), o.params.max_tokens, state.options().max_model_len,
@@ -340,7 +309,6 @@ ChatRequest parse_chat_request(const nlohmann::ordered_json& body, const ServerS
   if (o.params.min_tokens > o.params.max_tokens) {
     throw bad_request("field min_tokens: must not exceed max_tokens", "min_tokens");
   }
-  validate_params(o.params, state);
   return request;
 }
 

@@ -52,10 +52,4 @@ ChatRequest parse_chat_request(const nlohmann::ordered_json& body, const ServerS
 // prompt ("messages" for chat, "prompt" for completions).
 void check_context_length(int prompt_tokens, int max_tokens, int max_model_len, const char* what);
 
-// Ids a client sent (prompt, /detokenize): 400 naming `field` for any outside the vocabulary.
-void check_token_ids(const std::vector<int32_t>& ids, int vocab_size, const std::string& field);
-
-// The vocabulary a client's ids must fall in: ids both the model and the tokenizer know.
-int client_vocab_size(const ServerState& state);
-
 }  // namespace attnres::server::http

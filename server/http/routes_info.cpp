@@ -1,5 +1,6 @@
 // The routes that do not generate: /v1/models, /health, /metrics, /tokenize, /detokenize.
 #include "engine/core/error.h"
+#include "server/common/token_ids.h"
 #include "server/http/api_error.h"
 #include "server/http/chat_requests.h"
 #include "server/http/field_reader.h"
@@ -105,7 +106,7 @@ void handle_detokenize(ServerState& state, const HttpRequest& req, HttpResponse&
   check_model_field(body, state);
   auto ids = f.int_list("tokens");
   if (!ids) throw bad_request("field tokens: is required", "tokens");
-  check_token_ids(*ids, client_vocab_size(state), "tokens");
+  server::check_token_ids("tokens", *ids, state.model().vocabulary());
   Json out;
   out["prompt"] = state.model().tokenizer->decode(*ids, /*skip_special_tokens=*/false);
   send_json(res, 200, out);

@@ -11,7 +11,7 @@
 namespace attnres::server {
 namespace {
 
-constexpr int kVocab = 50257;
+const Vocabulary kVocab = Vocabulary::all_rows(50257);
 
 std::shared_ptr<const Tokenizer> gpt2() {
   static const auto tokenizer =
@@ -101,8 +101,8 @@ TEST(GrpcRequests, InputErrorsNameTheField) {
   request.mutable_token_ids();
   EXPECT_NE(error_of(request).find("token_ids:"), std::string::npos);
   request.mutable_token_ids()->add_ids(1);
-  request.mutable_token_ids()->add_ids(kVocab);
-  EXPECT_EQ(error_of(request), "token_ids[1]: got 50257, expected a token id in [0, 50257)");
+  request.mutable_token_ids()->add_ids(50257);
+  EXPECT_EQ(error_of(request), "field token_ids[1]: got 50257, expected a token id in [0, 50257)");
 }
 
 TEST(GrpcRequests, DepthAttentionOptions) {
