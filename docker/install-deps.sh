@@ -9,7 +9,8 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 
 packages=(build-essential cmake ninja-build pkg-config git
           nlohmann-json3-dev libutf8proc-dev libgtest-dev libgmock-dev
-          libcpp-httplib-dev libboost-dev libgrpc++-dev libprotobuf-dev protobuf-compiler
+          libcpp-httplib-dev libboost-dev libpng-dev libgrpc++-dev libprotobuf-dev
+          protobuf-compiler
           protobuf-compiler-grpc)
 # The fuzzers (tests/fuzz) build with Clang's libFuzzer runtime and OpenMP.
 test_packages=(clang libclang-rt-14-dev libomp-dev)

@@ -1,9 +1,9 @@
 #include "engine/tokenizer/chat_template.h"
 
 #include "engine/core/error.h"
-#include "engine/tokenizer/jinja_interpreter.h"
-#include "engine/tokenizer/jinja_json.h"
-#include "engine/tokenizer/jinja_parser.h"
+#include "engine/jinja/jinja_interpreter.h"
+#include "engine/jinja/jinja_json.h"
+#include "engine/jinja/jinja_parser.h"
 
 namespace attnres {
 namespace {

@@ -1,21 +1,17 @@
-// A minimal PNG writer for `attnres inspect --out`: 8-bit RGB, no dependencies. The image data
-// goes into zlib "stored" (uncompressed) deflate blocks, so the writer needs only the two
-// checksums PNG and zlib require (CRC-32 per chunk, Adler-32 over the data), not a compressor:
-// the build machines (and the GPU machine) have no zlib -dev package, and heatmaps are small.
+// The PNG writer for `attnres inspect --out`: 8-bit RGB through libpng's simplified write API
+// (png_image_write_to_memory), which brings the deflate, the filters and the checksums.
+// Builds without libpng (no libpng-dev) get png_writer_unavailable.cpp instead, whose
+// functions throw attnres::Error saying so; everything else works.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace attnres::cli {
 
-// CRC-32 (ISO-HDLC, as PNG and zlib use it) and Adler-32 (zlib's stream checksum).
-uint32_t crc32(const uint8_t* data, size_t size, uint32_t crc = 0);
-uint32_t adler32(const uint8_t* data, size_t size);
-
-// The PNG file bytes of a width x height image, rgb row-major (3 bytes per pixel).
+// The PNG file bytes of a width x height image, rgb row-major (3 bytes per pixel). Throws
+// attnres::Error when rgb does not hold width * height * 3 bytes or libpng fails.
 std::vector<uint8_t> encode_png_rgb(int width, int height, const std::vector<uint8_t>& rgb);
 // Writes it; throws attnres::Error naming the path when it cannot.
 void write_png_rgb(const std::string& path, int width, int height, const std::vector<uint8_t>& rgb);

@@ -1,13 +1,14 @@
 #include "server/grpc/grpc_server.h"
 
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "engine/core/error.h"
 #include "server/grpc/generate_service.h"
+#include "server/grpc/health_service.h"
 
 namespace attnres::server {
 namespace {
@@ -19,7 +20,7 @@ constexpr std::chrono::milliseconds kHealthPollInterval{200};
 constexpr std::chrono::seconds kShutdownGrace{2};
 
 // The service names health answers for: "" (the whole server) and the generate service.
-const char* const kHealthServices[] = {"", "attnres.v1.Generate"};
+const std::vector<std::string> kHealthServices = {"", "attnres.v1.Generate"};
 
 std::string listen_address(const std::string& host, int port) {
   // IPv6 literals need brackets in a gRPC address.
@@ -33,18 +34,19 @@ std::string listen_address(const std::string& host, int port) {
 }  // namespace
 
 GrpcServer::GrpcServer(ServerState& state)
-    : state_(state), service_(std::make_unique<GenerateService>(state)) {}
+    : state_(state),
+      service_(std::make_unique<GenerateService>(state)),
+      health_(std::make_unique<HealthService>(kHealthServices)) {}
 
 GrpcServer::~GrpcServer() { stop(); }
 
 void GrpcServer::start() {
-  // Process-wide switch; must precede BuildAndStart to register grpc.health.v1.Health.
-  grpc::EnableDefaultHealthCheckService(true);
   const std::string address = listen_address(state_.options().host, state_.options().grpc_port);
   grpc::ServerBuilder builder;
   int bound_port = 0;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound_port);
   builder.RegisterService(service_.get());
+  builder.RegisterService(health_.get());
   server_ = builder.BuildAndStart();
   if (!server_ || bound_port == 0) {
     server_.reset();
@@ -59,9 +61,7 @@ void GrpcServer::set_serving(bool serving) {
   std::lock_guard lock(mutex_);
   if (!server_ || serving_ == serving) return;
   serving_ = serving;
-  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
-  if (health == nullptr) return;
-  for (const char* service : kHealthServices) health->SetServingStatus(service, serving);
+  health_->set_serving(serving);
 }
 
 void GrpcServer::set_not_serving() { set_serving(false); }
@@ -86,6 +86,7 @@ void GrpcServer::stop() {
   wake_.notify_all();
   if (monitor_.joinable()) monitor_.join();
   set_serving(false);
+  health_->shutdown();  // Watch calls send NOT_SERVING and end now, not at the deadline
   // Handlers poll IsCancelled(), so calls cut at the deadline end promptly.
   server_->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
   server_->Wait();

@@ -1,6 +1,7 @@
 // The gRPC server's lifecycle: binds host:grpc_port, serves attnres.v1.Generate and the
-// standard grpc.health.v1.Health service, and keeps the health status honest (NOT_SERVING once
-// shutdown began or the engine died). `attnres serve` owns it (server/cli/cmd_serve.cpp).
+// standard grpc.health.v1.Health service (our own, server/grpc/health_service.h), and keeps the
+// health status honest (NOT_SERVING once shutdown began or the engine died). `attnres serve`
+// owns it (server/cli/cmd_serve.cpp).
 #pragma once
 
 #include <condition_variable>
@@ -17,6 +18,7 @@ class Server;
 namespace attnres::server {
 
 class GenerateService;
+class HealthService;
 
 class GrpcServer {
  public:
@@ -31,8 +33,8 @@ class GrpcServer {
   int port() const { return port_; }  // the bound port, after start()
   // Health -> NOT_SERVING: shutdown began (calls keep running until stop()).
   void set_not_serving();
-  // Shuts the server down (after the engine drained): calls still open get a short grace, then
-  // are cancelled. Idempotent.
+  // Shuts the server down (after the engine drained): health Watch calls end at once, other
+  // calls still open get a short grace, then are cancelled. Idempotent.
   void stop();
 
  private:
@@ -42,6 +44,7 @@ class GrpcServer {
 
   ServerState& state_;
   std::unique_ptr<GenerateService> service_;
+  std::unique_ptr<HealthService> health_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
 

@@ -40,8 +40,38 @@ def attnres_server(attnres_bin, models):
         yield server
 
 
+def unfilter_rows(raw: bytes, width: int, height: int, bpp: int = 3) -> bytes:
+    """Undoes PNG's per-row filters (0 none, 1 Sub, 2 Up, 3 Average, 4 Paeth; PNG spec 9)."""
+    stride = bpp * width
+    assert len(raw) == height * (1 + stride)
+    out, prev = bytearray(), bytearray(stride)
+    for y in range(height):
+        start = y * (1 + stride)
+        kind, row = raw[start], bytearray(raw[start + 1:start + 1 + stride])
+        assert kind <= 4, f"row {y}: unknown filter type {kind}"
+        for i in range(stride):
+            a = row[i - bpp] if i >= bpp else 0
+            b = prev[i]
+            c = prev[i - bpp] if i >= bpp else 0
+            if kind == 1:
+                row[i] = (row[i] + a) & 0xFF
+            elif kind == 2:
+                row[i] = (row[i] + b) & 0xFF
+            elif kind == 3:
+                row[i] = (row[i] + (a + b) // 2) & 0xFF
+            elif kind == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                predictor = a if pa <= pb and pa <= pc else (b if pb <= pc else c)
+                row[i] = (row[i] + predictor) & 0xFF
+        out += row
+        prev = row
+    return bytes(out)
+
+
 def read_png(data: bytes) -> np.ndarray:
-    """Decodes an 8-bit RGB PNG strictly: signature, chunk CRCs, IHDR, zlib (Adler-32)."""
+    """Decodes an 8-bit RGB PNG strictly, without PIL: signature, chunk CRCs, IHDR, zlib
+    (Adler-32), every row filter."""
     assert data[:8] == PNG_SIGNATURE, data[:8]
     pos, chunks = 8, []
     while pos < len(data):
@@ -56,11 +86,11 @@ def read_png(data: bytes) -> np.ndarray:
     width, height, depth, colour, method, filt, interlace = struct.unpack(">IIBBBBB", chunks[0][1])
     assert (depth, colour, method, filt, interlace) == (8, 2, 0, 0, 0)
     raw = zlib.decompress(b"".join(body for kind, body in chunks if kind == b"IDAT"))
-    stride = 1 + 3 * width
-    assert len(raw) == height * stride
-    rows = [raw[y * stride:(y + 1) * stride] for y in range(height)]
-    assert all(r[0] == 0 for r in rows), "only filter type 0 is written"
-    return np.frombuffer(b"".join(r[1:] for r in rows), dtype=np.uint8).reshape(height, width, 3)
+    # libpng filters adaptively: the heatmap's rows use several filter types.
+    kinds = {raw[y * (1 + 3 * width)] for y in range(height)}
+    assert kinds - {0}, f"only filter types {kinds}: the unfiltering is not exercised"
+    pixels = unfilter_rows(raw, width, height)
+    return np.frombuffer(pixels, dtype=np.uint8).reshape(height, width, 3)
 
 
 # ---------------------------------------------------------------- bad requests
@@ -126,6 +156,7 @@ def test_inspect_heatmap_png_decodes_and_is_coloured_by_weight(attnres_bin, mode
     with Image.open(png) as im:  # an independent decoder agrees
         assert im.size == (image.shape[1], image.shape[0]) and im.mode == "RGB"
         assert np.array_equal(np.asarray(im), image)
+    assert tuple(image[0, 0]) == tuple(image[-1, -1]) == (255, 255, 255)  # white background
     weights = json_matrix(json.loads(js.read_text())["prompt_mean"])
     rows, cols = weights.shape
     # Square cells of `cell` pixels after a margin of cell // 2 (depth_heatmap.cpp).

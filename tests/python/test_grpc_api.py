@@ -78,6 +78,33 @@ def test_health_check_is_serving(server):
             assert reply.status == health_pb.HealthCheckResponse.SERVING
 
 
+def test_health_check_of_an_unknown_service_is_not_found(server):
+    with channel(server.grpc_target) as ch:
+        with pytest.raises(grpc.RpcError) as error:
+            health_pb_grpc.HealthStub(ch).Check(
+                health_pb.HealthCheckRequest(service="no.such.Service"), timeout=10)
+        assert error.value.code() == grpc.StatusCode.NOT_FOUND
+        assert "no.such.Service" in error.value.details()
+
+
+def test_health_watch_sends_the_status_and_a_cancelled_watch_ends(server):
+    with channel(server.grpc_target) as ch:
+        health = health_pb_grpc.HealthStub(ch)
+        for service, status in (("", health_pb.HealthCheckResponse.SERVING),
+                                ("attnres.v1.Generate", health_pb.HealthCheckResponse.SERVING),
+                                ("no.such.Service", health_pb.HealthCheckResponse.SERVICE_UNKNOWN)):
+            call = health.Watch(health_pb.HealthCheckRequest(service=service),
+                                timeout=DEFAULT_TIMEOUT)
+            assert next(call).status == status, service
+            call.cancel()
+            with pytest.raises(grpc.RpcError) as error:
+                next(call)
+            assert error.value.code() == grpc.StatusCode.CANCELLED
+        # The server is unharmed by the watches its clients walked away from.
+        reply = health.Check(health_pb.HealthCheckRequest(), timeout=10)
+        assert reply.status == health_pb.HealthCheckResponse.SERVING
+
+
 def test_model_info(stub):
     info = stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=DEFAULT_TIMEOUT)
     assert info.served_model_name == "attnres-demo"
@@ -371,6 +398,31 @@ def test_shutdown_turns_health_not_serving_and_refuses_new_requests(attnres_bin,
             stub.Abort(pb.AbortRequest(request_id=request_id), timeout=DEFAULT_TIMEOUT)
             assert collect(call)["choices"][0]["complete"].finish_reason == "abort"
         assert server.stop() == 0
+
+
+def test_health_watch_reports_not_serving_and_ends_on_shutdown(attnres_bin):
+    with GrpcServerProcess(attnres_bin) as server:
+        with channel(server.grpc_target) as ch:
+            health = health_pb_grpc.HealthStub(ch)
+            watches = {service: health.Watch(health_pb.HealthCheckRequest(service=service),
+                                             timeout=DEFAULT_TIMEOUT)
+                       for service in ("", "attnres.v1.Generate", "no.such.Service")}
+            firsts = {service: next(call).status for service, call in watches.items()}
+            started = time.monotonic()
+            # Open watches must not hold the shutdown up (stop() fails the test on a hang).
+            assert server.stop() == 0
+            stop_seconds = time.monotonic() - started
+            # The rest of each stream: a change to NOT_SERVING, then the end (status OK: the
+            # server ended the watch, it was not cut off at the shutdown deadline).
+            rests = {service: [r.status for r in call] for service, call in watches.items()}
+            for service, call in watches.items():
+                assert call.code() == grpc.StatusCode.OK, (service, call.code(), call.details())
+    Status = health_pb.HealthCheckResponse
+    assert firsts == {"": Status.SERVING, "attnres.v1.Generate": Status.SERVING,
+                      "no.such.Service": Status.SERVICE_UNKNOWN}
+    assert rests == {"": [Status.NOT_SERVING], "attnres.v1.Generate": [Status.NOT_SERVING],
+                     "no.such.Service": []}, rests
+    assert stop_seconds < 30, stop_seconds
 
 
 # --- API keys ---------------------------------------------------------------------------------

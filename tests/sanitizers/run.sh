@@ -41,8 +41,10 @@ case "$kind" in
     cmake --build "$build" -j "$(nproc)" --target attnres_scheduler_tests attnres_http_tests \
       attnres_grpc_tests
     export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
-    # Every test of those three executables (the others are not built here).
-    ctest --test-dir "$build" --output-on-failure -j "$(nproc)" -E '_NOT_BUILT$'
+    # Every test of those three executables (the others are not built here), except the
+    # health service's: they run a real gRPC server, and Debian's libgrpc / libabsl are not
+    # TSan-instrumented, so their own (correctly locked) internals report hundreds of races.
+    ctest --test-dir "$build" --output-on-failure -j "$(nproc)" -E '_NOT_BUILT$|^HealthServiceTest[.]'
     ;;
   *)
     echo "usage: tests/sanitizers/run.sh asan|tsan [pytest args]" >&2

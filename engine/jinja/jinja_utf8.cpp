@@ -1,4 +1,4 @@
-#include "engine/tokenizer/jinja_utf8.h"
+#include "engine/jinja/jinja_utf8.h"
 
 #include <utf8proc.h>
 

@@ -1,12 +1,12 @@
-#include "engine/tokenizer/jinja_json.h"
+#include "engine/jinja/jinja_json.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 
 #include "engine/core/error.h"
-#include "engine/tokenizer/jinja_interpreter.h"
-#include "engine/tokenizer/jinja_utf8.h"
+#include "engine/jinja/jinja_interpreter.h"
+#include "engine/jinja/jinja_utf8.h"
 
 namespace attnres::jinja {
 namespace {

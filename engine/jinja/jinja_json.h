@@ -6,7 +6,7 @@
 #include <optional>
 #include <string>
 
-#include "engine/tokenizer/jinja_value.h"
+#include "engine/jinja/jinja_value.h"
 
 namespace attnres::jinja {
 

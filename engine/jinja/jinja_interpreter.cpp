@@ -1,7 +1,7 @@
-#include "engine/tokenizer/jinja_interpreter.h"
+#include "engine/jinja/jinja_interpreter.h"
 
 #include "engine/core/error.h"
-#include "engine/tokenizer/jinja_builtins.h"
+#include "engine/jinja/jinja_builtins.h"
 
 namespace attnres::jinja {
 namespace {

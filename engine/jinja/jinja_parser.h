@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/tokenizer/jinja_ast.h"
+#include "engine/jinja/jinja_ast.h"
 
 namespace attnres::jinja {
 

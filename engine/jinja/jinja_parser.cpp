@@ -1,11 +1,11 @@
-#include "engine/tokenizer/jinja_parser.h"
+#include "engine/jinja/jinja_parser.h"
 
 #include <cerrno>
 #include <cstdlib>
 #include <initializer_list>
 
 #include "engine/core/error.h"
-#include "engine/tokenizer/jinja_lexer.h"
+#include "engine/jinja/jinja_lexer.h"
 
 namespace attnres::jinja {
 namespace {

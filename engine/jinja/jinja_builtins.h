@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include "engine/tokenizer/jinja_interpreter.h"
-#include "engine/tokenizer/jinja_value.h"
+#include "engine/jinja/jinja_interpreter.h"
+#include "engine/jinja/jinja_value.h"
 
 namespace attnres::jinja {
 

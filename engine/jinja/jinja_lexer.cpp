@@ -1,10 +1,10 @@
-#include "engine/tokenizer/jinja_lexer.h"
+#include "engine/jinja/jinja_lexer.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "engine/core/error.h"
-#include "engine/tokenizer/jinja_utf8.h"
+#include "engine/jinja/jinja_utf8.h"
 
 namespace attnres::jinja {
 namespace {

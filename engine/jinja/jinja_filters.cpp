@@ -7,9 +7,9 @@
 #include <cstdlib>
 
 #include "engine/core/error.h"
-#include "engine/tokenizer/jinja_builtins.h"
-#include "engine/tokenizer/jinja_json.h"
-#include "engine/tokenizer/jinja_utf8.h"
+#include "engine/jinja/jinja_builtins.h"
+#include "engine/jinja/jinja_json.h"
+#include "engine/jinja/jinja_utf8.h"
 
 namespace attnres::jinja {
 namespace {

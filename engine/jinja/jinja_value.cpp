@@ -1,4 +1,4 @@
-#include "engine/tokenizer/jinja_value.h"
+#include "engine/jinja/jinja_value.h"
 
 #include <utf8proc.h>
 
@@ -7,7 +7,7 @@
 #include <cstdio>
 
 #include "engine/core/error.h"
-#include "engine/tokenizer/jinja_utf8.h"
+#include "engine/jinja/jinja_utf8.h"
 
 namespace attnres::jinja {
 

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/tokenizer/jinja_value.h"
+#include "engine/jinja/jinja_value.h"
 
 namespace attnres::jinja {
 

@@ -7,8 +7,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/tokenizer/jinja_ast.h"
-#include "engine/tokenizer/jinja_value.h"
+#include "engine/jinja/jinja_ast.h"
+#include "engine/jinja/jinja_value.h"
 
 namespace attnres::jinja {
 
