@@ -1,5 +1,6 @@
 // Per-request sampling parameters, in the vocabulary of the OpenAI / vLLM request fields the
-// server maps onto them (see shared/design/API.md), and their validation.
+// server maps onto them (docs/ARCHITECTURE.md, request path; the API: ../shared/design/API.md), and
+// their validation.
 #pragma once
 
 #include <cstdint>

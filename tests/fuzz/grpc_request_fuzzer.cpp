@@ -14,8 +14,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   v1::GenerateRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
   try {
-    const server::GrpcGenerateRequest parsed =
-        server::to_engine_request(request, SamplingParams{}, *tokenizer, tokenizer->vocab_size());
+    const server::GrpcGenerateRequest parsed = server::to_engine_request(
+        request, SamplingParams{}, *tokenizer, Vocabulary::all_rows(tokenizer->vocab_size()));
     parsed.engine.params.validate(Vocabulary::all_rows(tokenizer->vocab_size()));
   } catch (const Error&) {
   }

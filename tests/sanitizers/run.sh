@@ -35,13 +35,14 @@ case "$kind" in
   tsan)
     build=${ATTNRES_TSAN_BUILD_DIR:-$repo/build-tsan}
     configure "$build" thread
-    # The threaded parts: engine thread vs front-end threads, streams, shutdown, the HTTP and
-    # gRPC servers. (The CPU kernels' OpenMP runtime is not TSan-instrumented, so tests
+    # The threaded parts: engine thread vs front-end threads, streams, shutdown, the shared
+    # front-end pipeline (Generation), the HTTP server in process (connections, request
+    # workers, the engine's wake-ups; Boost.Asio is header-only, so instrumented) and gRPC. (The CPU kernels' OpenMP runtime is not TSan-instrumented, so tests
     # that run real forwards stay out: they would only report libgomp's own barriers.)
     cmake --build "$build" -j "$(nproc)" --target attnres_scheduler_tests attnres_http_tests \
-      attnres_grpc_tests
+      attnres_grpc_tests attnres_server_common_tests
     export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
-    # Every test of those three executables (the others are not built here), except the
+    # Every test of those four executables (the others are not built here), except the
     # health service's: they run a real gRPC server, and Debian's libgrpc / libabsl are not
     # TSan-instrumented, so their own (correctly locked) internals report hundreds of races.
     ctest --test-dir "$build" --output-on-failure -j "$(nproc)" -E '_NOT_BUILT$|^HealthServiceTest[.]'
