@@ -106,7 +106,10 @@ TEST(Generation, TheListenerWakesAnEventDrivenReader) {
     seen_wakes = wakes;
   }
   EXPECT_EQ(tokens, reference_tokens({1, 2, 3}, 4));
-  EXPECT_GE(wakes, 2);  // at least one output, and the end
+  {
+    std::lock_guard lock(mutex);
+    EXPECT_GE(wakes, 2);  // at least one output, and the end
+  }
   f.engine.shutdown(std::chrono::seconds(10));
 }
 
