@@ -29,6 +29,7 @@ case "$kind" in
     python=${PYTHON:-$repo/.venv/bin/python}
     ATTNRES_BUILD_DIR="$build" "$python" -m pytest -q -p no:cacheprovider \
       "$repo/tests/python/test_http_api.py" "$repo/tests/python/test_http_errors.py" \
+      "$repo/tests/python/test_http_limits.py" \
       "$repo/tests/python/test_grpc_api.py" "$repo/tests/python/test_fault_isolation.py" \
       "$repo/tests/python/test_prefix_caching.py" "$repo/tests/python/test_server_operations.py" "$@"
     ;;
