@@ -1,14 +1,12 @@
 #include "clients/cpp/client.h"
 
-#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
-#include <future>
 #include <utility>
 
 #include "attnres/v1/generate.grpc.pb.h"
-#include "clients/cpp/health_wire.h"
 #include "clients/cpp/proto_conversions.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 
 namespace attnres::client {
 namespace {
@@ -44,10 +42,12 @@ std::unique_ptr<grpc::ClientContext> make_context(const ClientOptions& options,
 struct Client::Stubs {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Generate::Stub> generate;
-  grpc::GenericStub generic;
+  std::unique_ptr<::grpc::health::v1::Health::Stub> health;
 
   explicit Stubs(std::shared_ptr<grpc::Channel> ch)
-      : channel(std::move(ch)), generate(v1::Generate::NewStub(channel)), generic(channel) {}
+      : channel(std::move(ch)),
+        generate(v1::Generate::NewStub(channel)),
+        health(::grpc::health::v1::Health::NewStub(channel)) {}
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -167,21 +167,36 @@ ModelInfo Client::model_info() {
   return from_proto(response);
 }
 
+const char* health_status_name(HealthStatus status) {
+  switch (status) {
+    case HealthStatus::kUnknown:
+      return "UNKNOWN";
+    case HealthStatus::kServing:
+      return "SERVING";
+    case HealthStatus::kNotServing:
+      return "NOT_SERVING";
+    case HealthStatus::kServiceUnknown:
+      return "SERVICE_UNKNOWN";
+  }
+  return "UNKNOWN";
+}
+
 HealthStatus Client::health(const std::string& service) {
-  const std::string request_bytes = encode_health_check_request(service);
-  grpc::Slice slice(request_bytes);
-  const grpc::ByteBuffer request(&slice, 1);
-  grpc::ByteBuffer response;
-  auto context = make_context(options_, /*with_key=*/false);
-  // GenericStub has only the callback form of a unary call; wait for it here.
-  std::promise<grpc::Status> done;
-  stubs_->generic.UnaryCall(context.get(), kHealthCheckMethod, grpc::StubOptions(), &request,
-                            &response, [&done](grpc::Status status) { done.set_value(status); });
-  check(done.get_future().get());
-  grpc::Slice bytes;
-  check(response.DumpToSingleSlice(&bytes));
-  return decode_health_check_response(
-      std::string_view(reinterpret_cast<const char*>(bytes.begin()), bytes.size()));
+  ::grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
+  ::grpc::health::v1::HealthCheckResponse response;
+  check(
+      stubs_->health->Check(make_context(options_, /*with_key=*/false).get(), request, &response));
+  switch (response.status()) {
+    case ::grpc::health::v1::HealthCheckResponse::SERVING:
+      return HealthStatus::kServing;
+    case ::grpc::health::v1::HealthCheckResponse::NOT_SERVING:
+      return HealthStatus::kNotServing;
+    case ::grpc::health::v1::HealthCheckResponse::SERVICE_UNKNOWN:
+      return HealthStatus::kServiceUnknown;
+    default:
+      return HealthStatus::kUnknown;
+  }
 }
 
 }  // namespace attnres::client

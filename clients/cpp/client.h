@@ -1,5 +1,6 @@
 // attnres::client::Client: a C++ client for the AttnRes Serve gRPC API
-// (proto/attnres/v1/generate.proto and grpc.health.v1.Health on the same port).
+// (proto/attnres/v1/generate.proto and grpc.health.v1.Health, proto/grpc/health/v1/health.proto,
+// on the same port).
 //
 //   attnres::client::Client client({.target = "127.0.0.1:50051", .api_key = "..."});
 //   attnres::client::GenerateOptions options;
