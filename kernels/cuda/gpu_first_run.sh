@@ -2,7 +2,7 @@
 # First GPU run of the CUDA backend, in two halves.
 #
 #   kernels/cuda/gpu_first_run.sh stage   # on the build machine (no GPU needed): builds
-#                                         # test_cuda_backend + bench_cuda_backend into
+#                                         # attnres_cuda_tests + bench_cuda_backend into
 #                                         # build-cuda/ (git-ignored) and copies them with the
 #                                         # non-CUDA shared libraries they need into
 #                                         # build-cuda/device/
@@ -22,10 +22,10 @@ case "$mode" in
     export PATH=$PATH:/usr/local/cuda/bin
     # Portable CPU code: the device machine's CPU may lack this one's ISA extensions.
     cmake -S . -B "$build" -G Ninja -DATTNRES_CPU_ARCH=x86-64-v3 > /dev/null
-    ninja -C "$build" -j"${JOBS:-1}" test_cuda_backend bench_cuda_backend test_cuda_tensor_parallel
+    ninja -C "$build" -j"${JOBS:-1}" attnres_cuda_tests bench_cuda_backend attnres_cuda_tensor_parallel_tests
     mkdir -p "$dev"
-    cp "$build"/tests/cpp/cuda/test_cuda_backend "$build"/tests/cpp/cuda/bench_cuda_backend \
-       "$build"/tests/cpp/cuda/test_cuda_tensor_parallel "$dev/"
+    cp "$build"/tests/cpp/kernels/cuda/attnres_cuda_tests "$build"/tests/cpp/kernels/cuda/bench_cuda_backend \
+       "$build"/tests/cpp/kernels/cuda/attnres_cuda_tensor_parallel_tests "$dev/"
     # libnccl is too large to carry (~200 MB): the run uses the GPU machine's own (PyTorch's
     # nvidia-nccl wheel or the CUDA toolkit's).
     for lib in libutf8proc.so.2 libgomp.so.1; do
@@ -41,18 +41,18 @@ case "$mode" in
     export ATTNRES_ASSETS_DIR="$PWD/engine/model/assets"  # the bench's built-in models
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt" || true
     # 1. Every op and the whole forward against the CPU backend.
-    "$dev/test_cuda_backend" 2>&1 | tee "$out/test.log" \
+    "$dev/attnres_cuda_tests" 2>&1 | tee "$out/test.log" \
       | grep -E "^\[  FAILED|^\[  PASSED|^\[  SKIPPED \] [0-9]+ tests|Failure|rror" || true
     # 2. Out-of-bounds accesses and shared-memory races (ops only: the model tests are slow
     #    under the sanitizer).
-    compute-sanitizer --tool memcheck --error-exitcode 9 "$dev/test_cuda_backend" \
+    compute-sanitizer --tool memcheck --error-exitcode 9 "$dev/attnres_cuda_tests" \
       --gtest_filter='CudaOps.*:CudaMemory.*' > "$out/memcheck.log" 2>&1 \
       && echo "memcheck: clean" || echo "memcheck: FAILED (see memcheck.log)"
-    compute-sanitizer --tool racecheck --error-exitcode 9 "$dev/test_cuda_backend" \
+    compute-sanitizer --tool racecheck --error-exitcode 9 "$dev/attnres_cuda_tests" \
       --gtest_filter='CudaOps.RmsNorm:CudaOps.DepthPhase*:CudaOps.DepthWeights:CudaOps.QkNormRope' \
       > "$out/racecheck.log" 2>&1 && echo "racecheck: clean" || echo "racecheck: FAILED (see racecheck.log)"
     # 3. Tensor parallelism's NCCL path with one GPU (TP = 1) against the CPU forward.
-    "$dev/test_cuda_tensor_parallel" 2>&1 | tee "$out/test_tp.log" \
+    "$dev/attnres_cuda_tensor_parallel_tests" 2>&1 | tee "$out/test_tp.log" \
       | grep -E "^\[  FAILED|^\[  PASSED|^\[  SKIPPED \] [0-9]+ tests|Failure|rror" || true
     # 4. Decode-step timing against the weight-read floor.
     "$dev/bench_cuda_backend" 2>&1 | tee "$out/bench.log" || echo "bench: FAILED"

@@ -1,6 +1,6 @@
 """Byte-for-byte parity of the C++ chat template engine with jinja2 as transformers uses it.
 
-Drives tests/cpp/chat_template/chat_template_tool (JSON lines in/out) and compares every
+Drives tests/cpp/engine/jinja/chat_template_tool (JSON lines in/out) and compares every
 rendering with jinja2 rendered the transformers way (see chat_template_reference.py).
 Errors (raise_exception, undefined attributes, type errors, syntax errors) must be errors
 on both sides. The tool is required: a missing build fails the test, it does not skip.
@@ -18,7 +18,7 @@ import chat_template_reference as ref
 REPO = Path(__file__).resolve().parents[2]
 TOKENIZERS = REPO.parent / "shared" / "data" / "tokenizers"
 BUILD_DIR = Path(os.environ.get("ATTNRES_BUILD_DIR", REPO / "build"))
-TOOL = BUILD_DIR / "tests" / "cpp" / "chat_template" / "chat_template_tool"
+TOOL = BUILD_DIR / "tests" / "cpp" / "engine" / "jinja" / "chat_template_tool"
 
 
 def _model_dirs():

@@ -6,7 +6,7 @@ For every tokenizer in <repo>/../shared/data/tokenizers/*/tokenizer.json:
     id sequences (which exercise invalid UTF-8 and byte-fallback runs);
   * the IncrementalDecoder's streamed output concatenates to the full decode.
 
-The C++ side is $ATTNRES_BUILD_DIR/tests/cpp/tokenizer/tokenizer_tool (JSON lines over pipes).
+The C++ side is $ATTNRES_BUILD_DIR/tests/cpp/engine/tokenizer/tokenizer_tool (JSON lines over pipes).
 A missing tool is a failure, not a skip.
 """
 
@@ -26,7 +26,7 @@ from tokenizer_corpus import build_corpus  # noqa: E402
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR = REPO_ROOT.parent / "shared" / "data" / "tokenizers"
 BUILD_DIR = Path(os.environ.get("ATTNRES_BUILD_DIR", REPO_ROOT / "build")).resolve()
-TOOL = BUILD_DIR / "tests" / "cpp" / "tokenizer" / "tokenizer_tool"
+TOOL = BUILD_DIR / "tests" / "cpp" / "engine" / "tokenizer" / "tokenizer_tool"
 
 TOKENIZER_FILES = sorted(DATA_DIR.glob("*/tokenizer.json"))
 CORPUS = build_corpus()

@@ -1,7 +1,7 @@
 // attnres-client's flags: the tables behind each subcommand's --help, and their translation
 // into the client library's values (ClientOptions, GenerateOptions). Pure functions of the
 // parsed flags (and, for the connection, of the environment), unit-tested in
-// tests/cpp/clients. Malformed flags are attnres::Error (the CLI's usage errors, exit 2);
+// tests/cpp/clients/cpp. Malformed flags are attnres::Error (the CLI's usage errors, exit 2);
 // out-of-range values are left for the server to reject, so the CLI reports exactly the
 // server's INVALID_ARGUMENT message.
 #pragma once

@@ -1,6 +1,6 @@
 // What attnres-client prints: the JSON documents of --json (field names of the OpenAI / vLLM
 // responses: text, token_ids, finish_reason, stop_reason, usage) and the human-readable lines.
-// Pure functions of the client library's values, unit-tested in tests/cpp/clients.
+// Pure functions of the client library's values, unit-tested in tests/cpp/clients/cpp.
 #pragma once
 
 #include <string>

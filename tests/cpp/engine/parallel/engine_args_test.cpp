@@ -1,0 +1,152 @@
+// EngineArgs and the backend / communicator registries (issue #15): what the attnres command
+// builds its engine from, driven here without flags. The backends come from
+// register_builtin_backends(); the model is tp_test_config's with random f32 weights.
+// Tensor parallelism through EngineArgs (2 CPU ranks over the in-process group the "cpu"
+// registration provides) must match one device to 1e-4 relative (f32; summation order differs).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <stdexcept>
+
+#include "engine/core/backend_registry.h"
+#include "engine/core/error.h"
+#include "engine/model/random_weights.h"
+#include "engine/parallel/communicator_registry.h"
+#include "engine/sched/model_execution.h"
+#include "kernels/builtin_backends.h"
+#include "tests/cpp/engine/parallel/parallel_test_util.h"
+
+namespace attnres::test {
+namespace {
+
+LoadedModel test_model() {
+  LoadedModel model;
+  model.source = "built-in:engine-args-test";
+  model.config = tp_test_config("block");
+  model.weights = make_random_weights(model.config, {DType::F32, 5, false});
+  return model;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(BackendRegistry, BuiltinBackendsIncludeTheCpu) {
+  register_builtin_backends();
+  register_builtin_backends();  // idempotent
+  const std::vector<std::string> names = registered_backends();
+  EXPECT_NE(std::find(names.begin(), names.end(), "cpu"), names.end());
+  EXPECT_TRUE(has_communicator_group("cpu"));
+  BackendOptions options;
+  options.threads = 1;
+  auto backend = make_backend("cpu", options);
+  ASSERT_NE(backend, nullptr);
+  EXPECT_EQ(backend->device(), Device::CPU);
+}
+
+TEST(BackendRegistry, UnknownNamesAreErrorsNamingTheRegisteredOnes) {
+  register_builtin_backends();
+  const std::string message = error_of([] { make_backend("tpu"); });
+  EXPECT_NE(message.find("'tpu'"), std::string::npos) << message;
+  EXPECT_NE(message.find("cpu"), std::string::npos) << message;
+  EXPECT_NE(error_of([] { make_communicator_group("tpu", 2); }), "");
+}
+
+TEST(BackendRegistry, ARegisteredFactoryIsWhatMakeBackendCalls) {
+  auto calls = std::make_shared<int>(0);  // the registration outlives this test
+  register_backend("counting-cpu", [calls](const BackendOptions& options) {
+    ++*calls;
+    EXPECT_EQ(options.device_index, 3);
+    return make_backend("cpu", BackendOptions{});
+  });
+  register_builtin_backends();
+  BackendOptions options;
+  options.device_index = 3;
+  make_backend("counting-cpu", options);
+  EXPECT_EQ(*calls, 1);
+}
+
+TEST(EngineArgs, TensorParallelOnTheCpuMatchesOneDevice) {
+  register_builtin_backends();
+  const LoadedModel model = test_model();
+  const std::vector<int32_t> ids = random_ids(40, model.config.vocab_size, 9);
+  const int blocks = 4, block_size = 16;
+
+  EngineArgs single;
+  single.threads = 1;
+  auto one = make_model_execution(single, model, blocks, block_size);
+  EXPECT_EQ(one->tensor_parallel_size, 1);
+  ASSERT_NE(one->backend, nullptr);
+  const std::vector<float> want = run_prefill_then_decode(*one->runner, ids, 32, block_size);
+
+  EngineArgs parallel = single;
+  parallel.threads = 2;
+  parallel.tensor_parallel_size = 2;
+  parallel.sequence_parallel_min_tokens = 16;  // the prefill runs sequence-parallel too
+  auto two = make_model_execution(parallel, model, blocks, block_size);
+  EXPECT_EQ(two->tensor_parallel_size, 2);
+  EXPECT_EQ(two->backend, nullptr);
+  EXPECT_NE(two->description.find("x2 (in-process)"), std::string::npos) << two->description;
+  const std::vector<float> got = run_prefill_then_decode(*two->runner, ids, 32, block_size);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_LT(relative_error(got, want), 1e-4);
+}
+
+TEST(EngineArgs, DeviceErrorsSayWhatIsMissing) {
+  register_builtin_backends();
+  const LoadedModel model = test_model();
+  EngineArgs args;
+  args.device = "tpu";
+  EXPECT_EQ(error_of([&] { make_model_execution(args, model, 2, 16); }),
+            "--device: unknown device 'tpu' (expected cpu or cuda)");
+  args.tensor_parallel_size = 2;
+  EXPECT_EQ(error_of([&] { make_model_execution(args, model, 2, 16); }),
+            "--device: unknown device 'tpu' (expected cpu or cuda)");
+  args.device = "cpu";
+  args.tensor_parallel_size = 1;
+  args.threads = -1;
+  EXPECT_EQ(error_of([&] { make_model_execution(args, model, 2, 16); }), "--threads: must be >= 0");
+  if (!has_backend("cuda")) {
+    args.device = "cuda";
+    args.threads = 0;
+    EXPECT_EQ(error_of([&] { make_model_execution(args, model, 2, 16); }),
+              "--device cuda: this build has no CUDA backend (nvcc was not found)");
+  }
+}
+
+TEST(EngineArgs, EngineConfigSizesTheKvCacheAndCapsMaxModelLen) {
+  register_builtin_backends();
+  const LoadedModel model = test_model();
+  EngineArgs args;
+  args.block_size = 16;
+  args.kv_cache_memory_bytes = 10 * kv_bytes_per_block(args, model, 16);
+  args.max_num_seqs = 8;
+  args.enable_prefix_caching = false;
+  const EngineConfig config = make_engine_config(args, model);
+  EXPECT_EQ(config.num_kv_blocks, 10);
+  EXPECT_EQ(config.block_size, 16);
+  EXPECT_EQ(config.scheduler.max_model_len, 160);  // the cache holds less than the model's 4096
+  EXPECT_EQ(config.scheduler.max_num_seqs, 8);
+  EXPECT_FALSE(config.enable_prefix_caching);
+
+  args.max_model_len = 161;  // asked for explicitly: an error, not a cap
+  EXPECT_NE(error_of([&] { make_engine_config(args, model); }).find("raise --kv-cache-memory"),
+            std::string::npos);
+  args.max_model_len.reset();
+  args.kv_cache_memory_bytes = 1;
+  EXPECT_NE(error_of([&] { make_engine_config(args, model); }).find("hold no KV block"),
+            std::string::npos);
+  // Two ranks cache half the KV heads each: the same budget holds twice the blocks.
+  args.kv_cache_memory_bytes = 10 * kv_bytes_per_block(EngineArgs{}, model, 16);
+  args.tensor_parallel_size = 2;
+  EXPECT_EQ(make_engine_config(args, model).num_kv_blocks, 20);
+}
+
+}  // namespace
+}  // namespace attnres::test

@@ -1,0 +1,110 @@
+// The open-attnres switches of the depth ops (ATTNRES.md §2d) against a direct double-precision
+// softmax over the sources written out here: Phase 1 with pre-gated sources, then Phase 2 with
+// every combination of partial-as-source, residual base, null source and gate, plus the
+// introspection op's source order ([null] + bank + [partial]).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/cpu/cpu_backend.h"
+#include "tests/cpp/kernels/cpu/depth_modes_reference.h"
+#include "tests/cpp/kernels/cpu/test_util.h"
+
+namespace attnres::test {
+namespace {
+
+TEST(CpuDepthModes, EverySwitchCombinationEqualsTheDirectSoftmax) {
+  auto be = make_cpu_backend(2);
+  std::mt19937 rng(11);
+  const int64_t t_dim = 4, d = 37;
+  const float eps = 1e-6f, norm_eps = 1e-5f;
+  for (int n : {1, 3})
+    for (const ModeCase& c : all_mode_cases()) {
+      const ModeInputs in = ModeInputs::random(n, t_dim, d, rng);
+      Tensor m = be->alloc({1, t_dim}, DType::F32), s = be->alloc({1, t_dim}, DType::F32);
+      Tensor o = be->alloc({1, t_dim, d}, DType::F32);
+      be->depth_phase1(in.query.reshape({1, d}), in.bank, n, eps, m, s, o,
+                       c.pre_gated ? &in.gate_logits : nullptr);
+      Tensor ml = m.row(0), sl = s.row(0), ol = o.row(0);
+      const Backend::DepthMixArgs mix = mode_args(c, in, ml, sl, ol, eps);
+      Tensor out = be->alloc({t_dim, d}, DType::F32);
+      be->depth_phase2_prenorm(mix, in.partial, in.gain, norm_eps, out);
+      const std::vector<double> want = reference_mix(c, in, n, eps, norm_eps);
+      EXPECT_TRUE(all_close(out, want, 1e-5, 1e-5)) << c.describe() << " n=" << n;
+
+      // In place over the partial: the same result.
+      Tensor p = be->alloc({t_dim, d}, DType::F32);
+      be->copy(in.partial, p);
+      be->depth_phase2_prenorm(mode_args(c, in, ml, sl, ol, eps), p, in.gain, norm_eps, p);
+      EXPECT_TRUE(all_close(p, values(out), 0.0)) << c.describe() << " in place";
+    }
+}
+
+TEST(CpuDepthModes, GateDirectionMatters) {
+  // A gate of 1 gives the mix, a gate of 0 gives x: the blend is not symmetric, so a swapped
+  // (1 - s) / s would show.
+  auto be = make_cpu_backend(1);
+  std::mt19937 rng(12);
+  const int64_t t_dim = 2, d = 16;
+  const ModeInputs in = ModeInputs::random(2, t_dim, d, rng);
+  Tensor m = be->alloc({1, t_dim}, DType::F32), s = be->alloc({1, t_dim}, DType::F32);
+  Tensor o = be->alloc({1, t_dim, d}, DType::F32);
+  be->depth_phase1(in.query.reshape({1, d}), in.bank, 2, 1e-6f, m, s, o);
+  Tensor ml = m.row(0), sl = s.row(0), ol = o.row(0);
+  ModeCase plain{true, false, false, Backend::DepthGate::None, false};
+  ModeCase zero{true, false, false, Backend::DepthGate::Scalar, false};
+  Tensor mixed = be->alloc({t_dim, d}, DType::F32), gated = be->alloc({t_dim, d}, DType::F32),
+         x_only = be->alloc({t_dim, d}, DType::F32);
+  be->depth_phase2_prenorm(mode_args(plain, in, ml, sl, ol, 1e-6f), in.partial, in.gain, 1e-6f,
+                           mixed);
+  Backend::DepthMixArgs one = mode_args(zero, in, ml, sl, ol, 1e-6f);
+  one.gate_blend = 1.0f;
+  be->depth_phase2_prenorm(one, in.partial, in.gain, 1e-6f, gated);
+  EXPECT_TRUE(all_close(gated, values(mixed), 1e-6, 1e-6));
+  Backend::DepthMixArgs none = mode_args(zero, in, ml, sl, ol, 1e-6f);
+  none.gate_blend = 0.0f;
+  be->depth_phase2_prenorm(none, in.partial, in.gain, 1e-6f, gated);
+  be->rms_norm(in.partial, in.gain, 1e-6f, x_only);
+  EXPECT_TRUE(all_close(gated, values(x_only), 1e-6, 1e-6));
+}
+
+TEST(CpuDepthModes, WeightsListNullBankAndPartialInOrder) {
+  auto be = make_cpu_backend(2);
+  std::mt19937 rng(13);
+  const int64_t t_dim = 3, d = 29;
+  const float eps = 1e-6f;
+  const int n = 3;
+  for (const ModeCase& c : all_mode_cases()) {
+    const ModeInputs in = ModeInputs::random(n, t_dim, d, rng);
+    Backend::DepthSourceSwitches sw;
+    sw.partial_is_source = c.partial_is_source;
+    sw.has_null = c.null_source;
+    sw.null_logit = in.null_logit;
+    sw.source_gate_logits = c.pre_gated ? &in.gate_logits : nullptr;
+    Tensor out = be->alloc({t_dim, sw.width(n)}, DType::F32);
+    be->depth_weights(in.query, in.bank, n, in.partial, in.bias, eps, out, sw);
+    EXPECT_TRUE(all_close(out, reference_weights(c, in, n, eps), 1e-5, 1e-6)) << c.describe();
+  }
+}
+
+// Misuse is a bug (ATTNRES_CHECK: std::logic_error), not a user error.
+TEST(CpuDepthModes, RejectsAPartialSourceWithoutQueryAndAVectorGateWithoutLogits) {
+  auto be = make_cpu_backend(1);
+  std::mt19937 rng(14);
+  const ModeInputs in = ModeInputs::random(1, 2, 8, rng);
+  Tensor m = be->alloc({2}, DType::F32), s = be->alloc({2}, DType::F32);
+  Tensor o = be->alloc({2, 8}, DType::F32), out = be->alloc({2, 8}, DType::F32);
+  Backend::DepthMixArgs mix;
+  mix.m = &m, mix.s = &s, mix.o = &o;
+  EXPECT_THROW(be->depth_phase2_prenorm(mix, in.partial, in.gain, 1e-6f, out), std::logic_error);
+  mix.partial_is_source = false;
+  mix.gate = Backend::DepthGate::Vector;
+  EXPECT_THROW(be->depth_phase2_prenorm(mix, in.partial, in.gain, 1e-6f, out), std::logic_error);
+}
+
+}  // namespace
+}  // namespace attnres::test

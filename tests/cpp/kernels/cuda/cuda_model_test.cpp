@@ -1,0 +1,159 @@
+// The whole forward on the CPU and CUDA backends with the same random small model: a plain
+// qwen3, a qwen3_attnres block model, and one with a final mix (ATTNRES.md §2b). Each runs a
+// mixed prefill step (two sequences of different lengths, shuffled block tables) and two
+// decode steps; the logits of every step are compared.
+// Tolerance: F32 weights 1e-4 relative L2 (f32 everywhere, only summation order differs);
+// BF16 weights 3e-2 relative L2 (linear rounds activations to bf16 on the GPU, the CPU keeps
+// them f32, and the difference compounds over the layers).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "engine/model/kv_cache.h"
+#include "engine/model/model_config.h"
+#include "engine/model/random_weights.h"
+#include "engine/model/transformer.h"
+#include "tests/cpp/kernels/cuda/cuda_test_util.h"
+
+namespace attnres::test {
+namespace {
+
+// mode: an attnres_mode ("" for a plain qwen3); gate / null_source: ATTNRES.md §2d.
+ModelConfig small_config(const std::string& mode, int layers, int blocks,
+                         const std::string& gate = "bias", bool null_source = false) {
+  const bool attnres = !mode.empty();
+  nlohmann::json j = {{"model_type", attnres ? "qwen3_attnres" : "qwen3"},
+                      {"hidden_size", 64},
+                      {"intermediate_size", 96},
+                      {"num_hidden_layers", layers},
+                      {"num_attention_heads", 4},
+                      {"num_key_value_heads", 2},
+                      {"head_dim", 32},
+                      {"vocab_size", 101},
+                      {"max_position_embeddings", 256},
+                      {"rms_norm_eps", 1e-6},
+                      {"rope_theta", 10000.0},
+                      {"tie_word_embeddings", true}};
+  if (attnres) {
+    j["attnres_mode"] = mode;
+    j["attnres_num_blocks"] = blocks;
+    j["attnres_gate_type"] = gate;
+    j["attnres_use_null_source"] = null_source;
+  }
+  return ModelConfig::from_json(j, "cuda test config");
+}
+
+struct Seq {
+  std::vector<int32_t> tokens;  // the whole sequence, prompt then generated
+  std::vector<int32_t> table;
+};
+
+// The step that feeds tokens [begin[s], end[s]) of each sequence.
+BatchMeta make_step(const std::vector<Seq>& seqs, const std::vector<int>& begin,
+                    const std::vector<int>& end, int block_size, std::vector<int32_t>& logit_rows) {
+  BatchMeta b;
+  b.query_start.push_back(0);
+  logit_rows.clear();
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    for (int p = begin[s]; p < end[s]; ++p) {
+      b.token_ids.push_back(seqs[s].tokens[p]);
+      b.positions.push_back(p);
+      b.slot_mapping.push_back(seqs[s].table[p / block_size] * block_size + p % block_size);
+    }
+    b.query_start.push_back(static_cast<int32_t>(b.token_ids.size()));
+    b.context_len.push_back(end[s]);
+    b.block_tables.push_back(seqs[s].table);
+    logit_rows.push_back(b.query_start.back() - 1);  // the last token of each sequence
+  }
+  b.num_tokens = static_cast<int>(b.token_ids.size());
+  return b;
+}
+
+void compare_model(const ModelConfig& config, DType weight_dtype, bool final_mix, double tol) {
+  SCOPED_TRACE(config.summary() + " " + std::string(dtype_name(weight_dtype)) +
+               (final_mix ? " final mix" : ""));
+  RandomWeightOptions opt;
+  opt.dtype = weight_dtype;
+  opt.seed = 7;
+  opt.final_mix = final_mix;
+  const ModelWeights weights = make_random_weights(config, opt);
+  CpuBackend cpu(2);
+  CudaBackend gpu(0);
+  Transformer cpu_model(config, weights, cpu);
+  Transformer gpu_model(config, weights, gpu);
+  const int block_size = 4, num_blocks = 24;
+  KvCache cpu_cache = KvCache::allocate(cpu, config, num_blocks, block_size);
+  KvCache gpu_cache = KvCache::allocate(gpu, config, num_blocks, block_size);
+
+  std::mt19937 rng(5);
+  std::vector<int> free_blocks(num_blocks);
+  std::iota(free_blocks.begin(), free_blocks.end(), 0);
+  std::shuffle(free_blocks.begin(), free_blocks.end(), rng);
+  std::uniform_int_distribution<int32_t> tok(0, config.vocab_size - 1);
+  const std::vector<int> prompt_len = {7, 3};
+  const int decode_steps = 2;
+  std::vector<Seq> seqs(prompt_len.size());
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const int len = prompt_len[s] + decode_steps;
+    for (int i = 0; i < len; ++i) seqs[s].tokens.push_back(tok(rng));
+    for (int b = 0; b < (len + block_size - 1) / block_size; ++b) {
+      seqs[s].table.push_back(free_blocks.back());
+      free_blocks.pop_back();
+    }
+  }
+  std::vector<int> begin(seqs.size(), 0), end = prompt_len;
+  for (int step = 0; step <= decode_steps; ++step) {
+    std::vector<int32_t> rows;
+    BatchMeta batch = make_step(seqs, begin, end, block_size, rows);
+    Tensor ref = cpu_model.forward(batch, cpu_cache, rows);
+    Tensor got_d = gpu_model.forward(batch, gpu_cache, rows);
+    ASSERT_EQ(got_d.device, Device::CUDA);
+    Tensor got = to_host(gpu, got_d);
+    EXPECT_TRUE(rel_l2_close(got, ref, tol)) << "step " << step;
+    for (size_t s = 0; s < seqs.size(); ++s) {  // the next step feeds one more token each
+      begin[s] = end[s];
+      end[s] += 1;
+    }
+  }
+}
+
+TEST(CudaModel, PlainQwen3) {
+  SKIP_WITHOUT_CUDA();
+  const ModelConfig config = small_config("", 3, 0);
+  compare_model(config, DType::F32, false, 1e-4);
+  compare_model(config, DType::BF16, false, 3e-2);
+}
+
+TEST(CudaModel, AttnResBlock) {
+  SKIP_WITHOUT_CUDA();
+  const ModelConfig config = small_config("block", 4, 2);
+  compare_model(config, DType::F32, false, 1e-4);
+  compare_model(config, DType::BF16, false, 3e-2);
+}
+
+TEST(CudaModel, AttnResBlockFinalMix) {
+  SKIP_WITHOUT_CUDA();
+  const ModelConfig config = small_config("block", 4, 2);
+  compare_model(config, DType::F32, true, 1e-4);
+  compare_model(config, DType::BF16, true, 3e-2);
+}
+
+TEST(CudaModel, EveryAttnResModeGateAndNullSource) {
+  SKIP_WITHOUT_CUDA();
+  for (const char* mode : {"block", "full", "delta", "delta_block", "delta_v"})
+    for (const char* gate : {"bias", "sigmoid_scalar", "sigmoid_vector", "learnable_alpha"})
+      for (bool null_source : {false, true})
+        compare_model(small_config(mode, 4, 2, gate, null_source), DType::F32, false, 1e-4);
+  compare_model(small_config("block", 4, 2, "sigmoid_vector"), DType::F32, true, 1e-4);
+  for (const char* mode : {"first_layer", "pre_gated"})
+    compare_model(small_config(mode, 4, 2, "sigmoid_vector", true), DType::F32, false, 1e-4);
+  compare_model(small_config("delta_v", 4, 2, "sigmoid_vector", true), DType::BF16, false, 3e-2);
+}
+
+}  // namespace
+}  // namespace attnres::test
