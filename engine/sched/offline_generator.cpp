@@ -97,10 +97,10 @@ std::vector<GenerationResult> OfflineGenerator::generate(
                               r.prompt_ids});
   }
 
-  std::vector<float> logits_host;
-  auto sample_step = [&](const BatchMeta& batch, const std::vector<int32_t>& rows,
-                         const std::vector<size_t>& which) {
-    runner_.execute(batch, rows, logits_host);
+  StepResult result;
+  auto sample_step = [&](const StepBatch& batch, const std::vector<size_t>& which) {
+    runner_.execute(batch, result);
+    std::vector<float>& logits_host = result.logits;
     const size_t vocab = static_cast<size_t>(vocab_size);
     for (size_t i = 0; i < which.size(); ++i) {
       Running& seq = running[which[i]];
@@ -136,8 +136,7 @@ std::vector<GenerationResult> OfflineGenerator::generate(
     size_t next = 0;      // the request being prefilled
     int next_offset = 0;  // its tokens already scheduled
     while (next < running.size()) {
-      BatchMeta batch;
-      std::vector<int32_t> rows;
+      StepBatch batch;
       std::vector<size_t> which;
       int budget = options_.max_prefill_tokens;
       while (next < running.size() && budget > 0) {
@@ -146,37 +145,37 @@ std::vector<GenerationResult> OfflineGenerator::generate(
         const int count = std::min(budget, static_cast<int>(prompt.size()) - next_offset);
         blocks.append(seq.blocks, count);
         const int32_t last_row = add_to_batch(
-            batch, seq.blocks, std::span(prompt).subspan(next_offset, count), block_size);
+            batch.meta, seq.blocks, std::span(prompt).subspan(next_offset, count), block_size);
         budget -= count;
         next_offset += count;
         if (next_offset == static_cast<int>(prompt.size())) {
-          rows.push_back(last_row);
+          batch.logit_rows.push_back(last_row);
           which.push_back(next);
           ++next;
           next_offset = 0;
         }
       }
-      sample_step(batch, rows, which);
-      if (timings) timings->prefill_tokens += batch.num_tokens;
+      sample_step(batch, which);
+      if (timings) timings->prefill_tokens += batch.meta.num_tokens;
     }
     if (timings) timings->prefill_seconds += seconds_since(start);
   }
   // Decode: one token per unfinished sequence per step.
   for (;;) {
-    BatchMeta batch;
-    std::vector<int32_t> rows;
+    StepBatch batch;
     std::vector<size_t> which;
     for (size_t i = 0; i < running.size(); ++i) {
       Running& seq = running[i];
       if (seq.finished()) continue;
       blocks.append(seq.blocks, 1);
       const int32_t last = seq.token_ids.back();
-      rows.push_back(add_to_batch(batch, seq.blocks, std::span(&last, 1), block_size));
+      batch.logit_rows.push_back(
+          add_to_batch(batch.meta, seq.blocks, std::span(&last, 1), block_size));
       which.push_back(i);
     }
     if (which.empty()) break;
     start = Clock::now();
-    sample_step(batch, rows, which);
+    sample_step(batch, which);
     if (timings) {
       timings->decode_seconds += seconds_since(start);
       timings->decode_steps += 1;
