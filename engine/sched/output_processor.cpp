@@ -38,6 +38,10 @@ OutputProcessor::State& OutputProcessor::state_of(const Sequence& seq) {
   return it->second;
 }
 
+const std::string& OutputProcessor::text(const Sequence& seq) {
+  return state_of(seq).output.text();
+}
+
 StepOutputs OutputProcessor::process(const StepPlan& plan, StepResult& result) {
   StepOutputs outputs;
   outputs.time = EngineClock::now();

@@ -64,6 +64,9 @@ class OutputProcessor {
   // place (logits processors, padding masks).
   StepOutputs process(const StepPlan& plan, StepResult& result);
 
+  // The sequence's detokenized output so far, text not yet released included.
+  const std::string& text(const Sequence& seq);
+
   const OutputContext& context() const { return context_; }
 
  private:
