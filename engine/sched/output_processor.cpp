@@ -18,15 +18,8 @@ OutputProcessor::OutputProcessor(OutputContext context, DepthAttentionLayout dep
 
 void OutputProcessor::add(const Sequence& seq, uint64_t fallback_seed) {
   auto decoder = make_decoder_ ? make_decoder_(seq.params) : nullptr;
-  const bool added =
-      states_
-          .try_emplace(&seq, State{SequenceOutput(seq.params, fallback_seed, context_.eos_ids,
-                                                  std::move(decoder)),
-                                   {},
-                                   false,
-                                   {},
-                                   false})
-          .second;
+  SequenceOutput output(seq.params, fallback_seed, context_.eos_ids, std::move(decoder));
+  const bool added = states_.try_emplace(&seq, std::move(output)).second;
   ATTNRES_CHECK(added, "a sequence added to the output processor twice");
 }
 

@@ -18,6 +18,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "engine/core/depth_attention.h"
@@ -71,6 +72,8 @@ class OutputProcessor {
 
  private:
   struct State {
+    explicit State(SequenceOutput sequence_output) : output(std::move(sequence_output)) {}
+
     SequenceOutput output;  // sampler, stop checker, detokenizer
     // Prompt logprobs collected so far (positions [0, prompt_logprobs_end)); sent with the
     // first output, once.
