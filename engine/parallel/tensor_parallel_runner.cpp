@@ -153,9 +153,11 @@ void TensorParallelRunner::run_step(Rank& r) {
   }
 }
 
-void TensorParallelRunner::execute(const BatchMeta& batch, std::span<const int32_t> logit_rows,
-                                   std::vector<float>& logits) {
-  run(batch, logit_rows, logits, {}, nullptr);
+void TensorParallelRunner::execute(const StepBatch& batch, StepResult& result) {
+  result.sampled_ids.clear();  // sampled on the host
+  result.depth_weights.clear();
+  run(batch.meta, batch.logit_rows, result.logits, batch.depth_rows,
+      batch.wants_depth_weights() ? &result.depth_weights : nullptr);
 }
 
 void TensorParallelRunner::run(const BatchMeta& batch, std::span<const int32_t> logit_rows,
@@ -182,14 +184,6 @@ void TensorParallelRunner::run(const BatchMeta& batch, std::span<const int32_t> 
 
 DepthAttentionLayout TensorParallelRunner::depth_attention_layout() const {
   return ranks_[0]->model->depth_attention_layout();
-}
-
-void TensorParallelRunner::execute_with_depth_weights(const BatchMeta& batch,
-                                                      std::span<const int32_t> logit_rows,
-                                                      std::vector<float>& logits,
-                                                      std::span<const int32_t> depth_rows,
-                                                      std::vector<float>& depth_weights) {
-  run(batch, logit_rows, logits, depth_rows, &depth_weights);
 }
 
 }  // namespace attnres

@@ -54,14 +54,10 @@ class TensorParallelRunner : public ModelRunner {
   TensorParallelRunner& operator=(const TensorParallelRunner&) = delete;
 
   int vocab_size() const override { return config_.vocab_size; }
-  void execute(const BatchMeta& batch, std::span<const int32_t> logit_rows,
-               std::vector<float>& logits) override;
-  // Every rank computes the weights of its rows (the depth mix is per token); rank 0's copy,
-  // gathered over the sequence-parallel slices, is the result.
+  // Depth weights (batch.depth_rows): every rank computes the weights of its rows (the depth
+  // mix is per token); rank 0's copy, gathered over the sequence-parallel slices, is the result.
+  void execute(const StepBatch& batch, StepResult& result) override;
   DepthAttentionLayout depth_attention_layout() const override;
-  void execute_with_depth_weights(const BatchMeta& batch, std::span<const int32_t> logit_rows,
-                                  std::vector<float>& logits, std::span<const int32_t> depth_rows,
-                                  std::vector<float>& depth_weights) override;
 
   int size() const { return options_.size; }
   // Rank r's model (after a step: its ForwardFootprint; its weight_bytes()).
@@ -71,7 +67,7 @@ class TensorParallelRunner : public ModelRunner {
  private:
   struct Rank;
   void rank_main(int rank);
-  // One step for execute() and execute_with_depth_weights() (no depth rows: none computed).
+  // One step for execute() (no depth rows: none computed).
   void run(const BatchMeta& batch, std::span<const int32_t> logit_rows, std::vector<float>& logits,
            std::span<const int32_t> depth_rows, std::vector<float>* depth_weights);
   void run_step(Rank& r);

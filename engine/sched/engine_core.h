@@ -1,15 +1,17 @@
 // The server's engine loop. One thread (the engine thread) owns the scheduler, the block
 // manager and every sequence; front-end threads talk to it only through a thread-safe inbox
-// (submit, abort) and read results from their RequestStream. Each step reads like a
-// checklist (LMDeploy TurboMind):
+// (submit, abort) and read results from their RequestStream. step() reads like a checklist
+// (LMDeploy TurboMind), one private function per stage:
 //
-//   pop inbox -> accept (fan out n choices) -> apply cancellations -> schedule
-//   -> build batch -> forward (ModelRunner) -> sample -> append -> stop checks
-//   -> detokenize -> push outputs -> retire finished requests -> publish stats
+//   drain inbox -> accept (fan out n choices) -> cancel -> schedule -> build batch
+//   -> execute (ModelRunner) -> process outputs (OutputProcessor: sample, stop checks,
+//   detokenize, logprobs, depth weights) -> deliver -> retire finished requests
+//   -> publish stats
 //
 // Fault isolation: a failure in one sequence's output path (sampling, detokenizing, stop
 // checks, logprobs, depth weights, non-finite logits) ends that sequence with its error and
-// nothing else; only a failure of the step itself (the forward) stops the engine.
+// nothing else; only a failure of the step itself (building the batch, the forward) stops the
+// engine.
 //
 // Ownership and threading rules: docs/ENGINE_CONTRACT.md.
 #pragma once
@@ -21,6 +23,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -29,15 +32,12 @@
 #include <vector>
 
 #include "engine/sched/model_runner.h"
+#include "engine/sched/output_processor.h"
 #include "engine/sched/request_stream.h"
 #include "engine/sched/scheduler.h"
 #include "engine/sched/sequence_output.h"
 
 namespace attnres {
-
-struct StepBatch;
-struct PromptLogprobRows;
-struct DepthPromptRows;
 
 struct EngineConfig {
   SchedulerConfig scheduler;
@@ -135,51 +135,71 @@ class EngineCore {
   bool step();
 
  private:
-  struct EngineSequence;
   struct ActiveRequest;
   struct Inbox;
+  struct Submitted {
+    EngineRequest request;
+    std::shared_ptr<StreamChannel> channel;
+    EngineClock::time_point arrival;
+  };
+  // What drain_inbox() took from the inbox for this step.
+  struct Drained {
+    std::deque<Submitted> requests;
+    std::vector<std::string> aborts;
+    bool abort_all = false;  // the shutdown grace period is over
+    bool empty() const { return requests.empty() && aborts.empty(); }
+  };
 
   void loop();
-  void accept(EngineRequest request, std::shared_ptr<StreamChannel> channel,
-              EngineClock::time_point arrival);
-  void apply_abort(const std::string& request_id);
-  void abort_everything(const std::string& error);
-  // The step itself: build the batch and run the forward. Throws when the forward fails.
-  StepBatch run_forward(const ScheduleOutput& schedule);
-  // Every sequence's output path for the step's results; a sequence whose path fails ends
-  // with its error, alone.
-  void process_outputs(const StepBatch& batch);
-  void add_prompt_logprobs(EngineSequence& seq, const PromptLogprobRows& rows);
-  void add_depth_prompt_rows(EngineSequence& seq, const DepthPromptRows& rows);
-  // depth_row: the sampled position's depth-mix weights when the sequence wants them per
-  // token ([layout rows, layout cols]), else null. Throws when the sequence's path fails.
-  RequestOutput sample_output(EngineSequence& seq, std::span<float> logits,
-                              const float* depth_row, EngineClock::time_point now);
-  // Pushes a sampled output; finishes the sequence when the output ends it.
-  void emit(EngineSequence& seq, RequestOutput out);
-  // The sequence finished (any reason): emit its last output and retire its request when it
-  // was the last choice.
-  void on_finished(EngineSequence& seq, RequestOutput output);
-  void retire(ActiveRequest& request);
-  void mark_scheduled(const ScheduleOutput& schedule, EngineClock::time_point now);
+
+  // --- the stages of step(), in order (docs/ENGINE_CONTRACT.md, "One step, in order")
+  Drained drain_inbox();
+  // Fans each request out into its n sequences and queues them in the scheduler.
+  void accept_requests(Drained& drained);
+  // Ends aborted requests' unfinished sequences; their blocks are free before scheduling.
+  void cancel_requests(const Drained& drained);
+  // Ends sequences that can never fit with their error.
+  ScheduleOutput schedule();
+  // Commits the step (add_to_batch advances computed counts). Null when nothing is
+  // scheduled, or when building failed (the engine is then dead).
+  std::optional<StepPlan> build_batch(const ScheduleOutput& scheduled);
+  // The forward into step_result_; registers the newly full blocks in the prefix cache. False
+  // when it failed (the engine is then dead).
+  bool execute(const ScheduleOutput& scheduled, const StepPlan& plan);
+  StepOutputs process_outputs(const StepPlan& plan);
+  // Pushes each sequence's output to its stream; finishes the sequences that ended.
+  void deliver(StepOutputs& outputs);
+  // Closes the streams of requests whose choices all finished and forgets them.
+  void retire_finished_requests();
   void publish_stats();
+
+  // --- helpers
+  ActiveRequest& request_of(const Sequence& seq);
+  // A sequence ended (the scheduler has already finished it): counts it, pushes its last
+  // output and queues its request for retiring when it was the last choice.
+  void end_sequence(const Sequence& seq, RequestOutput last);
+  // The step itself failed: the KV cache is in an unknown state, so every request ends with
+  // the error and new ones are refused (/health then reports 503, and the server exits).
+  void fail_engine(const std::exception& error);
+  void abort_everything(const std::string& error);
 
   const EngineConfig config_;
   ModelRunner& runner_;
   const int vocab_size_;
   const DepthAttentionLayout depth_layout_;
-  const OutputContext output_context_;
+  const Vocabulary vocabulary_;  // what requests may name (immutable: any thread reads it)
 
   // Shared with front-end threads (guarded by inbox_->mutex).
   std::shared_ptr<Inbox> inbox_;
 
   // Engine-thread state.
   Scheduler scheduler_;
+  OutputProcessor output_processor_;
   std::unordered_map<std::string, std::unique_ptr<ActiveRequest>> requests_;
+  std::vector<std::string> finished_requests_;  // ids whose choices all ended: retire them
   uint64_t next_arrival_order_ = 0;
-  std::vector<float> logits_;
-  std::vector<float> depth_weights_;  // [depth rows, layout rows, layout cols] of a step
-  EngineStats counters_;              // the engine thread's running totals
+  StepResult step_result_;  // the forward's output, its buffers reused from step to step
+  EngineStats counters_;    // the engine thread's running totals
 
   mutable std::mutex stats_mutex_;
   EngineStats published_;  // what stats() returns

@@ -17,32 +17,47 @@
 
 namespace attnres {
 
+// One forward step: the batch (token ids, positions, slot mapping, block tables) and which of
+// its rows come back to the host.
+struct StepBatch {
+  BatchMeta meta;
+  // Rows of meta whose next-token logits are needed (sampling rows, then prompt-logprob rows).
+  std::vector<int32_t> logit_rows;
+  // Rows of meta whose depth-mix weights are needed (any order, repeats allowed). Empty (the
+  // usual case) means no depth weights this step; the engine fills it only for a step where
+  // some sequence asked, and only when the runner's depth_attention_layout() is not empty.
+  std::vector<int32_t> depth_rows;
+
+  bool wants_depth_weights() const { return !depth_rows.empty(); }
+};
+
+// What a forward step returns, on the host.
+struct StepResult {
+  // Row-major [logit_rows.size(), vocab_size()].
+  std::vector<float> logits;
+  // Row-major [depth_rows.size(), layout rows, layout cols], NaN in the cells a sublayer does
+  // not have; empty when the batch asked for none.
+  std::vector<float> depth_weights;
+  // Token ids a runner sampled on the device, one per sampling row. Empty today: the engine
+  // samples on the host from `logits` (the seam for device-side sampling).
+  std::vector<int32_t> sampled_ids;
+};
+
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
   virtual int vocab_size() const = 0;
   // One forward step over `batch`, writing its K/V into the runner's paged cache (the
-  // engine's BlockManager hands out that cache's block ids). Fills `logits` on the host,
-  // row-major [logit_rows.size(), vocab_size()]. Called on the engine thread only.
-  virtual void execute(const BatchMeta& batch, std::span<const int32_t> logit_rows,
-                       std::vector<float>& logits) = 0;
+  // engine's BlockManager hands out that cache's block ids). Fills `result` (its buffers are
+  // reused across steps, so a caller keeps one StepResult: a step's logits can be hundreds of
+  // MB). Called on the engine thread only. A runner without depth weights throws when
+  // batch.wants_depth_weights().
+  virtual void execute(const StepBatch& batch, StepResult& result) = 0;
 
   // Depth-attention introspection (ATTNRES.md §5), optional. The rows and columns of the
   // depth-mix weight matrices; empty (the default) when the runner's model has no depth mixes
   // or the runner cannot report them, and then the engine refuses requests that ask.
   virtual DepthAttentionLayout depth_attention_layout() const { return {}; }
-  // execute(), plus the depth-mix weights of batch rows `depth_rows` (any order, repeats
-  // allowed) into `depth_weights`, on the host, row-major [depth_rows.size(), layout rows,
-  // layout cols], NaN in the cells a sublayer does not have. The engine calls it only for a
-  // step where some sequence asked, and only when the layout is not empty.
-  virtual void execute_with_depth_weights(const BatchMeta& batch,
-                                          std::span<const int32_t> logit_rows,
-                                          std::vector<float>& logits,
-                                          std::span<const int32_t> depth_rows,
-                                          std::vector<float>& depth_weights) {
-    (void)batch, (void)logit_rows, (void)logits, (void)depth_rows, (void)depth_weights;
-    throw Error("this model runner cannot report depth-attention weights");
-  }
 };
 
 // One per sequence: token ids in, text that became decodable out (UTF-8 completed).

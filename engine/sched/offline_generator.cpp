@@ -1,10 +1,14 @@
 #include "engine/sched/offline_generator.h"
 
 #include <chrono>
+#include <memory>
 #include <random>
+#include <unordered_map>
 
 #include "engine/core/error.h"
-#include "engine/sched/batch_builder.h"
+#include "engine/sched/output_processor.h"
+#include "engine/sched/scheduler.h"
+#include "engine/sched/step_batch.h"
 #include "engine/sched/tokenizer_text_decoder.h"
 
 namespace attnres {
@@ -16,27 +20,13 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Per-request state while it runs.
-struct Running {
-  const GenerationRequest* request;
-  std::string id;  // the request's index, for the fault hook
-  GenerationResult result;
-  SequenceBlocks blocks;
-  SequenceOutput output;
-  std::vector<int32_t> token_ids;  // prompt, then the generated ids
-
-  bool finished() const { return result.finish_reason != FinishReason::None; }
-};
-
 }  // namespace
 
 OfflineGenerator::OfflineGenerator(ModelRunner& runner, std::shared_ptr<const Tokenizer> tokenizer,
                                    std::vector<int32_t> eos_ids, OfflineGeneratorOptions options)
-    : runner_(runner),
-      tokenizer_(std::move(tokenizer)),
-      options_(options) {
-  context_.vocabulary =
-      Vocabulary::of(runner_.vocab_size(), tokenizer_ ? tokenizer_->vocab_size() : runner_.vocab_size());
+    : runner_(runner), tokenizer_(std::move(tokenizer)), options_(options) {
+  context_.vocabulary = Vocabulary::of(
+      runner_.vocab_size(), tokenizer_ ? tokenizer_->vocab_size() : runner_.vocab_size());
   context_.eos_ids = std::move(eos_ids);
   if (options_.block_size < 1 || options_.num_kv_blocks < 0 || options_.max_prefill_tokens < 1) {
     throw Error("offline generator: block_size and max_prefill_tokens must be >= 1");
@@ -74,7 +64,6 @@ int OfflineGenerator::blocks_needed(const std::vector<GenerationRequest>& reques
 std::vector<GenerationResult> OfflineGenerator::generate(
     const std::vector<GenerationRequest>& requests, const TextCallback& on_text,
     GenerationTimings* timings) {
-  const int vocab_size = runner_.vocab_size();
   const int block_size = options_.block_size;
   validate(requests, context_.vocabulary, options_.max_model_len);
   const int needed = blocks_needed(requests, block_size);
@@ -83,49 +72,55 @@ std::vector<GenerationResult> OfflineGenerator::generate(
                 " KV cache blocks, the cache has " + std::to_string(options_.num_kv_blocks));
   }
   BlockManager blocks(options_.num_kv_blocks, block_size);
+  // The engine's output path: sampler, stop checks, detokenizer (OutputProcessor).
+  OutputProcessor processor(context_, DepthAttentionLayout{},
+                            tokenizer_ ? make_text_decoder_factory(tokenizer_) : nullptr);
 
+  // One sequence per request, its id the request's index (what the fault hook sees).
   std::random_device entropy;
-  std::vector<Running> running;
-  running.reserve(requests.size());
+  std::vector<std::unique_ptr<Sequence>> sequences;
+  std::unordered_map<const Sequence*, size_t> index_of;
+  std::vector<GenerationResult> results(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
-    const GenerationRequest& r = requests[i];
+    SamplingParams params = requests[i].params;
+    params.prompt_logprobs = -1;  // neither is reported here
+    params.depth_attention = params.depth_attention_per_token = false;
+    sequences.push_back(std::make_unique<Sequence>(std::to_string(i), 0, requests[i].prompt_ids,
+                                                   std::move(params), i, EngineClock::now()));
     const uint64_t fallback_seed = (static_cast<uint64_t>(entropy()) << 32) | entropy();
-    auto decoder = tokenizer_ ? make_text_decoder_factory(tokenizer_)(r.params) : nullptr;
-    running.push_back(Running{&r, std::to_string(i), {}, {},
-                              SequenceOutput(r.params, fallback_seed, context_.eos_ids,
-                                             std::move(decoder)),
-                              r.prompt_ids});
+    processor.add(*sequences.back(), fallback_seed);
+    index_of[sequences.back().get()] = i;
   }
 
-  std::vector<float> logits_host;
-  auto sample_step = [&](const BatchMeta& batch, const std::vector<int32_t>& rows,
-                         const std::vector<size_t>& which) {
-    runner_.execute(batch, rows, logits_host);
-    const size_t vocab = static_cast<size_t>(vocab_size);
-    for (size_t i = 0; i < which.size(); ++i) {
-      Running& seq = running[which[i]];
-      std::span<float> row(logits_host.data() + i * vocab, vocab);
-      const int num_prompt = static_cast<int>(seq.request->prompt_ids.size());
-      SampledToken token;
-      try {
-        token = seq.output.next(row, seq.token_ids, num_prompt, context_, seq.id);
-      } catch (const std::exception& e) {
+  // One step: the chunks' batch through the runner, then every sampled sequence's output.
+  StepResult result;
+  auto run_step = [&](const ScheduleOutput& schedule) {
+    const StepPlan plan = build_step_batch(schedule, block_size);
+    runner_.execute(plan.batch, result);
+    StepOutputs step_outputs = processor.process(plan, result);
+    for (SequenceStepOutput& step : step_outputs.sequences) {
+      Sequence& seq = *step.seq;
+      const size_t i = index_of.at(&seq);
+      GenerationResult& out = results[i];
+      if (step.failed) {
         // Only this sequence ends; the others run on.
-        seq.result.error = e.what();
-        seq.result.finish_reason = FinishReason::Abort;
-        seq.result.token_ids.assign(seq.token_ids.begin() + num_prompt, seq.token_ids.end());
-        seq.result.text = seq.output.text();
+        out.error = step.output.error;
+        out.finish_reason = FinishReason::Abort;
+        const auto ids = seq.output_ids();
+        out.token_ids.assign(ids.begin(), ids.end());
+        out.text = processor.text(seq);
         blocks.free(seq.blocks);
         continue;
       }
-      seq.result.token_ids.push_back(token.id);
-      if (token.logprob) seq.result.logprobs.push_back(std::move(*token.logprob));
-      seq.result.finish_reason = token.finish;
-      if (token.finish != FinishReason::None) {
-        seq.result.text = seq.output.text();
+      RequestOutput& token = step.output;
+      out.token_ids.insert(out.token_ids.end(), token.token_ids.begin(), token.token_ids.end());
+      for (TokenLogprob& lp : token.logprobs) out.logprobs.push_back(std::move(lp));
+      out.finish_reason = token.finish_reason;
+      if (token.finished()) {
+        out.text = processor.text(seq);
         blocks.free(seq.blocks);
       }
-      if (on_text && !token.text.empty()) on_text(which[i], token.text);
+      if (on_text && !token.text.empty()) on_text(i, token.text);
     }
   };
 
@@ -135,56 +130,46 @@ std::vector<GenerationResult> OfflineGenerator::generate(
   {
     size_t next = 0;      // the request being prefilled
     int next_offset = 0;  // its tokens already scheduled
-    while (next < running.size()) {
-      BatchMeta batch;
-      std::vector<int32_t> rows;
-      std::vector<size_t> which;
+    while (next < sequences.size()) {
+      ScheduleOutput schedule;
       int budget = options_.max_prefill_tokens;
-      while (next < running.size() && budget > 0) {
-        Running& seq = running[next];
-        const auto& prompt = seq.request->prompt_ids;
-        const int count = std::min(budget, static_cast<int>(prompt.size()) - next_offset);
+      while (next < sequences.size() && budget > 0) {
+        Sequence& seq = *sequences[next];
+        const int count = std::min(budget, seq.num_prompt_tokens - next_offset);
         blocks.append(seq.blocks, count);
-        const int32_t last_row = add_to_batch(
-            batch, seq.blocks, std::span(prompt).subspan(next_offset, count), block_size);
         budget -= count;
         next_offset += count;
-        if (next_offset == static_cast<int>(prompt.size())) {
-          rows.push_back(last_row);
-          which.push_back(next);
+        const bool last_chunk = next_offset == seq.num_prompt_tokens;
+        schedule.chunks.push_back(ScheduledChunk{&seq, count, last_chunk});
+        schedule.num_batched_tokens += count;
+        if (last_chunk) {
           ++next;
           next_offset = 0;
         }
       }
-      sample_step(batch, rows, which);
-      if (timings) timings->prefill_tokens += batch.num_tokens;
+      run_step(schedule);
+      if (timings) timings->prefill_tokens += schedule.num_batched_tokens;
     }
     if (timings) timings->prefill_seconds += seconds_since(start);
   }
   // Decode: one token per unfinished sequence per step.
   for (;;) {
-    BatchMeta batch;
-    std::vector<int32_t> rows;
-    std::vector<size_t> which;
-    for (size_t i = 0; i < running.size(); ++i) {
-      Running& seq = running[i];
-      if (seq.finished()) continue;
+    ScheduleOutput schedule;
+    for (size_t i = 0; i < sequences.size(); ++i) {
+      if (results[i].finish_reason != FinishReason::None) continue;
+      Sequence& seq = *sequences[i];
       blocks.append(seq.blocks, 1);
-      const int32_t last = seq.token_ids.back();
-      rows.push_back(add_to_batch(batch, seq.blocks, std::span(&last, 1), block_size));
-      which.push_back(i);
+      schedule.chunks.push_back(ScheduledChunk{&seq, 1, true});
+      schedule.num_batched_tokens += 1;
     }
-    if (which.empty()) break;
+    if (schedule.empty()) break;
     start = Clock::now();
-    sample_step(batch, rows, which);
+    run_step(schedule);
     if (timings) {
       timings->decode_seconds += seconds_since(start);
       timings->decode_steps += 1;
     }
   }
-
-  std::vector<GenerationResult> results;
-  for (Running& seq : running) results.push_back(std::move(seq.result));
   return results;
 }
 

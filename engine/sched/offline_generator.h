@@ -2,10 +2,11 @@
 // tensor-parallel group): the prompts' prefill in chunks of at most max_prefill_tokens per
 // step (so a long prompt's depth bank never exists whole), then one decode step per token
 // for every unfinished sequence. This is the engine behind `attnres generate` and `attnres
-// bench latency`; the server's continuous-batching loop reuses the same pieces
-// (BlockManager, add_to_batch, SequenceOutput: the sampler, stop checks and detokenizer).
-// As in the server, a failure in one sequence's output path ends that sequence with its
-// error (GenerationResult::error) and the others run on.
+// bench latency`. Only the schedule is its own (all prefill first, so prefill and decode time
+// apart); each step goes through the server engine's pieces: build_step_batch (the batch),
+// ModelRunner::execute, and the OutputProcessor (sampler, stop checks, detokenizer). As in the
+// server, a failure in one sequence's output path ends that sequence with its error
+// (GenerationResult::error) and the others run on.
 #pragma once
 
 #include <functional>

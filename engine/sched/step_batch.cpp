@@ -7,8 +7,8 @@
 
 namespace attnres {
 
-StepBatch build_step_batch(const ScheduleOutput& schedule, int block_size) {
-  StepBatch step;
+StepPlan build_step_batch(const ScheduleOutput& schedule, int block_size) {
+  StepPlan step;
   std::vector<int32_t> prompt_logit_rows;
   for (const ScheduledChunk& chunk : schedule.chunks) {
     Sequence& seq = *chunk.seq;
@@ -16,14 +16,14 @@ StepBatch build_step_batch(const ScheduleOutput& schedule, int block_size) {
     const auto tokens = std::span(seq.token_ids)
                             .subspan(static_cast<size_t>(seq.num_computed_tokens()),
                                      static_cast<size_t>(chunk.num_new_tokens));
-    const int32_t row = add_to_batch(step.meta, seq.blocks, tokens, block_size);
+    const int32_t row = add_to_batch(step.batch.meta, seq.blocks, tokens, block_size);
     if (chunk.produces_logits) {
-      step.logit_rows.push_back(row);
+      step.batch.logit_rows.push_back(row);
       step.samplers.push_back(&seq);
       int32_t depth_row = -1;
       if (seq.params.depth_attention_per_token) {
-        depth_row = static_cast<int32_t>(step.depth_rows.size());
-        step.depth_rows.push_back(row);
+        depth_row = static_cast<int32_t>(step.batch.depth_rows.size());
+        step.batch.depth_rows.push_back(row);
       }
       step.sampler_depth_row.push_back(depth_row);
     }
@@ -34,8 +34,9 @@ StepBatch build_step_batch(const ScheduleOutput& schedule, int block_size) {
       if (begin < end) {
         const int32_t first_row = row - (chunk.num_new_tokens - 1);
         step.depth_prompt_rows.push_back(
-            DepthPromptRows{&seq, begin, end - begin, step.depth_rows.size()});
-        for (int t = begin; t < end; ++t) step.depth_rows.push_back(first_row + (t - first_token));
+            DepthPromptRows{&seq, begin, end - begin, step.batch.depth_rows.size()});
+        for (int t = begin; t < end; ++t)
+          step.batch.depth_rows.push_back(first_row + (t - first_token));
       }
     }
     if (seq.needs_prompt_logprob_rows()) {
@@ -53,8 +54,9 @@ StepBatch build_step_batch(const ScheduleOutput& schedule, int block_size) {
     }
   }
   // Prompt rows go after the sampling rows.
-  for (PromptLogprobRows& rows : step.prompt_rows) rows.first_logit += step.logit_rows.size();
-  step.logit_rows.insert(step.logit_rows.end(), prompt_logit_rows.begin(), prompt_logit_rows.end());
+  for (PromptLogprobRows& rows : step.prompt_rows) rows.first_logit += step.batch.logit_rows.size();
+  step.batch.logit_rows.insert(step.batch.logit_rows.end(), prompt_logit_rows.begin(),
+                               prompt_logit_rows.end());
   return step;
 }
 

@@ -8,30 +8,19 @@ TransformerRunner::TransformerRunner(Transformer& model, int num_blocks, int blo
 
 int TransformerRunner::vocab_size() const { return model_.config().vocab_size; }
 
-void TransformerRunner::execute(const BatchMeta& batch, std::span<const int32_t> logit_rows,
-                                std::vector<float>& logits) {
-  run(batch, logit_rows, logits, nullptr);
-}
-
-void TransformerRunner::run(const BatchMeta& batch, std::span<const int32_t> logit_rows,
-                            std::vector<float>& logits, const DepthWeightsRequest* depth) {
-  Tensor device_logits = model_.forward(batch, cache_, logit_rows, depth);
-  logits.resize(static_cast<size_t>(device_logits.numel()));
+void TransformerRunner::execute(const StepBatch& batch, StepResult& result) {
+  result.sampled_ids.clear();  // sampled on the host
+  result.depth_weights.clear();
+  const DepthWeightsRequest depth{batch.depth_rows, &result.depth_weights};
+  Tensor device_logits = model_.forward(batch.meta, cache_, batch.logit_rows,
+                                        batch.wants_depth_weights() ? &depth : nullptr);
+  result.logits.resize(static_cast<size_t>(device_logits.numel()));
   // A step with only non-final prefill chunks asks for no logits.
-  if (!logits.empty()) model_.backend().download(device_logits, logits.data());
+  if (!result.logits.empty()) model_.backend().download(device_logits, result.logits.data());
 }
 
 DepthAttentionLayout TransformerRunner::depth_attention_layout() const {
   return model_.depth_attention_layout();
-}
-
-void TransformerRunner::execute_with_depth_weights(const BatchMeta& batch,
-                                                   std::span<const int32_t> logit_rows,
-                                                   std::vector<float>& logits,
-                                                   std::span<const int32_t> depth_rows,
-                                                   std::vector<float>& depth_weights) {
-  const DepthWeightsRequest depth{depth_rows, &depth_weights};
-  run(batch, logit_rows, logits, &depth);
 }
 
 }  // namespace attnres

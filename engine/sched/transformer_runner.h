@@ -15,19 +15,12 @@ class TransformerRunner : public ModelRunner {
   TransformerRunner(Transformer& model, int num_blocks, int block_size);
 
   int vocab_size() const override;
-  void execute(const BatchMeta& batch, std::span<const int32_t> logit_rows,
-               std::vector<float>& logits) override;
+  void execute(const StepBatch& batch, StepResult& result) override;
   DepthAttentionLayout depth_attention_layout() const override;
-  void execute_with_depth_weights(const BatchMeta& batch, std::span<const int32_t> logit_rows,
-                                  std::vector<float>& logits, std::span<const int32_t> depth_rows,
-                                  std::vector<float>& depth_weights) override;
 
   const KvCache& cache() const { return cache_; }
 
  private:
-  void run(const BatchMeta& batch, std::span<const int32_t> logit_rows, std::vector<float>& logits,
-           const DepthWeightsRequest* depth);
-
   Transformer& model_;
   KvCache cache_;
 };

@@ -76,20 +76,19 @@ int run_logits(const std::vector<std::string>& args) {
   const int64_t vocab = model.config.vocab_size;
   std::vector<float> kept;
   int64_t kept_rows = 0;
-  std::vector<float> step_logits;
+  StepResult step;
   int done = 0;
   while (done < n) {
     const int count = done == 0 ? prefill : 1;
-    BatchMeta batch;
-    add_to_batch(batch, seq, std::span(ids).subspan(done, count), block_size);
-    std::vector<int32_t> rows;
+    StepBatch batch;
+    add_to_batch(batch.meta, seq, std::span(ids).subspan(done, count), block_size);
     for (int i = 0; i < count; ++i) {
       const int position = done + i;
-      if (position % stride == 0 || position == n - 1) rows.push_back(i);
+      if (position % stride == 0 || position == n - 1) batch.logit_rows.push_back(i);
     }
-    exec->runner->execute(batch, rows, step_logits);
-    kept.insert(kept.end(), step_logits.begin(), step_logits.end());
-    kept_rows += static_cast<int64_t>(rows.size());
+    exec->runner->execute(batch, step);
+    kept.insert(kept.end(), step.logits.begin(), step.logits.end());
+    kept_rows += static_cast<int64_t>(batch.logit_rows.size());
     done += count;
   }
   write_npy(flags.get("out"), kept, kept_rows, vocab);

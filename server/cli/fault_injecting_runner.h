@@ -24,16 +24,9 @@ class FaultInjectingRunner : public ModelRunner {
   DepthAttentionLayout depth_attention_layout() const override {
     return inner_->depth_attention_layout();
   }
-  void execute(const BatchMeta& batch, std::span<const int32_t> logit_rows,
-               std::vector<float>& logits) override {
+  void execute(const StepBatch& batch, StepResult& result) override {
     count_step();
-    inner_->execute(batch, logit_rows, logits);
-  }
-  void execute_with_depth_weights(const BatchMeta& batch, std::span<const int32_t> logit_rows,
-                                  std::vector<float>& logits, std::span<const int32_t> depth_rows,
-                                  std::vector<float>& depth_weights) override {
-    count_step();
-    inner_->execute_with_depth_weights(batch, logit_rows, logits, depth_rows, depth_weights);
+    inner_->execute(batch, result);
   }
 
  private:

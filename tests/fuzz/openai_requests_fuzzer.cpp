@@ -23,7 +23,7 @@ class NoForward : public ModelRunner {
  public:
   explicit NoForward(int vocab) : vocab_(vocab) {}
   int vocab_size() const override { return vocab_; }
-  void execute(const BatchMeta&, std::span<const int32_t>, std::vector<float>&) override {
+  void execute(const StepBatch&, StepResult&) override {
     std::abort();
   }
 

@@ -245,6 +245,30 @@ TEST(EngineCore, AFailingForwardEndsEveryRequestAndTheEngine) {
   EXPECT_EQ(later.status, SubmitStatus::Unavailable);
 }
 
+// StepResult::sampled_ids is the seam for sampling on the device. No runner fills it yet, and
+// the engine refuses a step that does (a failure of the step: the engine stops) rather than
+// sampling a second time on the host.
+class DeviceSamplingRunner : public FakeRunner {
+ public:
+  using FakeRunner::FakeRunner;
+  void execute(const StepBatch& batch, StepResult& result) override {
+    FakeRunner::execute(batch, result);
+    result.sampled_ids.assign(batch.logit_rows.size(), 0);
+  }
+};
+
+TEST(EngineCore, ARunnerThatSamplesOnTheDeviceIsRefusedForNow) {
+  DeviceSamplingRunner runner(64, 4);
+  EngineCore engine(engine_config({}), runner);
+  SubmitResult r = engine.submit(greedy_request("r", iota_prompt(5, 1), 4));
+  run_until_idle(engine);
+  Collected c = drain(*r.stream);
+  EXPECT_TRUE(c.tokens[0].empty());
+  EXPECT_EQ(c.last[0].finish_reason, FinishReason::Abort);
+  EXPECT_NE(c.last[0].error.find("sampled on the device"), std::string::npos) << c.last[0].error;
+  EXPECT_FALSE(engine.stats().alive);
+}
+
 TEST(EngineCore, ShutdownWithoutAThreadRunsTheRemainingSteps) {
   FakeRunner runner(64, 4);
   EngineCore engine(engine_config({}), runner);

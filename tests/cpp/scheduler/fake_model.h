@@ -61,15 +61,17 @@ class FakeRunner : public ModelRunner {
 
   int vocab_size() const override { return kVocab; }
 
-  void execute(const BatchMeta& batch, std::span<const int32_t> logit_rows,
-               std::vector<float>& logits) override {
+  void execute(const StepBatch& step, StepResult& result) override {
+    const BatchMeta& batch = step.meta;
+    const std::vector<int32_t>& logit_rows = step.logit_rows;
     if (fail_on_call_ >= 0 && calls_ == fail_on_call_) throw std::runtime_error("device lost");
     ++calls_;
     batch_sizes_.push_back(batch.num_tokens);
     logit_row_counts_.push_back(static_cast<int>(logit_rows.size()));
-    depth_row_counts_.push_back(0);
+    depth_row_counts_.push_back(static_cast<int>(step.depth_rows.size()));
     for (int t = 0; t < batch.num_tokens; ++t)
       slots_.at(batch.slot_mapping[t]) = batch.token_ids[t];
+    std::vector<float>& logits = result.logits;
     logits.assign(logit_rows.size() * kVocab, 0.0f);
     for (size_t i = 0; i < logit_rows.size(); ++i) {
       const int row = logit_rows[i];
@@ -86,6 +88,18 @@ class FakeRunner : public ModelRunner {
           eos_after_ > 0 && position + 1 >= eos_after_ ? kEos : next_token(context);
       fill_row(std::span(logits).subspan(i * kVocab, kVocab), next);
       if (edit_row_) edit_row_(context, std::span(logits).subspan(i * kVocab, kVocab));
+    }
+    result.depth_weights.clear();
+    result.sampled_ids.clear();
+    if (step.wants_depth_weights()) {
+      EXPECT_FALSE(depth_layout_.empty()) << "depth weights asked of a runner without a layout";
+      const int rows = depth_layout_.rows(), cols = depth_layout_.cols();
+      for (const int32_t row : step.depth_rows) {
+        const std::vector<int32_t> context = context_of(batch, row);
+        for (int k = 0; k < rows; ++k)
+          for (int c = 0; c < cols; ++c)
+            result.depth_weights.push_back(fake_depth_weight(context, k, c, cols));
+      }
     }
   }
 
@@ -105,22 +119,6 @@ class FakeRunner : public ModelRunner {
     for (int c = 0; c < cols; ++c) depth_layout_.sources.push_back("source " + std::to_string(c));
   }
   DepthAttentionLayout depth_attention_layout() const override { return depth_layout_; }
-  void execute_with_depth_weights(const BatchMeta& batch, std::span<const int32_t> logit_rows,
-                                  std::vector<float>& logits, std::span<const int32_t> depth_rows,
-                                  std::vector<float>& depth_weights) override {
-    EXPECT_FALSE(depth_layout_.empty()) << "depth weights asked of a runner without a layout";
-    EXPECT_FALSE(depth_rows.empty()) << "execute_with_depth_weights without depth rows";
-    execute(batch, logit_rows, logits);  // writes the step's tokens into the slots first
-    depth_row_counts_.back() = static_cast<int>(depth_rows.size());
-    const int rows = depth_layout_.rows(), cols = depth_layout_.cols();
-    depth_weights.clear();
-    for (const int32_t row : depth_rows) {
-      const std::vector<int32_t> context = context_of(batch, row);
-      for (int k = 0; k < rows; ++k)
-        for (int c = 0; c < cols; ++c)
-          depth_weights.push_back(fake_depth_weight(context, k, c, cols));
-    }
-  }
   // Per execute: how many depth rows it was asked for.
   const std::vector<int>& depth_row_counts() const { return depth_row_counts_; }
 

@@ -54,11 +54,12 @@ class SchedulerHarness {
     for (Sequence* seq : out.preempted) description += " | preempted " + seq->request_id;
     for (Sequence* seq : out.failed) description += " | failed " + seq->request_id;
     if (out.empty()) return description;
-    StepBatch batch = build_step_batch(out, block_size_);
-    std::vector<float> logits;
-    runner.execute(batch.meta, batch.logit_rows, logits);
-    for (size_t i = 0; i < batch.samplers.size(); ++i) {
-      Sequence* seq = batch.samplers[i];
+    StepPlan plan = build_step_batch(out, block_size_);
+    StepResult result;
+    runner.execute(plan.batch, result);
+    const std::vector<float>& logits = result.logits;
+    for (size_t i = 0; i < plan.samplers.size(); ++i) {
+      Sequence* seq = plan.samplers[i];
       auto row = logits.begin() + static_cast<std::ptrdiff_t>(i * kVocab);
       seq->append_token(static_cast<int32_t>(std::max_element(row, row + kVocab) - row));
       if (seq->num_output_tokens() >= seq->params.max_tokens) {

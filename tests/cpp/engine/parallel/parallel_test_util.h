@@ -71,15 +71,16 @@ inline std::vector<float> run_prefill_then_decode(ModelRunner& runner,
   BlockManager blocks((static_cast<int>(ids.size()) + block_size - 1) / block_size, block_size);
   SequenceBlocks seq;
   blocks.append(seq, static_cast<int>(ids.size()));
-  std::vector<float> all, step;
+  std::vector<float> all;
+  StepResult step;
   for (int done = 0; done < static_cast<int>(ids.size());) {
     const int count = done == 0 ? prefill : 1;
-    BatchMeta batch;
-    add_to_batch(batch, seq, std::span(ids).subspan(done, count), block_size);
-    std::vector<int32_t> rows(count);
-    for (int i = 0; i < count; ++i) rows[i] = i;
-    runner.execute(batch, rows, step);
-    all.insert(all.end(), step.begin(), step.end());
+    StepBatch batch;
+    add_to_batch(batch.meta, seq, std::span(ids).subspan(done, count), block_size);
+    batch.logit_rows.resize(count);
+    for (int i = 0; i < count; ++i) batch.logit_rows[i] = i;
+    runner.execute(batch, step);
+    all.insert(all.end(), step.logits.begin(), step.logits.end());
     done += count;
   }
   return all;

@@ -28,17 +28,20 @@ std::vector<float> depth_weights_of(ModelRunner& runner, int block_size) {
   BlockManager blocks(2, block_size);
   SequenceBlocks seq;
   blocks.append(seq, static_cast<int>(ids.size()));
-  std::vector<float> all, logits, weights;
-  BatchMeta prefill;
-  add_to_batch(prefill, seq, std::span(ids).first(21), block_size);
-  const std::vector<int32_t> logit_rows = {20}, prefill_rows = {20, 0, 13, 13, 7};
-  runner.execute_with_depth_weights(prefill, logit_rows, logits, prefill_rows, weights);
-  all = weights;
-  BatchMeta decode;
-  add_to_batch(decode, seq, std::span(ids).subspan(21, 1), block_size);
-  const std::vector<int32_t> decode_rows = {0};
-  runner.execute_with_depth_weights(decode, decode_rows, logits, decode_rows, weights);
-  all.insert(all.end(), weights.begin(), weights.end());
+  std::vector<float> all;
+  StepResult result;
+  StepBatch prefill;
+  add_to_batch(prefill.meta, seq, std::span(ids).first(21), block_size);
+  prefill.logit_rows = {20};
+  prefill.depth_rows = {20, 0, 13, 13, 7};
+  runner.execute(prefill, result);
+  all = result.depth_weights;
+  StepBatch decode;
+  add_to_batch(decode.meta, seq, std::span(ids).subspan(21, 1), block_size);
+  decode.logit_rows = {0};
+  decode.depth_rows = {0};
+  runner.execute(decode, result);
+  all.insert(all.end(), result.depth_weights.begin(), result.depth_weights.end());
   return all;
 }
 
