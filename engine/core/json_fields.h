@@ -56,7 +56,7 @@ struct JsonFieldOptions {
   bool integral_floats = false;
 
   // Options naming `origin` in messages, the rest left at their defaults.
-  static JsonFieldOptions of_file(std::string origin) {
+  static JsonFieldOptions with_origin(std::string origin) {
     JsonFieldOptions options;
     options.origin = std::move(origin);
     return options;

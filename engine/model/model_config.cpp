@@ -138,7 +138,7 @@ void parse_rope(const Fields& config, const std::string& origin, ModelConfig& cf
   const json& object = use_legacy ? *legacy : current ? *current : empty;
   const std::string name = use_legacy ? "rope_scaling" : "rope_parameters";
   const std::string where = origin + " (" + name + ")";
-  Fields fields(object, JsonFieldOptions::of_file(where));
+  Fields fields(object, JsonFieldOptions::with_origin(where));
 
   if (fields.find("rope_theta")) {
     cfg.rope_theta = positive_float_or(fields, "rope_theta", 0);
@@ -303,7 +303,7 @@ bool attnres_mode_has_gate(AttnResMode mode) {
 
 GenerationDefaults GenerationDefaults::from_json(const json& json, const std::string& origin) {
   if (!json.is_object()) throw Error(origin + ": expected a JSON object at the top level");
-  Fields fields(json, JsonFieldOptions::of_file(origin));
+  Fields fields(json, JsonFieldOptions::with_origin(origin));
   GenerationDefaults gen;
   gen.temperature = optional_float(fields, "temperature", NumberRange::non_negative());
   gen.top_p = optional_float(fields, "top_p", {0, 1, /*lo_open=*/true});
@@ -323,7 +323,7 @@ GenerationDefaults GenerationDefaults::from_json(const json& json, const std::st
 
 ModelConfig ModelConfig::from_json(const json& config, const std::string& origin) {
   if (!config.is_object()) throw Error(origin + ": expected a JSON object at the top level");
-  Fields fields(config, JsonFieldOptions::of_file(origin));
+  Fields fields(config, JsonFieldOptions::with_origin(origin));
   ModelConfig cfg;
   std::optional<std::string> model_type = fields.string("model_type");
   if (!model_type) {

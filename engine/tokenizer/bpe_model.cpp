@@ -37,7 +37,7 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& origin) {
     has_token_[id] = true;
   }
 
-  const JsonFields<nlohmann::json> fields(model, JsonFieldOptions::of_file(origin));
+  const JsonFields<nlohmann::json> fields(model, JsonFieldOptions::with_origin(origin));
   continuing_subword_prefix_ = fields.string("continuing_subword_prefix").value_or("");
   end_of_word_suffix_ = fields.string("end_of_word_suffix").value_or("");
   fuse_unk_ = fields.boolean("fuse_unk").value_or(false);

@@ -59,7 +59,7 @@ TokenizerConfig TokenizerConfig::from_json(const nlohmann::json& j, const std::s
       throw Error(origin + ": chat_template must be a string or a list of named templates");
     }
   }
-  const Fields fields(j, JsonFieldOptions::of_file(origin));
+  const Fields fields(j, JsonFieldOptions::with_origin(origin));
   cfg.bos_token = token_text(fields, "bos_token");
   cfg.eos_token = token_text(fields, "eos_token");
   cfg.pad_token = token_text(fields, "pad_token");

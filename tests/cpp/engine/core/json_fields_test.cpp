@@ -42,7 +42,7 @@ TEST(JsonFields, AbsentAndNullAreNotGiven) {
 
 TEST(JsonFields, MessagesNameTheOriginAndTheField) {
   const json object = json::parse(R"({"hidden_size": "8", "head_dim": 4.5, "n": 0})");
-  const JsonFields<json> f(object, JsonFieldOptions::of_file("dir/config.json"));
+  const JsonFields<json> f(object, JsonFieldOptions::with_origin("dir/config.json"));
   JsonFieldError e = field_error([&] { f.integer("hidden_size", 1, 10); });
   EXPECT_STREQ(e.what(),
                "dir/config.json: field hidden_size: expected an integer, got the string \"8\"");
