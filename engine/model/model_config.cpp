@@ -10,114 +10,38 @@
 #include <utility>
 
 #include "engine/core/error.h"
+#include "engine/core/json_fields.h"
 
 namespace attnres {
 namespace {
 
 using nlohmann::json;
 
-// Reads typed fields of one JSON object and words every failure the same way:
-// "<origin>: field 'x' must be <what>, found <value>".
-class FieldReader {
- public:
-  FieldReader(const json& object, const std::string& origin) : object_(object), origin_(origin) {}
+using Fields = JsonFields<json>;
 
-  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
-    throw Error(origin_ + ": field '" + key + "' " + what);
-  }
+constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
 
-  // The value, or null when the key is absent (JSON null counts as absent).
-  const json* find(const std::string& key) const {
-    auto it = object_.find(key);
-    if (it == object_.end() || it->is_null()) return nullptr;
-    return &*it;
-  }
+int required_positive_int(const Fields& fields, const std::string& key) {
+  if (!fields.find(key)) fields.fail(key, "missing (required, a positive integer)");
+  return static_cast<int>(*fields.integer(key, 1, kMaxInt));
+}
 
-  std::optional<int64_t> optional_int(const std::string& key, int64_t lo, int64_t hi) const {
-    const json* v = find(key);
-    if (!v) return std::nullopt;
-    if (!v->is_number_integer()) fail(key, "must be an integer, found " + v->dump());
-    int64_t x = v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX)
-                    ? INT64_MAX
-                    : v->get<int64_t>();
-    if (x < lo || x > hi) {
-      fail(key, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], found " +
-                    v->dump());
-    }
-    return x;
-  }
+int positive_int_or(const Fields& fields, const std::string& key, int fallback) {
+  auto v = fields.integer(key, 1, kMaxInt);
+  return v ? static_cast<int>(*v) : fallback;
+}
 
-  int required_positive_int(const std::string& key) const {
-    if (!find(key)) fail(key, "is missing (required, a positive integer)");
-    return static_cast<int>(*optional_int(key, 1, std::numeric_limits<int32_t>::max()));
-  }
+float positive_float_or(const Fields& fields, const std::string& key, float fallback) {
+  auto v = fields.number(key, NumberRange::positive());
+  return v ? static_cast<float>(*v) : fallback;
+}
 
-  int positive_int_or(const std::string& key, int fallback) const {
-    auto v = optional_int(key, 1, std::numeric_limits<int32_t>::max());
-    return v ? static_cast<int>(*v) : fallback;
-  }
-
-  std::optional<double> optional_number(const std::string& key) const {
-    const json* v = find(key);
-    if (!v) return std::nullopt;
-    if (!v->is_number()) fail(key, "must be a number, found " + v->dump());
-    double x = v->get<double>();
-    if (!std::isfinite(x)) fail(key, "must be finite, found " + v->dump());
-    return x;
-  }
-
-  float positive_float_or(const std::string& key, float fallback) const {
-    auto v = optional_number(key);
-    if (!v) return fallback;
-    if (*v <= 0) fail(key, "must be > 0, found " + object_.at(key).dump());
-    return static_cast<float>(*v);
-  }
-
-  std::optional<bool> optional_bool(const std::string& key) const {
-    const json* v = find(key);
-    if (!v) return std::nullopt;
-    if (!v->is_boolean()) fail(key, "must be true or false, found " + v->dump());
-    return v->get<bool>();
-  }
-
-  std::optional<std::string> optional_string(const std::string& key) const {
-    const json* v = find(key);
-    if (!v) return std::nullopt;
-    if (!v->is_string()) fail(key, "must be a string, found " + v->dump());
-    return v->get<std::string>();
-  }
-
-  std::optional<int32_t> optional_token_id(const std::string& key) const {
-    auto v = optional_int(key, 0, std::numeric_limits<int32_t>::max());
-    if (!v) return std::nullopt;
-    return static_cast<int32_t>(*v);
-  }
-
-  // eos_token_id: an integer or a list of integers (Llama 3 lists several).
-  std::vector<int32_t> token_id_list(const std::string& key) const {
-    const json* v = find(key);
-    if (!v) return {};
-    if (v->is_array()) {
-      std::vector<int32_t> ids;
-      for (const json& item : *v) {
-        if (!item.is_number_integer() || item.get<int64_t>() < 0 ||
-            item.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
-          fail(key, "must be a token id or a list of token ids, found " + v->dump());
-        }
-        ids.push_back(item.get<int32_t>());
-      }
-      return ids;
-    }
-    if (!v->is_number_integer()) {
-      fail(key, "must be a token id or a list of token ids, found " + v->dump());
-    }
-    return {*optional_token_id(key)};
-  }
-
- private:
-  const json& object_;
-  const std::string& origin_;
-};
+std::optional<float> optional_float(const Fields& fields, const std::string& key,
+                                    NumberRange range = {}) {
+  auto v = fields.number(key, range);
+  if (!v) return std::nullopt;
+  return static_cast<float>(*v);
+}
 
 json read_json_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -136,13 +60,13 @@ json read_json_file(const std::string& path) {
 
 const char* kSupportedModelTypes = "qwen3_attnres, qwen3, qwen2, llama, mistral";
 
-Architecture parse_architecture(const std::string& model_type, const std::string& origin) {
+Architecture parse_architecture(const Fields& config, const std::string& model_type) {
   if (model_type == "qwen3_attnres") return Architecture::Qwen3AttnRes;
   if (model_type == "qwen3") return Architecture::Qwen3;
   if (model_type == "qwen2") return Architecture::Qwen2;
   if (model_type == "llama" || model_type == "mistral") return Architecture::Llama;
-  throw Error(origin + ": unsupported model_type '" + model_type +
-              "' (supported: " + kSupportedModelTypes + ")");
+  config.fail("model_type", "unsupported model_type '" + model_type +
+                                "' (supported: " + kSupportedModelTypes + ")");
 }
 
 // The base the architectures' transformers config classes use when a config gives none
@@ -174,19 +98,19 @@ bool is_known_rope_key(const std::string& key) {
 
 // yarn's optional fields, with transformers' defaults (beta_fast / beta_slow use
 // `value or default`, so 0 also means the default).
-void parse_yarn(const FieldReader& fields, RopeScaling& scaling) {
-  scaling.beta_fast = static_cast<float>(fields.optional_number("beta_fast").value_or(0));
-  scaling.beta_slow = static_cast<float>(fields.optional_number("beta_slow").value_or(0));
+void parse_yarn(const Fields& fields, RopeScaling& scaling) {
+  scaling.beta_fast = static_cast<float>(fields.number("beta_fast").value_or(0));
+  scaling.beta_slow = static_cast<float>(fields.number("beta_slow").value_or(0));
   if (scaling.beta_fast == 0) scaling.beta_fast = 32;
   if (scaling.beta_slow == 0) scaling.beta_slow = 1;
-  scaling.truncate = fields.optional_bool("truncate").value_or(true);
+  scaling.truncate = fields.boolean("truncate").value_or(true);
   if (fields.find("attention_factor")) {
-    scaling.attention_factor = fields.positive_float_or("attention_factor", 1);
+    scaling.attention_factor = positive_float_or(fields, "attention_factor", 1);
     return;
   }
   // DeepSeek-style configs give the ratio of two mscales instead of the factor itself.
-  double mscale = fields.optional_number("mscale").value_or(0);
-  double mscale_all_dim = fields.optional_number("mscale_all_dim").value_or(0);
+  double mscale = fields.number("mscale").value_or(0);
+  double mscale_all_dim = fields.number("mscale_all_dim").value_or(0);
   double factor = scaling.factor;
   scaling.attention_factor =
       static_cast<float>(mscale != 0 && mscale_all_dim != 0
@@ -202,25 +126,25 @@ void parse_yarn(const FieldReader& fields, RopeScaling& scaling) {
 //     architecture's default;
 //   - llama3 / yarn take original_max_position_embeddings from the top level when it is
 //     there, else from the object, else max_position_embeddings.
-void parse_rope(const FieldReader& config, const std::string& origin, ModelConfig& cfg) {
+void parse_rope(const Fields& config, const std::string& origin, ModelConfig& cfg) {
   const json* legacy = config.find("rope_scaling");
   const json* current = config.find("rope_parameters");
   if (legacy && !legacy->is_object())
-    config.fail("rope_scaling", "must be an object or null, found " + legacy->dump());
+    config.fail("rope_scaling", "expected an object or null, got " + json_value_text(*legacy));
   if (current && !current->is_object())
-    config.fail("rope_parameters", "must be an object or null, found " + current->dump());
+    config.fail("rope_parameters", "expected an object or null, got " + json_value_text(*current));
   bool use_legacy = legacy && !legacy->empty();
   const json empty = json::object();
   const json& object = use_legacy ? *legacy : current ? *current : empty;
   const std::string name = use_legacy ? "rope_scaling" : "rope_parameters";
   const std::string where = origin + " (" + name + ")";
-  FieldReader fields(object, where);
+  Fields fields(object, JsonFieldOptions::with_origin(where));
 
   if (fields.find("rope_theta")) {
-    cfg.rope_theta = fields.positive_float_or("rope_theta", 0);
+    cfg.rope_theta = positive_float_or(fields, "rope_theta", 0);
     cfg.rope_source = name + ".rope_theta";
   } else if (config.find("rope_theta")) {
-    cfg.rope_theta = config.positive_float_or("rope_theta", 0);
+    cfg.rope_theta = positive_float_or(config, "rope_theta", 0);
     cfg.rope_source = "rope_theta";
   } else {
     cfg.rope_theta = default_rope_theta(cfg.arch);
@@ -228,53 +152,53 @@ void parse_rope(const FieldReader& config, const std::string& origin, ModelConfi
   }
 
   // Transformers writes "rope_type" since 4.43 and "type" before; either may appear.
-  std::optional<std::string> type = fields.optional_string("rope_type");
-  if (!type) type = fields.optional_string("type");
+  std::optional<std::string> type = fields.string("rope_type");
+  if (!type) type = fields.string("type");
   if (!type) type = "default";
   const std::set<std::string> supported = {"default", "linear", "dynamic", "llama3", "yarn"};
   if (!supported.count(*type)) {
-    throw Error(origin + ": field '" + name + "' has unsupported rope_type '" + *type +
-                "' (supported: " + kSupportedRopeTypes + ")");
+    config.fail(name,
+                "unsupported rope_type '" + *type + "' (supported: " + kSupportedRopeTypes + ")");
   }
   for (const auto& [key, value] : object.items()) {
     if (value.is_object()) {
-      fields.fail(key, "is an object: per-layer-type rope parameters are not supported");
+      fields.fail(key, "an object: per-layer-type rope parameters are not supported");
     }
     if (!is_known_rope_key(key)) {
-      fields.fail(key, "is not a rope parameter the engine knows (supported rope types: " +
+      fields.fail(key, "not a rope parameter the engine knows (supported rope types: " +
                            std::string(kSupportedRopeTypes) + ")");
     }
   }
-  for (const FieldReader* reader : {static_cast<const FieldReader*>(&fields), &config}) {
-    auto partial = reader->optional_number("partial_rotary_factor");
+  for (const Fields* reader : {static_cast<const Fields*>(&fields), &config}) {
+    auto partial = reader->number("partial_rotary_factor");
     if (partial && *partial != 1.0) {
-      reader->fail("partial_rotary_factor", "is " + std::to_string(*partial) +
-                                                ": partial rotary embeddings are not supported");
+      reader->fail(
+          "partial_rotary_factor",
+          "got " + std::to_string(*partial) + ", but partial rotary embeddings are not supported");
     }
   }
   if (*type == "default") return;
 
   RopeScaling scaling;
   scaling.type = *type;
-  if (!fields.find("factor")) fields.fail("factor", "is missing (required for " + *type + ")");
-  scaling.factor = fields.positive_float_or("factor", 1);
+  if (!fields.find("factor")) fields.fail("factor", "missing (required for " + *type + ")");
+  scaling.factor = positive_float_or(fields, "factor", 1);
   if (*type == "llama3" || *type == "yarn") {
-    const int64_t max_int = std::numeric_limits<int32_t>::max();
-    auto top_level = config.optional_int("original_max_position_embeddings", 1, max_int);
-    auto inside = fields.optional_int("original_max_position_embeddings", 1, max_int);
+    auto top_level = config.integer("original_max_position_embeddings", 1, kMaxInt);
+    auto inside = fields.integer("original_max_position_embeddings", 1, kMaxInt);
     scaling.original_max_position_embeddings =
         static_cast<int>(top_level.value_or(inside.value_or(cfg.max_position_embeddings)));
   }
   if (*type == "llama3") {
     for (const char* key : {"low_freq_factor", "high_freq_factor"}) {
-      if (!fields.find(key)) fields.fail(key, "is missing (required for llama3)");
+      if (!fields.find(key)) fields.fail(key, "missing (required for llama3)");
     }
-    scaling.low_freq_factor = fields.positive_float_or("low_freq_factor", 1);
-    scaling.high_freq_factor = fields.positive_float_or("high_freq_factor", 4);
+    scaling.low_freq_factor = positive_float_or(fields, "low_freq_factor", 1);
+    scaling.high_freq_factor = positive_float_or(fields, "high_freq_factor", 4);
     if (scaling.high_freq_factor <= scaling.low_freq_factor) {
-      throw Error(where + ": high_freq_factor (" + std::to_string(scaling.high_freq_factor) +
-                  ") must be greater than low_freq_factor (" +
-                  std::to_string(scaling.low_freq_factor) + ")");
+      fields.fail("high_freq_factor", "got " + std::to_string(scaling.high_freq_factor) +
+                                          ", expected a value greater than low_freq_factor (" +
+                                          std::to_string(scaling.low_freq_factor) + ")");
     }
   }
   if (*type == "yarn") parse_yarn(fields, scaling);
@@ -295,20 +219,20 @@ constexpr std::pair<const char*, AttnResGate> kAttnResGates[] = {
     {"learnable_alpha", AttnResGate::LearnableAlpha}};
 
 template <class Enum, size_t N>
-Enum parse_choice(const FieldReader& config, const char* key, const std::string& value,
+Enum parse_choice(const Fields& config, const char* key, const std::string& value,
                   const std::pair<const char*, Enum> (&choices)[N]) {
   std::string names;
   for (const auto& [name, e] : choices) {
     if (value == name) return e;
     names += std::string(names.empty() ? "" : ", ") + name;
   }
-  config.fail(key, "must be one of " + names + ", found \"" + value + "\"");
+  config.fail(key, "expected one of " + names + ", got \"" + value + "\"");
 }
 
-void parse_attnres(const FieldReader& config, ModelConfig& cfg) {
-  const std::string mode = config.optional_string("attnres_mode").value_or("block");
+void parse_attnres(const Fields& config, ModelConfig& cfg) {
+  const std::string mode = config.string("attnres_mode").value_or("block");
   cfg.attnres_mode = parse_choice(config, "attnres_mode", mode, kAttnResModes);
-  auto blocks = config.optional_int("attnres_num_blocks", 1, std::numeric_limits<int32_t>::max());
+  auto blocks = config.integer("attnres_num_blocks", 1, kMaxInt);
   const bool uses_blocks =
       cfg.attnres_mode == AttnResMode::Block || cfg.attnres_mode == AttnResMode::DeltaBlock;
   // More blocks than layers means one layer per block; modes without blocks ignore the field
@@ -316,10 +240,10 @@ void parse_attnres(const FieldReader& config, ModelConfig& cfg) {
   cfg.attnres_num_blocks =
       uses_blocks ? static_cast<int>(std::min<int64_t>(blocks.value_or(8), cfg.num_layers))
                   : cfg.num_layers;
-  std::optional<std::string> gate = config.optional_string("attnres_gate_type");
+  std::optional<std::string> gate = config.string("attnres_gate_type");
   if (gate) cfg.attnres_gate = parse_choice(config, "attnres_gate_type", *gate, kAttnResGates);
   cfg.attnres_gate_type = gate.value_or("");
-  cfg.attnres_use_null_source = config.optional_bool("attnres_use_null_source").value_or(false);
+  cfg.attnres_use_null_source = config.boolean("attnres_use_null_source").value_or(false);
 }
 
 }  // namespace
@@ -379,106 +303,96 @@ bool attnres_mode_has_gate(AttnResMode mode) {
 
 GenerationDefaults GenerationDefaults::from_json(const json& json, const std::string& origin) {
   if (!json.is_object()) throw Error(origin + ": expected a JSON object at the top level");
-  FieldReader fields(json, origin);
+  Fields fields(json, JsonFieldOptions::with_origin(origin));
   GenerationDefaults gen;
-  auto as_float = [](std::optional<double> v) -> std::optional<float> {
-    if (!v) return std::nullopt;
-    return static_cast<float>(*v);
-  };
-  gen.temperature = as_float(fields.optional_number("temperature"));
-  gen.top_p = as_float(fields.optional_number("top_p"));
-  gen.min_p = as_float(fields.optional_number("min_p"));
-  gen.repetition_penalty = as_float(fields.optional_number("repetition_penalty"));
-  if (gen.temperature && *gen.temperature < 0) fields.fail("temperature", "must be >= 0");
-  if (gen.top_p && (*gen.top_p <= 0 || *gen.top_p > 1)) fields.fail("top_p", "must be in (0, 1]");
-  if (gen.min_p && (*gen.min_p < 0 || *gen.min_p > 1)) fields.fail("min_p", "must be in [0, 1]");
-  if (gen.repetition_penalty && *gen.repetition_penalty <= 0) {
-    fields.fail("repetition_penalty", "must be > 0");
-  }
+  gen.temperature = optional_float(fields, "temperature", NumberRange::non_negative());
+  gen.top_p = optional_float(fields, "top_p", {0, 1, /*lo_open=*/true});
+  gen.min_p = optional_float(fields, "min_p", {0, 1});
+  gen.repetition_penalty = optional_float(fields, "repetition_penalty", NumberRange::positive());
   // top_k 0 means "disabled" in transformers.
-  if (auto k = fields.optional_int("top_k", 0, std::numeric_limits<int32_t>::max())) {
-    gen.top_k = static_cast<int>(*k);
-  }
-  if (auto n = fields.optional_int("max_new_tokens", 1, std::numeric_limits<int32_t>::max())) {
+  if (auto k = fields.integer("top_k", 0, kMaxInt)) gen.top_k = static_cast<int>(*k);
+  if (auto n = fields.integer("max_new_tokens", 1, kMaxInt)) {
     gen.max_new_tokens = static_cast<int>(*n);
   }
-  gen.do_sample = fields.optional_bool("do_sample");
-  gen.eos_token_ids = fields.token_id_list("eos_token_id");
-  gen.bos_token_id = fields.optional_token_id("bos_token_id");
-  gen.pad_token_id = fields.optional_token_id("pad_token_id");
+  gen.do_sample = fields.boolean("do_sample");
+  gen.eos_token_ids = fields.token_ids("eos_token_id");
+  gen.bos_token_id = fields.token_id("bos_token_id");
+  gen.pad_token_id = fields.token_id("pad_token_id");
   return gen;
 }
 
 ModelConfig ModelConfig::from_json(const json& config, const std::string& origin) {
   if (!config.is_object()) throw Error(origin + ": expected a JSON object at the top level");
-  FieldReader fields(config, origin);
+  Fields fields(config, JsonFieldOptions::with_origin(origin));
   ModelConfig cfg;
-  std::optional<std::string> model_type = fields.optional_string("model_type");
+  std::optional<std::string> model_type = fields.string("model_type");
   if (!model_type) {
-    fields.fail("model_type", std::string("is missing (supported: ") + kSupportedModelTypes + ")");
+    fields.fail("model_type", std::string("missing (supported: ") + kSupportedModelTypes + ")");
   }
   cfg.model_type = *model_type;
-  cfg.arch = parse_architecture(cfg.model_type, origin);
+  cfg.arch = parse_architecture(fields, cfg.model_type);
 
   if (fields.find("quantization_config")) {
     fields.fail("quantization_config",
-                "is present: quantized checkpoints are not supported "
+                "present: quantized checkpoints are not supported "
                 "(use F32, BF16 or F16 weights)");
   }
-  std::string act = fields.optional_string("hidden_act").value_or("silu");
-  if (act != "silu") fields.fail("hidden_act", "must be \"silu\", found \"" + act + "\"");
-  if (fields.optional_bool("use_sliding_window").value_or(false)) {
-    fields.fail("use_sliding_window", "is true: sliding-window attention is not supported");
+  std::string act = fields.string("hidden_act").value_or("silu");
+  if (act != "silu") fields.fail("hidden_act", "expected \"silu\", got \"" + act + "\"");
+  if (fields.boolean("use_sliding_window").value_or(false)) {
+    fields.fail("use_sliding_window", "true, but sliding-window attention is not supported");
   }
   // Mistral has no use_sliding_window switch: a non-null sliding_window means it is on.
   if (cfg.model_type == "mistral" && fields.find("sliding_window")) {
     fields.fail("sliding_window",
-                "is " + config.at("sliding_window").dump() +
-                    ": sliding-window attention is not supported (expected null)");
+                "got " + config.at("sliding_window").dump() +
+                    ", but sliding-window attention is not supported (expected null)");
   }
 
-  cfg.hidden_size = fields.required_positive_int("hidden_size");
-  cfg.intermediate_size = fields.required_positive_int("intermediate_size");
-  cfg.num_layers = fields.required_positive_int("num_hidden_layers");
-  cfg.num_heads = fields.required_positive_int("num_attention_heads");
-  cfg.vocab_size = fields.required_positive_int("vocab_size");
-  cfg.num_kv_heads = fields.positive_int_or("num_key_value_heads", cfg.num_heads);
+  cfg.hidden_size = required_positive_int(fields, "hidden_size");
+  cfg.intermediate_size = required_positive_int(fields, "intermediate_size");
+  cfg.num_layers = required_positive_int(fields, "num_hidden_layers");
+  cfg.num_heads = required_positive_int(fields, "num_attention_heads");
+  cfg.vocab_size = required_positive_int(fields, "vocab_size");
+  cfg.num_kv_heads = positive_int_or(fields, "num_key_value_heads", cfg.num_heads);
   if (cfg.num_heads % cfg.num_kv_heads != 0) {
-    throw Error(origin + ": field 'num_attention_heads' (" + std::to_string(cfg.num_heads) +
-                ") must be a multiple of 'num_key_value_heads' (" +
-                std::to_string(cfg.num_kv_heads) + ")");
+    fields.fail("num_attention_heads", "got " + std::to_string(cfg.num_heads) +
+                                           ", expected a multiple of num_key_value_heads (" +
+                                           std::to_string(cfg.num_kv_heads) + ")");
   }
   // Larger than any published model's (256 is the largest seen); it bounds the per-head
   // buffers (RoPE frequencies, attention scratch) a config alone would size. Found by
   // tests/fuzz/config_json_fuzzer: head_dim 1633333346 asked for 3 GB of frequencies.
   constexpr int kMaxHeadDim = 1024;
   if (fields.find("head_dim")) {
-    cfg.head_dim = static_cast<int>(*fields.optional_int("head_dim", 1, kMaxHeadDim));
+    cfg.head_dim = static_cast<int>(*fields.integer("head_dim", 1, kMaxHeadDim));
   } else {
     if (cfg.hidden_size % cfg.num_heads != 0) {
-      throw Error(origin + ": field 'head_dim' is absent and 'hidden_size' (" +
-                  std::to_string(cfg.hidden_size) + ") is not a multiple of " +
-                  "'num_attention_heads' (" + std::to_string(cfg.num_heads) + ")");
+      fields.fail("head_dim", "absent, and hidden_size (" + std::to_string(cfg.hidden_size) +
+                                  ") is not a multiple of num_attention_heads (" +
+                                  std::to_string(cfg.num_heads) + ")");
     }
     cfg.head_dim = cfg.hidden_size / cfg.num_heads;
     if (cfg.head_dim > kMaxHeadDim) {
-      throw Error(origin + ": 'hidden_size' / 'num_attention_heads' gives a head_dim of " +
-                  std::to_string(cfg.head_dim) + ", more than " + std::to_string(kMaxHeadDim));
+      fields.fail("head_dim", "absent, and hidden_size / num_attention_heads gives " +
+                                  std::to_string(cfg.head_dim) + ", more than " +
+                                  std::to_string(kMaxHeadDim));
     }
   }
   if (cfg.head_dim % 2 != 0) {
-    throw Error(origin + ": field 'head_dim' must be even for rotary embeddings, found " +
-                std::to_string(cfg.head_dim) +
-                (fields.find("head_dim") ? "" : " (hidden_size / num_attention_heads)"));
+    fields.fail("head_dim",
+                "got " + std::to_string(cfg.head_dim) +
+                    (fields.find("head_dim") ? "" : " (hidden_size / num_attention_heads)") +
+                    ", expected an even value for rotary embeddings");
   }
   // Defaults are those of the transformers config classes.
   int default_max_pos = cfg.arch == Architecture::Llama ? 2048 : 32768;
-  cfg.max_position_embeddings = fields.positive_int_or("max_position_embeddings", default_max_pos);
-  cfg.rms_norm_eps = fields.positive_float_or("rms_norm_eps", 1e-6f);
+  cfg.max_position_embeddings = positive_int_or(fields, "max_position_embeddings", default_max_pos);
+  cfg.rms_norm_eps = positive_float_or(fields, "rms_norm_eps", 1e-6f);
   parse_rope(fields, origin, cfg);
-  cfg.tie_word_embeddings = fields.optional_bool("tie_word_embeddings").value_or(false);
+  cfg.tie_word_embeddings = fields.boolean("tie_word_embeddings").value_or(false);
 
-  bool attention_bias = fields.optional_bool("attention_bias").value_or(false);
+  bool attention_bias = fields.boolean("attention_bias").value_or(false);
   switch (cfg.arch) {
     case Architecture::Qwen2:  // q, k, v always carry a bias; o never does
       cfg.attention_bias = true;
@@ -491,16 +405,14 @@ ModelConfig ModelConfig::from_json(const json& config, const std::string& origin
       cfg.o_proj_bias = attention_bias;
       break;
   }
-  cfg.mlp_bias =
-      cfg.arch == Architecture::Llama && fields.optional_bool("mlp_bias").value_or(false);
+  cfg.mlp_bias = cfg.arch == Architecture::Llama && fields.boolean("mlp_bias").value_or(false);
   cfg.qk_norm = cfg.arch == Architecture::Qwen3 || cfg.arch == Architecture::Qwen3AttnRes;
   if (cfg.arch == Architecture::Qwen3AttnRes) parse_attnres(fields, cfg);
 
   // Transformers 5 writes "dtype", 4.x "torch_dtype"; like transformers 5, dtype wins.
-  cfg.torch_dtype =
-      fields.optional_string("dtype").value_or(fields.optional_string("torch_dtype").value_or(""));
-  cfg.eos_token_ids = fields.token_id_list("eos_token_id");
-  cfg.bos_token_id = fields.optional_token_id("bos_token_id");
+  cfg.torch_dtype = fields.string("dtype").value_or(fields.string("torch_dtype").value_or(""));
+  cfg.eos_token_ids = fields.token_ids("eos_token_id");
+  cfg.bos_token_id = fields.token_id("bos_token_id");
   return cfg;
 }
 

@@ -6,26 +6,10 @@
 #include <queue>
 
 #include "engine/core/error.h"
+#include "engine/core/json_fields.h"
 #include "engine/tokenizer/unicode_util.h"
 
 namespace attnres::tok {
-namespace {
-
-std::string optional_string(const nlohmann::json& j, const char* key) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return "";
-  if (!it->is_string()) throw Error(std::string("model.") + key + " must be a string");
-  return it->get<std::string>();
-}
-
-bool optional_bool(const nlohmann::json& j, const char* key) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return false;
-  if (!it->is_boolean()) throw Error(std::string("model.") + key + " must be a boolean");
-  return it->get<bool>();
-}
-
-}  // namespace
 
 BpeModel::BpeModel(const nlohmann::json& model, const std::string& origin) {
   auto fail = [&](const std::string& what) { throw Error(origin + ": " + what); };
@@ -53,20 +37,17 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& origin) {
     has_token_[id] = true;
   }
 
-  try {
-    continuing_subword_prefix_ = optional_string(model, "continuing_subword_prefix");
-    end_of_word_suffix_ = optional_string(model, "end_of_word_suffix");
-    fuse_unk_ = optional_bool(model, "fuse_unk");
-    byte_fallback_ = optional_bool(model, "byte_fallback");
-    ignore_merges_ = optional_bool(model, "ignore_merges");
-    const std::string unk = optional_string(model, "unk_token");
-    if (!unk.empty()) {
-      auto it = vocab_.find(unk);
-      if (it == vocab_.end()) throw Error("model.unk_token \"" + unk + "\" is not in the vocab");
-      unk_id_ = it->second;
-    }
-  } catch (const Error& e) {
-    fail(e.what());
+  const JsonFields<nlohmann::json> fields(model, JsonFieldOptions::with_origin(origin));
+  continuing_subword_prefix_ = fields.string("continuing_subword_prefix").value_or("");
+  end_of_word_suffix_ = fields.string("end_of_word_suffix").value_or("");
+  fuse_unk_ = fields.boolean("fuse_unk").value_or(false);
+  byte_fallback_ = fields.boolean("byte_fallback").value_or(false);
+  ignore_merges_ = fields.boolean("ignore_merges").value_or(false);
+  const std::string unk = fields.string("unk_token").value_or("");
+  if (!unk.empty()) {
+    auto it = vocab_.find(unk);
+    if (it == vocab_.end()) fields.fail("unk_token", "\"" + unk + "\" is not in the vocab");
+    unk_id_ = it->second;
   }
   for (int b = 0; b < 256; ++b) {
     char name[8];

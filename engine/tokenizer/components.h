@@ -59,7 +59,8 @@ std::unique_ptr<Decoder> make_decoder(const nlohmann::json& j, DecoderTraits& tr
 enum class PrependScheme { kAlways, kFirst, kNever };
 PrependScheme parse_prepend_scheme(const nlohmann::json& j, const char* component);
 
-// Small JSON accessors shared by the factories (errors name the component and field).
+// Small JSON accessors shared by the factories, on engine/core/json_fields.h (errors name the
+// component and field: "Metaspace decoder: field split: expected true or false, got ...").
 const nlohmann::json& required_field(const nlohmann::json& j, const char* component,
                                      const char* key);
 std::string string_field(const nlohmann::json& j, const char* component, const char* key);

@@ -2,6 +2,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/core/error.h"
+#include "engine/core/json_fields.h"
 #include "engine/tokenizer/components.h"
 #include "engine/tokenizer/unicode_util.h"
 
@@ -9,24 +10,22 @@ namespace attnres::tok {
 
 const nlohmann::json& required_field(const nlohmann::json& j, const char* component,
                                      const char* key) {
-  auto it = j.find(key);
+  auto it = j.find(key);  // a JSON null is present: the caller says whether it may be
   if (it == j.end()) {
-    throw Error(std::string(component) + " is missing the field \"" + key + "\"");
+    JsonFields<nlohmann::json>(j, JsonFieldOptions::with_origin(component)).fail(key, "missing");
   }
   return *it;
 }
 
 std::string string_field(const nlohmann::json& j, const char* component, const char* key) {
   const auto& v = required_field(j, component, key);
-  if (!v.is_string()) throw Error(std::string(component) + "." + key + " must be a string");
+  if (!v.is_string()) json_wrong_type(v, key, "a string", JsonFieldOptions::with_origin(component));
   return v.get<std::string>();
 }
 
 bool bool_field(const nlohmann::json& j, const char* component, const char* key, bool fallback) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_boolean()) throw Error(std::string(component) + "." + key + " must be a boolean");
-  return it->get<bool>();
+  const JsonFields<nlohmann::json> fields(j, JsonFieldOptions::with_origin(component));
+  return fields.boolean(key).value_or(fallback);
 }
 
 std::string string_pattern(const nlohmann::json& j, const char* component) {

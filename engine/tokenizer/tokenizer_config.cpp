@@ -5,28 +5,24 @@
 #include <sstream>
 
 #include "engine/core/error.h"
+#include "engine/core/json_fields.h"
 
 namespace attnres {
 namespace {
 
-std::string token_text(const nlohmann::json& j, const char* field, const std::string& origin) {
-  auto it = j.find(field);
-  if (it == j.end() || it->is_null()) return "";
-  if (it->is_string()) return it->get<std::string>();
-  if (it->is_object()) {
-    auto content = it->find("content");
-    if (content != it->end() && content->is_string()) return content->get<std::string>();
-  }
-  throw Error(origin + ": field '" + field +
-              "' must be a string or an AddedToken object with a string \"content\"");
-}
+using Fields = JsonFields<nlohmann::json>;
 
-std::optional<bool> opt_bool(const nlohmann::json& j, const char* field,
-                             const std::string& origin) {
-  auto it = j.find(field);
-  if (it == j.end() || it->is_null()) return std::nullopt;
-  if (!it->is_boolean()) throw Error(origin + ": field '" + field + "' must be true or false");
-  return it->get<bool>();
+// A special token: its text, or an AddedToken object {"content": text, ...}; "" when absent.
+std::string token_text(const Fields& fields, const char* field) {
+  const nlohmann::json* v = fields.find(field);
+  if (!v) return "";
+  if (v->is_string()) return v->get<std::string>();
+  if (v->is_object()) {
+    auto content = v->find("content");
+    if (content != v->end() && content->is_string()) return content->get<std::string>();
+  }
+  fields.fail(field, "expected a string or an AddedToken object with a string \"content\", got " +
+                         json_value_text(*v));
 }
 
 std::string read_file(const std::string& path) {
@@ -63,12 +59,13 @@ TokenizerConfig TokenizerConfig::from_json(const nlohmann::json& j, const std::s
       throw Error(origin + ": chat_template must be a string or a list of named templates");
     }
   }
-  cfg.bos_token = token_text(j, "bos_token", origin);
-  cfg.eos_token = token_text(j, "eos_token", origin);
-  cfg.pad_token = token_text(j, "pad_token", origin);
-  cfg.unk_token = token_text(j, "unk_token", origin);
-  cfg.add_bos_token = opt_bool(j, "add_bos_token", origin);
-  cfg.add_eos_token = opt_bool(j, "add_eos_token", origin);
+  const Fields fields(j, JsonFieldOptions::with_origin(origin));
+  cfg.bos_token = token_text(fields, "bos_token");
+  cfg.eos_token = token_text(fields, "eos_token");
+  cfg.pad_token = token_text(fields, "pad_token");
+  cfg.unk_token = token_text(fields, "unk_token");
+  cfg.add_bos_token = fields.boolean("add_bos_token");
+  cfg.add_eos_token = fields.boolean("add_eos_token");
   auto mml = j.find("model_max_length");
   if (mml != j.end() && mml->is_number()) {
     double v = mml->get<double>();

@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "engine/core/error.h"
+#include "engine/core/json_fields.h"
 #include "server/common/auth.h"
 #include "server/common/request_error.h"
 #include "server/http/api_error.h"
@@ -98,6 +99,8 @@ HttpResponse Router::run(const Route& route, const HttpRequest& request) const {
   } catch (const RequestError& e) {
     const ApiError api = to_api_error(state_, e);
     send_error(res, api.status(), api.what(), api.param(), api.code());
+  } catch (const JsonFieldError& e) {  // a request body's field of the wrong type or range
+    send_error(res, 400, e.what(), e.field());
   } catch (const Error& e) {
     send_error(res, 400, e.what(), field_named_in(e.what()));
   } catch (const std::exception& e) {

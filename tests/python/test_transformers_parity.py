@@ -201,4 +201,4 @@ def test_engine_rejects_longrope_by_name(attnres_bin, saved_model, tmp_path):
                            "--prefill", "2", "--out", str(tmp_path / "x.npy")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
-    assert "config.json: field 'rope_parameters' has unsupported rope_type 'longrope'" in proc.stderr
+    assert "config.json: field rope_parameters: unsupported rope_type 'longrope'" in proc.stderr

@@ -109,10 +109,11 @@ TEST(ModelConfig, DefaultsHeadDimAndKvHeadsAndBiasRulesPerArchitecture) {
 TEST(ModelConfig, RejectsUnsupportedModelType) {
   json c = tiny_config();
   c["model_type"] = "gpt2";
-  EXPECT_THAT(config_error(c), AllOf(HasSubstr("dir/config.json: unsupported model_type 'gpt2'"),
-                                     HasSubstr("supported: qwen3_attnres, qwen3, qwen2, llama")));
+  EXPECT_THAT(config_error(c),
+              AllOf(HasSubstr("dir/config.json: field model_type: unsupported model_type 'gpt2'"),
+                    HasSubstr("supported: qwen3_attnres, qwen3, qwen2, llama")));
   c.erase("model_type");
-  EXPECT_THAT(config_error(c), HasSubstr("dir/config.json: field 'model_type' is missing"));
+  EXPECT_THAT(config_error(c), HasSubstr("dir/config.json: field model_type: missing"));
 }
 
 TEST(ModelConfig, RejectsMissingRequiredFields) {
@@ -121,27 +122,30 @@ TEST(ModelConfig, RejectsMissingRequiredFields) {
     json c = tiny_config();
     c.erase(field);
     EXPECT_THAT(config_error(c),
-                HasSubstr("dir/config.json: field '" + std::string(field) + "' is missing"));
+                HasSubstr("dir/config.json: field " + std::string(field) + ": missing"));
   }
 }
 
 TEST(ModelConfig, RejectsWrongTypes) {
   json c = tiny_config();
   c["hidden_size"] = "8";
-  EXPECT_THAT(config_error(c),
-              HasSubstr("dir/config.json: field 'hidden_size' must be an integer, found \"8\""));
+  EXPECT_THAT(
+      config_error(c),
+      HasSubstr("dir/config.json: field hidden_size: expected an integer, got the string \"8\""));
   c = tiny_config();
   c["rope_theta"] = "big";
-  EXPECT_THAT(config_error(c), HasSubstr("field 'rope_theta' must be a number"));
+  EXPECT_THAT(config_error(c), HasSubstr("field rope_theta: expected a number"));
   c = tiny_config();
   c["tie_word_embeddings"] = 1;
-  EXPECT_THAT(config_error(c), HasSubstr("field 'tie_word_embeddings' must be true or false"));
+  EXPECT_THAT(config_error(c), HasSubstr("field tie_word_embeddings: expected true or false"));
   c = tiny_config();
   c["eos_token_id"] = {1, "two"};
-  EXPECT_THAT(config_error(c), HasSubstr("field 'eos_token_id' must be a token id or a list"));
+  EXPECT_THAT(config_error(c),
+              HasSubstr("field eos_token_id[1]: expected a token id, got the string \"two\""));
   c = tiny_config();
   c["head_dim"] = 4.5;
-  EXPECT_THAT(config_error(c), HasSubstr("field 'head_dim' must be an integer, found 4.5"));
+  EXPECT_THAT(config_error(c),
+              HasSubstr("field head_dim: expected an integer, got the number 4.5"));
 }
 
 TEST(ModelConfig, RejectsNonPositiveSizes) {
@@ -149,10 +153,11 @@ TEST(ModelConfig, RejectsNonPositiveSizes) {
   c["intermediate_size"] = 0;
   EXPECT_THAT(
       config_error(c),
-      HasSubstr("dir/config.json: field 'intermediate_size' must be in [1, 2147483647], found 0"));
+      HasSubstr(
+          "dir/config.json: field intermediate_size: got 0, expected a value in [1, 2147483647]"));
   c = tiny_config();
   c["rms_norm_eps"] = -1e-6;
-  EXPECT_THAT(config_error(c), HasSubstr("field 'rms_norm_eps' must be > 0"));
+  EXPECT_THAT(config_error(c), HasSubstr("field rms_norm_eps: got -1e-06, expected a value > 0"));
 }
 
 TEST(ModelConfig, RejectsHeadsNotDivisibleByKvHeads) {
@@ -160,37 +165,39 @@ TEST(ModelConfig, RejectsHeadsNotDivisibleByKvHeads) {
   c["num_attention_heads"] = 3;
   c["num_key_value_heads"] = 2;
   EXPECT_THAT(config_error(c),
-              HasSubstr("dir/config.json: field 'num_attention_heads' (3) must be a multiple of "
-                        "'num_key_value_heads' (2)"));
+              HasSubstr("dir/config.json: field num_attention_heads: got 3, expected a multiple "
+                        "of num_key_value_heads (2)"));
 }
 
 TEST(ModelConfig, RejectsOddHeadDim) {
   json c = tiny_config();
   c["head_dim"] = 5;
-  EXPECT_THAT(config_error(c), HasSubstr("dir/config.json: field 'head_dim' must be even"));
+  EXPECT_THAT(config_error(c),
+              HasSubstr("dir/config.json: field head_dim: got 5, expected an even value"));
   c.erase("head_dim");
   c["hidden_size"] = 6;
   c["num_attention_heads"] = 2;  // 6 / 2 = 3
-  EXPECT_THAT(config_error(c), HasSubstr("found 3 (hidden_size / num_attention_heads)"));
+  EXPECT_THAT(config_error(c), HasSubstr("got 3 (hidden_size / num_attention_heads)"));
 }
 
 TEST(ModelConfig, RejectsBadAttnResFields) {
   json c = tiny_config();
   c["attnres_mode"] = "sparse";
   EXPECT_THAT(config_error(c),
-              HasSubstr("dir/config.json: field 'attnres_mode' must be one of block, full, delta, "
-                        "delta_block, delta_v, first_layer, pre_gated, found \"sparse\""));
+              HasSubstr("dir/config.json: field attnres_mode: expected one of block, full, delta, "
+                        "delta_block, delta_v, first_layer, pre_gated, got \"sparse\""));
   c = tiny_config();
   c["attnres_num_blocks"] = 0;
-  EXPECT_THAT(config_error(c), HasSubstr("field 'attnres_num_blocks' must be in [1, "));
+  EXPECT_THAT(config_error(c),
+              HasSubstr("field attnres_num_blocks: got 0, expected a value in [1, "));
   c = tiny_config();
   c["attnres_gate_type"] = "sigmoid";
   EXPECT_THAT(config_error(c),
-              HasSubstr("field 'attnres_gate_type' must be one of bias, sigmoid_scalar, "
-                        "sigmoid_vector, learnable_alpha, found \"sigmoid\""));
+              HasSubstr("field attnres_gate_type: expected one of bias, sigmoid_scalar, "
+                        "sigmoid_vector, learnable_alpha, got \"sigmoid\""));
   c = tiny_config();
   c["attnres_use_null_source"] = "yes";
-  EXPECT_THAT(config_error(c), HasSubstr("field 'attnres_use_null_source'"));
+  EXPECT_THAT(config_error(c), HasSubstr("field attnres_use_null_source: expected true or false"));
 }
 
 TEST(ModelConfig, MissingAttnResKeysTakeTheCodesDefaults) {
@@ -235,13 +242,12 @@ TEST(ModelConfig, ReadsEveryModeGateAndNullSource) {
 TEST(ModelConfig, RopeScaling) {
   json c = tiny_config("llama");
   c["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 4.0}};
-  EXPECT_THAT(
-      config_error(c),
-      HasSubstr("dir/config.json: field 'rope_scaling' has unsupported rope_type 'longrope'"));
+  EXPECT_THAT(config_error(c),
+              HasSubstr("dir/config.json: field rope_scaling: unsupported rope_type 'longrope'"));
   c["rope_scaling"] = {{"type", "default"}};
   EXPECT_FALSE(ModelConfig::from_json(c, "c").rope_scaling);
   c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
-  EXPECT_THAT(config_error(c), HasSubstr("(rope_scaling): field 'low_freq_factor' is missing"));
+  EXPECT_THAT(config_error(c), HasSubstr("(rope_scaling): field low_freq_factor: missing"));
 
   // Llama 3.2's values: base 500000, head_dim 64 here.
   c["rope_scaling"] = {{"rope_type", "llama3"},
@@ -269,17 +275,18 @@ TEST(ModelConfig, RopeScaling) {
 TEST(ModelConfig, RejectsSlidingWindowAndOtherActivations) {
   json c = tiny_config("qwen2");
   c["use_sliding_window"] = true;
-  EXPECT_THAT(config_error(c), HasSubstr("dir/config.json: field 'use_sliding_window' is true"));
+  EXPECT_THAT(config_error(c),
+              HasSubstr("dir/config.json: field use_sliding_window: true, but sliding-window"));
   c = tiny_config("mistral");
   c["sliding_window"] = 4096;
-  EXPECT_THAT(config_error(c), HasSubstr("field 'sliding_window' is 4096"));
+  EXPECT_THAT(config_error(c), HasSubstr("field sliding_window: got 4096, but sliding-window"));
   c = tiny_config();
   c["hidden_act"] = "gelu";
   EXPECT_THAT(config_error(c),
-              HasSubstr("dir/config.json: field 'hidden_act' must be \"silu\", found \"gelu\""));
+              HasSubstr("dir/config.json: field hidden_act: expected \"silu\", got \"gelu\""));
   c = tiny_config();
   c["quantization_config"] = {{"quant_method", "gptq"}};
-  EXPECT_THAT(config_error(c), HasSubstr("field 'quantization_config' is present"));
+  EXPECT_THAT(config_error(c), HasSubstr("field quantization_config: present"));
 }
 
 TEST(ModelConfig, LoadsGenerationConfigFromTheDirectory) {
@@ -314,10 +321,12 @@ TEST(ModelConfig, GenerationConfigIsOptionalButValidated) {
   write_json(dir.file("generation_config.json"), {{"temperature", "hot"}});
   EXPECT_THAT(
       error_of([&] { ModelConfig::load(dir.path()); }),
-      HasSubstr("generation_config.json: field 'temperature' must be a number, found \"hot\""));
+      HasSubstr(
+          "generation_config.json: field temperature: expected a number, got the string \"hot\""));
   write_json(dir.file("generation_config.json"), {{"top_p", 1.5}});
-  EXPECT_THAT(error_of([&] { ModelConfig::load(dir.path()); }),
-              HasSubstr("generation_config.json: field 'top_p' must be in (0, 1]"));
+  EXPECT_THAT(
+      error_of([&] { ModelConfig::load(dir.path()); }),
+      HasSubstr("generation_config.json: field top_p: got 1.5, expected a value in (0, 1]"));
 }
 
 // Found by tests/fuzz/config_json_fuzzer: a huge head_dim sized gigabytes of RoPE frequencies.
@@ -329,7 +338,7 @@ TEST(ModelConfig, AbsurdHeadDimIsAnErrorNamingTheField) {
                               "num_key_value_heads": 2, "head_dim": 1633333346,
                               "vocab_size": 512})");
   EXPECT_THAT(error_of([&] { ModelConfig::load(dir.path()); }),
-              AllOf(HasSubstr("field 'head_dim' must be in [1, 1024], found 1633333346")));
+              AllOf(HasSubstr("field head_dim: got 1633333346, expected a value in [1, 1024]")));
 }
 
 TEST(ModelConfig, LoadErrorsNameTheFile) {
@@ -375,8 +384,9 @@ TEST(ModelConfig, LoadsPublishedConfigs) {
   EXPECT_EQ(tinyllama.head_dim, 64);  // 2048 / 32, no head_dim field
   EXPECT_FALSE(tinyllama.tie_word_embeddings);
 
-  EXPECT_THAT(error_of([] { ModelConfig::load(published("gpt2")); }),
-              AllOf(HasSubstr("gpt2/config.json: unsupported model_type 'gpt2'")));
+  EXPECT_THAT(
+      error_of([] { ModelConfig::load(published("gpt2")); }),
+      AllOf(HasSubstr("gpt2/config.json: field model_type: unsupported model_type 'gpt2'")));
 }
 
 }  // namespace

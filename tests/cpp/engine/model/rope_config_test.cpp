@@ -131,7 +131,7 @@ TEST(RopeConfig, DtypeAndTorchDtype) {
   EXPECT_EQ(parse(c).torch_dtype, "float32");
   EXPECT_THAT(parse(c).summary(), HasSubstr(" float32"));
   c["dtype"] = 32;
-  EXPECT_THAT(config_error(c), HasSubstr("dir/config.json: field 'dtype' must be a string"));
+  EXPECT_THAT(config_error(c), HasSubstr("dir/config.json: field dtype: expected a string"));
 }
 
 // Transformers 5 (convert_rope_params_to_dict): a non-empty rope_scaling replaces
@@ -226,41 +226,44 @@ TEST(RopeConfig, YarnAttentionFactor) {
 TEST(RopeConfig, ErrorsNameTheFileAndTheField) {
   json c = config_v5("qwen3", {{"rope_type", "longrope"}, {"factor", 4.0}});
   EXPECT_THAT(config_error(c),
-              HasSubstr("dir/config.json: field 'rope_parameters' has unsupported rope_type "
+              HasSubstr("dir/config.json: field rope_parameters: unsupported rope_type "
                         "'longrope' (supported: default, linear, dynamic, llama3, yarn)"));
   c = config_v4("llama");
   c["rope_scaling"] = {{"type", "su"}, {"factor", 4.0}};
-  EXPECT_THAT(config_error(c), HasSubstr("field 'rope_scaling' has unsupported rope_type 'su'"));
+  EXPECT_THAT(config_error(c), HasSubstr("field rope_scaling: unsupported rope_type 'su'"));
 
   c = config_v5("qwen3", {{"rope_type", "yarn"}});
-  EXPECT_THAT(config_error(c), HasSubstr("dir/config.json (rope_parameters): field 'factor' is "
+  EXPECT_THAT(config_error(c), HasSubstr("dir/config.json (rope_parameters): field factor: "
                                          "missing (required for yarn)"));
   c = config_v5("qwen3", {{"rope_type", "linear"}, {"factor", 0}});
-  EXPECT_THAT(config_error(c), HasSubstr("(rope_parameters): field 'factor' must be > 0"));
+  EXPECT_THAT(config_error(c),
+              HasSubstr("(rope_parameters): field factor: got 0, expected a value > 0"));
   c = config_v5("qwen3", {{"rope_type", "default"}, {"rope_theta", "big"}});
-  EXPECT_THAT(config_error(c), HasSubstr("(rope_parameters): field 'rope_theta' must be a number"));
+  EXPECT_THAT(config_error(c), HasSubstr("(rope_parameters): field rope_theta: expected a number"));
   c = config_v5("qwen3", {{"rope_type", "default"}, {"rope_theta", -1.0}});
-  EXPECT_THAT(config_error(c), HasSubstr("(rope_parameters): field 'rope_theta' must be > 0"));
+  EXPECT_THAT(config_error(c),
+              HasSubstr("(rope_parameters): field rope_theta: got -1, expected a value > 0"));
   c = config_v5("qwen3", {{"rope_type", "default"}, {"short_factor", {1.0}}});
   EXPECT_THAT(config_error(c),
-              HasSubstr("(rope_parameters): field 'short_factor' is not a rope parameter"));
+              HasSubstr("(rope_parameters): field short_factor: not a rope parameter"));
   c = config_v5("qwen3", {{"full_attention", {{"rope_type", "default"}}}});
-  EXPECT_THAT(config_error(c), HasSubstr("field 'full_attention' is an object: per-layer-type"));
+  EXPECT_THAT(config_error(c), HasSubstr("field full_attention: an object: per-layer-type"));
   c = config_v5("qwen3", {{"rope_type", "default"}, {"partial_rotary_factor", 0.5}});
-  EXPECT_THAT(config_error(c), HasSubstr("(rope_parameters): field 'partial_rotary_factor' is "
-                                         "0.500000: partial rotary embeddings are not supported"));
+  EXPECT_THAT(config_error(c),
+              HasSubstr("(rope_parameters): field partial_rotary_factor: got "
+                        "0.500000, but partial rotary embeddings are not supported"));
   c = config_v4("qwen3");
   c["partial_rotary_factor"] = 0.25;
-  EXPECT_THAT(config_error(c), HasSubstr("dir/config.json: field 'partial_rotary_factor'"));
+  EXPECT_THAT(config_error(c), HasSubstr("dir/config.json: field partial_rotary_factor:"));
   c = config_v4("qwen3");
   c["rope_parameters"] = "yarn";
-  EXPECT_THAT(config_error(c),
-              HasSubstr("field 'rope_parameters' must be an object or null, found \"yarn\""));
+  EXPECT_THAT(
+      config_error(c),
+      HasSubstr("field rope_parameters: expected an object or null, got the string \"yarn\""));
   c = config_v5("qwen3", {{"rope_type", "yarn"}, {"factor", 4.0}, {"truncate", "yes"}});
-  EXPECT_THAT(config_error(c), HasSubstr("field 'truncate' must be true or false"));
+  EXPECT_THAT(config_error(c), HasSubstr("field truncate: expected true or false"));
   c = config_v5("qwen3", {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}});
-  EXPECT_THAT(config_error(c),
-              HasSubstr("field 'high_freq_factor' is missing (required for llama3)"));
+  EXPECT_THAT(config_error(c), HasSubstr("field high_freq_factor: missing (required for llama3)"));
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/core/error.h"
+#include "engine/tokenizer/tokenizer_config.h"
 #include "engine/tokenizer/unicode_util.h"
 
 namespace attnres {
@@ -101,6 +102,30 @@ TEST(TokenizerErrors, UnsupportedComponentsAreNamed) {
   msg = error_of([&] { Tokenizer::from_json_string(synthetic_json("", pre), "s.json"); });
   EXPECT_NE(msg.find("unsupported Split pre_tokenizer behavior \"Removed\""), std::string::npos)
       << msg;
+}
+
+// The typed reads of tokenizer.json and tokenizer_config.json use engine/core/json_fields: the
+// message names the file, the part of it and the field.
+TEST(TokenizerErrors, WrongTypesNameTheField) {
+  std::string json = synthetic_json("");
+  json.replace(json.find("\"fuse_unk\":false"), 16, R"("fuse_unk":"no")");
+  std::string msg = error_of([&] { Tokenizer::from_json_string(json, "f.json"); });
+  EXPECT_EQ(msg, "f.json: model: field fuse_unk: expected true or false, got the string \"no\"");
+  json = synthetic_json("");
+  json.replace(json.find("{\"type\":\"Fuse\"}"), 15,
+               R"({"type":"Strip","content":7,"start":0,"stop":0})");
+  msg = error_of([&] { Tokenizer::from_json_string(json, "s.json"); });
+  EXPECT_NE(msg.find("s.json: Strip decoder: field content: expected a string, got the number 7"),
+            std::string::npos)
+      << msg;
+  msg = error_of(
+      [] { TokenizerConfig::from_json(nlohmann::json::parse(R"({"bos_token": 5})"), "cfg"); });
+  EXPECT_EQ(msg,
+            "cfg: field bos_token: expected a string or an AddedToken object with a string "
+            "\"content\", got the number 5");
+  msg = error_of(
+      [] { TokenizerConfig::from_json(nlohmann::json::parse(R"({"add_bos_token": 1})"), "cfg"); });
+  EXPECT_EQ(msg, "cfg: field add_bos_token: expected true or false, got the number 1");
 }
 
 TEST(TokenizerErrors, BadMergeIsReported) {
