@@ -12,4 +12,9 @@ std::shared_ptr<const Tokenizer> shared_tokenizer(const std::string& name) {
   return Tokenizer::load(path);
 }
 
+const std::shared_ptr<const Tokenizer>& qwen3_tokenizer() {
+  static const std::shared_ptr<const Tokenizer> tokenizer = shared_tokenizer("qwen3");
+  return tokenizer;
+}
+
 }  // namespace attnres::fuzz

@@ -27,4 +27,9 @@ inline std::string source_path(const std::string& relative) {
 // with added tokens), or the GPT-2 one shipped with the repository when shared/ is absent.
 std::shared_ptr<const Tokenizer> shared_tokenizer(const std::string& name);
 
+// The Qwen3 tokenizer, loaded once per process. The targets that use it load it from
+// LLVMFuzzerInitialize: libFuzzer times every input (-timeout), and under ASan on a busy
+// machine loading takes longer than one input may.
+const std::shared_ptr<const Tokenizer>& qwen3_tokenizer();
+
 }  // namespace attnres::fuzz

@@ -9,24 +9,13 @@
 
 using namespace attnres;
 
-namespace {
-
-const std::shared_ptr<const Tokenizer>& qwen3_tokenizer() {
-  static const std::shared_ptr<const Tokenizer> tokenizer = fuzz::shared_tokenizer("qwen3");
-  return tokenizer;
-}
-
-}  // namespace
-
-// Loaded before fuzzing starts: libFuzzer times every input (-timeout), and under ASan on a
-// busy machine loading takes longer than one input may.
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  (void)qwen3_tokenizer();
+  (void)fuzz::qwen3_tokenizer();
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::shared_ptr<const Tokenizer>& tokenizer = qwen3_tokenizer();
+  const std::shared_ptr<const Tokenizer>& tokenizer = fuzz::qwen3_tokenizer();
   v1::GenerateRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
   try {

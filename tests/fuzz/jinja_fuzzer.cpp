@@ -22,7 +22,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ChatTemplateLimits limits;
     limits.max_output_bytes = 1 << 16;
     limits.max_loop_iterations = 1 << 12;
-    const ChatTemplate tmpl = ChatTemplate::parse(std::string(fuzz::as_text(data, size))).with_limits(limits);
+    const ChatTemplate tmpl =
+        ChatTemplate::parse(std::string(fuzz::as_text(data, size))).with_limits(limits);
     TokenizerConfig cfg;
     (void)tmpl.apply_ordered(messages, true, cfg, tools);
   } catch (const Error&) {

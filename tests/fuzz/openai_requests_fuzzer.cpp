@@ -23,9 +23,7 @@ class NoForward : public ModelRunner {
  public:
   explicit NoForward(int vocab) : vocab_(vocab) {}
   int vocab_size() const override { return vocab_; }
-  void execute(const StepBatch&, StepResult&) override {
-    std::abort();
-  }
+  void execute(const StepBatch&, StepResult&) override { std::abort(); }
 
  private:
   int vocab_;

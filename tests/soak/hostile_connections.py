@@ -29,15 +29,10 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "python"))
 from server_process import ServerProcess  # noqa: E402
 
+from measure import percentile, rss_mib  # noqa: E402
+
 SLOW_HEAD = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
 SOURCES = [f"127.0.0.{i}" for i in range(2, 18)]
-
-
-def percentile(values, q):
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
 
 
 def summary_ms(values):
@@ -159,14 +154,6 @@ def phase(server, seconds):
         t.join()
     return {"health": summary_ms(health), "completion_8_tokens": summary_ms(normal),
             "errors": errors[:5], "error_count": len(errors)}
-
-
-def rss_mib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return None
 
 
 def main():

@@ -36,6 +36,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "python"))
 from server_process import ServerProcess  # noqa: E402
 
+from measure import percentile, rss_mib  # noqa: E402
+
 PROMPTS = ["The capital of France is", "Once upon a time", "def fibonacci(n):",
            "List three colors:", "In 1969, the first"]
 BAD_BODIES = [b'{"prompt": "hi", "max_tokens": ', b'{"prompt": "hi", "temperature": "hot"}',
@@ -203,17 +205,6 @@ async def client(i, args, port, stub, pb, grpc, stats, end_time, rng):
             await asyncio.sleep(1)  # back off, as a client told 503 / UNAVAILABLE should
 
 
-def rss_mib(pid):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        return None
-    return None
-
-
 def watch(server, stop, health, health_errors, rss):
     next_rss = 0.0
     while not stop.is_set():
@@ -228,11 +219,6 @@ def watch(server, stop, health, health_errors, rss):
             rss.append((round(start, 1), rss_mib(server.proc.pid)))
             next_rss = start + 10
         time.sleep(0.1)
-
-
-def percentile(values, q):
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))] if ordered else None
 
 
 async def run(args, server):
