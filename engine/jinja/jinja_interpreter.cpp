@@ -26,8 +26,19 @@ std::string Interpreter::render(const DictItems& context) {
   }
   std::string out;
   out_ = &out;
+  // Runs on every exit, an error included: nothing of the render outlives it.
+  struct EndOfRender {
+    Interpreter& in;
+    ~EndOfRender() {
+      in.out_ = nullptr;
+      for (Value& ns : in.assigned_namespaces_) ns.namespace_items().clear();
+      in.assigned_namespaces_.clear();
+      in.assigned_namespace_ids_.clear();
+      in.frames_.clear();
+      in.block_values_.clear();
+    }
+  } end_of_render{*this};
   exec_body(tmpl_.body);
-  out_ = nullptr;
   return out;
 }
 
@@ -235,6 +246,7 @@ void Interpreter::assign(const Expr& target, const Value& value) {
     Value ns = lookup(target.children[0]->name);
     if (!ns.is_namespace()) throw Error("cannot assign attribute on non-namespace object");
     DictItems& items = ns.namespace_items();
+    if (assigned_namespace_ids_.insert(&items).second) assigned_namespaces_.push_back(ns);
     for (auto& [k, v] : items) {
       if (k.is_string() && k.str() == target.name) {
         v = value;

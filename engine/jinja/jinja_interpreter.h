@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "engine/jinja/jinja_ast.h"
@@ -74,6 +75,11 @@ class Interpreter {
   int call_depth_ = 0;
   int64_t iterations_ = 0;
   std::vector<Value> block_values_;  // stack for {% filter %} / {% set x | f %} bodies
+  // Namespaces given an attribute during this render. `{% set ns.a = ns %}` (or two namespaces
+  // holding each other) is a reference cycle that shared ownership never frees; render()
+  // empties these when it ends, which breaks every cycle (each needs such an assignment).
+  std::vector<Value> assigned_namespaces_;
+  std::unordered_set<const DictItems*> assigned_namespace_ids_;
 };
 
 // Python-semantics helpers shared by the interpreter and the builtins.

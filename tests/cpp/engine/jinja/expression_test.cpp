@@ -73,6 +73,20 @@ TEST(ChatTemplateExpr, FiltersAndTojson) {
             "2.57 2.0 43 x");
 }
 
+// Found by tests/fuzz/jinja_fuzzer (a leak): a namespace that holds itself, or two that hold
+// each other, is a reference cycle; the render must still free them. LeakSanitizer (the ASan run
+// and the fuzzers, which replay this input from tests/fuzz/corpus/jinja_fuzzer) checks the
+// freeing; this checks that the values still render while the render lasts.
+TEST(ChatTemplateExpr, NamespacesThatHoldThemselvesRenderAndAreFreed) {
+  EXPECT_EQ(render("{% set ns = namespace(a=0) %}{% set ns.a = ns %}{{ ns.a.a.a is defined }}"),
+            "True");
+  EXPECT_EQ(render("{% set x = namespace() %}{% set y = namespace(x=x) %}{% set x.y = y %}"
+                   "{{ x.y.x.y is defined }}{% set x.y = 1 %}{{ x.y }}"),
+            "True1");
+  EXPECT_THAT(render_error("{% set ns = namespace() %}{% set ns.self = ns %}{{ 1 + 'a' }}"),
+              ::testing::HasSubstr("unsupported operand"));  // freed on the error path too
+}
+
 TEST(ChatTemplateExpr, LoopVariablesAndNamespace) {
   EXPECT_EQ(render("{% for x in 'abc' %}{{ loop.index }}{{ loop.revindex0 }}{{ loop.first }}"
                    "{{ loop.last }};{% endfor %}"),
