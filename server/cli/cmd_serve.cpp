@@ -63,7 +63,8 @@ std::vector<FlagSpec> serve_flags() {
       {"timeout-keep-alive", "SECONDS",
        "close an HTTP connection idle this long between requests (default 5)"},
       {"http-header-timeout", "SECONDS",
-       "an HTTP request's headers must arrive within this, else 408 (default 10)"},
+       "an HTTP request's headers must arrive within this of its first byte, else 408 (default "
+       "10)"},
       {"http-max-connections", "N",
        "open HTTP connections at most; one more gets 503 (default 32768, lowered to fit "
        "the file-descriptor limit)"},
@@ -85,8 +86,6 @@ server::http::HttpLimits http_limits_from_flags(const Flags& flags) {
   server::http::HttpLimits limits;
   limits.idle_timeout = positive_seconds(flags, "timeout-keep-alive", 5);
   limits.header_timeout = positive_seconds(flags, "http-header-timeout", 10);
-  // The header time counts from the request's start, idle time included.
-  limits.header_timeout = std::max(limits.header_timeout, limits.idle_timeout);
   const int max_connections = flags.get_int("http-max-connections", 32768);
   if (max_connections < 1) throw Error("--http-max-connections: must be >= 1");
   limits.max_connections = static_cast<size_t>(max_connections);

@@ -83,16 +83,29 @@ class Connection : public std::enable_shared_from_this<Connection> {
     parser_.emplace();
     parser_->header_limit(static_cast<std::uint32_t>(limits_.max_header_bytes));
     parser_->body_limit(limits_.max_body_bytes);
-    // Nothing sent within the idle time: closed quietly. Part of a request: it gets the rest
-    // of the header time, then a 408.
-    arm_read_deadline(limits_.idle_timeout, [self = shared_from_this()] {
-      if (self->buffer_.size() == 0 && !self->parser_->got_some()) {
-        self->close();
-        return;
-      }
-      self->arm_read_deadline(self->limits_.header_timeout - self->limits_.idle_timeout,
-                              [self] { self->expire_read(); });
-    });
+    if (buffer_.size() > 0) {  // a pipelined request already started
+      read_header();
+      return;
+    }
+    // Waiting for a request: nothing sent within the idle time closes the connection quietly.
+    arm_read_deadline(limits_.idle_timeout, [self = shared_from_this()] { self->close(); });
+    socket_.async_read_some(buffer_.prepare(4096),
+                            [self = shared_from_this()](error_code ec, size_t n) {
+                              if (self->phase_ == Phase::Closed) return;
+                              if (ec) {
+                                self->read_timer_.cancel();
+                                self->close();  // the client left (or the server is stopping)
+                                return;
+                              }
+                              self->buffer_.commit(n);
+                              self->read_header();
+                            });
+  }
+
+  // The request's first bytes are in: its header must be complete within the header time,
+  // counted from now and not renewed per byte (a slowloris), else 408.
+  void read_header() {
+    arm_read_deadline(limits_.header_timeout, [self = shared_from_this()] { self->expire_read(); });
     bhttp::async_read_header(
         socket_, buffer_, *parser_,
         [self = shared_from_this()](error_code ec, size_t) { self->on_header(ec); });

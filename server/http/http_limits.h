@@ -18,8 +18,8 @@ struct HttpLimits {
   // A connection waiting for its next request with nothing sent is closed after this
   // (keep-alive, and a new connection that sends nothing); the client may reconnect.
   std::chrono::milliseconds idle_timeout{5000};
-  // The request line and headers must arrive within this of the request's start (a
-  // slowloris sending a byte at a time): 408.
+  // The request line and headers must arrive within this of the request's first byte, not
+  // renewed per byte (a slowloris sending a byte at a time): 408.
   std::chrono::milliseconds header_timeout{10000};
   // The body must arrive within this after the headers: 408.
   std::chrono::milliseconds body_timeout{60000};
