@@ -16,25 +16,7 @@ http_port=${HTTP_PORT:-8200}
 grpc_port=${GRPC_PORT:-50251}
 mkdir -p "$out"
 
-server=
-stop_server() {
-  [ -n "$server" ] || return 0
-  kill "$server" 2>/dev/null
-  wait "$server" 2>/dev/null || true
-  server=
-}
-trap stop_server EXIT
-start_server() {  # start_server BINARY
-  stop_server
-  "$1" serve --port "$http_port" --grpc-port "$grpc_port" >>"$out/server.log" 2>&1 &
-  server=$!
-  for _ in $(seq 150); do
-    curl -sf "http://127.0.0.1:$http_port/health" >/dev/null && return 0
-    sleep 0.2
-  done
-  echo "$1 serve did not come up; see $out/server.log" >&2
-  exit 1
-}
+source "$repo/clients/bench/serve_process.sh"
 
 runs=(
   "short-c1|--num-prompts 48 --random-input-len 128 --random-output-len 32 --max-concurrency 1"

@@ -20,25 +20,7 @@ http_port=${HTTP_PORT:-8100}
 grpc_port=${GRPC_PORT:-50151}
 mkdir -p "$out"
 
-server=
-stop_server() {
-  [ -n "$server" ] || return 0
-  kill "$server" 2>/dev/null
-  wait "$server" 2>/dev/null || true
-  server=
-}
-start_server() {  # start_server ARGS...: a fresh `attnres serve`, the log appended to server.log
-  stop_server
-  "$attnres" serve --port "$http_port" --grpc-port "$grpc_port" "$@" >>"$out/server.log" 2>&1 &
-  server=$!
-  for _ in $(seq 100); do
-    curl -sf "http://127.0.0.1:$http_port/health" >/dev/null && return 0
-    sleep 0.2
-  done
-  echo "attnres serve did not come up; see $out/server.log" >&2
-  exit 1
-}
-trap stop_server EXIT
+source "$repo/clients/bench/serve_process.sh"
 
 run() {  # run NAME ARGS...: one benchmark, its table appended to $out/tables.txt
   local name=$1
@@ -65,7 +47,7 @@ if [ "$sweep" = prefix ]; then
     [ $((rep % 2)) -eq 0 ] && order=(off on)
     for workload in shared chat; do
       for mode in "${order[@]}"; do
-        if [ "$mode" = on ]; then start_server; else start_server --no-enable-prefix-caching; fi
+        if [ "$mode" = on ]; then start_server "$attnres"; else start_server "$attnres" --no-enable-prefix-caching; fi
         declare -n args=$workload
         run "$workload-$mode-$rep" "${http[@]}" "${args[@]}"
       done
@@ -74,7 +56,7 @@ if [ "$sweep" = prefix ]; then
   exit 0
 fi
 
-start_server
+start_server "$attnres"
 # Short prompts: 128 in / 32 out, a burst of 64 requests at several concurrency limits.
 for c in 1 4 16 64; do
   run "short-c$c" "${http[@]}" --num-prompts 64 --random-input-len 128 --random-output-len 32 \

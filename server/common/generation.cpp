@@ -12,17 +12,19 @@ struct Generation::Signal {
   std::mutex mutex;
   std::condition_variable raised_cv;
   bool raised = false;
-  std::function<void()> listener;
+  // Shared, so that a raise (once per engine output, on the engine thread) copies a pointer,
+  // not the function.
+  std::shared_ptr<const std::function<void()>> listener;
 
   void raise() {
-    std::function<void()> call;
+    std::shared_ptr<const std::function<void()>> call;
     {
       std::lock_guard lock(mutex);
       raised = true;
       call = listener;
     }
     raised_cv.notify_all();
-    if (call) call();
+    if (call) (*call)();
   }
 };
 
@@ -85,7 +87,8 @@ void Generation::cancel() {
 
 void Generation::set_listener(std::function<void()> listener) {
   std::lock_guard lock(signal_->mutex);
-  signal_->listener = std::move(listener);
+  signal_->listener =
+      listener ? std::make_shared<const std::function<void()>>(std::move(listener)) : nullptr;
 }
 
 void Generation::wait_for(std::chrono::milliseconds timeout) {

@@ -129,15 +129,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // A read failed: answers the status the failure calls for, or just closes when the client
   // left. Returns true when it handled `ec`.
-  bool read_failed(error_code ec, const char* what) {
+  bool read_failed(error_code ec, const char* what, std::chrono::milliseconds deadline) {
     read_timer_.cancel();
     if (phase_ == Phase::Closed) return true;
     if (!ec) return false;
     if (timed_out_) {
-      send_error_and_close(408,
-                           std::string("the request ") + what + " did not arrive within " +
-                               seconds_text(what == std::string("headers") ? limits_.header_timeout
-                                                                           : limits_.body_timeout));
+      send_error_and_close(408, std::string("the request ") + what + " did not arrive within " +
+                                    seconds_text(deadline));
     } else if (ec == bhttp::error::header_limit) {
       send_error_and_close(431, "the request headers are larger than the server accepts (" +
                                     std::to_string(limits_.max_header_bytes / 1024) + " KiB)");
@@ -155,7 +153,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void on_header(error_code ec) {
-    if (read_failed(ec, "headers")) return;
+    if (read_failed(ec, "headers", limits_.header_timeout)) return;
     const auto& req = parser_->get();
     if (static_cast<size_t>(std::distance(req.begin(), req.end())) > limits_.max_header_fields) {
       send_error_and_close(431, "the request has more than " +
@@ -177,7 +175,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void on_body(error_code ec) {
-    if (read_failed(ec, "body")) return;
+    if (read_failed(ec, "body", limits_.body_timeout)) return;
     auto message = parser_->release();
     HttpRequest request;
     request.method = std::string(message.method_string());
@@ -303,27 +301,26 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // ---- writing ----
 
-  std::string serialize(const HttpResponse& res) const {
+  // The status line and headers; `framing` is Content-Length or Transfer-Encoding (or none).
+  std::string head(const HttpResponse& res, const std::string& framing) const {
     std::string out = status_line(res.status);
     out += "Server: attnres\r\n";
     if (!res.content_type.empty()) out += "Content-Type: " + res.content_type + "\r\n";
-    out += "Content-Length: " + std::to_string(res.body.size()) + "\r\n";
+    out += framing;
     for (const auto& [name, value] : res.headers) out += name + ": " + value + "\r\n";
     if (!keep_alive_) out += "Connection: close\r\n";
     out += "\r\n";
+    return out;
+  }
+
+  std::string serialize(const HttpResponse& res) const {
+    std::string out = head(res, "Content-Length: " + std::to_string(res.body.size()) + "\r\n");
     if (!head_only_) out += res.body;
     return out;
   }
 
   std::string stream_head(const HttpResponse& res) const {
-    std::string out = status_line(res.status);
-    out += "Server: attnres\r\n";
-    out += "Content-Type: " + res.content_type + "\r\n";
-    if (chunked_) out += "Transfer-Encoding: chunked\r\n";
-    for (const auto& [name, value] : res.headers) out += name + ": " + value + "\r\n";
-    if (!keep_alive_) out += "Connection: close\r\n";
-    out += "\r\n";
-    return out;
+    return head(res, chunked_ ? "Transfer-Encoding: chunked\r\n" : "");
   }
 
   static std::string chunk_frame(const std::string& data) {

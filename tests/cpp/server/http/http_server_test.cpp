@@ -29,7 +29,7 @@ struct Server {
   Server() {
     // Each logits row takes a moment, so a stream is still running when its client leaves.
     runner.set_row_editor([](const std::vector<int32_t>&, std::span<float>) {
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
     });
     engine.start();
     http.start();
@@ -187,7 +187,8 @@ TEST(HttpServer, AClientThatHangsUpMidStreamIsCancelled) {
   ASSERT_GT(recv(fd, buffer, sizeof(buffer), 0), 0);  // the stream started
   close(fd);
   // The engine aborts it within a step of the server noticing; it would run 120 tokens
-  // (about 24 ms of rows at the least) otherwise.
+  // (about 240 ms of rows at the least: ample time to notice the hang-up on a busy machine)
+  // otherwise.
   for (int i = 0; i < 500 && s.engine.stats().finished_abort == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
