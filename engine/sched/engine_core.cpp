@@ -324,6 +324,9 @@ std::optional<StepPlan> EngineCore::build_batch(const ScheduleOutput& scheduled)
   int newly_scheduled = 0;
   for (const ScheduledChunk& chunk : scheduled.chunks) {
     const Sequence& seq = *chunk.seq;
+    const int computed = seq.num_computed_tokens();
+    counters_.prompt_tokens_computed_total +=
+        std::max(0, std::min(computed + chunk.num_new_tokens, seq.num_prompt_tokens) - computed);
     ActiveRequest& request = request_of(seq);
     if (seq.choice_index == 0 && seq.prefix_cache_hit_tokens > 0 && request.queued) {
       request.usage.cached_tokens = seq.prefix_cache_hit_tokens;

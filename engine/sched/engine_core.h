@@ -89,10 +89,13 @@ struct EngineStats {
   double kv_cache_usage = 0;    // used / total blocks (kv_cache_usage_perc)
   int64_t prompt_tokens_total = 0;
   int64_t generation_tokens_total = 0;
+  // Prompt tokens the forward computed (prefix-cache hits excluded; a preempted sequence's
+  // count again when recomputed): a step that raises it did prefill work (bench latency).
+  int64_t prompt_tokens_computed_total = 0;
   int64_t preemptions_total = 0;
   int64_t prefix_cache_queries_total = 0;  // tokens looked up (prefix_cache_queries)
   int64_t prefix_cache_hits_total = 0;     // of which the cache had (prefix_cache_hits)
-  int64_t finished_stop = 0;  // request_success_total{finished_reason=...}, per choice
+  int64_t finished_stop = 0;               // request_success_total{finished_reason=...}, per choice
   int64_t finished_length = 0;
   int64_t finished_abort = 0;
   int64_t steps = 0;

@@ -1,14 +1,11 @@
 #include "engine/sched/offline_generator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
-#include <random>
-#include <unordered_map>
 
 #include "engine/core/error.h"
-#include "engine/sched/output_processor.h"
-#include "engine/sched/scheduler.h"
-#include "engine/sched/step_batch.h"
+#include "engine/sched/engine_core.h"
 #include "engine/sched/tokenizer_text_decoder.h"
 
 namespace attnres {
@@ -64,111 +61,74 @@ int OfflineGenerator::blocks_needed(const std::vector<GenerationRequest>& reques
 std::vector<GenerationResult> OfflineGenerator::generate(
     const std::vector<GenerationRequest>& requests, const TextCallback& on_text,
     GenerationTimings* timings) {
-  const int block_size = options_.block_size;
   validate(requests, context_.vocabulary, options_.max_model_len);
-  const int needed = blocks_needed(requests, block_size);
+  const int needed = blocks_needed(requests, options_.block_size);
   if (needed > options_.num_kv_blocks) {
     throw Error("these requests need " + std::to_string(needed) +
                 " KV cache blocks, the cache has " + std::to_string(options_.num_kv_blocks));
   }
-  BlockManager blocks(options_.num_kv_blocks, block_size);
-  // The engine's output path: sampler, stop checks, detokenizer (OutputProcessor).
-  OutputProcessor processor(context_, DepthAttentionLayout{},
-                            tokenizer_ ? make_text_decoder_factory(tokenizer_) : nullptr);
+  // Every request runs at once; nothing waits in a queue or is preempted (the cache fits all).
+  const int count = static_cast<int>(std::max<size_t>(1, requests.size()));
+  EngineConfig config;
+  config.scheduler.max_num_seqs = count;
+  config.scheduler.max_num_batched_tokens = options_.max_prefill_tokens;
+  config.scheduler.max_model_len = options_.max_model_len;
+  config.num_kv_blocks = options_.num_kv_blocks;
+  config.block_size = options_.block_size;
+  config.max_queued_requests = count;
+  config.eos_ids = context_.eos_ids;
+  config.vocabulary = context_.vocabulary;
+  config.output_fault_hook = context_.fault_hook;
+  if (tokenizer_) config.make_decoder = make_text_decoder_factory(tokenizer_);
+  EngineCore engine(std::move(config), runner_);
 
-  // One sequence per request, its id the request's index (what the fault hook sees).
-  std::random_device entropy;
-  std::vector<std::unique_ptr<Sequence>> sequences;
-  std::unordered_map<const Sequence*, size_t> index_of;
-  std::vector<GenerationResult> results(requests.size());
+  // Request i's id is its index (what the fault hook sees).
+  std::vector<std::unique_ptr<RequestStream>> streams;
   for (size_t i = 0; i < requests.size(); ++i) {
-    SamplingParams params = requests[i].params;
-    params.prompt_logprobs = -1;  // neither is reported here
-    params.depth_attention = params.depth_attention_per_token = false;
-    sequences.push_back(std::make_unique<Sequence>(std::to_string(i), 0, requests[i].prompt_ids,
-                                                   std::move(params), i, EngineClock::now()));
-    const uint64_t fallback_seed = (static_cast<uint64_t>(entropy()) << 32) | entropy();
-    processor.add(*sequences.back(), fallback_seed);
-    index_of[sequences.back().get()] = i;
+    EngineRequest request;
+    request.request_id = std::to_string(i);
+    request.prompt_ids = requests[i].prompt_ids;
+    request.params = requests[i].params;
+    request.params.prompt_logprobs = -1;  // neither is reported here
+    request.params.depth_attention = request.params.depth_attention_per_token = false;
+    SubmitResult submitted = engine.submit(std::move(request));
+    if (!submitted.accepted()) throw Error(submitted.message);
+    streams.push_back(std::move(submitted.stream));
   }
 
-  // One step: the chunks' batch through the runner, then every sampled sequence's output.
-  StepResult result;
-  auto run_step = [&](const ScheduleOutput& schedule) {
-    const StepPlan plan = build_step_batch(schedule, block_size);
-    runner_.execute(plan.batch, result);
-    StepOutputs step_outputs = processor.process(plan, result);
-    for (SequenceStepOutput& step : step_outputs.sequences) {
-      Sequence& seq = *step.seq;
-      const size_t i = index_of.at(&seq);
-      GenerationResult& out = results[i];
-      if (step.failed) {
-        // Only this sequence ends; the others run on.
-        out.error = step.output.error;
-        out.finish_reason = FinishReason::Abort;
-        const auto ids = seq.output_ids();
-        out.token_ids.assign(ids.begin(), ids.end());
-        out.text = processor.text(seq);
-        blocks.free(seq.blocks);
-        continue;
+  std::vector<GenerationResult> results(requests.size());
+  auto collect = [&] {
+    for (size_t i = 0; i < streams.size(); ++i) {
+      RequestOutput output;
+      while (streams[i]->try_next(output) == RequestStream::Poll::Output) {
+        GenerationResult& out = results[i];
+        out.token_ids.insert(out.token_ids.end(), output.token_ids.begin(), output.token_ids.end());
+        for (TokenLogprob& lp : output.logprobs) out.logprobs.push_back(std::move(lp));
+        out.text += output.text;
+        if (output.finished()) out.finish_reason = output.finish_reason;
+        if (!output.error.empty()) out.error = output.error;
+        if (on_text && !output.text.empty()) on_text(i, output.text);
       }
-      RequestOutput& token = step.output;
-      out.token_ids.insert(out.token_ids.end(), token.token_ids.begin(), token.token_ids.end());
-      for (TokenLogprob& lp : token.logprobs) out.logprobs.push_back(std::move(lp));
-      out.finish_reason = token.finish_reason;
-      if (token.finished()) {
-        out.text = processor.text(seq);
-        blocks.free(seq.blocks);
-      }
-      if (on_text && !token.text.empty()) on_text(i, token.text);
     }
   };
-
-  // Prefill: the prompts in order, in steps of at most max_prefill_tokens tokens; a prompt's
-  // last chunk asks for the logits of its last position (the first token is sampled there).
-  auto start = Clock::now();
-  {
-    size_t next = 0;      // the request being prefilled
-    int next_offset = 0;  // its tokens already scheduled
-    while (next < sequences.size()) {
-      ScheduleOutput schedule;
-      int budget = options_.max_prefill_tokens;
-      while (next < sequences.size() && budget > 0) {
-        Sequence& seq = *sequences[next];
-        const int count = std::min(budget, seq.num_prompt_tokens - next_offset);
-        blocks.append(seq.blocks, count);
-        budget -= count;
-        next_offset += count;
-        const bool last_chunk = next_offset == seq.num_prompt_tokens;
-        schedule.chunks.push_back(ScheduledChunk{&seq, count, last_chunk});
-        schedule.num_batched_tokens += count;
-        if (last_chunk) {
-          ++next;
-          next_offset = 0;
-        }
-      }
-      run_step(schedule);
-      if (timings) timings->prefill_tokens += schedule.num_batched_tokens;
-    }
-    if (timings) timings->prefill_seconds += seconds_since(start);
-  }
-  // Decode: one token per unfinished sequence per step.
+  int64_t prefill_tokens = engine.stats().prompt_tokens_computed_total;
   for (;;) {
-    ScheduleOutput schedule;
-    for (size_t i = 0; i < sequences.size(); ++i) {
-      if (results[i].finish_reason != FinishReason::None) continue;
-      Sequence& seq = *sequences[i];
-      blocks.append(seq.blocks, 1);
-      schedule.chunks.push_back(ScheduledChunk{&seq, 1, true});
-      schedule.num_batched_tokens += 1;
-    }
-    if (schedule.empty()) break;
-    start = Clock::now();
-    run_step(schedule);
-    if (timings) {
-      timings->decode_seconds += seconds_since(start);
+    const Clock::time_point start = Clock::now();
+    const bool more = engine.step();
+    const double seconds = seconds_since(start);
+    const EngineStats stats = engine.stats();
+    if (!stats.alive) throw Error(stats.error);
+    if (timings && stats.prompt_tokens_computed_total > prefill_tokens) {
+      timings->prefill_seconds += seconds;
+      timings->prefill_tokens +=
+          static_cast<int>(stats.prompt_tokens_computed_total - prefill_tokens);
+    } else if (timings && more) {
+      timings->decode_seconds += seconds;
       timings->decode_steps += 1;
     }
+    prefill_tokens = stats.prompt_tokens_computed_total;
+    collect();
+    if (!more) break;
   }
   return results;
 }

@@ -1,12 +1,11 @@
-// Runs a fixed set of requests to completion on a ModelRunner (one device, or a
-// tensor-parallel group): the prompts' prefill in chunks of at most max_prefill_tokens per
-// step (so a long prompt's depth bank never exists whole), then one decode step per token
-// for every unfinished sequence. This is the engine behind `attnres generate` and `attnres
-// bench latency`. Only the schedule is its own (all prefill first, so prefill and decode time
-// apart); each step goes through the server engine's pieces: build_step_batch (the batch),
-// ModelRunner::execute, and the OutputProcessor (sampler, stop checks, detokenizer). As in the
-// server, a failure in one sequence's output path ends that sequence with its error
-// (GenerationResult::error) and the others run on.
+// Runs a fixed set of requests to completion: the engine behind `attnres generate` and
+// `attnres bench latency`. It is a thin driver of the server's EngineCore, stepped on the
+// caller's thread (no engine thread): the requests are submitted together and every step is
+// EngineCore::step(), so the schedule (chunked prefill within max_prefill_tokens per step, then
+// one decode step per token), the output path (sampler, stop checks, detokenizer) and fault
+// isolation are the server's own. A failure in one sequence's output path ends that sequence
+// with its error (GenerationResult::error), exactly as a server request would end, and the
+// others run on.
 #pragma once
 
 #include <functional>
@@ -35,6 +34,9 @@ struct GenerationResult {
   std::string error;  // why the sequence's output path failed (sequence_output.h)
 };
 
+// Steps that computed prompt tokens count as prefill (when all prompts fit one step's budget,
+// that is the first step alone), the other steps as decode. prefill_tokens: prompt tokens
+// computed.
 struct GenerationTimings {
   double prefill_seconds = 0;
   double decode_seconds = 0;
@@ -46,7 +48,7 @@ struct OfflineGeneratorOptions {
   int num_kv_blocks = 0;  // the runner's cache, in blocks (blocks_needed() sizes it)
   int block_size = 16;
   int max_model_len = 0;          // prompt + max_tokens limit
-  int max_prefill_tokens = 8192;  // prompt tokens computed per prefill step
+  int max_prefill_tokens = 8192;  // tokens computed per step (the scheduler's token budget)
 };
 
 class OfflineGenerator {
@@ -57,12 +59,14 @@ class OfflineGenerator {
   // Throws attnres::Error for a request generate() would refuse (empty prompt, a token the
   // vocabulary cannot decode, bad sampling parameters, prompt + max_tokens > max_model_len).
   // Call it before sizing a cache with blocks_needed().
-  static void validate(const std::vector<GenerationRequest>& requests,
-                       const Vocabulary& vocabulary, int max_model_len);
+  static void validate(const std::vector<GenerationRequest>& requests, const Vocabulary& vocabulary,
+                       int max_model_len);
   // KV blocks a set of requests needs at most (each prompt plus its max_tokens).
   static int blocks_needed(const std::vector<GenerationRequest>& requests, int block_size);
 
   // Streaming hook: text that became final for request i (never part of a stop string).
+  // The prompts' prompt_logprobs and depth-attention requests are ignored (nothing reports
+  // them here).
   using TextCallback = std::function<void(size_t request, std::string_view delta)>;
   std::vector<GenerationResult> generate(const std::vector<GenerationRequest>& requests,
                                          const TextCallback& on_text = {},
@@ -75,7 +79,7 @@ class OfflineGenerator {
  private:
   ModelRunner& runner_;
   std::shared_ptr<const Tokenizer> tokenizer_;
-  OutputContext context_;  // vocabulary, eos ids
+  OutputContext context_;  // vocabulary, eos ids, fault hook: what the engine is built with
   OfflineGeneratorOptions options_;
 };
 

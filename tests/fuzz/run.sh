@@ -5,6 +5,9 @@
 # 1; the input that did it is kept in build-fuzz/findings/<fuzzer>/ (turn it into a
 # regression test: tests/fuzz/README.md).
 #   tests/fuzz/run.sh [SECONDS] [FUZZER...]      (all fuzzers when none is named)
+# ATTNRES_FUZZ_TIMEOUT (seconds, default 10) is the time one input may take before it counts as
+# a finding; raise it when the fuzzers share the cores with other work (a loaded machine makes
+# slow-but-fine inputs look like hangs).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 seconds=${1:-10}
@@ -28,9 +31,9 @@ for name in "${fuzzers[@]}"; do
   findings="$build/findings/$name"
   mkdir -p "$findings"
   log="$build/findings/$name.log"
-  # One process, no forking; a leak, a >10 s input or >2 GB is a finding too.
+  # One process, no forking; a leak, a slow input (ATTNRES_FUZZ_TIMEOUT) or >2 GB is a finding too.
   if "$build/tests/fuzz/$name" "$work" -max_total_time="$seconds" -print_final_stats=1 \
-      -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$findings/" >"$log" 2>&1; then
+      -timeout="${ATTNRES_FUZZ_TIMEOUT:-10}" -rss_limit_mb=2048 -artifact_prefix="$findings/" >"$log" 2>&1; then
     runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
     rate=$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
     echo "fuzz: $name: $runs executions in ${seconds}s ($rate/s), no finding"
