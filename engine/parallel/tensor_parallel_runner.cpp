@@ -7,16 +7,6 @@
 
 namespace attnres {
 
-struct TensorParallelRunner::Rank {
-  int index = 0;
-  const ModelWeights* full_weights = nullptr;  // during construction only
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<Communicator> comm;
-  std::unique_ptr<Transformer> model;
-  KvCache cache;
-  std::vector<float> gathered_host;  // rank 0: the all-gathered logit slices
-};
-
 TensorParallelRunner::TensorParallelRunner(const ModelConfig& config, const ModelWeights& weights,
                                            TensorParallelOptions options)
     : config_(config), options_(std::move(options)) {
@@ -25,13 +15,10 @@ TensorParallelRunner::TensorParallelRunner(const ModelConfig& config, const Mode
     throw Error("tensor parallelism needs a backend and a communicator factory");
   }
   if (options_.num_kv_blocks < 1) throw Error("tensor parallelism: no KV cache blocks");
+  ranks_.resize(options_.size);
   for (int r = 0; r < options_.size; ++r) {
-    auto rank = std::make_unique<Rank>();
-    rank->index = r;
-    rank->full_weights = &weights;
-    ranks_.push_back(std::move(rank));
+    threads_.emplace_back([this, r, &weights] { rank_main(r, &weights); });
   }
-  for (int r = 0; r < options_.size; ++r) threads_.emplace_back([this, r] { rank_main(r); });
   std::unique_lock lock(mutex_);
   changed_.wait(lock, [&] { return ready_ == options_.size; });
   if (!error_.empty()) {
@@ -57,35 +44,30 @@ void TensorParallelRunner::stop_threads() {
 
 const Transformer& TensorParallelRunner::rank_model(int rank) const {
   ATTNRES_CHECK(rank >= 0 && rank < size(), "rank out of range");
-  return *ranks_[rank]->model;
+  return ranks_[rank]->model();
 }
 
 std::string TensorParallelRunner::backend_name() const {
-  return ranks_[0]->backend->name() + " x" + std::to_string(size()) + " (" +
-         ranks_[0]->comm->name() + ")";
+  return ranks_[0]->backend().name() + " x" + std::to_string(size()) + " (" +
+         ranks_[0]->communicator().name() + ")";
 }
 
-void TensorParallelRunner::rank_main(int index) {
-  Rank& r = *ranks_[index];
+void TensorParallelRunner::rank_main(int index, const ModelWeights* full_weights) {
   // Construction, on this rank's thread.
   try {
-    const TensorParallelShard shard = shard_of(config_, index, options_.size);
-    r.backend = options_.make_backend(index);
-    r.comm = options_.make_communicator(index, *r.backend);
-    ATTNRES_CHECK(r.comm && r.comm->size() == options_.size && r.comm->rank() == index,
-                  "communicator of the wrong shape");
-    const ModelConfig local = local_config(config_, shard);
-    ParallelRole role;
-    role.comm = r.comm.get();
-    role.sequence_parallel_min_tokens = options_.sequence_parallel_min_tokens;
-    r.model = std::make_unique<Transformer>(local, shard_weights(*r.full_weights, config_, shard),
-                                            *r.backend, role);
-    r.cache = KvCache::allocate(*r.backend, local, options_.num_kv_blocks, options_.block_size);
+    ShardRankOptions shard;
+    shard.rank = index;
+    shard.size = options_.size;
+    shard.num_kv_blocks = options_.num_kv_blocks;
+    shard.block_size = options_.block_size;
+    shard.sequence_parallel_min_tokens = options_.sequence_parallel_min_tokens;
+    ranks_[index] = std::make_unique<ShardRank>(
+        config_, *full_weights, shard, options_.make_backend(index),
+        [&](Backend& backend) { return options_.make_communicator(index, backend); });
   } catch (const std::exception& e) {
     std::lock_guard lock(mutex_);
     if (error_.empty()) error_ = "rank " + std::to_string(index) + ": " + e.what();
   }
-  r.full_weights = nullptr;
   uint64_t seen = 0;
   {
     std::lock_guard lock(mutex_);
@@ -100,11 +82,14 @@ void TensorParallelRunner::rank_main(int index) {
       if (stopping_) break;
       seen = step_generation_;
     }
+    ShardRank& r = *ranks_[index];
     try {
-      run_step(r);
+      const bool root = index == 0;
+      r.step(*batch_, logit_rows_, depth_rows_, root ? logits_ : nullptr,
+             root ? depth_weights_ : nullptr);
     } catch (const std::exception& e) {
       // Wake the ranks waiting for this one in a collective; keep the first cause.
-      if (r.comm) r.comm->abort("rank " + std::to_string(index) + " failed: " + e.what());
+      r.communicator().abort("rank " + std::to_string(index) + " failed: " + e.what());
       std::lock_guard lock(mutex_);
       if (error_.empty()) error_ = "rank " + std::to_string(index) + ": " + e.what();
     }
@@ -114,43 +99,8 @@ void TensorParallelRunner::rank_main(int index) {
     }
     changed_.notify_all();
   }
-  // Device memory is released on the thread (and so the device) that allocated it.
-  r.cache = KvCache{};
-  r.model.reset();
-  r.comm.reset();
-  r.backend.reset();
-}
-
-void TensorParallelRunner::run_step(Rank& r) {
-  const int64_t rows = static_cast<int64_t>(logit_rows_.size());
-  // Every rank computes the weights (under sequence parallelism each holds a slice of the
-  // rows, gathered in a collective); only rank 0 copies them to the host.
-  const DepthWeightsRequest depth{depth_rows_, r.index == 0 ? depth_weights_ : nullptr};
-  Tensor local =
-      r.model->forward(*batch_, r.cache, logit_rows_, depth_rows_.empty() ? nullptr : &depth);
-  if (rows == 0) return;
-  // The vocabulary-parallel LM head: every rank holds [rows, slice] logits of its slice.
-  const int P = options_.size;
-  const int64_t slice = local.dim(1);
-  Tensor gathered = r.backend->alloc({P * rows, slice}, DType::F32);
-  r.comm->all_gather(local, gathered);
-  if (r.index != 0) return;
-  r.gathered_host.resize(static_cast<size_t>(gathered.numel()));
-  r.backend->download(gathered, r.gathered_host.data());
-  // gathered is [P][rows][slice]; logits row i is rank 0's slice, rank 1's, ... with the
-  // padding of the last slices dropped.
-  const int64_t vocab = config_.vocab_size;
-  std::vector<float>& out = *logits_;
-  out.resize(static_cast<size_t>(rows * vocab));
-  for (int q = 0; q < P; ++q) {
-    const int64_t begin = std::min<int64_t>(vocab, q * slice);
-    const int64_t count = std::min<int64_t>(vocab, (q + 1) * slice) - begin;
-    if (count <= 0) continue;
-    for (int64_t i = 0; i < rows; ++i) {
-      std::memcpy(out.data() + i * vocab + begin, r.gathered_host.data() + (q * rows + i) * slice,
-                  static_cast<size_t>(count) * sizeof(float));
-    }
-  }
+  // Released on this thread (a CUDA rank's device memory on its own device).
+  ranks_[index].reset();
 }
 
 void TensorParallelRunner::execute(const StepBatch& batch, StepResult& result) {
@@ -183,7 +133,7 @@ void TensorParallelRunner::run(const BatchMeta& batch, std::span<const int32_t> 
 }
 
 DepthAttentionLayout TensorParallelRunner::depth_attention_layout() const {
-  return ranks_[0]->model->depth_attention_layout();
+  return ranks_[0]->model().depth_attention_layout();
 }
 
 }  // namespace attnres

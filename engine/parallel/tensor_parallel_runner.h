@@ -1,11 +1,8 @@
-// The ModelRunner for a model split across the P ranks of a tensor-parallel group
-// (engine/parallel/tensor_parallel.h says how it is split). Each rank has its own thread,
-// backend, communicator, Transformer over its weight slices and paged KV cache (its own KV
-// heads: the engine's block ids mean the same blocks on every rank). The engine thread
-// calls execute(); every rank runs the same step; the vocabulary-parallel LM head's slices
-// are all-gathered and rank 0's copy is unpacked into full-vocabulary logit rows on the host,
-// where the sampler and logprobs see exactly what a single device would produce (up to the
-// summation order of the all-reduces).
+// The ModelRunner for a model split across the P ranks of a tensor-parallel group whose ranks
+// are threads of this process (engine/parallel/tensor_parallel.h says how it is split). Each
+// rank is a ShardRank (shard_rank.h: backend, communicator, weight slices, KV cache, the step)
+// on its own thread. The engine thread calls execute(); every rank runs the same step; rank 0
+// returns the full-vocabulary logits. (One rank per process: process_runner.h.)
 //
 // Every rank builds its backend, weights and cache on its own thread (a CUDA rank's device
 // is current on that thread). A rank that throws aborts the group, so no rank waits forever
@@ -21,11 +18,11 @@
 #include <vector>
 
 #include "engine/core/backend.h"
-#include "engine/model/kv_cache.h"
 #include "engine/model/model_config.h"
 #include "engine/model/model_weights.h"
 #include "engine/model/transformer.h"
 #include "engine/parallel/communicator.h"
+#include "engine/parallel/shard_rank.h"
 #include "engine/sched/model_runner.h"
 
 namespace attnres {
@@ -65,17 +62,15 @@ class TensorParallelRunner : public ModelRunner {
   std::string backend_name() const;
 
  private:
-  struct Rank;
-  void rank_main(int rank);
+  void rank_main(int rank, const ModelWeights* full_weights);
   // One step for execute() (no depth rows: none computed).
   void run(const BatchMeta& batch, std::span<const int32_t> logit_rows, std::vector<float>& logits,
            std::span<const int32_t> depth_rows, std::vector<float>* depth_weights);
-  void run_step(Rank& r);
   void stop_threads();
 
   const ModelConfig config_;
   const TensorParallelOptions options_;
-  std::vector<std::unique_ptr<Rank>> ranks_;
+  std::vector<std::unique_ptr<ShardRank>> ranks_;  // each built and used on its own thread
 
   // The step being run (the engine thread writes it before bumping step_generation_).
   const BatchMeta* batch_ = nullptr;
