@@ -11,7 +11,8 @@ packages=(build-essential cmake ninja-build pkg-config git
           nlohmann-json3-dev libutf8proc-dev libgtest-dev libgmock-dev
           libcpp-httplib-dev libboost-dev libpng-dev libgrpc++-dev libprotobuf-dev
           protobuf-compiler
-          protobuf-compiler-grpc)
+          protobuf-compiler-grpc
+          libopenmpi-dev openmpi-bin)  # mpirun: one tensor-parallel rank per process
 # The fuzzers (tests/fuzz) build with Clang's libFuzzer runtime and OpenMP.
 test_packages=(clang libclang-rt-14-dev libomp-dev)
 

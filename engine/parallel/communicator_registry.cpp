@@ -11,6 +11,7 @@ namespace {
 struct Registry {
   std::mutex mutex;
   std::map<std::string, CommunicatorGroupFactory> factories;
+  std::map<std::string, ProcessCommunicatorFactory> process_factories;
 };
 
 Registry& registry() {
@@ -42,6 +43,31 @@ CommunicatorFactory make_communicator_group(const std::string& name, int size) {
   }
   if (!factory) throw Error("no tensor-parallel communicator for backend '" + name + "'");
   return factory(size);
+}
+
+void register_process_communicator(const std::string& name, ProcessCommunicatorFactory factory) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.process_factories[name] = std::move(factory);
+}
+
+bool has_process_communicator(const std::string& name) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  return r.process_factories.count(name) > 0;
+}
+
+std::unique_ptr<Communicator> make_process_communicator(const std::string& name,
+                                                        ProcessGroup& group, Backend& backend) {
+  ProcessCommunicatorFactory factory;
+  {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    auto it = r.process_factories.find(name);
+    if (it != r.process_factories.end()) factory = it->second;
+  }
+  if (!factory) throw Error("no multi-process communicator for backend '" + name + "'");
+  return factory(group, backend);
 }
 
 }  // namespace attnres

@@ -1,7 +1,8 @@
 // Tensor-parallel communicator groups by backend name ("cpu": the in-process group, ranks as
-// threads; "cuda": NCCL, one GPU per rank). Filled by the kernels/ libraries' registration
-// functions, like the backend registry (engine/core/backend_registry.h says why explicitly),
-// so engine/parallel builds a group for any backend without including kernels/.
+// threads; "cuda": NCCL, one GPU per rank), and the communicators of multi-process jobs. Filled by
+// the kernels/ libraries' registration functions, like the backend registry
+// (engine/core/backend_registry.h says why explicitly), so engine/parallel builds a group for any
+// backend without including kernels/.
 #pragma once
 
 #include <functional>
@@ -10,6 +11,7 @@
 
 #include "engine/core/backend.h"
 #include "engine/parallel/communicator.h"
+#include "engine/parallel/process_group.h"
 
 namespace attnres {
 
@@ -25,5 +27,15 @@ void register_communicator_group(const std::string& name, CommunicatorGroupFacto
 bool has_communicator_group(const std::string& name);
 // One group of `size` ranks for backend `name` (throws attnres::Error when none is registered).
 CommunicatorFactory make_communicator_group(const std::string& name, int size);
+
+// A communicator across the processes of a multi-process job (one rank per process) for
+// backend `name`'s tensors: "cpu" uses the group's host collectives (MPI), "cuda" NCCL
+// bootstrapped over the group. Called on the rank's thread after its backend exists.
+using ProcessCommunicatorFactory =
+    std::function<std::unique_ptr<Communicator>(ProcessGroup& group, Backend& backend)>;
+void register_process_communicator(const std::string& name, ProcessCommunicatorFactory factory);
+bool has_process_communicator(const std::string& name);
+std::unique_ptr<Communicator> make_process_communicator(const std::string& name,
+                                                        ProcessGroup& group, Backend& backend);
 
 }  // namespace attnres

@@ -20,7 +20,8 @@ ShardRank::ShardRank(const ModelConfig& config, const ModelWeights& full,
   ParallelRole role;
   role.comm = comm_.get();
   role.sequence_parallel_min_tokens = options_.sequence_parallel_min_tokens;
-  model_ = std::make_unique<Transformer>(local, shard_weights(full, config, shard), *backend_, role);
+  model_ =
+      std::make_unique<Transformer>(local, shard_weights(full, config, shard), *backend_, role);
   cache_ = KvCache::allocate(*backend_, local, options_.num_kv_blocks, options_.block_size);
 }
 
@@ -59,7 +60,8 @@ void ShardRank::step(const BatchMeta& batch, std::span<const int32_t> logit_rows
     const int64_t count = std::min<int64_t>(vocab, (q + 1) * slice) - begin;
     if (count <= 0) continue;
     for (int64_t i = 0; i < rows; ++i) {
-      std::memcpy(logits->data() + i * vocab + begin, gathered_host_.data() + (q * rows + i) * slice,
+      std::memcpy(logits->data() + i * vocab + begin,
+                  gathered_host_.data() + (q * rows + i) * slice,
                   static_cast<size_t>(count) * sizeof(float));
     }
   }

@@ -4,6 +4,7 @@
 #include "engine/core/error.h"
 #include "engine/model/kv_cache.h"
 #include "engine/parallel/communicator_registry.h"
+#include "engine/parallel/process_runner.h"
 #include "engine/parallel/tensor_parallel.h"
 #include "engine/parallel/tensor_parallel_runner.h"
 #include "engine/sched/tokenizer_text_decoder.h"
@@ -55,7 +56,70 @@ TensorParallelOptions parallel_options(const EngineArgs& args, int size, int num
   return options;
 }
 
+// The backend of this process's rank in a multi-process job (its share of the machine's cores,
+// or the GPU of its local rank).
+std::unique_ptr<Backend> process_rank_backend(const EngineArgs& args, const ProcessGroup& group) {
+  if (!has_process_communicator(args.device)) {
+    if (!has_backend(args.device)) throw_unknown_device(args.device);
+    throw Error("--device " + args.device +
+                ": this build has no multi-process communicator for it (mpirun)");
+  }
+  BackendOptions options;
+  options.threads = args.threads;
+  options.ranks_sharing_host = group.local_size();
+  options.device_index = group.local_rank();
+  options.batch_invariant = !args.fast_prefill;
+  return attnres::make_backend(args.device, options);
+}
+
+ShardRank::CommunicatorFactory process_communicator(const std::string& device,
+                                                    ProcessGroup& group) {
+  return [device, &group](Backend& backend) {
+    return make_process_communicator(device, group, backend);
+  };
+}
+
+std::unique_ptr<ModelExecution> make_process_execution(const EngineArgs& args,
+                                                       const LoadedModel& model, int num_kv_blocks,
+                                                       int block_size, ProcessGroup& group) {
+  if (args.tensor_parallel_size != group.size()) {
+    throw Error("--tensor-parallel-size " + std::to_string(args.tensor_parallel_size) +
+                ", but the launcher started " + std::to_string(group.size()) +
+                " processes (one rank each): pass --tensor-parallel-size " +
+                std::to_string(group.size()));
+  }
+  LoadMessage load;
+  load.args = args;
+  load.num_kv_blocks = num_kv_blocks;
+  load.block_size = block_size;
+  auto exec = std::make_unique<ModelExecution>();
+  exec->tensor_parallel_size = group.size();
+  auto runner = std::make_unique<ProcessGroupRunner>(group, load, model.config, model.weights,
+                                                     process_rank_backend(args, group),
+                                                     process_communicator(args.device, group));
+  exec->weight_bytes_per_rank = runner->shard().model().weight_bytes();
+  exec->description = runner->description();
+  exec->runner = std::move(runner);
+  return exec;
+}
+
 }  // namespace
+
+int run_process_rank(ProcessGroup& group) {
+  return run_process_worker(group, [&group](const LoadMessage& load) {
+    const LoadedModel model = load_model(load.args);
+    check_tensor_parallel(model.config, group.size());
+    ShardRankOptions options;
+    options.rank = group.rank();
+    options.size = group.size();
+    options.num_kv_blocks = load.num_kv_blocks;
+    options.block_size = load.block_size;
+    options.sequence_parallel_min_tokens = load.args.sequence_parallel_min_tokens;
+    return std::make_unique<ShardRank>(model.config, model.weights, options,
+                                       process_rank_backend(load.args, group),
+                                       process_communicator(load.args.device, group));
+  });
+}
 
 LoadedModel load_model(const EngineArgs& args) { return load_model_arg(args.model); }
 
@@ -93,6 +157,10 @@ std::unique_ptr<Backend> make_backend(const EngineArgs& args) {
 std::unique_ptr<ModelExecution> make_model_execution(const EngineArgs& args,
                                                      const LoadedModel& model, int num_kv_blocks,
                                                      int block_size) {
+  if (ProcessGroup* group = job_process_group()) {
+    tensor_parallel_size(args, model);  // the model's head counts, checked
+    return make_process_execution(args, model, num_kv_blocks, block_size, *group);
+  }
   auto exec = std::make_unique<ModelExecution>();
   exec->tensor_parallel_size = tensor_parallel_size(args, model);
   if (exec->tensor_parallel_size == 1) {

@@ -16,6 +16,7 @@
 #include "engine/core/backend.h"
 #include "engine/model/loaded_model.h"
 #include "engine/model/transformer.h"
+#include "engine/parallel/process_group.h"
 #include "engine/sched/engine_args.h"
 #include "engine/sched/engine_core.h"
 #include "engine/sched/model_runner.h"
@@ -48,10 +49,16 @@ int kv_blocks_for_budget(const EngineArgs& args, const LoadedModel& model, int b
 std::unique_ptr<Backend> make_backend(const EngineArgs& args);
 
 // Builds the backend(s), uploads or shards the weights and allocates `num_kv_blocks` blocks
-// of KV cache (per rank).
+// of KV cache (per rank). In a multi-process job (job_process_group(), started by mpirun) this
+// is rank 0's side: the runner drives the other processes' shards (process_runner.h), and
+// args.tensor_parallel_size must be the number of processes.
 std::unique_ptr<ModelExecution> make_model_execution(const EngineArgs& args,
                                                      const LoadedModel& model, int num_kv_blocks,
                                                      int block_size);
+
+// The other ranks' side of make_model_execution in a multi-process job: obeys rank 0 (loads
+// the shards it asks for, runs its steps) until it says Exit. Returns the process's exit status.
+int run_process_rank(ProcessGroup& group);
 
 // The serving engine's configuration: the KV cache sized from kv_cache_memory_bytes,
 // max_model_len resolved against the model and the cache, the scheduler limits validated, and

@@ -25,6 +25,9 @@ void register_cpu_backend() {
     auto group = InProcessGroup::create(size);
     return [group](int rank, Backend&) { return group->communicator(rank); };
   });
+  // One rank per process: the launcher's collectives on host memory (MPI).
+  register_process_communicator(
+      "cpu", [](ProcessGroup& group, Backend&) { return group.host_communicator(); });
 }
 
 }  // namespace attnres

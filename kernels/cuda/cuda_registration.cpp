@@ -24,6 +24,13 @@ void register_cuda_backend() {
     auto group = NcclGroup::create(devices);
     return [group](int rank, Backend& backend) { return group->communicator(rank, backend); };
   });
+  // One GPU per process of an mpirun job: NCCL bootstrapped over the job's group.
+  register_process_communicator("cuda", [](ProcessGroup& group, Backend& backend) {
+    auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+    if (!cuda) throw Error("NCCL needs the CUDA backend (--device cuda)");
+    return NcclGroup::create_for_process(group, cuda->device_index())
+        ->communicator(group.rank(), backend);
+  });
 #endif
 }
 

@@ -87,7 +87,9 @@ class NcclCommunicator : public Communicator {
     (void)why;
     // ncclCommAbort makes peers blocked in a collective with this rank return an error.
     if (!impl_.aborted.exchange(true)) {
-      for (ncclComm_t c : impl_.comms) ncclCommAbort(c);
+      for (ncclComm_t c : impl_.comms) {
+        if (c) ncclCommAbort(c);  // a process rank holds only its own
+      }
       impl_.comms.assign(impl_.comms.size(), nullptr);
     }
   }
@@ -112,6 +114,21 @@ std::shared_ptr<NcclGroup> NcclGroup::create(const std::vector<int>& devices) {
   impl->devices = devices;
   impl->comms.resize(devices.size());
   NCCL_CHECK(ncclCommInitAll(impl->comms.data(), static_cast<int>(devices.size()), devices.data()));
+  return std::shared_ptr<NcclGroup>(new NcclGroup(std::move(impl)));
+}
+
+std::shared_ptr<NcclGroup> NcclGroup::create_for_process(ProcessGroup& group, int device) {
+  ncclUniqueId id{};
+  if (group.rank() == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+  group.broadcast_bytes(&id, sizeof(id), 0);
+  auto impl = std::make_unique<Impl>();
+  impl->devices.assign(group.size(), -1);
+  impl->devices[group.rank()] = device;
+  impl->comms.assign(group.size(), nullptr);
+  if (cudaSetDevice(device) != cudaSuccess) {
+    throw Error("NCCL: cannot use device " + std::to_string(device));
+  }
+  NCCL_CHECK(ncclCommInitRank(&impl->comms[group.rank()], group.size(), id, group.rank()));
   return std::shared_ptr<NcclGroup>(new NcclGroup(std::move(impl)));
 }
 

@@ -1,7 +1,9 @@
 // The tensor-parallel group on GPUs: one NCCL communicator per rank, each rank a thread of this
 // process driving its own GPU through its CudaBackend (ncclCommInitAll: NCCL reaches every GPU
-// of the machine over NVLink / PCIe). Every collective is queued on the rank's backend stream,
-// so it orders with the kernels around it without host synchronisation.
+// of the machine over NVLink / PCIe), or one rank per process of an mpirun job
+// (create_for_process: the unique id broadcast over MPI, then ncclCommInitRank; NCCL reaches
+// GPUs of other machines over the network). Every collective is queued on the rank's backend
+// stream, so it orders with the kernels around it without host synchronisation.
 //
 // Part of attnres_kernels_cuda when NCCL is found (ATTNRES_HAVE_NCCL); register_cuda_backend()
 // registers it as the "cuda" communicator group (engine/parallel/communicator_registry.h), which
@@ -13,6 +15,7 @@
 
 #include "engine/core/backend.h"
 #include "engine/parallel/communicator.h"
+#include "engine/parallel/process_group.h"
 
 namespace attnres {
 
@@ -21,6 +24,11 @@ class NcclGroup : public std::enable_shared_from_this<NcclGroup> {
   // One communicator per device in `devices` (rank r drives devices[r]). Throws attnres::Error
   // naming the NCCL error.
   static std::shared_ptr<NcclGroup> create(const std::vector<int>& devices);
+  // This process's rank of a multi-process job (one GPU per process, process_group.h): rank 0
+  // makes the NCCL unique id, the group broadcasts it, and every rank joins with
+  // ncclCommInitRank on `device` (made current on the calling thread). Only communicator(
+  // group.rank(), ...) is valid on the result.
+  static std::shared_ptr<NcclGroup> create_for_process(ProcessGroup& group, int device);
   ~NcclGroup();
 
   int size() const;

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "engine/core/error.h"
+#include "engine/parallel/process_group.h"
 #include "engine/sched/engine_core.h"
 #include "engine/sched/model_execution.h"
 #include "server/cli/commands.h"
@@ -237,6 +238,15 @@ int run_serve(const std::vector<std::string>& args) {
     if (signal_number > 0) break;
     if (const EngineStats stats = engine.stats(); !stats.alive) {
       std::cerr << "attnres serve: error: the engine stopped after an error: " << stats.error
+                << "\nattnres serve: exiting with status 1 so that a supervisor restarts the "
+                   "server"
+                << std::endl;
+      break;
+    }
+    // Under mpirun: a rank that died or hangs while the engine is idle (a busy engine's step
+    // fails with the same reason, and the engine dies above).
+    if (const ProcessGroup* group = job_process_group(); group && !group->failure().empty()) {
+      std::cerr << "attnres serve: error: tensor parallelism: " << group->failure()
                 << "\nattnres serve: exiting with status 1 so that a supervisor restarts the "
                    "server"
                 << std::endl;

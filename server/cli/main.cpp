@@ -7,6 +7,7 @@
 #include "engine/core/error.h"
 #include "kernels/builtin_backends.h"
 #include "server/cli/commands.h"
+#include "server/cli/process_job.h"
 
 namespace {
 
@@ -32,19 +33,22 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   const std::vector<std::string> args(argv + 2, argv + argc);
   attnres::register_builtin_backends();  // --device cpu / cuda (engine/core/backend_registry.h)
-  try {
-    if (command == "serve") return attnres::cli::run_serve(args);
-    if (command == "generate") return attnres::cli::run_generate(args);
-    if (command == "inspect") return attnres::cli::run_inspect(args);
-    if (command == "logits") return attnres::cli::run_logits(args);
-    if (command == "bench") return attnres::cli::run_bench(args);
-    std::cerr << "attnres: unknown command '" << command << "'\n\n" << kUsage;
-    return 2;
-  } catch (const attnres::Error& e) {
-    std::cerr << "attnres " << command << ": error: " << e.what() << "\n";
-    return 1;
-  } catch (const std::exception& e) {
-    std::cerr << "attnres " << command << ": internal error: " << e.what() << "\n";
-    return 3;
-  }
+  // Under mpirun with several ranks, rank 0 runs the command and the others serve its shards.
+  return attnres::cli::run_in_process_job(command, [&]() -> int {
+    try {
+      if (command == "serve") return attnres::cli::run_serve(args);
+      if (command == "generate") return attnres::cli::run_generate(args);
+      if (command == "inspect") return attnres::cli::run_inspect(args);
+      if (command == "logits") return attnres::cli::run_logits(args);
+      if (command == "bench") return attnres::cli::run_bench(args);
+      std::cerr << "attnres: unknown command '" << command << "'\n\n" << kUsage;
+      return 2;
+    } catch (const attnres::Error& e) {
+      std::cerr << "attnres " << command << ": error: " << e.what() << "\n";
+      return 1;
+    } catch (const std::exception& e) {
+      std::cerr << "attnres " << command << ": internal error: " << e.what() << "\n";
+      return 3;
+    }
+  });
 }

@@ -26,7 +26,8 @@ def free_port() -> int:
 
 class ServerProcess:
     def __init__(self, attnres_bin: Path, *extra_args: str, env: dict | None = None,
-                 startup_timeout: float = 120.0, shutdown_timeout: float = 60.0):
+                 startup_timeout: float = 120.0, shutdown_timeout: float = 60.0,
+                 launcher: list[str] | None = None):
         if not Path(attnres_bin).exists():
             raise FileNotFoundError(f"attnres binary not found at {attnres_bin}: build first")
         self.http_port = free_port()
@@ -35,7 +36,8 @@ class ServerProcess:
         self.grpc_target = f"127.0.0.1:{self.grpc_port}"
         extra = [str(a) for a in extra_args]
         defaults = [] if "--kv-cache-memory" in extra else ["--kv-cache-memory", "256MiB"]
-        self.args = [str(attnres_bin), "serve", "--port", str(self.http_port), "--grpc-port",
+        # A launcher (mpirun ...) runs the binary as several processes.
+        self.args = [*(launcher or []), str(attnres_bin), "serve", "--port", str(self.http_port), "--grpc-port",
                      str(self.grpc_port), *defaults, *extra]
         # One engine thread by default: these tests check behaviour, not speed, and OpenMP's
         # spin-waiting collapses when a 2-core CI machine also runs the test clients.
