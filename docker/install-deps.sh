@@ -8,7 +8,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 
 packages=(build-essential cmake ninja-build pkg-config git
-          nlohmann-json3-dev libutf8proc-dev libgtest-dev libgmock-dev
+          nlohmann-json3-dev libutf8proc-dev libgtest-dev libgmock-dev libcli11-dev
           libcpp-httplib-dev libboost-dev libpng-dev libgrpc++-dev libprotobuf-dev
           protobuf-compiler
           protobuf-compiler-grpc

@@ -1,7 +1,8 @@
 // Command-line flags: each command declares its flags (name, whether it takes a value,
 // help text); parsing rejects unknown flags and missing values with a message naming them,
-// and --help is generated from the same table. Its own library (attnres_cli_flags, no
-// dependencies) because both the attnres and the attnres-client commands parse with it.
+// and --help is generated from the same table. Its own library (attnres_cli_flags) because both
+// the attnres and the attnres-client commands parse with it; CLI11 (libcli11-dev) does the
+// parsing inside flags.cpp, out of this header, and the messages and --help text are ours.
 #pragma once
 
 #include <map>
