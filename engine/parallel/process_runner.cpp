@@ -30,13 +30,27 @@ ProcessGroupRunner::ProcessGroupRunner(ProcessGroup& group, const LoadMessage& l
     throw;
   }
   // A collective waiting for a rank that died throws once the group has failed.
-  group_.set_failure_listener(
-      [comm = &shard_->communicator()](const std::string& why) { comm->abort(why); });
-  group_.barrier();
+  abort_target_->comm = &shard_->communicator();
+  group_.set_failure_listener([target = abort_target_](const std::string& why) {
+    std::lock_guard lock(target->mutex);
+    if (target->comm) target->comm->abort(why);
+  });
+  try {
+    group_.barrier();
+  } catch (...) {
+    stop_listening();
+    throw;
+  }
+}
+
+void ProcessGroupRunner::stop_listening() {
+  group_.set_failure_listener({});
+  std::lock_guard lock(abort_target_->mutex);  // waits for a call in flight
+  abort_target_->comm = nullptr;
 }
 
 ProcessGroupRunner::~ProcessGroupRunner() {
-  group_.set_failure_listener({});
+  stop_listening();
   if (!group_.failure().empty()) return;
   try {
     std::string unload = encode_simple(ControlKind::Unload);

@@ -45,8 +45,18 @@ class ProcessGroupRunner : public ModelRunner {
   std::string description() const;
 
  private:
+  // What the group's failure listener aborts (on the watchdog's thread): the shard's
+  // communicator while it exists. The mutex makes "unset, then destroy" safe against a call in
+  // flight.
+  struct AbortTarget {
+    std::mutex mutex;
+    Communicator* comm = nullptr;
+  };
+  void stop_listening();
+
   ProcessGroup& group_;
   const int vocab_size_;
+  std::shared_ptr<AbortTarget> abort_target_ = std::make_shared<AbortTarget>();
   std::unique_ptr<ShardRank> shard_;
   std::string message_;  // the step's encoding, its capacity reused
 };
