@@ -108,6 +108,11 @@ std::string MpiProcessGroup::describe(int rank) const {
 }
 
 void MpiProcessGroup::wait(MPI_Request& request, const std::atomic<bool>* aborted) const {
+  // Spin briefly (a collective between busy ranks completes within microseconds), then yield,
+  // then sleep with a growing pause: at most 100 us while the wait is young (a worker waiting
+  // for the next decode step must not add a millisecond to it), up to 1 ms once it has lasted
+  // 50 ms (an idle server's workers then use no core).
+  const Clock::time_point start = Clock::now();
   auto pause = std::chrono::microseconds(10);
   for (int polls = 0;; ++polls) {
     int done = 0;
@@ -115,15 +120,15 @@ void MpiProcessGroup::wait(MPI_Request& request, const std::atomic<bool>* aborte
     if (done) return;
     if (failed_.load()) throw Error(failure());
     if (aborted && aborted->load()) throw Error("the tensor-parallel group was aborted");
-    // Spin briefly (a step's collective usually completes within microseconds), then yield,
-    // then sleep with a growing pause: an idle rank waiting for the next step uses no core.
     if (polls < 2000) continue;
     if (polls < 4000) {
       std::this_thread::yield();
       continue;
     }
     std::this_thread::sleep_for(pause);
-    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(1));
+    const bool idle = Clock::now() - start > std::chrono::milliseconds(50);
+    pause = std::min<std::chrono::microseconds>(
+        pause * 2, idle ? std::chrono::microseconds(1000) : std::chrono::microseconds(100));
   }
 }
 

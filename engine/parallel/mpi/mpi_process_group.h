@@ -5,9 +5,10 @@
 // Three duplicates of MPI_COMM_WORLD keep the traffic apart: control (rank 0's messages to the
 // others), data (the host collectives of the CPU backend's communicator) and heartbeat (the
 // watchdog thread's; MPI_THREAD_MULTIPLE is required). Every wait polls its request with
-// MPI_Test, spinning briefly, then yielding, then sleeping up to a millisecond: an idle worker
-// costs nothing, more ranks than cores still make progress, and a wait gives up (throws) as soon
-// as the group has failed, which blocking MPI calls cannot.
+// MPI_Test, spinning briefly, then yielding, then sleeping (up to 100 us, up to 1 ms once the
+// wait has lasted 50 ms): an idle worker costs nothing, more ranks than cores still make
+// progress, and a wait gives up (throws) as soon as the group has failed, which blocking MPI
+// calls cannot.
 //
 // The watchdog: each rank sends a heartbeat every 200 ms (rank 0 to every rank, the others to
 // rank 0) carrying its status: empty, or the failure it reported. A peer whose heartbeat is
