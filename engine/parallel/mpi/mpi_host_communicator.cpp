@@ -26,6 +26,15 @@ void check(int rc, const char* what) {
   if (rc != MPI_SUCCESS) throw Error(std::string("MPI communicator: ") + what + " failed");
 }
 
+// dst[i] = addends[0][i] + addends[1][i] + ... in rank order; addends is [P][n].
+void sum_in_rank_order(const std::vector<float>& addends, int64_t n, int P, float* dst) {
+  for (int64_t i = 0; i < n; ++i) {
+    float acc = addends[i];
+    for (int q = 1; q < P; ++q) acc += addends[q * n + i];
+    dst[i] = acc;
+  }
+}
+
 }  // namespace
 
 MpiHostCommunicator::MpiHostCommunicator(MpiProcessGroup& group) : group_(group) {}
@@ -43,12 +52,7 @@ void MpiHostCommunicator::all_reduce_sum(Tensor& x) {
                        static_cast<int>(n), MPI_FLOAT, group_.data_comm(), &request),
         "MPI_Iallgather");
   group_.wait(request, &aborted_);
-  float* dst = x.ptr<float>();
-  for (int64_t i = 0; i < n; ++i) {
-    float acc = scratch_[i];
-    for (int q = 1; q < P; ++q) acc += scratch_[q * n + i];
-    dst[i] = acc;
-  }
+  sum_in_rank_order(scratch_, n, P, x.ptr<float>());
 }
 
 void MpiHostCommunicator::reduce_scatter_sum(const Tensor& in, Tensor& out) {
@@ -67,12 +71,7 @@ void MpiHostCommunicator::reduce_scatter_sum(const Tensor& in, Tensor& out) {
                       static_cast<int>(n), MPI_FLOAT, group_.data_comm(), &request),
         "MPI_Ialltoall");
   group_.wait(request, &aborted_);
-  float* dst = out.ptr<float>();
-  for (int64_t i = 0; i < n; ++i) {
-    float acc = scratch_[i];
-    for (int q = 1; q < P; ++q) acc += scratch_[q * n + i];
-    dst[i] = acc;
-  }
+  sum_in_rank_order(scratch_, n, P, out.ptr<float>());
 }
 
 void MpiHostCommunicator::all_gather(const Tensor& in, Tensor& out) {
