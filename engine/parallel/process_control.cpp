@@ -95,6 +95,7 @@ std::string encode_load(const LoadMessage& m) {
   w.put(static_cast<int32_t>(m.args.sequence_parallel_min_tokens));
   w.put(static_cast<int32_t>(m.num_kv_blocks));
   w.put(static_cast<int32_t>(m.block_size));
+  w.put(m.model_summary);
   return w.take();
 }
 
@@ -109,6 +110,7 @@ LoadMessage decode_load(const std::string& message) {
   m.args.sequence_parallel_min_tokens = r.get<int32_t>();
   m.num_kv_blocks = r.get<int32_t>();
   m.block_size = r.get<int32_t>();
+  m.model_summary = r.get_string();
   r.finish();
   return m;
 }

@@ -22,6 +22,9 @@ struct LoadMessage {
   EngineArgs args;  // model, device, threads, fast_prefill, tensor_parallel_size, sp tokens
   int num_kv_blocks = 0;
   int block_size = 16;
+  // Rank 0's ModelConfig::summary(): a rank that loads something else (another file at the
+  // same path on another machine) refuses to run with it instead of computing garbage.
+  std::string model_summary;
 };
 
 std::string encode_load(const LoadMessage& message);

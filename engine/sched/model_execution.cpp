@@ -92,6 +92,7 @@ std::unique_ptr<ModelExecution> make_process_execution(const EngineArgs& args,
   load.args = args;
   load.num_kv_blocks = num_kv_blocks;
   load.block_size = block_size;
+  load.model_summary = model.config.summary();
   auto exec = std::make_unique<ModelExecution>();
   exec->tensor_parallel_size = group.size();
   auto runner = std::make_unique<ProcessGroupRunner>(group, load, model.config, model.weights,
@@ -108,6 +109,11 @@ std::unique_ptr<ModelExecution> make_process_execution(const EngineArgs& args,
 int run_process_rank(ProcessGroup& group) {
   return run_process_worker(group, [&group](const LoadMessage& load) {
     const LoadedModel model = load_model(load.args);
+    if (model.config.summary() != load.model_summary) {
+      throw Error("it loaded '" + load.args.model + "' as " + model.config.summary() +
+                  ", but rank 0 runs " + load.model_summary +
+                  " (is the same model at the same path on every machine?)");
+    }
     check_tensor_parallel(model.config, group.size());
     ShardRankOptions options;
     options.rank = group.rank();

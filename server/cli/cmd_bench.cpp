@@ -71,8 +71,9 @@ LatencyResult bench_one(const std::string& model_arg, const Flags& flags, double
       random_requests(batch, input_len, output_len, vocab, 0);
   OfflineGenerator::validate(shape, model.vocabulary(), options.max_model_len);
   options.num_kv_blocks = OfflineGenerator::blocks_needed(shape, options.block_size);
-  auto exec = make_model_execution(engine_args_from_flags(flags), model, options.num_kv_blocks,
-                                   options.block_size);
+  EngineArgs args = engine_args_from_flags(flags);
+  args.model = model_arg;  // --model repeats: this run's (what other ranks load under mpirun)
+  auto exec = make_model_execution(args, model, options.num_kv_blocks, options.block_size);
   OfflineGenerator generator(*exec->runner, model.tokenizer, model.eos_token_ids(), options);
   std::vector<double> prefill, decode;
   for (int it = 0; it < warmup + iters; ++it) {

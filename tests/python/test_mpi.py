@@ -106,6 +106,23 @@ def test_a_size_that_is_not_the_number_of_processes_is_refused(attnres_bin):
             "pass --tensor-parallel-size 2") in proc.stderr
 
 
+def test_a_rank_that_loads_another_model_refuses_it(attnres_bin, checkpoint, tmp_path):
+    """The same relative path names different checkpoints in the two ranks' working directories
+    (as the same path on two machines can): rank 1 must refuse, and rank 0 say why."""
+    for rank_dir, variant in (("a", "attnres_block"), ("b", "attnres_full")):
+        (tmp_path / rank_dir).mkdir()
+        shutil.copytree(checkpoint(variant), tmp_path / rank_dir / "m")
+    args = [str(attnres_bin), "generate", "--model", "m", "--tensor-parallel-size", "2",
+            "--max-tokens", "2"]
+    cmd = [*mpirun(1), "--wdir", str(tmp_path / "a"), *args, ":", "-np", "1", "--wdir",
+           str(tmp_path / "b"), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=mpirun_env())
+    assert proc.returncode != 0
+    assert "rank 1 (pid " in proc.stderr and "could not load its shard: it loaded 'm' as" in \
+        proc.stderr, proc.stderr[-3000:]
+    assert "is the same model at the same path on every machine?" in proc.stderr
+
+
 def serve_args():
     return ("--tensor-parallel-size", "2", "--max-num-batched-tokens", "64")
 

@@ -55,6 +55,7 @@ TEST(ProcessControl, LoadRoundTrips) {
   load.args.sequence_parallel_min_tokens = 0;
   load.num_kv_blocks = 12345;
   load.block_size = 32;
+  load.model_summary = "qwen3_attnres (attnres block) layers=4 hidden=64";
   const LoadMessage got = decode_load(encode_load(load));
   EXPECT_EQ(got.args.model, load.args.model);
   EXPECT_EQ(got.args.device, load.args.device);
@@ -64,6 +65,7 @@ TEST(ProcessControl, LoadRoundTrips) {
   EXPECT_EQ(got.args.sequence_parallel_min_tokens, 0);
   EXPECT_EQ(got.num_kv_blocks, 12345);
   EXPECT_EQ(got.block_size, 32);
+  EXPECT_EQ(got.model_summary, load.model_summary);
 }
 
 TEST(ProcessControl, SimpleMessagesCarryOnlyTheirKind) {
