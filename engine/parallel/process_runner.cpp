@@ -93,6 +93,10 @@ int run_process_worker(ProcessGroup& group, const ShardLoader& load) {
   std::unique_ptr<ShardRank> shard;
   StepBatch step;
   std::string message;
+  // After this rank failed it computes nothing more: it keeps its heartbeat (which carries the
+  // failure to rank 0) until rank 0 ends the job, instead of leaving first (an MPI job that
+  // loses a process may be torn down before rank 0 has told its clients why).
+  bool failed = false;
   try {
     for (;;) {
       group.broadcast_control(message);
@@ -102,27 +106,30 @@ int run_process_worker(ProcessGroup& group, const ShardLoader& load) {
           try {
             shard = load(decode_load(message));
           } catch (const std::exception& e) {
-            // Rank 0's barrier fails with this reason; wait for its Unload or Exit.
+            // Rank 0's barrier fails with this reason.
             group.report_failure(me + " could not load its shard: " + e.what());
+            failed = true;
             continue;
           }
           group.barrier();
           break;
         case ControlKind::Step:
+          if (failed) continue;
           decode_step(message, step);
-          if (!shard) throw Error("a step before any Load");
           try {
+            if (!shard) throw Error("a step before any Load");
             shard->step(step.meta, step.logit_rows, step.depth_rows, nullptr, nullptr);
           } catch (const std::exception& e) {
+            // Rank 0's collectives fail with this reason once the group has it.
             group.report_failure(me + " failed: " + e.what());
-            throw;
+            failed = true;
           }
           break;
         case ControlKind::Unload:
           shard.reset();
           break;
         case ControlKind::Exit:
-          return 0;
+          return failed ? 1 : 0;
       }
     }
   } catch (const std::exception& e) {

@@ -140,12 +140,12 @@ LoadMessage load_message(int size, int sp_min_tokens) {
 
 // Rank r's loader, as model_execution's run_process_rank builds one: the shard of the same
 // model on a CPU backend, with the job's host communicator.
-ShardLoader loader_of_rank(FakeJob& job, int rank) {
-  return [&job, rank](const LoadMessage& load) {
+ShardLoader loader_of_rank(FakeJob& job, int rank, int num_kv_blocks = 0) {
+  return [&job, rank, num_kv_blocks](const LoadMessage& load) {
     ShardRankOptions options;
     options.rank = rank;
     options.size = job.size;
-    options.num_kv_blocks = load.num_kv_blocks;
+    options.num_kv_blocks = num_kv_blocks > 0 ? num_kv_blocks : load.num_kv_blocks;
     options.block_size = load.block_size;
     options.sequence_parallel_min_tokens = load.args.sequence_parallel_min_tokens;
     return std::make_unique<ShardRank>(
@@ -250,6 +250,27 @@ TEST(ProcessGroupRunner, AGroupFailureFailsTheNextStepNamingTheRank) {
               "tensor parallelism: rank 1 (thread 1) has not answered for 5 s: it died or hangs");
   }
   runner.reset();  // sends nothing: the group failed
+  workers.join();
+  EXPECT_EQ(workers.status[1], 1);
+}
+
+TEST(ProcessGroupRunner, AWorkerWhoseStepFailsFailsRankZerosStepWithItsReason) {
+  FakeJob job(2);
+  FakeProcessGroup rank0(job, 0);
+  // Rank 1's cache is one block: the 40-token prefill's KV slots overflow it there only.
+  RankedWorkers workers(job, [&job](int r) { return loader_of_rank(job, r, 1); });
+  auto runner = rank0_runner(job, rank0, 0);
+  const std::vector<int32_t> ids = test::random_ids(kTokens, config().vocab_size, 4);
+  try {
+    test::run_prefill_then_decode(*runner, ids, kPrefill, kBlockSize);
+    FAIL() << "expected rank 1's failure";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor parallelism: rank 1 (thread 1) failed: "),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("out of range"), std::string::npos) << e.what();
+  }
+  runner.reset();
   workers.join();
   EXPECT_EQ(workers.status[1], 1);
 }
