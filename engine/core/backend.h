@@ -34,7 +34,8 @@ struct BatchMeta {
   int num_seqs() const { return static_cast<int>(context_len.size()); }
 };
 
-// One layer's paged KV cache: K and V are [num_blocks, block_size, num_kv_heads, head_dim].
+// One layer's paged KV cache: K and V are [num_blocks, block_size, num_kv_heads, head_dim],
+// F32 or BF16 (KvCache::allocate asks Backend::supports_kv_dtype first).
 struct KvCacheLayer {
   Tensor k;
   Tensor v;
@@ -56,6 +57,9 @@ class Backend {
   virtual ~Backend() = default;
   virtual Device device() const = 0;
   virtual std::string name() const = 0;
+  // Whether store_kv / attention take a KV cache of this dtype. Every backend takes F32; the
+  // CPU also BF16 (K/V rounded to nearest even when stored, widened in registers when read).
+  virtual bool supports_kv_dtype(DType dtype) const { return dtype == DType::F32; }
 
   // --- memory ---
   // A zero-filled tensor on this backend's device.
@@ -95,8 +99,9 @@ class Backend {
                             const Tensor* k_gain, float eps, const Tensor& inv_freq,
                             const BatchMeta& batch) = 0;
 
-  // Write this step's k, v [T, Hkv * hd] into the cache at batch.slot_mapping. Every slot
-  // must lie inside the cache (there is no padding slot).
+  // Write this step's k, v [T, Hkv * hd] (f32) into the cache at batch.slot_mapping, converted
+  // to the cache's dtype (bf16: round to nearest even). Every slot must lie inside the cache
+  // (there is no padding slot).
   virtual void store_kv(const Tensor& k, const Tensor& v, const BatchMeta& batch,
                         KvCacheLayer& cache) = 0;
 

@@ -11,6 +11,7 @@ namespace {
 struct Registry {
   std::mutex mutex;
   std::map<std::string, BackendFactory> factories;
+  std::map<std::string, BackendTraits> traits;
 };
 
 // A function-local static: initialised on first use, whatever the order of static
@@ -28,10 +29,26 @@ std::string joined(const std::vector<std::string>& names) {
 
 }  // namespace
 
-void register_backend(const std::string& name, BackendFactory factory) {
+void register_backend(const std::string& name, BackendFactory factory, BackendTraits traits) {
+  if (traits.display_name.empty()) traits.display_name = name;
+  if (!traits.supports_kv_dtype) {
+    traits.supports_kv_dtype = [](DType dtype) { return dtype == DType::F32; };
+  }
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   r.factories[name] = std::move(factory);
+  r.traits[name] = std::move(traits);
+}
+
+BackendTraits backend_traits(const std::string& name) {
+  {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    auto it = r.traits.find(name);
+    if (it != r.traits.end()) return it->second;
+  }
+  throw Error("no backend named '" + name + "' (registered: " + joined(registered_backends()) +
+              ")");
 }
 
 bool has_backend(const std::string& name) {

@@ -4,30 +4,52 @@
 
 namespace attnres {
 
-size_t KvCache::bytes_per_block(const ModelConfig& config, int block_size) {
+size_t KvCache::bytes_per_block(const ModelConfig& config, int block_size, DType dtype) {
   return 2ull * config.num_layers * block_size * config.num_kv_heads * config.head_dim *
-         dtype_size(DType::F32);
+         dtype_size(dtype);
 }
 
-int KvCache::blocks_for_budget(const ModelConfig& config, int block_size, size_t budget_bytes) {
-  return static_cast<int>(budget_bytes / bytes_per_block(config, block_size));
+int KvCache::blocks_for_budget(const ModelConfig& config, int block_size, size_t budget_bytes,
+                               DType dtype) {
+  return static_cast<int>(budget_bytes / bytes_per_block(config, block_size, dtype));
 }
 
 KvCache KvCache::allocate(Backend& backend, const ModelConfig& config, int num_blocks,
-                          int block_size) {
+                          int block_size, DType dtype) {
   if (num_blocks <= 0 || block_size <= 0) {
     throw Error("KV cache needs at least one block (got " + std::to_string(num_blocks) +
                 " blocks of " + std::to_string(block_size) + " tokens)");
   }
+  if (!backend.supports_kv_dtype(dtype)) {
+    throw Error("KV cache: the " + backend.name() + " backend has no " +
+                kv_cache_dtype_name(dtype) + " KV cache");
+  }
   KvCache cache;
   cache.num_blocks = num_blocks;
   cache.block_size = block_size;
+  cache.dtype = dtype;
   Shape shape{num_blocks, block_size, config.num_kv_heads, config.head_dim};
   for (int i = 0; i < config.num_layers; ++i) {
-    cache.layers.push_back(
-        KvCacheLayer{backend.alloc(shape, DType::F32), backend.alloc(shape, DType::F32)});
+    cache.layers.push_back(KvCacheLayer{backend.alloc(shape, dtype), backend.alloc(shape, dtype)});
   }
   return cache;
+}
+
+DType kv_cache_dtype_from_name(const std::string& name) {
+  if (name == "float32") return DType::F32;
+  if (name == "bfloat16") return DType::BF16;
+  throw Error("--kv-cache-dtype: '" + name + "' is not one of auto, bfloat16, float32");
+}
+
+std::string kv_cache_dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::F32:
+      return "float32";
+    case DType::BF16:
+      return "bfloat16";
+    default:
+      return std::string(dtype_name(dtype));
+  }
 }
 
 }  // namespace attnres

@@ -88,6 +88,7 @@ ModelWeights make_random_weights(const ModelConfig& c, const RandomWeightOptions
   const int64_t q_width = c.num_heads * hd, kv_width = c.num_kv_heads * hd;
   const float in_std = 1.0f / std::sqrt(static_cast<float>(d));
   ModelWeights w;
+  w.dtype = options.dtype;
   w.embed_tokens = fill.make({c.vocab_size, d}, 1.0f);
   for (int i = 0; i < c.num_layers; ++i) {
     LayerWeights l;

@@ -19,7 +19,9 @@ namespace attnres {
 enum class ControlKind : uint8_t { Load = 1, Step = 2, Unload = 3, Exit = 4 };
 
 struct LoadMessage {
-  EngineArgs args;  // model, device, threads, fast_prefill, tensor_parallel_size, sp tokens
+  // model, device, threads, fast_prefill, tensor_parallel_size, sp tokens, kv_cache_dtype
+  // (resolved by rank 0: never "auto")
+  EngineArgs args;
   int num_kv_blocks = 0;
   int block_size = 16;
   // Rank 0's ModelConfig::summary(): a rank that loads something else (another file at the

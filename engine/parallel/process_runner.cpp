@@ -19,6 +19,7 @@ ProcessGroupRunner::ProcessGroupRunner(ProcessGroup& group, const LoadMessage& l
   options.size = group_.size();
   options.num_kv_blocks = load.num_kv_blocks;
   options.block_size = load.block_size;
+  options.kv_cache_dtype = kv_cache_dtype_from_name(load.args.kv_cache_dtype);
   options.sequence_parallel_min_tokens = load.args.sequence_parallel_min_tokens;
   try {
     shard_ = std::make_unique<ShardRank>(config, weights, options, std::move(backend),

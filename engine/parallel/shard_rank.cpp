@@ -22,7 +22,8 @@ ShardRank::ShardRank(const ModelConfig& config, const ModelWeights& full,
   role.sequence_parallel_min_tokens = options_.sequence_parallel_min_tokens;
   model_ =
       std::make_unique<Transformer>(local, shard_weights(full, config, shard), *backend_, role);
-  cache_ = KvCache::allocate(*backend_, local, options_.num_kv_blocks, options_.block_size);
+  cache_ = KvCache::allocate(*backend_, local, options_.num_kv_blocks, options_.block_size,
+                             options_.kv_cache_dtype);
 }
 
 ShardRank::~ShardRank() {

@@ -28,6 +28,7 @@ struct ShardRankOptions {
   int size = 1;
   int num_kv_blocks = 0;
   int block_size = 16;
+  DType kv_cache_dtype = DType::F32;       // F32, or BF16 where the backend takes it
   int sequence_parallel_min_tokens = 128;  // prefill steps with this many tokens run SP (0: never)
 };
 

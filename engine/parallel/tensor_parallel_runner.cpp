@@ -60,6 +60,7 @@ void TensorParallelRunner::rank_main(int index, const ModelWeights* full_weights
     shard.size = options_.size;
     shard.num_kv_blocks = options_.num_kv_blocks;
     shard.block_size = options_.block_size;
+    shard.kv_cache_dtype = options_.kv_cache_dtype;
     shard.sequence_parallel_min_tokens = options_.sequence_parallel_min_tokens;
     ranks_[index] = std::make_unique<ShardRank>(
         config_, *full_weights, shard, options_.make_backend(index),

@@ -19,6 +19,10 @@ struct EngineArgs {
   bool fast_prefill = false;     // --fast-prefill: the CPU's packed-GEMM prefill
   int tensor_parallel_size = 1;  // --tensor-parallel-size
   int sequence_parallel_min_tokens = 128;  // --sequence-parallel-min-tokens (0 = never)
+  // --kv-cache-dtype: "auto" | "bfloat16" | "float32". auto = bfloat16 when the checkpoint's
+  // weights are bf16 and the backend's attention reads a bf16 cache, else float32
+  // (model_execution.h: kv_cache_dtype).
+  std::string kv_cache_dtype = "auto";
 
   // --- the serving engine (attnres serve) ---
   size_t kv_cache_memory_bytes = size_t{1} << 30;  // --kv-cache-memory, per rank

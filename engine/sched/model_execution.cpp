@@ -31,7 +31,7 @@ ModelConfig rank_config(const EngineArgs& args, const LoadedModel& model) {
 }
 
 TensorParallelOptions parallel_options(const EngineArgs& args, int size, int num_kv_blocks,
-                                       int block_size) {
+                                       int block_size, DType kv_dtype) {
   if (!has_communicator_group(args.device)) {
     if (args.device == "cuda") {
       throw Error("--tensor-parallel-size with --device cuda needs a build with CUDA and NCCL");
@@ -42,6 +42,7 @@ TensorParallelOptions parallel_options(const EngineArgs& args, int size, int num
   options.size = size;
   options.num_kv_blocks = num_kv_blocks;
   options.block_size = block_size;
+  options.kv_cache_dtype = kv_dtype;
   options.sequence_parallel_min_tokens = args.sequence_parallel_min_tokens;
   BackendOptions backend;
   backend.threads = args.threads;
@@ -90,11 +91,14 @@ std::unique_ptr<ModelExecution> make_process_execution(const EngineArgs& args,
   }
   LoadMessage load;
   load.args = args;
+  // Every rank allocates what rank 0 sized: send the resolved dtype, not "auto".
+  load.args.kv_cache_dtype = kv_cache_dtype_name(kv_cache_dtype(args, model));
   load.num_kv_blocks = num_kv_blocks;
   load.block_size = block_size;
   load.model_summary = model.config.summary();
   auto exec = std::make_unique<ModelExecution>();
   exec->tensor_parallel_size = group.size();
+  exec->kv_cache_dtype = kv_cache_dtype_from_name(load.args.kv_cache_dtype);
   auto runner = std::make_unique<ProcessGroupRunner>(group, load, model.config, model.weights,
                                                      process_rank_backend(args, group),
                                                      process_communicator(args.device, group));
@@ -120,6 +124,7 @@ int run_process_rank(ProcessGroup& group) {
     options.size = group.size();
     options.num_kv_blocks = load.num_kv_blocks;
     options.block_size = load.block_size;
+    options.kv_cache_dtype = kv_cache_dtype(load.args, model);
     options.sequence_parallel_min_tokens = load.args.sequence_parallel_min_tokens;
     return std::make_unique<ShardRank>(model.config, model.weights, options,
                                        process_rank_backend(load.args, group),
@@ -137,13 +142,34 @@ int tensor_parallel_size(const EngineArgs& args, const LoadedModel& model) {
   return args.tensor_parallel_size;
 }
 
+DType kv_cache_dtype(const EngineArgs& args, const LoadedModel& model) {
+  const std::string& name = args.kv_cache_dtype;
+  if (name != "auto" && name != "float32" && name != "bfloat16") {
+    throw Error("--kv-cache-dtype: '" + name + "' is not one of auto, bfloat16, float32");
+  }
+  if (!has_backend(args.device)) return name == "bfloat16" ? DType::BF16 : DType::F32;
+  const BackendTraits traits = backend_traits(args.device);
+  if (name == "auto") {
+    return model.weights.dtype == DType::BF16 && traits.supports_kv_dtype(DType::BF16) ? DType::BF16
+                                                                                       : DType::F32;
+  }
+  const DType dtype = kv_cache_dtype_from_name(name);
+  if (!traits.supports_kv_dtype(dtype)) {
+    throw Error("--kv-cache-dtype " + name + ": the " + traits.display_name +
+                " backend's attention reads an f32 cache (not yet bf16)");
+  }
+  return dtype;
+}
+
 size_t kv_bytes_per_block(const EngineArgs& args, const LoadedModel& model, int block_size) {
-  return KvCache::bytes_per_block(rank_config(args, model), block_size);
+  return KvCache::bytes_per_block(rank_config(args, model), block_size,
+                                  kv_cache_dtype(args, model));
 }
 
 int kv_blocks_for_budget(const EngineArgs& args, const LoadedModel& model, int block_size,
                          size_t budget_bytes) {
-  return KvCache::blocks_for_budget(rank_config(args, model), block_size, budget_bytes);
+  return KvCache::blocks_for_budget(rank_config(args, model), block_size, budget_bytes,
+                                    kv_cache_dtype(args, model));
 }
 
 std::unique_ptr<Backend> make_backend(const EngineArgs& args) {
@@ -169,18 +195,20 @@ std::unique_ptr<ModelExecution> make_model_execution(const EngineArgs& args,
   }
   auto exec = std::make_unique<ModelExecution>();
   exec->tensor_parallel_size = tensor_parallel_size(args, model);
+  exec->kv_cache_dtype = kv_cache_dtype(args, model);
   if (exec->tensor_parallel_size == 1) {
     exec->backend = make_backend(args);
     exec->transformer = std::make_unique<Transformer>(model.config, model.weights, *exec->backend);
-    exec->runner =
-        std::make_unique<TransformerRunner>(*exec->transformer, num_kv_blocks, block_size);
+    exec->runner = std::make_unique<TransformerRunner>(*exec->transformer, num_kv_blocks,
+                                                       block_size, exec->kv_cache_dtype);
     exec->weight_bytes_per_rank = exec->transformer->weight_bytes();
     exec->description = exec->backend->name();
     return exec;
   }
   auto runner = std::make_unique<TensorParallelRunner>(
       model.config, model.weights,
-      parallel_options(args, exec->tensor_parallel_size, num_kv_blocks, block_size));
+      parallel_options(args, exec->tensor_parallel_size, num_kv_blocks, block_size,
+                       exec->kv_cache_dtype));
   exec->weight_bytes_per_rank = runner->rank_model(0).weight_bytes();
   exec->description = runner->backend_name();
   exec->runner = std::move(runner);

@@ -28,8 +28,9 @@ struct ModelExecution {
   std::unique_ptr<Transformer> transformer;  // single device only
   std::unique_ptr<ModelRunner> runner;
   int tensor_parallel_size = 1;
-  size_t weight_bytes_per_rank = 0;  // what one rank's decode step reads
-  std::string description;           // for logs: "cpu (2 threads)", "cpu x2 (in-process)"
+  DType kv_cache_dtype = DType::F32;  // what the KV cache holds (kv_cache_dtype below)
+  size_t weight_bytes_per_rank = 0;   // what one rank's decode step reads
+  std::string description;            // for logs: "cpu (2 threads)", "cpu x2 (in-process)"
 };
 
 // The model named by args.model (a directory, builtin:NAME, or the demo model when empty).
@@ -39,7 +40,14 @@ LoadedModel load_model(const EngineArgs& args);
 // sequence_parallel_min_tokens >= 0, an error with one rank too).
 int tensor_parallel_size(const EngineArgs& args, const LoadedModel& model);
 
-// Bytes one KV block takes on one rank (a rank caches only its KV heads).
+// The KV cache dtype of args.kv_cache_dtype: "float32" -> F32, "bfloat16" -> BF16, "auto" ->
+// BF16 when the model's weights are bf16 and args.device's backend takes a bf16 cache
+// (BackendTraits::supports_kv_dtype), else F32. Throws for an explicit dtype the backend does
+// not take, or an unknown name.
+DType kv_cache_dtype(const EngineArgs& args, const LoadedModel& model);
+
+// Bytes one KV block takes on one rank (a rank caches only its KV heads), in
+// kv_cache_dtype(args, model).
 size_t kv_bytes_per_block(const EngineArgs& args, const LoadedModel& model, int block_size);
 // KV cache blocks that fit in `budget_bytes` per rank.
 int kv_blocks_for_budget(const EngineArgs& args, const LoadedModel& model, int block_size,

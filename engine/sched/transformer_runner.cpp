@@ -2,9 +2,11 @@
 
 namespace attnres {
 
-TransformerRunner::TransformerRunner(Transformer& model, int num_blocks, int block_size)
+TransformerRunner::TransformerRunner(Transformer& model, int num_blocks, int block_size,
+                                     DType kv_dtype)
     : model_(model),
-      cache_(KvCache::allocate(model.backend(), model.config(), num_blocks, block_size)) {}
+      cache_(KvCache::allocate(model.backend(), model.config(), num_blocks, block_size, kv_dtype)) {
+}
 
 int TransformerRunner::vocab_size() const { return model_.config().vocab_size; }
 

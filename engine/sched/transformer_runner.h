@@ -12,7 +12,9 @@ class TransformerRunner : public ModelRunner {
  public:
   // Allocates num_blocks blocks of block_size tokens on the model's backend; give the engine
   // the same numbers (EngineConfig::num_kv_blocks / block_size).
-  TransformerRunner(Transformer& model, int num_blocks, int block_size);
+  // kv_dtype: F32, or BF16 where the backend takes it (KvCache::allocate).
+  TransformerRunner(Transformer& model, int num_blocks, int block_size,
+                    DType kv_dtype = DType::F32);
 
   int vocab_size() const override;
   void execute(const StepBatch& batch, StepResult& result) override;

@@ -31,6 +31,11 @@ class CpuBackend : public Backend {
 
   Device device() const override { return Device::CPU; }
   std::string name() const override;
+  // F32 and BF16 (store_kv rounds to nearest even; attention widens in registers).
+  static bool kv_dtype_supported(DType dtype) {
+    return dtype == DType::F32 || dtype == DType::BF16;
+  }
+  bool supports_kv_dtype(DType dtype) const override { return kv_dtype_supported(dtype); }
   int num_threads() const { return threads_; }
 
   Tensor alloc(const Shape& shape, DType dtype) override;

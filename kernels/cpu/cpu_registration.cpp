@@ -12,15 +12,18 @@
 namespace attnres {
 
 void register_cpu_backend() {
-  register_backend("cpu", [](const BackendOptions& options) {
-    int threads = options.threads;
-    if (options.ranks_sharing_host > 1) {
-      // The ranks of one group split the cores (or --threads) evenly, at least one each.
-      const int total = threads > 0 ? threads : omp_get_max_threads();
-      threads = std::max(1, total / options.ranks_sharing_host);
-    }
-    return make_cpu_backend(threads, options.batch_invariant);
-  });
+  register_backend(
+      "cpu",
+      [](const BackendOptions& options) {
+        int threads = options.threads;
+        if (options.ranks_sharing_host > 1) {
+          // The ranks of one group split the cores (or --threads) evenly, at least one each.
+          const int total = threads > 0 ? threads : omp_get_max_threads();
+          threads = std::max(1, total / options.ranks_sharing_host);
+        }
+        return make_cpu_backend(threads, options.batch_invariant);
+      },
+      BackendTraits{"CPU", &CpuBackend::kv_dtype_supported});
   register_communicator_group("cpu", [](int size) -> CommunicatorFactory {
     auto group = InProcessGroup::create(size);
     return [group](int rank, Backend&) { return group->communicator(rank); };

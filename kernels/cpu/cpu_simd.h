@@ -137,6 +137,23 @@ inline float dot_f32(const float* a, const float* b, int64_t n) {
   return s;
 }
 
+// sum_i a[i] * b[i] with b stored as W (f32 or bf16, e.g. a KV cache row), widened in
+// registers. The same loop structure as dot_f32, so with W = BF16 the result is bit-identical
+// to dot_f32 over b already widened to f32.
+template <DType W>
+inline float dot_w(const float* a, const StoredT<W>* b, int64_t n) {
+  VecF acc0 = vzero(), acc1 = vzero();
+  int64_t i = 0;
+  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
+    acc0 = vfma(vload(a + i), vload_w<W>(b + i), acc0);
+    acc1 = vfma(vload(a + i + kLanes), vload_w<W>(b + i + kLanes), acc1);
+  }
+  for (; i + kLanes <= n; i += kLanes) acc0 = vfma(vload(a + i), vload_w<W>(b + i), acc0);
+  float s = hsum(vadd(acc0, acc1));
+  for (; i < n; ++i) s += a[i] * load_scalar<W>(b + i);
+  return s;
+}
+
 // sum_i a[i]^2 over n f32 values.
 inline float sum_squares_f32(const float* a, int64_t n) { return dot_f32(a, a, n); }
 
@@ -147,6 +164,17 @@ inline void scale_add_f32(float* y, float c, float a, const float* x, int64_t n)
   for (; i + kLanes <= n; i += kLanes)
     vstore(y + i, vfma(va, vload(x + i), vmul(vc, vload(y + i))));
   for (; i < n; ++i) y[i] = y[i] * c + a * x[i];
+}
+
+// y[i] = y[i] * c + a * x[i] with x stored as W (f32 or bf16), widened in registers; the same
+// arithmetic as scale_add_f32.
+template <DType W>
+inline void scale_add_w(float* y, float c, float a, const StoredT<W>* x, int64_t n) {
+  VecF vc = vset1(c), va = vset1(a);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    vstore(y + i, vfma(va, vload_w<W>(x + i), vmul(vc, vload(y + i))));
+  for (; i < n; ++i) y[i] = y[i] * c + a * load_scalar<W>(x + i);
 }
 
 }  // namespace attnres::cpu

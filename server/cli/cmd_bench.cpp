@@ -88,10 +88,11 @@ LatencyResult bench_one(const std::string& model_arg, const Flags& flags, double
   }
   const ModelConfig& c = model.config;
   // A decode step reads every weight once (the embedding only by row) and each sequence's
-  // K/V cache (f32 on the CPU) at its average context length. Under tensor parallelism the
-  // ranks read their slices at the same time: the floor is one rank's bytes (on the CPU the
-  // ranks share one memory bus, so it is all ranks' bytes).
-  const double kv_bytes_per_token = 2.0 * c.num_layers * c.num_kv_heads * c.head_dim * 4;
+  // K/V cache (f32 or bf16: --kv-cache-dtype) at its average context length. Under tensor
+  // parallelism the ranks read their slices at the same time: the floor is one rank's bytes
+  // (on the CPU the ranks share one memory bus, so it is all ranks' bytes).
+  const double kv_bytes_per_token = 2.0 * c.num_layers * c.num_kv_heads * c.head_dim *
+                                    static_cast<double>(dtype_size(exec->kv_cache_dtype));
   const bool shared_memory_bus = flags.get("device", "cpu") == "cpu";
   const double weight_bytes = static_cast<double>(exec->weight_bytes_per_rank) *
                               (shared_memory_bus ? exec->tensor_parallel_size : 1);

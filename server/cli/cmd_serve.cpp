@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "engine/core/error.h"
+#include "engine/model/kv_cache.h"
 #include "engine/parallel/process_group.h"
 #include "engine/sched/engine_core.h"
 #include "engine/sched/model_execution.h"
@@ -182,9 +183,10 @@ int run_serve(const std::vector<std::string>& args) {
   const int64_t capacity_tokens = static_cast<int64_t>(num_blocks) * block_size;
   const int max_model_len = engine_config.scheduler.max_model_len;
   std::fprintf(stderr,
-               "attnres serve: KV cache %d blocks x %d tokens = %lld tokens (%.1f MiB%s), "
+               "attnres serve: KV cache %d blocks x %d tokens = %lld tokens %s (%.1f MiB%s), "
                "max_model_len %d, prefix caching %s\n",
                num_blocks, block_size, static_cast<long long>(capacity_tokens),
+               kv_cache_dtype_name(kv_cache_dtype(engine_args, model)).c_str(),
                static_cast<double>(num_blocks) *
                    static_cast<double>(kv_bytes_per_block(engine_args, model, block_size)) /
                    (1024.0 * 1024.0),

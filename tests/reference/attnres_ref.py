@@ -8,7 +8,8 @@ independent. Weights are read as stored (f32 / f16 / bf16) and widened exactly t
 float64; every computation then runs in float64.
 
 API:
-    m = load(model_dir)
+    m = load(model_dir)    (kv_cache_dtype="bfloat16": K and V rounded to bf16 as they
+                            enter the KV cache, like the engine's --kv-cache-dtype bfloat16)
     m.logits(ids)          -> np.ndarray [T, vocab]   full causal forward
     m.greedy(prompt, n)    -> list[int]               argmax, no EOS stop
     m.depth_weights(ids)   -> list of [T, n_sources]  one per depth mix, in order
@@ -246,8 +247,23 @@ class KVCache:
 # ----------------------------------------------------------------------------
 
 
+def round_to_bf16(x: np.ndarray) -> np.ndarray:
+    """x rounded the way the engine stores a bf16 KV cache: to f32 (where the engine computes
+    K and V), then to bf16 with round-to-nearest-even (ml_dtypes), widened back to float64."""
+    return x.astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
+
+
+KV_CACHE_DTYPES = ("float64", "bfloat16")
+
+
 class Model:
-    def __init__(self, config: dict, tensors: dict[str, np.ndarray]):
+    def __init__(self, config: dict, tensors: dict[str, np.ndarray],
+                 kv_cache_dtype: str = "float64"):
+        if kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"kv_cache_dtype must be one of {KV_CACHE_DTYPES}")
+        # "bfloat16": every K and V row is rounded (round_to_bf16) when it enters the cache,
+        # i.e. before attention reads it, for the tokens of the current step too.
+        self.kv_cache_dtype = kv_cache_dtype
         self.config = config
         self.stored = tensors  # as stored (for dtype checks)
         self.w = {k: v.astype(np.float64) for k, v in tensors.items()}
@@ -314,6 +330,8 @@ class Model:
             k = rms_norm(k, L("self_attn.k_norm.weight"), self.eps)
         q = apply_rope(q, positions, self.inv_freq, self.rope_attention_factor)
         k = apply_rope(k, positions, self.inv_freq, self.rope_attention_factor)
+        if self.kv_cache_dtype == "bfloat16":
+            k, v = round_to_bf16(k), round_to_bf16(v)
         if cache is not None:
             if len(cache.keys) > i:
                 k = np.concatenate([cache.keys[i], k], axis=1)
@@ -582,7 +600,7 @@ class Model:
         return labels
 
 
-def load(model_dir) -> Model:
+def load(model_dir, kv_cache_dtype: str = "float64") -> Model:
     model_dir = Path(model_dir)
     config = json.loads((model_dir / "config.json").read_text())
-    return Model(config, read_checkpoint_tensors(model_dir))
+    return Model(config, read_checkpoint_tensors(model_dir), kv_cache_dtype=kv_cache_dtype)

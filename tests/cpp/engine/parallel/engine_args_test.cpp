@@ -20,11 +20,11 @@
 namespace attnres::test {
 namespace {
 
-LoadedModel test_model() {
+LoadedModel test_model(DType weights = DType::F32) {
   LoadedModel model;
   model.source = "built-in:engine-args-test";
   model.config = tp_test_config("block");
-  model.weights = make_random_weights(model.config, {DType::F32, 5, false});
+  model.weights = make_random_weights(model.config, {weights, 5, false});
   return model;
 }
 
@@ -146,6 +146,62 @@ TEST(EngineArgs, EngineConfigSizesTheKvCacheAndCapsMaxModelLen) {
   args.kv_cache_memory_bytes = 10 * kv_bytes_per_block(EngineArgs{}, model, 16);
   args.tensor_parallel_size = 2;
   EXPECT_EQ(make_engine_config(args, model).num_kv_blocks, 20);
+}
+
+TEST(EngineArgs, KvCacheDtypeFollowsTheCheckpointAndTheBackend) {
+  register_builtin_backends();
+  const LoadedModel f32_model = test_model(DType::F32);
+  const LoadedModel bf16_model = test_model(DType::BF16);
+  EngineArgs args;  // auto, cpu
+  EXPECT_EQ(kv_cache_dtype(args, f32_model), DType::F32);
+  EXPECT_EQ(kv_cache_dtype(args, bf16_model), DType::BF16);
+  args.kv_cache_dtype = "float32";
+  EXPECT_EQ(kv_cache_dtype(args, bf16_model), DType::F32);
+  args.kv_cache_dtype = "bfloat16";
+  EXPECT_EQ(kv_cache_dtype(args, f32_model), DType::BF16);
+  args.kv_cache_dtype = "float16";
+  EXPECT_EQ(error_of([&] { kv_cache_dtype(args, f32_model); }),
+            "--kv-cache-dtype: 'float16' is not one of auto, bfloat16, float32");
+
+  // A bf16 block takes half the bytes: the same budget holds twice the blocks.
+  EngineArgs f32_args, bf16_args;
+  f32_args.kv_cache_dtype = "float32";
+  bf16_args.kv_cache_dtype = "bfloat16";
+  const size_t f32_block = kv_bytes_per_block(f32_args, f32_model, 16);
+  EXPECT_EQ(kv_bytes_per_block(bf16_args, f32_model, 16) * 2, f32_block);
+  f32_args.kv_cache_memory_bytes = bf16_args.kv_cache_memory_bytes = 10 * f32_block;
+  EXPECT_EQ(make_engine_config(f32_args, f32_model).num_kv_blocks, 10);
+  EXPECT_EQ(make_engine_config(bf16_args, f32_model).num_kv_blocks, 20);
+
+  // The execution allocates what was asked for, on one device and under tensor parallelism.
+  EngineArgs run;
+  run.threads = 1;
+  EXPECT_EQ(make_model_execution(run, bf16_model, 2, 16)->kv_cache_dtype, DType::BF16);
+  EXPECT_EQ(make_model_execution(run, f32_model, 2, 16)->kv_cache_dtype, DType::F32);
+  run.tensor_parallel_size = 2;
+  EXPECT_EQ(make_model_execution(run, bf16_model, 2, 16)->kv_cache_dtype, DType::BF16);
+}
+
+TEST(EngineArgs, ABackendWithoutABf16CacheRefusesItAndAutoGivesF32) {
+  register_builtin_backends();
+  // Registered without traits: an f32 cache only (the Backend default).
+  register_backend("f32-cache-cpu", [](const BackendOptions&) { return make_backend("cpu"); });
+  const LoadedModel bf16_model = test_model(DType::BF16);
+  EngineArgs args;
+  args.device = "f32-cache-cpu";
+  EXPECT_EQ(kv_cache_dtype(args, bf16_model), DType::F32);
+  args.kv_cache_dtype = "bfloat16";
+  EXPECT_EQ(error_of([&] { kv_cache_dtype(args, bf16_model); }),
+            "--kv-cache-dtype bfloat16: the f32-cache-cpu backend's attention reads an f32 cache "
+            "(not yet bf16)");
+  if (has_backend("cuda")) {  // a CUDA build: asked before any GPU is touched
+    args.device = "cuda";
+    EXPECT_EQ(error_of([&] { kv_cache_dtype(args, bf16_model); }),
+              "--kv-cache-dtype bfloat16: the CUDA backend's attention reads an f32 cache "
+              "(not yet bf16)");
+    args.kv_cache_dtype = "auto";
+    EXPECT_EQ(kv_cache_dtype(args, bf16_model), DType::F32);
+  }
 }
 
 }  // namespace
