@@ -10,8 +10,6 @@
 // sequence's blocks once for the scores (q . k * scale, kept in a per-thread buffer), takes
 // the max, exponentiates, and accumulates the weighted V rows — an exact two-pass softmax in
 // f32. KV rows are hd contiguous floats, so every dot / axpy is a straight SIMD loop.
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -99,11 +97,10 @@ void CpuBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Bat
   const float* kc = cache.k.ptr<float>();
   const float* vc = cache.v.ptr<float>();
   const int64_t items = t_dim * hq;
-#pragma omp parallel num_threads(threads_) if (threads_ > 1 && items > 1)
-  {
+  cpu::DynamicSchedule schedule(items, 4);
+  pool_->run(threads_ > 1 && items > 1 ? threads_ : 1, [&](int, int) {
     std::vector<float> scores(static_cast<size_t>(max_ctx));
-#pragma omp for schedule(dynamic, 4)
-    for (int64_t item = 0; item < items; ++item) {
+    for (int64_t item : schedule.claims()) {
       const int64_t t = item / hq, h = item % hq, kvh = h / group;
       const auto& table = batch.block_tables[seq_of[t]];
       const int64_t ctx = batch.positions[t] + 1;
@@ -129,7 +126,7 @@ void CpuBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Bat
       const float inv = 1.0f / denom;
       for (int64_t i = 0; i < hd; ++i) oh[i] *= inv;
     }
-  }
+  });
 }
 
 }  // namespace attnres
