@@ -13,8 +13,6 @@
 // cache (--kv-cache-dtype bfloat16) is rounded to nearest even by store_kv and widened in
 // registers by the same loops (cpu::dot_w / scale_add_w), so its attention equals the f32
 // cache's over K/V rounded to bf16, bit for bit.
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -46,18 +44,17 @@ void store_row_bf16(uint16_t* dst, const float* x, int64_t n) {
 template <DType W>
 void attend(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
             const std::vector<int32_t>& seq_of, int64_t max_ctx, int64_t hd, int64_t hq,
-            int64_t group, float scale, int threads, Tensor& out) {
+            int64_t group, float scale, cpu::WorkerPool& pool, int threads, Tensor& out) {
   using S = cpu::StoredT<W>;
   const int64_t hkv = cache.k.dim(2), block_size = cache.k.dim(1);
   const S* kc = cache.k.ptr<S>();
   const S* vc = cache.v.ptr<S>();
   const int64_t t_dim = cpu::rows_of(q);
   const int64_t items = t_dim * hq;
-#pragma omp parallel num_threads(threads) if (threads > 1 && items > 1)
-  {
+  cpu::DynamicSchedule schedule(items, 4);
+  pool.run(threads > 1 && items > 1 ? threads : 1, [&](int, int) {
     std::vector<float> scores(static_cast<size_t>(max_ctx));
-#pragma omp for schedule(dynamic, 4)
-    for (int64_t item = 0; item < items; ++item) {
+    for (int64_t item : schedule.claims()) {
       const int64_t t = item / hq, h = item % hq, kvh = h / group;
       const auto& table = batch.block_tables[seq_of[t]];
       const int64_t ctx = batch.positions[t] + 1;
@@ -83,7 +80,7 @@ void attend(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
       const float inv = 1.0f / denom;
       for (int64_t i = 0; i < hd; ++i) oh[i] *= inv;
     }
-  }
+  });
 }
 
 }  // namespace
@@ -156,9 +153,11 @@ void CpuBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Bat
   }
 
   if (cache.k.dtype == DType::BF16) {
-    attend<DType::BF16>(q, cache, batch, seq_of, max_ctx, hd, hq, group, scale, threads_, out);
+    attend<DType::BF16>(q, cache, batch, seq_of, max_ctx, hd, hq, group, scale, *pool_, threads_,
+                        out);
   } else {
-    attend<DType::F32>(q, cache, batch, seq_of, max_ctx, hd, hq, group, scale, threads_, out);
+    attend<DType::F32>(q, cache, batch, seq_of, max_ctx, hd, hq, group, scale, *pool_, threads_,
+                       out);
   }
 }
 

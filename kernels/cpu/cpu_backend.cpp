@@ -3,8 +3,6 @@
 // download / copy are memcpy. Also the small validation helpers the op files share.
 #include "kernels/cpu/cpu_backend.h"
 
-#include <omp.h>
-
 #include <cstring>
 #include <vector>
 
@@ -13,7 +11,8 @@
 namespace attnres {
 
 CpuBackend::CpuBackend(int num_threads, bool batch_invariant)
-    : threads_(num_threads > 0 ? num_threads : omp_get_max_threads()),
+    : pool_(std::make_unique<cpu::WorkerPool>(num_threads)),
+      threads_(pool_->size()),
       batch_invariant_(batch_invariant) {}
 
 std::string CpuBackend::name() const {

@@ -1,5 +1,5 @@
 // The CPU implementation of attnres::Backend (engine/core/backend.h): f32 activations,
-// F32 / BF16 / F16 weights read as stored, OpenMP threads. It is the reference every other
+// F32 / BF16 / F16 weights read as stored, threads of its own cpu::WorkerPool. It is the reference every other
 // backend is tested against, so each op validates shapes and dtypes (ATTNRES_CHECK) before
 // running. The ops are defined across several files by theme:
 //   cpu_backend.cpp      memory ops, factory, thread count
@@ -9,7 +9,9 @@
 //   cpu_depth_mix.cpp    depth_phase1, depth_phase2_prenorm (ATTNRES.md §3)
 //   cpu_depth_weights.cpp  depth_weights (introspection, ATTNRES.md §5)
 //   cpu_elementwise.cpp  embedding, swiglu, add_inplace, gather_rows
-// Parallel regions are never nested: each op opens at most one, with num_threads(threads_).
+// Each op opens at most one parallel region on the backend's pool (worker_pool.h), all
+// threads_ or one: a backend, like its pool, is used by one thread at a time (the engine
+// thread or its tensor-parallel rank's); each backend has its own threads.
 #pragma once
 
 #include <memory>
@@ -17,12 +19,14 @@
 #include <string>
 
 #include "engine/core/backend.h"
+#include "kernels/cpu/worker_pool.h"
 
 namespace attnres {
 
 class CpuBackend : public Backend {
  public:
-  // num_threads <= 0: the OpenMP default (omp_get_max_threads()).
+  // num_threads <= 0: cpu::default_thread_count() (OMP_NUM_THREADS, else the CPUs this
+  // process may run on).
   // batch_invariant: every row of `linear` is computed with the same arithmetic whatever the
   // number of rows (the GEMV kernel, 8 rows at a time), so a request's logits do not depend on
   // what it is batched with. false allows the packed GEMM for R > 8: about 1.4x faster prefill,
@@ -69,7 +73,8 @@ class CpuBackend : public Backend {
   // depth_phase2_prenorm with the ATTNRES.md §2d switches (cpu_depth_mix.cpp).
   void depth_phase2_general(const DepthMixArgs& mix, const Tensor& partial,
                             const Tensor& prenorm_gain, float norm_eps, Tensor& out);
-  int threads_;
+  std::unique_ptr<cpu::WorkerPool> pool_;
+  int threads_;  // pool_->size()
   bool batch_invariant_;
 };
 

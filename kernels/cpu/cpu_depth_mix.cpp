@@ -22,8 +22,6 @@
 // each row); Phase 2 may drop the partial as a source, merge a null source with a constant
 // logit, add the partial to the mix (delta modes) and blend x and the mix with a scalar or
 // per-element gate. Those cases take a general per-element pass 2; 2a/2b keep the vector one.
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -110,8 +108,7 @@ void CpuBackend::depth_phase1(const Tensor& queries, const Tensor& bank, int n, 
   float* sp = s.ptr<float>();
   float* op = o.ptr<float>();
   const bool parallel = threads_ > 1 && t_dim > 1;
-#pragma omp parallel for schedule(static) num_threads(threads_) if (parallel)
-  for (int64_t t = 0; t < t_dim; ++t) {
+  pool_->parallel_for(t_dim, parallel, [&](int64_t t) {
     std::vector<float> sig, gated;  // pre_gated: sigmoid(gate logits[t]) and a gated row
     if (gp) {
       sig.resize(d);
@@ -152,7 +149,7 @@ void CpuBackend::depth_phase1(const Tensor& queries, const Tensor& bank, int n, 
         }
       }
     }
-  }
+  });
 }
 
 void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& partial,
@@ -201,8 +198,7 @@ void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& par
   float* outp = out.ptr<float>();
   const float inv_d = 1.0f / static_cast<float>(d);
   const bool parallel = threads_ > 1 && t_dim > 1;
-#pragma omp parallel for schedule(static) num_threads(threads_) if (parallel)
-  for (int64_t t = 0; t < t_dim; ++t) {
+  pool_->parallel_for(t_dim, parallel, [&](int64_t t) {
     const float* p = pp + t * d;
     const float* ot = opp + t * d;
     float* h = outp + t * d;
@@ -231,7 +227,7 @@ void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& par
     for (; i + kLanes <= d; i += kLanes)
       cpu::vstore(h + i, cpu::vmul(cpu::vmul(cpu::vload(h + i), vs), cpu::vload(gain.data() + i)));
     for (; i < d; ++i) h[i] = h[i] * inv_rms * gain[i];
-  }
+  });
 }
 
 // Phase 2 with the §2d switches (validated by depth_phase2_prenorm), per token: the extra
@@ -253,8 +249,7 @@ void CpuBackend::depth_phase2_general(const DepthMixArgs& mix, const Tensor& par
   float* outp = out.ptr<float>();
   const float inv_d = 1.0f / static_cast<float>(d);
   const bool parallel = threads_ > 1 && t_dim > 1;
-#pragma omp parallel for schedule(static) num_threads(threads_) if (parallel)
-  for (int64_t t = 0; t < t_dim; ++t) {
+  pool_->parallel_for(t_dim, parallel, [&](int64_t t) {
     const float* p = pp + t * d;
     const float* ot = opp + t * d;
     float* h = outp + t * d;
@@ -289,7 +284,7 @@ void CpuBackend::depth_phase2_general(const DepthMixArgs& mix, const Tensor& par
     }
     const float inv_rms = 1.0f / std::sqrt(hss * inv_d + norm_eps);
     for (int64_t i = 0; i < d; ++i) h[i] = h[i] * inv_rms * gain[i];
-  }
+  });
 }
 
 }  // namespace attnres

@@ -8,8 +8,6 @@
 // clarity over the two-phase fusion of cpu_depth_mix.cpp: one pass per source computes the dot
 // product and the sum of squares together (the same arithmetic as Phase 1's logits), then a
 // max-subtracted softmax over the n + 1 logits. Parallel over tokens.
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -69,8 +67,7 @@ void CpuBackend::depth_weights(const Tensor& query, const Tensor& bank, int n,
   float* op = out.ptr<float>();
   const int first_bank = sources.has_null ? 1 : 0;
   const bool parallel = threads_ > 1 && t_dim > 1;
-#pragma omp parallel for schedule(static) num_threads(threads_) if (parallel)
-  for (int64_t t = 0; t < t_dim; ++t) {
+  pool_->parallel_for(t_dim, parallel, [&](int64_t t) {
     float* w = op + t * width;
     std::vector<float> gated;  // pre_gated: sigmoid(gate) * source, one source at a time
     if (sources.has_null) w[0] = sources.null_logit;
@@ -89,7 +86,7 @@ void CpuBackend::depth_weights(const Tensor& query, const Tensor& bank, int n,
     for (int j = 0; j < width; ++j) sum += (w[j] = std::exp(w[j] - big));
     const float inv = 1.0f / sum;
     for (int j = 0; j < width; ++j) w[j] *= inv;
-  }
+  });
 }
 
 }  // namespace attnres

@@ -1,8 +1,6 @@
 // Row-wise and element-wise ops: embedding (gather + widen), swiglu, add_inplace,
 // gather_rows. All are pure streaming over contiguous f32 rows; each parallelises over rows
 // (or flat chunks) only when the op is large enough to amortise waking the thread team.
-#include <omp.h>
-
 #include <cmath>
 #include <cstring>
 
@@ -24,11 +22,10 @@ void widen_row(const cpu::StoredT<W>* src, int64_t n, float* dst) {
 
 template <DType W>
 void embed_rows(const void* table, const int32_t* ids, int64_t t_dim, int64_t d, float* out,
-                int threads) {
+                cpu::WorkerPool& pool) {
   const auto* tab = static_cast<const cpu::StoredT<W>*>(table);
-#pragma omp parallel for schedule(static) \
-    num_threads(threads) if (threads > 1 && t_dim * d >= kParallelMin)
-  for (int64_t t = 0; t < t_dim; ++t) widen_row<W>(tab + ids[t] * d, d, out + t * d);
+  pool.parallel_for(t_dim, pool.size() > 1 && t_dim * d >= kParallelMin,
+                    [&](int64_t t) { widen_row<W>(tab + ids[t] * d, d, out + t * d); });
 }
 
 }  // namespace
@@ -48,11 +45,11 @@ void CpuBackend::embedding(const Tensor& table, const BatchMeta& batch, Tensor& 
   const int32_t* ids = batch.token_ids.data();
   switch (table.dtype) {
     case DType::F32:
-      return embed_rows<DType::F32>(table.data, ids, t_dim, d, out.ptr<float>(), threads_);
+      return embed_rows<DType::F32>(table.data, ids, t_dim, d, out.ptr<float>(), *pool_);
     case DType::BF16:
-      return embed_rows<DType::BF16>(table.data, ids, t_dim, d, out.ptr<float>(), threads_);
+      return embed_rows<DType::BF16>(table.data, ids, t_dim, d, out.ptr<float>(), *pool_);
     case DType::F16:
-      return embed_rows<DType::F16>(table.data, ids, t_dim, d, out.ptr<float>(), threads_);
+      return embed_rows<DType::F16>(table.data, ids, t_dim, d, out.ptr<float>(), *pool_);
     default:
       ATTNRES_CHECK(false, "embedding table dtype " + std::string(dtype_name(table.dtype)));
   }
@@ -69,9 +66,8 @@ void CpuBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor& out) {
   const float* g = gate.ptr<float>();
   const float* u = up.ptr<float>();
   float* o = out.ptr<float>();
-#pragma omp parallel for schedule(static) \
-    num_threads(threads_) if (threads_ > 1 && total >= kParallelMin)
-  for (int64_t i = 0; i < total; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  pool_->parallel_for(total, threads_ > 1 && total >= kParallelMin,
+                      [&](int64_t i) { o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i]; });
 }
 
 void CpuBackend::add_inplace(Tensor& x, const Tensor& y) {
@@ -80,9 +76,8 @@ void CpuBackend::add_inplace(Tensor& x, const Tensor& y) {
   const int64_t total = x.numel();
   float* xp = x.ptr<float>();
   const float* yp = y.ptr<float>();
-#pragma omp parallel for simd schedule(static) \
-    num_threads(threads_) if (threads_ > 1 && total >= kParallelMin)
-  for (int64_t i = 0; i < total; ++i) xp[i] += yp[i];
+  pool_->parallel_for(total, threads_ > 1 && total >= kParallelMin,
+                      [&](int64_t i) { xp[i] += yp[i]; });
 }
 
 void CpuBackend::gather_rows(const Tensor& x, std::span<const int32_t> rows, Tensor& out) {

@@ -15,8 +15,6 @@
 //   input row through an MR x NR register-blocked outer-product microkernel (broadcast one x,
 //   FMA two weight vectors; 12 accumulators with AVX-512). No horizontal reductions, and the
 //   conversion cost is amortised over all R rows. Work items are (output tile, row chunk).
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -82,15 +80,14 @@ void gemv_block(const float* x, int64_t k_dim, const cpu::StoredT<W>* w, const f
 
 template <DType W, int R>
 void gemv(const float* x, int64_t k_dim, const cpu::StoredT<W>* w, const float* bias, float* out,
-          int64_t n_dim, int threads) {
+          int64_t n_dim, cpu::WorkerPool& pool) {
   constexpr int64_t kChunk = 32;  // output rows per scheduling unit (a multiple of every O)
   const int64_t chunks = (n_dim + kChunk - 1) / kChunk;
-  const bool parallel = threads > 1 && n_dim * k_dim >= (1 << 15);
-#pragma omp parallel for schedule(static) num_threads(threads) if (parallel)
-  for (int64_t c = 0; c < chunks; ++c) {
+  const bool parallel = pool.size() > 1 && n_dim * k_dim >= (1 << 15);
+  pool.parallel_for(chunks, parallel, [&](int64_t c) {
     int64_t begin = c * kChunk, end = std::min(n_dim, begin + kChunk);
     gemv_block<W, R, gemv_outputs_per_step(R)>(x, k_dim, w, bias, out, n_dim, begin, end);
-  }
+  });
 }
 
 constexpr int kMr = 6;           // input rows per microkernel
@@ -131,7 +128,8 @@ void pack_panel(const cpu::StoredT<W>* w, int64_t k_dim, int64_t n_dim, int64_t 
 
 template <DType W>
 void gemm(const float* x, int64_t r_dim, int64_t k_dim, const cpu::StoredT<W>* w, const float* bias,
-          float* out, int64_t n_dim, int threads) {
+          float* out, int64_t n_dim, cpu::WorkerPool& pool) {
+  const int threads = pool.size();
   const int64_t tiles = (n_dim + kNr - 1) / kNr;
   const int64_t row_blocks = (r_dim + kMr - 1) / kMr;
   // Enough work items for every thread; as few row chunks as possible (each packs its panel).
@@ -139,12 +137,10 @@ void gemm(const float* x, int64_t r_dim, int64_t k_dim, const cpu::StoredT<W>* w
   chunks = std::min(chunks, row_blocks);
   const int64_t blocks_per_chunk = (row_blocks + chunks - 1) / chunks;
   const int64_t items = tiles * chunks;
-#pragma omp parallel num_threads(threads) if (threads > 1 && items > 1)
-  {
+  pool.run(threads > 1 && items > 1 ? threads : 1, [&](int tid, int team) {
     std::vector<float> panel(static_cast<size_t>(kKc * kNr));
     alignas(64) float c[kMr * kNr];
-#pragma omp for schedule(static)
-    for (int64_t item = 0; item < items; ++item) {
+    for (int64_t item : cpu::static_block(items, tid, team)) {
       const int64_t tile = item % tiles, chunk = item / tiles;
       const int64_t o0 = tile * kNr, n_valid = std::min<int64_t>(kNr, n_dim - o0);
       const int64_t r_begin = chunk * blocks_per_chunk * kMr;
@@ -170,12 +166,13 @@ void gemm(const float* x, int64_t r_dim, int64_t k_dim, const cpu::StoredT<W>* w
         }
       }
     }
-  }
+  });
 }
 
 template <DType W>
 void linear_typed(const float* x, int64_t r_dim, int64_t k_dim, const void* w_data,
-                  const float* bias, float* out, int64_t n_dim, int threads, bool batch_invariant) {
+                  const float* bias, float* out, int64_t n_dim, cpu::WorkerPool& pool,
+                  bool batch_invariant) {
   const auto* w = static_cast<const cpu::StoredT<W>*>(w_data);
   if (k_dim == 0) {  // empty dot products: out = bias (or 0)
     for (int64_t r = 0; r < r_dim; ++r)
@@ -183,32 +180,32 @@ void linear_typed(const float* x, int64_t r_dim, int64_t k_dim, const void* w_da
     return;
   }
   if (r_dim > kMaxGemvRows) {
-    if (!batch_invariant) return gemm<W>(x, r_dim, k_dim, w, bias, out, n_dim, threads);
+    if (!batch_invariant) return gemm<W>(x, r_dim, k_dim, w, bias, out, n_dim, pool);
     // The GEMV's arithmetic for a row does not depend on how many rows share the call, so 8
     // rows at a time give every row the same rounding as a single decode row.
     for (int64_t r0 = 0; r0 < r_dim; r0 += kMaxGemvRows) {
       linear_typed<W>(x + r0 * k_dim, std::min<int64_t>(kMaxGemvRows, r_dim - r0), k_dim, w_data,
-                      bias, out + r0 * n_dim, n_dim, threads, batch_invariant);
+                      bias, out + r0 * n_dim, n_dim, pool, batch_invariant);
     }
     return;
   }
   switch (r_dim) {
     case 1:
-      return gemv<W, 1>(x, k_dim, w, bias, out, n_dim, threads);
+      return gemv<W, 1>(x, k_dim, w, bias, out, n_dim, pool);
     case 2:
-      return gemv<W, 2>(x, k_dim, w, bias, out, n_dim, threads);
+      return gemv<W, 2>(x, k_dim, w, bias, out, n_dim, pool);
     case 3:
-      return gemv<W, 3>(x, k_dim, w, bias, out, n_dim, threads);
+      return gemv<W, 3>(x, k_dim, w, bias, out, n_dim, pool);
     case 4:
-      return gemv<W, 4>(x, k_dim, w, bias, out, n_dim, threads);
+      return gemv<W, 4>(x, k_dim, w, bias, out, n_dim, pool);
     case 5:
-      return gemv<W, 5>(x, k_dim, w, bias, out, n_dim, threads);
+      return gemv<W, 5>(x, k_dim, w, bias, out, n_dim, pool);
     case 6:
-      return gemv<W, 6>(x, k_dim, w, bias, out, n_dim, threads);
+      return gemv<W, 6>(x, k_dim, w, bias, out, n_dim, pool);
     case 7:
-      return gemv<W, 7>(x, k_dim, w, bias, out, n_dim, threads);
+      return gemv<W, 7>(x, k_dim, w, bias, out, n_dim, pool);
     case 8:
-      return gemv<W, 8>(x, k_dim, w, bias, out, n_dim, threads);
+      return gemv<W, 8>(x, k_dim, w, bias, out, n_dim, pool);
     default:
       return;  // r_dim == 0: nothing to do
   }
@@ -240,13 +237,13 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Te
   float* op = out.ptr<float>();
   switch (w.dtype) {
     case DType::F32:
-      return linear_typed<DType::F32>(xp, r_dim, k_dim, w.data, b, op, n_dim, threads_,
+      return linear_typed<DType::F32>(xp, r_dim, k_dim, w.data, b, op, n_dim, *pool_,
                                       batch_invariant_);
     case DType::BF16:
-      return linear_typed<DType::BF16>(xp, r_dim, k_dim, w.data, b, op, n_dim, threads_,
+      return linear_typed<DType::BF16>(xp, r_dim, k_dim, w.data, b, op, n_dim, *pool_,
                                        batch_invariant_);
     case DType::F16:
-      return linear_typed<DType::F16>(xp, r_dim, k_dim, w.data, b, op, n_dim, threads_,
+      return linear_typed<DType::F16>(xp, r_dim, k_dim, w.data, b, op, n_dim, *pool_,
                                       batch_invariant_);
     default:
       ATTNRES_CHECK(false, "linear weight dtype " + std::string(dtype_name(w.dtype)));

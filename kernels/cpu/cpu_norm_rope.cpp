@@ -11,8 +11,6 @@
 //   out1 = x1 cos - x2 sin,  out2 = x2 cos + x1 sin.
 // The cos/sin table is computed once per token (shared by all its heads) in double from
 // the f32 inv_freq, then rounded to f32, so it matches a float64 reference to f32 rounding.
-#include <omp.h>
-
 #include <cmath>
 #include <vector>
 
@@ -38,11 +36,11 @@ void rms_norm_row(const float* x, const cpu::StoredT<G>* gain, float eps, int64_
 
 template <DType G>
 void rms_norm_rows(const float* x, const void* gain, float eps, int64_t rows, int64_t n, float* out,
-                   int threads) {
+                   cpu::WorkerPool& pool) {
   const auto* g = static_cast<const cpu::StoredT<G>*>(gain);
-  const bool parallel = threads > 1 && rows > 1 && rows * n >= (1 << 14);
-#pragma omp parallel for schedule(static) num_threads(threads) if (parallel)
-  for (int64_t r = 0; r < rows; ++r) rms_norm_row<G>(x + r * n, g, eps, n, out + r * n);
+  const bool parallel = pool.size() > 1 && rows > 1 && rows * n >= (1 << 14);
+  pool.parallel_for(rows, parallel,
+                    [&](int64_t r) { rms_norm_row<G>(x + r * n, g, eps, n, out + r * n); });
 }
 
 // In place: optional per-head RMSNorm (gain may be empty), then rotate-half RoPE.
@@ -78,13 +76,13 @@ void CpuBackend::rms_norm(const Tensor& x, const Tensor& gain, float eps, Tensor
   switch (gain.dtype) {
     case DType::F32:
       return rms_norm_rows<DType::F32>(x.ptr<float>(), gain.data, eps, rows, n, out.ptr<float>(),
-                                       threads_);
+                                       *pool_);
     case DType::BF16:
       return rms_norm_rows<DType::BF16>(x.ptr<float>(), gain.data, eps, rows, n, out.ptr<float>(),
-                                        threads_);
+                                        *pool_);
     case DType::F16:
       return rms_norm_rows<DType::F16>(x.ptr<float>(), gain.data, eps, rows, n, out.ptr<float>(),
-                                       threads_);
+                                       *pool_);
     default:
       ATTNRES_CHECK(false, "rms_norm gain dtype " + std::string(dtype_name(gain.dtype)));
   }
@@ -110,11 +108,9 @@ void CpuBackend::qk_norm_rope(Tensor& q, Tensor& k, int head_dim, const Tensor* 
   const std::vector<float> kg =
       k_gain && k_gain->defined() ? cpu::widen_vector(*k_gain, hd, "k_gain") : std::vector<float>{};
   const bool parallel = threads_ > 1 && t_dim > 1;
-#pragma omp parallel num_threads(threads_) if (parallel)
-  {
+  pool_->run(parallel ? threads_ : 1, [&](int tid, int team) {
     std::vector<float> cos_t(static_cast<size_t>(half)), sin_t(static_cast<size_t>(half));
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < t_dim; ++t) {
+    for (int64_t t : cpu::static_block(t_dim, tid, team)) {
       const double pos = batch.positions[t];
       for (int64_t i = 0; i < half; ++i) {
         const double angle = pos * static_cast<double>(freq[i]);
@@ -128,7 +124,7 @@ void CpuBackend::qk_norm_rope(Tensor& q, Tensor& k, int head_dim, const Tensor* 
       for (int64_t h = 0; h < hkv; ++h)
         norm_rope_head(kt + h * hd, hd, kg, eps, cos_t.data(), sin_t.data());
     }
-  }
+  });
 }
 
 }  // namespace attnres

@@ -1,13 +1,12 @@
 #include "kernels/cpu/cpu_registration.h"
 
-#include <omp.h>
-
 #include <algorithm>
 
 #include "engine/core/backend_registry.h"
 #include "engine/parallel/communicator_registry.h"
 #include "engine/parallel/in_process_communicator.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/worker_pool.h"
 
 namespace attnres {
 
@@ -18,7 +17,7 @@ void register_cpu_backend() {
         int threads = options.threads;
         if (options.ranks_sharing_host > 1) {
           // The ranks of one group split the cores (or --threads) evenly, at least one each.
-          const int total = threads > 0 ? threads : omp_get_max_threads();
+          const int total = threads > 0 ? threads : cpu::default_thread_count();
           threads = std::max(1, total / options.ranks_sharing_host);
         }
         return make_cpu_backend(threads, options.batch_invariant);

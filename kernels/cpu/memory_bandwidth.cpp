@@ -2,16 +2,18 @@
 // 256 MiB each (far beyond any last-level cache) and first-touched by the threads that copy
 // them, so pages land on the right NUMA node. Each thread memcpy's its own contiguous slice;
 // the figure counts bytes read + bytes written (2 x 256 MiB per rep), best of several reps,
-// after one warm-up rep.
+// after one warm-up rep. The threads: a cpu::WorkerPool of cpu::default_thread_count(), the
+// CPU backend's default (slice tid is usually touched and copied by the same thread: with the
+// cores idle every worker takes its region's task at once).
 #include "kernels/cpu/memory_bandwidth.h"
-
-#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+
+#include "kernels/cpu/worker_pool.h"
 
 namespace attnres {
 
@@ -25,27 +27,26 @@ double measure_copy_bandwidth_gbps() {
     std::free(dst);
     throw std::bad_alloc();
   }
+  cpu::WorkerPool pool;
   auto slice = [&](int tid, int nt, size_t* begin, size_t* len) {
     const size_t per = (kBytes / nt + 4095) / 4096 * 4096;
     *begin = std::min(kBytes, per * tid);
     *len = std::min(kBytes, *begin + per) - *begin;
   };
-#pragma omp parallel
-  {
+  pool.run(pool.size(), [&](int tid, int team) {
     size_t begin, len;
-    slice(omp_get_thread_num(), omp_get_num_threads(), &begin, &len);
+    slice(tid, team, &begin, &len);
     std::memset(src + begin, 1, len);
     std::memset(dst + begin, 0, len);
-  }
+  });
   double best = 1e30;
   for (int rep = 0; rep <= kReps; ++rep) {
     const auto t0 = std::chrono::steady_clock::now();
-#pragma omp parallel
-    {
+    pool.run(pool.size(), [&](int tid, int team) {
       size_t begin, len;
-      slice(omp_get_thread_num(), omp_get_num_threads(), &begin, &len);
+      slice(tid, team, &begin, &len);
       std::memcpy(dst + begin, src + begin, len);
-    }
+    });
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (rep > 0 && s < best) best = s;  // rep 0 is the warm-up
   }

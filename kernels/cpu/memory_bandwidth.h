@@ -3,8 +3,9 @@
 
 namespace attnres {
 
-// Multi-threaded copy between two 256 MiB buffers (OpenMP default threads, each copying its
-// own contiguous slice); GB/s = (bytes read + bytes written) / best time of several reps.
+// Multi-threaded copy between two 256 MiB buffers (the CPU backend's default thread count,
+// cpu::default_thread_count(), each thread copying its own contiguous slice);
+// GB/s = (bytes read + bytes written) / best time of several reps.
 double measure_copy_bandwidth_gbps();
 
 }  // namespace attnres

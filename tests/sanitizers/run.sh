@@ -3,7 +3,8 @@
 #   tests/sanitizers/run.sh asan   ASan + UBSan build of everything (build-asan/): the whole
 #                                  C++ suite, then the server's end-to-end tests against it
 #   tests/sanitizers/run.sh tsan   TSan build (build-tsan/) of the engine loop, scheduler,
-#                                  streams and the HTTP / gRPC front ends' tests
+#                                  streams, the HTTP / gRPC front ends' and the CPU
+#                                  backend thread pool's tests
 # Extra arguments go to pytest (asan). A report fails the run: halt_on_error / abort.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -38,12 +39,13 @@ case "$kind" in
     configure "$build" thread
     # The threaded parts: engine thread vs front-end threads, streams, shutdown, the shared
     # front-end pipeline (Generation), the HTTP server in process (connections, request
-    # workers, the engine's wake-ups; Boost.Asio is header-only, so instrumented) and gRPC. (The CPU kernels' OpenMP runtime is not TSan-instrumented, so tests
-    # that run real forwards stay out: they would only report libgomp's own barriers.)
+    # workers, the engine's wake-ups; Boost.Asio is header-only, so instrumented) and gRPC;
+    # and the CPU backend's thread pool (kernels/cpu/worker_pool.h: plain std::thread and
+    # std::atomic, so fully instrumented since it replaced OpenMP).
     cmake --build "$build" -j "$(nproc)" --target attnres_scheduler_tests attnres_http_tests \
-      attnres_grpc_tests attnres_server_common_tests
+      attnres_grpc_tests attnres_server_common_tests attnres_worker_pool_tests
     export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
-    # Every test of those four executables (the others are not built here), except the
+    # Every test of those five executables (the others are not built here), except the
     # health service's: they run a real gRPC server, and Debian's libgrpc / libabsl are not
     # TSan-instrumented, so their own (correctly locked) internals report hundreds of races.
     ctest --test-dir "$build" --output-on-failure -j "$(nproc)" -E '_NOT_BUILT$|^HealthServiceTest[.]'

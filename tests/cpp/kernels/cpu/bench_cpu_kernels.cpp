@@ -5,7 +5,6 @@
 //   matrix, which stays in cache when it fits (an upper bound, not a roofline figure).
 // - GEMM (R = 512, prefill): GFLOP/s = 2 R K N / time.
 // Best of several repetitions; run it on an idle machine.
-#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
