@@ -38,7 +38,8 @@ KvCache KvCache::allocate(Backend& backend, const ModelConfig& config, int num_b
 DType kv_cache_dtype_from_name(const std::string& name) {
   if (name == "float32") return DType::F32;
   if (name == "bfloat16") return DType::BF16;
-  throw Error("--kv-cache-dtype: '" + name + "' is not one of auto, bfloat16, float32");
+  // A resolved dtype ("auto" is resolved against the model and backend before it gets here).
+  throw Error("KV cache dtype '" + name + "': expected bfloat16 or float32");
 }
 
 std::string kv_cache_dtype_name(DType dtype) {

@@ -12,8 +12,6 @@ ProcessGroupRunner::ProcessGroupRunner(ProcessGroup& group, const LoadMessage& l
                                        const ShardRank::CommunicatorFactory& make_communicator)
     : group_(group), vocab_size_(config.vocab_size) {
   ATTNRES_CHECK(group_.rank() == 0, "ProcessGroupRunner runs on rank 0");
-  std::string message = encode_load(load);
-  group_.broadcast_control(message);
   ShardRankOptions options;
   options.rank = 0;
   options.size = group_.size();
@@ -21,13 +19,15 @@ ProcessGroupRunner::ProcessGroupRunner(ProcessGroup& group, const LoadMessage& l
   options.block_size = load.block_size;
   options.kv_cache_dtype = kv_cache_dtype_from_name(load.args.kv_cache_dtype);
   options.sequence_parallel_min_tokens = load.args.sequence_parallel_min_tokens;
+  std::string message = encode_load(load);
+  group_.broadcast_control(message);
   try {
     shard_ = std::make_unique<ShardRank>(config, weights, options, std::move(backend),
                                          make_communicator);
   } catch (const std::exception& e) {
-    // The others built theirs (or are failing too): tell them to drop it.
-    std::string unload = encode_simple(ControlKind::Unload);
-    if (group_.failure().empty()) group_.broadcast_control(unload);
+    // The others are building theirs and will wait for this rank at the barrier: fail the group
+    // so that they stop waiting (the job cannot go on without rank 0's shard).
+    group_.report_failure("rank 0 could not build its shard: " + std::string(e.what()));
     throw;
   }
   // A collective waiting for a rank that died throws once the group has failed.

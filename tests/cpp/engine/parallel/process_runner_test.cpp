@@ -133,6 +133,7 @@ LoadMessage load_message(int size, int sp_min_tokens) {
   LoadMessage load;
   load.args.tensor_parallel_size = size;
   load.args.sequence_parallel_min_tokens = sp_min_tokens;
+  load.args.kv_cache_dtype = "float32";  // rank 0 sends the resolved dtype
   load.num_kv_blocks = kBlocks;
   load.block_size = kBlockSize;
   return load;
@@ -273,6 +274,22 @@ TEST(ProcessGroupRunner, AWorkerWhoseStepFailsFailsRankZerosStepWithItsReason) {
   runner.reset();
   workers.join();
   EXPECT_EQ(workers.status[1], 1);
+}
+
+TEST(ProcessGroupRunner, RankZeroThatCannotBuildItsShardReleasesTheWaitingWorkers) {
+  FakeJob job(2);
+  FakeProcessGroup rank0(job, 0);
+  RankedWorkers workers(job, [&job](int r) { return loader_of_rank(job, r); });
+  EXPECT_THROW(
+      ProcessGroupRunner(
+          rank0, load_message(2, 0), config(), weights(), make_cpu_backend(1),
+          [](Backend&) -> std::unique_ptr<Communicator> { throw Error("no communicator"); }),
+      Error);
+  workers.join();  // must not hang in the barrier
+  EXPECT_EQ(workers.status[1], 1);
+  EXPECT_NE(job.failure.find("rank 0 could not build its shard: no communicator"),
+            std::string::npos)
+      << job.failure;
 }
 
 }  // namespace
