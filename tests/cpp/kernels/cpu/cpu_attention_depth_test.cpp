@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "tests/cpp/kernels/cpu/paged_kv_steps.h"
 #include "tests/cpp/kernels/cpu/test_util.h"
 
 namespace attnres::test {
@@ -21,11 +22,6 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 void fill(Tensor& t, float v) { std::fill(t.ptr<float>(), t.ptr<float>() + t.numel(), v); }
 
 // --- attention ---
-
-struct SeqSpec {
-  int cached;  // tokens already in the cache before the step
-  int chunk;   // tokens of this step
-};
 
 void check_attention(int hq, int hkv, int hd, int block_size, const std::vector<SeqSpec>& seqs,
                      uint32_t seed) {
@@ -52,38 +48,10 @@ void check_attention(int hq, int hkv, int hd, int block_size, const std::vector<
     k_all[s] = random_tensor({len, row}, DType::F32, rng);
     v_all[s] = random_tensor({len, row}, DType::F32, rng);
   }
-  auto slot = [&](int s, int p) { return tables[s][p / block_size] * block_size + p % block_size; };
 
-  // Builds the step for tokens [first(s), first(s) + count(s)) of each sequence and stores KV.
-  auto make_step = [&](bool prefix_step) {
-    BatchMeta b;
-    b.query_start.push_back(0);
-    for (int s = 0; s < ns; ++s) {
-      const int begin = prefix_step ? 0 : seqs[s].cached;
-      const int end = prefix_step ? seqs[s].cached : seqs[s].cached + seqs[s].chunk;
-      for (int p = begin; p < end; ++p) {
-        b.positions.push_back(p);
-        b.slot_mapping.push_back(slot(s, p));
-        b.token_ids.push_back(0);
-      }
-      b.query_start.push_back(static_cast<int32_t>(b.positions.size()));
-      b.context_len.push_back(end);
-      b.block_tables.push_back(tables[s]);
-    }
-    b.num_tokens = static_cast<int>(b.positions.size());
-    Tensor k = be->alloc({b.num_tokens, row}, DType::F32),
-           v = be->alloc({b.num_tokens, row}, DType::F32);
-    for (int s = 0; s < ns; ++s)
-      for (int t = b.query_start[s]; t < b.query_start[s + 1]; ++t) {
-        const int p = b.positions[t];
-        std::copy_n(k_all[s].ptr<float>() + p * row, row, k.ptr<float>() + t * row);
-        std::copy_n(v_all[s].ptr<float>() + p * row, row, v.ptr<float>() + t * row);
-      }
-    be->store_kv(k, v, b, cache);
-    return b;
-  };
-  make_step(true);
-  const BatchMeta batch = make_step(false);
+  store_paged_step(*be, seqs, tables, block_size, row, k_all, v_all, cache, true);
+  const BatchMeta batch =
+      store_paged_step(*be, seqs, tables, block_size, row, k_all, v_all, cache, false);
 
   const int t_dim = batch.num_tokens;
   Tensor q = random_tensor({t_dim, hq * hd}, DType::F32, rng, -2.0f, 2.0f);

@@ -15,15 +15,11 @@
 
 #include "engine/model/kv_cache.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "tests/cpp/kernels/cpu/paged_kv_steps.h"
 #include "tests/cpp/kernels/cpu/test_util.h"
 
 namespace attnres::test {
 namespace {
-
-struct SeqSpec {
-  int cached;  // tokens already in the cache before the step
-  int chunk;   // tokens of this step (1: a decode)
-};
 
 float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 
@@ -53,35 +49,9 @@ Tensor run_attention(Backend& be, DType dtype, int hq, int hkv, int hd, int bloc
   KvCacheLayer cache{be.alloc({num_blocks, block_size, hkv, hd}, dtype),
                      be.alloc({num_blocks, block_size, hkv, hd}, dtype)};
   auto slot = [&](int s, int p) { return tables[s][p / block_size] * block_size + p % block_size; };
-  auto make_step = [&](bool prefix_step) {
-    BatchMeta b;
-    b.query_start.push_back(0);
-    for (int s = 0; s < ns; ++s) {
-      const int begin = prefix_step ? 0 : seqs[s].cached;
-      const int end = prefix_step ? seqs[s].cached : seqs[s].cached + seqs[s].chunk;
-      for (int p = begin; p < end; ++p) {
-        b.positions.push_back(p);
-        b.slot_mapping.push_back(slot(s, p));
-        b.token_ids.push_back(0);
-      }
-      b.query_start.push_back(static_cast<int32_t>(b.positions.size()));
-      b.context_len.push_back(end);
-      b.block_tables.push_back(tables[s]);
-    }
-    b.num_tokens = static_cast<int>(b.positions.size());
-    Tensor k = be.alloc({b.num_tokens, row}, DType::F32),
-           v = be.alloc({b.num_tokens, row}, DType::F32);
-    for (int s = 0; s < ns; ++s)
-      for (int t = b.query_start[s]; t < b.query_start[s + 1]; ++t) {
-        const int p = b.positions[t];
-        std::copy_n(k_all[s].ptr<float>() + p * row, row, k.ptr<float>() + t * row);
-        std::copy_n(v_all[s].ptr<float>() + p * row, row, v.ptr<float>() + t * row);
-      }
-    if (b.num_tokens > 0) be.store_kv(k, v, b, cache);
-    return b;
-  };
-  make_step(true);
-  const BatchMeta batch = make_step(false);
+  store_paged_step(be, seqs, tables, block_size, row, k_all, v_all, cache, true);
+  const BatchMeta batch =
+      store_paged_step(be, seqs, tables, block_size, row, k_all, v_all, cache, false);
   Tensor out = be.alloc({batch.num_tokens, hq * hd}, DType::F32);
   be.attention(q, cache, batch, hd, 1.0f / std::sqrt(static_cast<float>(hd)), out);
 
