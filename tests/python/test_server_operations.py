@@ -119,9 +119,10 @@ def test_queue_limit_returns_503_with_retry_after(attnres_bin):
 
 
 def test_kv_exhaustion_preempts_and_every_request_completes_exactly(attnres_bin):
-    # Demo model: 128 KiB per 16-token block, so 4 MiB = 32 blocks = 512 tokens; eight
-    # requests of ~110 tokens each need ~56 blocks at once.
-    args = ["--kv-cache-memory", "4MiB", "--max-model-len", "256", "--max-num-seqs", "16"]
+    # Demo model, bf16 cache: 64 KiB per 16-token block, so 2 MiB = 32 blocks = 512 tokens;
+    # eight requests of ~110 tokens each need ~56 blocks at once.
+    args = ["--kv-cache-memory", "2MiB", "--kv-cache-dtype", "bfloat16", "--max-model-len", "256",
+            "--max-num-seqs", "16"]
     prompts = [f"Preemption check {i}: " + "tokens " * 10 for i in range(8)]
     with ServerProcess(attnres_bin, *args) as server:
         alone = [complete(server, p, 96) for p in prompts]
