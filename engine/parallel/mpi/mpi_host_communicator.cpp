@@ -22,10 +22,6 @@ int mpi_count(int64_t n, const char* op) {
   return static_cast<int>(n);
 }
 
-void check(int rc, const char* what) {
-  if (rc != MPI_SUCCESS) throw Error(std::string("MPI communicator: ") + what + " failed");
-}
-
 // dst[i] = addends[0][i] + addends[1][i] + ... in rank order; addends is [P][n].
 void sum_in_rank_order(const std::vector<float>& addends, int64_t n, int P, float* dst) {
   for (int64_t i = 0; i < n; ++i) {
@@ -48,9 +44,9 @@ void MpiHostCommunicator::all_reduce_sum(Tensor& x) {
   const int64_t n = x.numel();
   scratch_.resize(static_cast<size_t>(n * P));
   MPI_Request request;
-  check(MPI_Iallgather(x.data, mpi_count(n, "all_reduce_sum"), MPI_FLOAT, scratch_.data(),
-                       static_cast<int>(n), MPI_FLOAT, group_.data_comm(), &request),
-        "MPI_Iallgather");
+  check_mpi(MPI_Iallgather(x.data, mpi_count(n, "all_reduce_sum"), MPI_FLOAT, scratch_.data(),
+                           static_cast<int>(n), MPI_FLOAT, group_.data_comm(), &request),
+            "MPI_Iallgather");
   group_.wait(request, &aborted_);
   sum_in_rank_order(scratch_, n, P, x.ptr<float>());
 }
@@ -67,9 +63,9 @@ void MpiHostCommunicator::reduce_scatter_sum(const Tensor& in, Tensor& out) {
   // Rank q's block r goes to rank r: each rank receives its block from every rank, in order.
   scratch_.resize(static_cast<size_t>(n * P));
   MPI_Request request;
-  check(MPI_Ialltoall(in.data, mpi_count(n, "reduce_scatter_sum"), MPI_FLOAT, scratch_.data(),
-                      static_cast<int>(n), MPI_FLOAT, group_.data_comm(), &request),
-        "MPI_Ialltoall");
+  check_mpi(MPI_Ialltoall(in.data, mpi_count(n, "reduce_scatter_sum"), MPI_FLOAT, scratch_.data(),
+                          static_cast<int>(n), MPI_FLOAT, group_.data_comm(), &request),
+            "MPI_Ialltoall");
   group_.wait(request, &aborted_);
   sum_in_rank_order(scratch_, n, P, out.ptr<float>());
 }
@@ -83,9 +79,9 @@ void MpiHostCommunicator::all_gather(const Tensor& in, Tensor& out) {
                 std::to_string(n * size()) + " (in's times the group size)");
   }
   MPI_Request request;
-  check(MPI_Iallgather(in.data, mpi_count(n, "all_gather"), MPI_FLOAT, out.data,
-                       static_cast<int>(n), MPI_FLOAT, group_.data_comm(), &request),
-        "MPI_Iallgather");
+  check_mpi(MPI_Iallgather(in.data, mpi_count(n, "all_gather"), MPI_FLOAT, out.data,
+                           static_cast<int>(n), MPI_FLOAT, group_.data_comm(), &request),
+            "MPI_Iallgather");
   group_.wait(request, &aborted_);
 }
 
@@ -93,9 +89,9 @@ void MpiHostCommunicator::broadcast(Tensor& x, int root) {
   check_host_f32(x, "broadcast", "x");
   if (root < 0 || root >= size()) throw Error("broadcast: root " + std::to_string(root));
   MPI_Request request;
-  check(MPI_Ibcast(x.data, mpi_count(x.numel(), "broadcast"), MPI_FLOAT, root, group_.data_comm(),
-                   &request),
-        "MPI_Ibcast");
+  check_mpi(MPI_Ibcast(x.data, mpi_count(x.numel(), "broadcast"), MPI_FLOAT, root,
+                       group_.data_comm(), &request),
+            "MPI_Ibcast");
   group_.wait(request, &aborted_);
 }
 

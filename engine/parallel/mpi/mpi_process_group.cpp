@@ -30,7 +30,9 @@ int env_int(const char* name, int fallback) {
   return static_cast<int>(parsed);
 }
 
-void check(int rc, const char* what) {
+}  // namespace
+
+void check_mpi(int rc, const char* what) {
   if (rc != MPI_SUCCESS) {
     char text[MPI_MAX_ERROR_STRING];
     int length = 0;
@@ -39,12 +41,10 @@ void check(int rc, const char* what) {
   }
 }
 
-}  // namespace
-
 std::unique_ptr<MpiProcessGroup> MpiProcessGroup::join() {
   const int timeout_s = env_int("ATTNRES_RANK_TIMEOUT", kDefaultRankTimeoutSeconds);
   int provided = 0;
-  check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+  check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
   if (provided < MPI_THREAD_MULTIPLE) {
     MPI_Finalize();
     throw Error(
@@ -60,12 +60,12 @@ MpiProcessGroup::MpiProcessGroup(std::chrono::milliseconds timeout) : timeout_(t
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
-  check(MPI_Comm_dup(MPI_COMM_WORLD, &control_), "MPI_Comm_dup");
-  check(MPI_Comm_dup(MPI_COMM_WORLD, &data_), "MPI_Comm_dup");
-  check(MPI_Comm_dup(MPI_COMM_WORLD, &heartbeat_), "MPI_Comm_dup");
+  check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &control_), "MPI_Comm_dup");
+  check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &data_), "MPI_Comm_dup");
+  check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &heartbeat_), "MPI_Comm_dup");
   MPI_Comm local = MPI_COMM_NULL;
-  check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local),
-        "MPI_Comm_split_type");
+  check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local),
+            "MPI_Comm_split_type");
   MPI_Comm_rank(local, &local_rank_);
   MPI_Comm_size(local, &local_size_);
   MPI_Comm_free(&local);
@@ -76,9 +76,9 @@ MpiProcessGroup::MpiProcessGroup(std::chrono::milliseconds timeout) : timeout_(t
   gethostname(host, sizeof(host) - 1);
   std::snprintf(mine.data(), mine.size(), "pid %d on %s", static_cast<int>(getpid()), host);
   std::vector<char> all(mine.size() * static_cast<size_t>(size_));
-  check(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_CHAR, all.data(),
-                      static_cast<int>(mine.size()), MPI_CHAR, MPI_COMM_WORLD),
-        "MPI_Allgather");
+  check_mpi(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_CHAR, all.data(),
+                          static_cast<int>(mine.size()), MPI_CHAR, MPI_COMM_WORLD),
+            "MPI_Allgather");
   for (int r = 0; r < size_; ++r) where_.emplace_back(all.data() + mine.size() * r);
 
   watchdog_ = std::thread([this] { watch(); });
@@ -116,7 +116,7 @@ void MpiProcessGroup::wait(MPI_Request& request, const std::atomic<bool>* aborte
   auto pause = std::chrono::microseconds(10);
   for (int polls = 0;; ++polls) {
     int done = 0;
-    check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
     if (done) return;
     if (failed_.load()) throw Error(failure());
     if (aborted && aborted->load()) throw Error("the tensor-parallel group was aborted");
@@ -141,22 +141,22 @@ void MpiProcessGroup::broadcast_control(std::string& message) {
     std::vector<MPI_Request> requests;
     for (int r = 1; r < size_; ++r) {
       requests.emplace_back();
-      check(MPI_Isend(&length, 1, MPI_UINT64_T, r, 0, control_, &requests.back()), "MPI_Isend");
+      check_mpi(MPI_Isend(&length, 1, MPI_UINT64_T, r, 0, control_, &requests.back()), "MPI_Isend");
       requests.emplace_back();
-      check(MPI_Isend(message.data(), static_cast<int>(length), MPI_CHAR, r, 1, control_,
-                      &requests.back()),
-            "MPI_Isend");
+      check_mpi(MPI_Isend(message.data(), static_cast<int>(length), MPI_CHAR, r, 1, control_,
+                          &requests.back()),
+                "MPI_Isend");
     }
     for (MPI_Request& request : requests) wait(request);
     return;
   }
   uint64_t length = 0;
   MPI_Request request;
-  check(MPI_Irecv(&length, 1, MPI_UINT64_T, 0, 0, control_, &request), "MPI_Irecv");
+  check_mpi(MPI_Irecv(&length, 1, MPI_UINT64_T, 0, 0, control_, &request), "MPI_Irecv");
   wait(request);
   message.resize(static_cast<size_t>(length));
-  check(MPI_Irecv(message.data(), static_cast<int>(length), MPI_CHAR, 0, 1, control_, &request),
-        "MPI_Irecv");
+  check_mpi(MPI_Irecv(message.data(), static_cast<int>(length), MPI_CHAR, 0, 1, control_, &request),
+            "MPI_Irecv");
   wait(request);
 }
 
@@ -164,13 +164,14 @@ void MpiProcessGroup::broadcast_bytes(void* data, size_t size, int root) {
   if (size > static_cast<size_t>(std::numeric_limits<int>::max()))
     throw Error("broadcast: too large");
   MPI_Request request;
-  check(MPI_Ibcast(data, static_cast<int>(size), MPI_BYTE, root, control_, &request), "MPI_Ibcast");
+  check_mpi(MPI_Ibcast(data, static_cast<int>(size), MPI_BYTE, root, control_, &request),
+            "MPI_Ibcast");
   wait(request);
 }
 
 void MpiProcessGroup::barrier() {
   MPI_Request request;
-  check(MPI_Ibarrier(control_, &request), "MPI_Ibarrier");
+  check_mpi(MPI_Ibarrier(control_, &request), "MPI_Ibarrier");
   wait(request);
 }
 

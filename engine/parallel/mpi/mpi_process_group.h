@@ -40,6 +40,9 @@ namespace attnres {
 
 constexpr int kDefaultRankTimeoutSeconds = 5;
 
+// Throws attnres::Error "<what> failed: <MPI's error string>" unless rc is MPI_SUCCESS.
+void check_mpi(int rc, const char* what);
+
 class MpiProcessGroup : public ProcessGroup {
  public:
   // Initialises MPI and joins the job (call it only when a launcher started this process).

@@ -99,13 +99,7 @@ TEST(CpuAttention, PagedCausalGqaWithCachedPrefixes) {
 TEST(CpuAttention, RejectsPositionOutsideTable) {
   auto be = make_cpu_backend(1);
   KvCacheLayer cache{be->alloc({4, 4, 1, 8}, DType::F32), be->alloc({4, 4, 1, 8}, DType::F32)};
-  BatchMeta b;
-  b.num_tokens = 1;
-  b.positions = {4};
-  b.slot_mapping = {4};
-  b.query_start = {0, 1};
-  b.context_len = {5};
-  b.block_tables = {{2}};  // one block: positions 0..3 only
+  const BatchMeta b = single_token_step(4, 4, {2});  // one block: positions 0..3 only
   Tensor q = be->alloc({1, 8}, DType::F32), out = be->alloc({1, 8}, DType::F32);
   EXPECT_THROW(be->attention(q, cache, b, 8, 1.0f, out), std::logic_error);
 }

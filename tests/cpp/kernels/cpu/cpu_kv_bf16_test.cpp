@@ -174,13 +174,7 @@ TEST(CpuKvCacheBf16, StoreRoundsToNearestEven) {
   Tensor k = be->alloc({1, hd}, DType::F32), v = be->alloc({1, hd}, DType::F32);
   std::copy(x.begin(), x.end(), k.ptr<float>());
   std::copy(x.begin(), x.end(), v.ptr<float>());
-  BatchMeta b;
-  b.num_tokens = 1;
-  b.positions = {0};
-  b.slot_mapping = {0};
-  b.query_start = {0, 1};
-  b.context_len = {1};
-  b.block_tables = {{0}};
+  const BatchMeta b = single_token_step(0, 0, {0});
   be->store_kv(k, v, b, cache);
   for (int i = 0; i < hd; ++i) {
     const float got_k = bf16_to_f32(cache.k.ptr<uint16_t>()[i]);
@@ -194,13 +188,7 @@ TEST(CpuKvCacheBf16, RejectsMixedDtypes) {
   auto be = make_cpu_backend(1);
   KvCacheLayer cache{be->alloc({2, 4, 1, 8}, DType::BF16), be->alloc({2, 4, 1, 8}, DType::F32)};
   Tensor k = be->alloc({1, 8}, DType::F32), v = be->alloc({1, 8}, DType::F32);
-  BatchMeta b;
-  b.num_tokens = 1;
-  b.positions = {0};
-  b.slot_mapping = {0};
-  b.query_start = {0, 1};
-  b.context_len = {1};
-  b.block_tables = {{0}};
+  const BatchMeta b = single_token_step(0, 0, {0});
   EXPECT_ANY_THROW(be->store_kv(k, v, b, cache));
 }
 

@@ -51,4 +51,16 @@ inline BatchMeta store_paged_step(Backend& be, const std::vector<SeqSpec>& seqs,
   return b;
 }
 
+// One sequence of one token at `position`, written to `slot` (its block table: `table`).
+inline BatchMeta single_token_step(int position, int slot, std::vector<int32_t> table) {
+  BatchMeta b;
+  b.num_tokens = 1;
+  b.positions = {position};
+  b.slot_mapping = {slot};
+  b.query_start = {0, 1};
+  b.context_len = {position + 1};
+  b.block_tables = {std::move(table)};
+  return b;
+}
+
 }  // namespace attnres::test
