@@ -31,7 +31,6 @@ struct BackendOptions {
   // CPU: the ranks of a tensor-parallel group on this host share `threads` (or all cores)
   // evenly, each getting at least one.
   int ranks_sharing_host = 1;
-  bool batch_invariant = true;  // CPU: false = the packed-GEMM prefill (--fast-prefill)
 };
 
 using BackendFactory = std::function<std::unique_ptr<Backend>(const BackendOptions& options)>;

@@ -90,7 +90,6 @@ std::string encode_load(const LoadMessage& m) {
   w.put(m.args.model);
   w.put(m.args.device);
   w.put(static_cast<int32_t>(m.args.threads));
-  w.put(static_cast<uint8_t>(m.args.fast_prefill));
   w.put(static_cast<int32_t>(m.args.tensor_parallel_size));
   w.put(static_cast<int32_t>(m.args.sequence_parallel_min_tokens));
   w.put(m.args.kv_cache_dtype);
@@ -106,7 +105,6 @@ LoadMessage decode_load(const std::string& message) {
   m.args.model = r.get_string();
   m.args.device = r.get_string();
   m.args.threads = r.get<int32_t>();
-  m.args.fast_prefill = r.get<uint8_t>() != 0;
   m.args.tensor_parallel_size = r.get<int32_t>();
   m.args.sequence_parallel_min_tokens = r.get<int32_t>();
   m.args.kv_cache_dtype = r.get_string();

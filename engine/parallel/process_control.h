@@ -19,7 +19,7 @@ namespace attnres {
 enum class ControlKind : uint8_t { Load = 1, Step = 2, Unload = 3, Exit = 4 };
 
 struct LoadMessage {
-  // model, device, threads, fast_prefill, tensor_parallel_size, sp tokens, kv_cache_dtype
+  // model, device, threads, tensor_parallel_size, sp tokens, kv_cache_dtype
   // (resolved by rank 0: never "auto")
   EngineArgs args;
   int num_kv_blocks = 0;

@@ -16,7 +16,6 @@ struct EngineArgs {
   std::string model;             // --model: a model directory or builtin:NAME; "" = the demo
   std::string device = "cpu";    // --device: a registered backend name
   int threads = 0;               // --threads: CPU threads, 0 = all cores (shared among ranks)
-  bool fast_prefill = false;     // --fast-prefill: the CPU's packed-GEMM prefill
   int tensor_parallel_size = 1;  // --tensor-parallel-size
   int sequence_parallel_min_tokens = 128;  // --sequence-parallel-min-tokens (0 = never)
   // --kv-cache-dtype: "auto" | "bfloat16" | "float32". auto = bfloat16 when the checkpoint's

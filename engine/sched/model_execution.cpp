@@ -47,7 +47,6 @@ TensorParallelOptions parallel_options(const EngineArgs& args, int size, int num
   BackendOptions backend;
   backend.threads = args.threads;
   backend.ranks_sharing_host = size;
-  backend.batch_invariant = !args.fast_prefill;
   options.make_backend = [device = args.device, backend](int rank) {
     BackendOptions for_rank = backend;
     for_rank.device_index = rank;
@@ -69,7 +68,6 @@ std::unique_ptr<Backend> process_rank_backend(const EngineArgs& args, const Proc
   options.threads = args.threads;
   options.ranks_sharing_host = group.local_size();
   options.device_index = group.local_rank();
-  options.batch_invariant = !args.fast_prefill;
   return attnres::make_backend(args.device, options);
 }
 
@@ -182,7 +180,6 @@ std::unique_ptr<Backend> make_backend(const EngineArgs& args) {
   }
   BackendOptions options;
   options.threads = args.threads;
-  options.batch_invariant = !args.fast_prefill;
   return make_backend(args.device, options);
 }
 

@@ -53,7 +53,7 @@ size_t kv_bytes_per_block(const EngineArgs& args, const LoadedModel& model, int 
 int kv_blocks_for_budget(const EngineArgs& args, const LoadedModel& model, int block_size,
                          size_t budget_bytes);
 
-// The single-device backend args.device names (threads and fast_prefill for the CPU).
+// The single-device backend args.device names (threads for the CPU).
 std::unique_ptr<Backend> make_backend(const EngineArgs& args);
 
 // Builds the backend(s), uploads or shards the weights and allocates `num_kv_blocks` blocks

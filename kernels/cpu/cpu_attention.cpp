@@ -6,13 +6,13 @@
 // positions 0..positions[t] inclusive, which covers both a cached prefix and the tokens of
 // this step (store_kv runs first). Query head h reads KV head h / (Hq / Hkv).
 //
-// One work item per (token, query head), parallel over all of them: each item walks the
-// sequence's blocks once for the scores (q . k * scale, kept in a per-thread buffer), takes
-// the max, exponentiates, and accumulates the weighted V rows — an exact two-pass softmax in
-// f32. KV rows are hd contiguous values, so every dot / axpy is a straight SIMD loop; a bf16
-// cache (--kv-cache-dtype bfloat16) is rounded to nearest even by store_kv and widened in
-// registers by the same loops (cpu::dot_w / scale_add_w), so its attention equals the f32
-// cache's over K/V rounded to bf16, bit for bit.
+// One work item per (token, KV head), parallel over all of them: each item computes the
+// scores of the KV head's query heads (q . k * scale, kept in a per-thread buffer), takes the
+// max, exponentiates, and accumulates the weighted V rows — an exact two-pass softmax in f32.
+// KV rows are hd contiguous values, so every dot / axpy is a straight SIMD loop; a bf16 cache
+// (--kv-cache-dtype bfloat16) is rounded to nearest even by store_kv and widened in registers
+// by the same loops, so its attention equals the f32 cache's over K/V rounded to bf16, bit
+// for bit.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -40,7 +40,61 @@ void store_row_bf16(uint16_t* dst, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(x[i]);
 }
 
-// One layer's attention over a cache stored as W (the body of CpuBackend::attention).
+constexpr int64_t kKeyBlock = 16;  // keys whose scores share one hsum_many
+constexpr int64_t kOutVecs = 4;    // output vectors per head kept in registers across keys
+
+// Scores of `group` query heads against keys [p0, p1) of one KV head: for each key, the K row
+// is widened once for all the heads; each score is exactly cpu::dot_w (its folded vector's
+// hsum, shared with the block's other keys through hsum_many, plus the scalar tail) * scale.
+template <DType W>
+void score_block(const float* const* qh, int64_t group, const cpu::StoredT<W>* const* krow,
+                 int64_t count, int64_t hd, float scale, float* const* scores) {
+  for (int64_t g = 0; g < group; ++g) {
+    cpu::VecF folded[kKeyBlock];
+    for (int64_t i = 0; i < count; ++i) folded[i] = cpu::dot_w_fold<W>(qh[g], krow[i], hd);
+    float sums[kKeyBlock];
+    cpu::hsum_many(folded, static_cast<int>(count), sums);
+    for (int64_t i = 0; i < count; ++i)
+      scores[g][i] = cpu::dot_w_tail<W>(qh[g], krow[i], hd, sums[i]) * scale;
+  }
+}
+
+// oh[i] = sum over the keys p in order of fma(weights[p], v_p[i], .), from 0: per element the
+// same chain of FMAs whatever the tiling, with kOutVecs vectors of oh held in registers while
+// the keys stream by.
+template <DType W>
+void weighted_sum(const float* weights, const cpu::StoredT<W>* const* vrow, int64_t ctx,
+                  int64_t hd, float* oh) {
+  using cpu::kLanes;
+  int64_t i0 = 0;
+  for (; i0 + kOutVecs * kLanes <= hd; i0 += kOutVecs * kLanes) {
+    cpu::VecF acc[kOutVecs];
+    for (int64_t j = 0; j < kOutVecs; ++j) acc[j] = cpu::vzero();
+    for (int64_t p = 0; p < ctx; ++p) {
+      const cpu::VecF w = cpu::vset1(weights[p]);
+      for (int64_t j = 0; j < kOutVecs; ++j)
+        acc[j] = cpu::vfma(w, cpu::vload_w<W>(vrow[p] + i0 + j * kLanes), acc[j]);
+    }
+    for (int64_t j = 0; j < kOutVecs; ++j) cpu::vstore(oh + i0 + j * kLanes, acc[j]);
+  }
+  for (; i0 + kLanes <= hd; i0 += kLanes) {
+    cpu::VecF acc = cpu::vzero();
+    for (int64_t p = 0; p < ctx; ++p)
+      acc = cpu::vfma(cpu::vset1(weights[p]), cpu::vload_w<W>(vrow[p] + i0), acc);
+    cpu::vstore(oh + i0, acc);
+  }
+  for (; i0 < hd; ++i0) {
+    float acc = 0.0f;
+    for (int64_t p = 0; p < ctx; ++p)
+      acc = std::fma(weights[p], cpu::load_scalar<W>(vrow[p] + i0), acc);
+    oh[i0] = acc;
+  }
+}
+
+// One layer's attention over a cache stored as W (the body of CpuBackend::attention). A work
+// item is one token and one KV head with its `group` query heads, so each K / V row is
+// widened once for all of them. What a query computes depends only on its q, its positions'
+// K / V and its context length, never on the other items: decode and prefill round alike.
 template <DType W>
 void attend(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
             const std::vector<int32_t>& seq_of, int64_t max_ctx, int64_t hd, int64_t hq,
@@ -50,35 +104,36 @@ void attend(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
   const S* kc = cache.k.ptr<S>();
   const S* vc = cache.v.ptr<S>();
   const int64_t t_dim = cpu::rows_of(q);
-  const int64_t items = t_dim * hq;
-  cpu::DynamicSchedule schedule(items, 4);
+  const int64_t items = t_dim * hkv;
+  cpu::DynamicSchedule schedule(items, 2);
   pool.run(threads > 1 && items > 1 ? threads : 1, [&](int, int) {
-    std::vector<float> scores(static_cast<size_t>(max_ctx));
+    std::vector<float> scores(static_cast<size_t>(max_ctx * group));
+    std::vector<const S*> krows(static_cast<size_t>(max_ctx)), vrows(krows.size());
+    std::vector<const float*> qh(static_cast<size_t>(group));
+    std::vector<float*> score_rows(qh.size());
     for (int64_t item : schedule.claims()) {
-      const int64_t t = item / hq, h = item % hq, kvh = h / group;
+      const int64_t t = item / hkv, kvh = item % hkv;
       const auto& table = batch.block_tables[seq_of[t]];
       const int64_t ctx = batch.positions[t] + 1;
-      const float* qh = q.ptr<float>() + t * hq * hd + h * hd;
-      float* oh = out.ptr<float>() + t * hq * hd + h * hd;
-      float max_score = -INFINITY;
       for (int64_t p = 0; p < ctx; ++p) {
         const int64_t slot = table[p / block_size] * block_size + p % block_size;
-        const float sc = cpu::dot_w<W>(qh, kc + (slot * hkv + kvh) * hd, hd) * scale;
-        scores[p] = sc;
-        max_score = std::max(max_score, sc);
+        krows[p] = kc + (slot * hkv + kvh) * hd;
+        vrows[p] = vc + (slot * hkv + kvh) * hd;
       }
-      float denom = 0.0f;
-      for (int64_t p = 0; p < ctx; ++p) {
-        scores[p] = std::exp(scores[p] - max_score);
-        denom += scores[p];
+      for (int64_t g = 0; g < group; ++g) qh[g] = q.ptr<float>() + t * hq * hd + (kvh * group + g) * hd;
+      for (int64_t p0 = 0; p0 < ctx; p0 += kKeyBlock) {
+        for (int64_t g = 0; g < group; ++g) score_rows[g] = scores.data() + g * max_ctx + p0;
+        score_block<W>(qh.data(), group, krows.data() + p0, std::min(kKeyBlock, ctx - p0), hd,
+                       scale, score_rows.data());
       }
-      std::fill(oh, oh + hd, 0.0f);
-      for (int64_t p = 0; p < ctx; ++p) {
-        const int64_t slot = table[p / block_size] * block_size + p % block_size;
-        cpu::scale_add_w<W>(oh, 1.0f, scores[p], vc + (slot * hkv + kvh) * hd, hd);
+      for (int64_t g = 0; g < group; ++g) {
+        float* sc = scores.data() + g * max_ctx;
+        const float denom = cpu::softmax_numerators(sc, ctx);
+        float* oh = out.ptr<float>() + t * hq * hd + (kvh * group + g) * hd;
+        weighted_sum<W>(sc, vrows.data(), ctx, hd, oh);
+        const float inv = 1.0f / denom;
+        for (int64_t i = 0; i < hd; ++i) oh[i] *= inv;
       }
-      const float inv = 1.0f / denom;
-      for (int64_t i = 0; i < hd; ++i) oh[i] *= inv;
     }
   });
 }

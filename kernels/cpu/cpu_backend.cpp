@@ -10,14 +10,11 @@
 
 namespace attnres {
 
-CpuBackend::CpuBackend(int num_threads, bool batch_invariant)
-    : pool_(std::make_unique<cpu::WorkerPool>(num_threads)),
-      threads_(pool_->size()),
-      batch_invariant_(batch_invariant) {}
+CpuBackend::CpuBackend(int num_threads)
+    : pool_(std::make_unique<cpu::WorkerPool>(num_threads)), threads_(pool_->size()) {}
 
 std::string CpuBackend::name() const {
-  return "cpu(" + std::to_string(threads_) + " threads" +
-         (batch_invariant_ ? ")" : ", fast prefill)");
+  return "cpu(" + std::to_string(threads_) + " threads)";
 }
 
 Tensor CpuBackend::alloc(const Shape& shape, DType dtype) { return Tensor::empty(shape, dtype); }
@@ -42,8 +39,8 @@ void CpuBackend::fill_zero(Tensor& dst) {
   if (dst.nbytes()) std::memset(dst.data, 0, dst.nbytes());
 }
 
-std::unique_ptr<Backend> make_cpu_backend(int num_threads, bool batch_invariant) {
-  return std::make_unique<CpuBackend>(num_threads, batch_invariant);
+std::unique_ptr<Backend> make_cpu_backend(int num_threads) {
+  return std::make_unique<CpuBackend>(num_threads);
 }
 
 namespace cpu {

@@ -27,11 +27,10 @@ class CpuBackend : public Backend {
  public:
   // num_threads <= 0: cpu::default_thread_count() (OMP_NUM_THREADS, else the CPUs this
   // process may run on).
-  // batch_invariant: every row of `linear` is computed with the same arithmetic whatever the
-  // number of rows (the GEMV kernel, 8 rows at a time), so a request's logits do not depend on
-  // what it is batched with. false allows the packed GEMM for R > 8: about 1.4x faster prefill,
-  // but prefill and large-batch rows then round differently from decode rows.
-  explicit CpuBackend(int num_threads = 0, bool batch_invariant = true);
+  // Batch-invariant: every row of `linear` is computed with the same arithmetic whatever the
+  // number of rows (cpu_linear.cpp), so a request's logits do not depend on what it is
+  // batched with, and a prompt's prefill rounds exactly like decoding it token by token.
+  explicit CpuBackend(int num_threads = 0);
 
   Device device() const override { return Device::CPU; }
   std::string name() const override;
@@ -75,10 +74,9 @@ class CpuBackend : public Backend {
                             const Tensor& prenorm_gain, float norm_eps, Tensor& out);
   std::unique_ptr<cpu::WorkerPool> pool_;
   int threads_;  // pool_->size()
-  bool batch_invariant_;
 };
 
-std::unique_ptr<Backend> make_cpu_backend(int num_threads = 0, bool batch_invariant = true);
+std::unique_ptr<Backend> make_cpu_backend(int num_threads = 0);
 
 // Internal helpers shared by the op files (not part of the Backend interface).
 namespace cpu {

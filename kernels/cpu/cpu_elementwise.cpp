@@ -1,6 +1,7 @@
 // Row-wise and element-wise ops: embedding (gather + widen), swiglu, add_inplace,
 // gather_rows. All are pure streaming over contiguous f32 rows; each parallelises over rows
 // (or flat chunks) only when the op is large enough to amortise waking the thread team.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -66,8 +67,27 @@ void CpuBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor& out) {
   const float* g = gate.ptr<float>();
   const float* u = up.ptr<float>();
   float* o = out.ptr<float>();
-  pool_->parallel_for(total, threads_ > 1 && total >= kParallelMin,
-                      [&](int64_t i) { o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i]; });
+  // silu(g) * u with a vector exp; every element goes through the same lanes' arithmetic
+  // (the tail padded into a vector), so the result does not depend on the chunking.
+  const auto silu_mul = [](cpu::VecF gv, cpu::VecF uv) {
+    const cpu::VecF one = cpu::vset1(1.0f);
+    return cpu::vmul(cpu::vdiv(gv, cpu::vadd(one, cpu::vexp(cpu::vsub(cpu::vzero(), gv)))), uv);
+  };
+  constexpr int64_t kChunk = 4096;  // elements per task (a multiple of every kLanes)
+  pool_->parallel_for((total + kChunk - 1) / kChunk, threads_ > 1 && total >= kParallelMin,
+                      [&](int64_t c) {
+                        const int64_t end = std::min(total, (c + 1) * kChunk);
+                        int64_t i = c * kChunk;
+                        for (; i + cpu::kLanes <= end; i += cpu::kLanes)
+                          cpu::vstore(o + i, silu_mul(cpu::vload(g + i), cpu::vload(u + i)));
+                        if (i < end) {
+                          alignas(64) float gt[cpu::kLanes] = {}, ut[cpu::kLanes] = {};
+                          std::copy(g + i, g + end, gt);
+                          std::copy(u + i, u + end, ut);
+                          cpu::vstore(gt, silu_mul(cpu::vload(gt), cpu::vload(ut)));
+                          std::copy(gt, gt + (end - i), o + i);
+                        }
+                      });
 }
 
 void CpuBackend::add_inplace(Tensor& x, const Tensor& y) {

@@ -90,38 +90,77 @@ void gemv(const float* x, int64_t k_dim, const cpu::StoredT<W>* w, const float* 
   });
 }
 
-constexpr int kMr = 6;           // input rows per microkernel
-constexpr int kNr = 2 * kLanes;  // outputs per microkernel / per packed panel
-constexpr int64_t kKc = 256;     // inputs per packed panel (panel = kKc * kNr * 4 bytes)
+// Prefill (R > 8): the GEMV's arithmetic, blocked for reuse. Each output element is computed
+// exactly as gemv_block computes it (kLanes lane-wise FMA chains over k in order, hsum, the
+// scalar tail, then the bias), so a row's result is bit for bit the same as when it is decoded
+// alone: batch-invariant by construction, whatever R, the tiling or the thread count. The
+// speed comes from reuse, not from reordering the sums: a tile of kNr outputs is widened once
+// into an f32 panel ([k step][output][lane]) and shared by every row of a row chunk; a
+// microkernel keeps kMr x kNr accumulators in registers, loading kMr x vectors and kNr panel
+// vectors per k step (AVX-512: 24 FMAs for 10 loads). Row chunks keep x in L2.
+constexpr int kMr = kLanes >= 16 ? 4 : 3;  // input rows per microkernel
+constexpr int kNr = kLanes >= 16 ? 6 : 4;  // outputs per microkernel and per packed panel
+constexpr int64_t kChunkBytes = 1 << 20;  // x bytes per row chunk (stays in L2)
+constexpr int64_t kBlockSteps = 512 / kLanes;  // k steps per block (the panel's block in L1)
 
-// c[i][j] = sum_k xr[i][k] * panel[k][j] for i < kMr, j < kNr.
-inline void gemm_micro(const float* const* xr, const float* panel, int64_t kc, float* c) {
-  VecF acc[kMr][2];
-  for (int i = 0; i < kMr; ++i) acc[i][0] = acc[i][1] = cpu::vzero();
-  for (int64_t k = 0; k < kc; ++k) {
-    VecF w0 = cpu::vload(panel + k * kNr), w1 = cpu::vload(panel + k * kNr + kLanes);
-    for (int i = 0; i < kMr; ++i) {
-      VecF xb = cpu::vset1(xr[i][k]);
-      acc[i][0] = cpu::vfma(xb, w0, acc[i][0]);
-      acc[i][1] = cpu::vfma(xb, w1, acc[i][1]);
+// One microkernel call: k steps [s0, s1) for input rows xr[0 .. kMr) and the kNr outputs of
+// `panel`, with kMr x kNr lane-wise accumulators in registers. They start from zero when s0
+// is 0, else from `partial` (where the previous k block left them); after the last k block
+// they are finished with the same steps, in the same order, as the end of gemv_block (hsum,
+// the scalar tail, the bias) into out rows 0 .. m_valid, outputs o0 .. o0 + n_valid;
+// otherwise they are saved to `partial`. Splitting k into blocks this way changes nothing:
+// every lane still accumulates its k in order.
+template <DType W>
+void gemm_micro(const float* const* xr, const float* panel, int64_t s0, int64_t s1,
+                int64_t ksteps, float* partial, int64_t k_dim, const cpu::StoredT<W>* w,
+                const float* bias, int64_t o0, int64_t m_valid, int64_t n_valid, float* out,
+                int64_t n_dim) {
+  VecF acc[kMr][kNr];
+  for (int i = 0; i < kMr; ++i)
+    for (int j = 0; j < kNr; ++j)
+      acc[i][j] = s0 == 0 ? cpu::vzero() : cpu::vload(partial + (i * kNr + j) * kLanes);
+  const float* xp[kMr];
+  for (int i = 0; i < kMr; ++i) xp[i] = xr[i];
+  for (int64_t s = s0; s < s1; ++s) {
+    VecF xv[kMr];
+    for (int i = 0; i < kMr; ++i) xv[i] = cpu::vload(xp[i] + s * kLanes);
+    const float* p = panel + s * kNr * kLanes;
+    for (int j = 0; j < kNr; ++j) {
+      VecF wv = cpu::vload(p + j * kLanes);
+      for (int i = 0; i < kMr; ++i) acc[i][j] = cpu::vfma(wv, xv[i], acc[i][j]);
     }
   }
-  for (int i = 0; i < kMr; ++i) {
-    cpu::vstore(c + i * kNr, acc[i][0]);
-    cpu::vstore(c + i * kNr + kLanes, acc[i][1]);
+  if (s1 < ksteps) {
+    for (int i = 0; i < kMr; ++i)
+      for (int j = 0; j < kNr; ++j) cpu::vstore(partial + (i * kNr + j) * kLanes, acc[i][j]);
+    return;
+  }
+  float sums[kMr * kNr];
+  cpu::hsum_many(&acc[0][0], kMr * kNr, sums);
+  const int64_t k_tail = ksteps * kLanes;
+  for (int64_t i = 0; i < m_valid; ++i) {
+    for (int64_t j = 0; j < n_valid; ++j) {
+      float s = sums[i * kNr + j];
+      const cpu::StoredT<W>* wrow = w + (o0 + j) * k_dim;
+      for (int64_t kk = k_tail; kk < k_dim; ++kk)
+        s = std::fma(cpu::load_scalar<W>(wrow + kk), xr[i][kk], s);
+      if (bias) s += bias[o0 + j];
+      out[i * n_dim + o0 + j] = s;
+    }
   }
 }
 
-// Widens w[o0 .. o0 + kNr, k0 .. k0 + kc] into panel[k][j] (zero for outputs >= n_dim).
+// Widens the whole vectors of w[o0 .. o0 + kNr, 0 .. ksteps * kLanes) into
+// panel[s][j][lane] (zero for outputs >= n_dim). Exact: bf16 and f16 widen to f32 exactly.
 template <DType W>
-void pack_panel(const cpu::StoredT<W>* w, int64_t k_dim, int64_t n_dim, int64_t o0, int64_t k0,
-                int64_t kc, float* panel) {
+void pack_panel(const cpu::StoredT<W>* w, int64_t k_dim, int64_t n_dim, int64_t o0,
+                int64_t ksteps, float* panel) {
   for (int j = 0; j < kNr; ++j) {
-    if (o0 + j < n_dim) {
-      const cpu::StoredT<W>* src = w + (o0 + j) * k_dim + k0;
-      for (int64_t k = 0; k < kc; ++k) panel[k * kNr + j] = cpu::load_scalar<W>(src + k);
-    } else {
-      for (int64_t k = 0; k < kc; ++k) panel[k * kNr + j] = 0.0f;
+    const bool valid = o0 + j < n_dim;
+    const cpu::StoredT<W>* src = w + (o0 + j) * k_dim;
+    for (int64_t s = 0; s < ksteps; ++s) {
+      float* dst = panel + (s * kNr + j) * kLanes;
+      cpu::vstore(dst, valid ? cpu::vload_w<W>(src + s * kLanes) : cpu::vzero());
     }
   }
 }
@@ -129,39 +168,32 @@ void pack_panel(const cpu::StoredT<W>* w, int64_t k_dim, int64_t n_dim, int64_t 
 template <DType W>
 void gemm(const float* x, int64_t r_dim, int64_t k_dim, const cpu::StoredT<W>* w, const float* bias,
           float* out, int64_t n_dim, cpu::WorkerPool& pool) {
-  const int threads = pool.size();
+  const int64_t ksteps = k_dim / kLanes;
   const int64_t tiles = (n_dim + kNr - 1) / kNr;
-  const int64_t row_blocks = (r_dim + kMr - 1) / kMr;
-  // Enough work items for every thread; as few row chunks as possible (each packs its panel).
-  int64_t chunks = std::max<int64_t>(1, (4 * threads + tiles - 1) / tiles);
-  chunks = std::min(chunks, row_blocks);
-  const int64_t blocks_per_chunk = (row_blocks + chunks - 1) / chunks;
-  const int64_t items = tiles * chunks;
-  pool.run(threads > 1 && items > 1 ? threads : 1, [&](int tid, int team) {
-    std::vector<float> panel(static_cast<size_t>(kKc * kNr));
-    alignas(64) float c[kMr * kNr];
-    for (int64_t item : cpu::static_block(items, tid, team)) {
-      const int64_t tile = item % tiles, chunk = item / tiles;
-      const int64_t o0 = tile * kNr, n_valid = std::min<int64_t>(kNr, n_dim - o0);
-      const int64_t r_begin = chunk * blocks_per_chunk * kMr;
-      const int64_t r_end = std::min(r_dim, r_begin + blocks_per_chunk * kMr);
-      for (int64_t k0 = 0; k0 < k_dim; k0 += kKc) {
-        const int64_t kc = std::min(kKc, k_dim - k0);
-        const bool first = k0 == 0, last = k0 + kc == k_dim;
-        pack_panel<W>(w, k_dim, n_dim, o0, k0, kc, panel.data());
-        for (int64_t r0 = r_begin; r0 < r_end; r0 += kMr) {
-          const float* xr[kMr];
-          for (int i = 0; i < kMr; ++i) xr[i] = x + std::min(r0 + i, r_end - 1) * k_dim + k0;
-          gemm_micro(xr, panel.data(), kc, c);
-          const int64_t m_valid = std::min<int64_t>(kMr, r_end - r0);
-          for (int64_t i = 0; i < m_valid; ++i) {
-            float* dst = out + (r0 + i) * n_dim + o0;
-            const float* src = c + i * kNr;
-            for (int64_t j = 0; j < n_valid; ++j) {
-              float v = first ? src[j] : dst[j] + src[j];
-              if (last && bias) v += bias[o0 + j];
-              dst[j] = v;
-            }
+  const int64_t chunk_rows = std::max<int64_t>(
+      kMr, kChunkBytes / (k_dim * static_cast<int64_t>(sizeof(float))) / kMr * kMr);
+  const bool parallel = pool.size() > 1 && tiles > 1;
+  // Threads split the output tiles (each widens only its own panels); every thread walks the
+  // row chunks in the same order, so the chunk a thread works on is in its own L2.
+  pool.run(parallel ? pool.size() : 1, [&](int tid, int team) {
+    std::vector<float> panel(static_cast<size_t>(std::max<int64_t>(1, ksteps * kNr * kLanes)));
+    std::vector<float> partials(static_cast<size_t>((chunk_rows / kMr) * kMr * kNr * kLanes));
+    const cpu::IndexRange my_tiles = cpu::static_block(tiles, tid, team);
+    for (int64_t r_begin = 0; r_begin < r_dim; r_begin += chunk_rows) {
+      const int64_t r_end = std::min(r_dim, r_begin + chunk_rows);
+      for (int64_t tile : my_tiles) {
+        const int64_t o0 = tile * kNr, n_valid = std::min<int64_t>(kNr, n_dim - o0);
+        pack_panel<W>(w, k_dim, n_dim, o0, ksteps, panel.data());
+        // k blocks outermost, so the panel's block stays in L1 while every row block of the
+        // chunk uses it.
+        for (int64_t s0 = 0; s0 < std::max<int64_t>(ksteps, 1); s0 += kBlockSteps) {
+          const int64_t s1 = std::min(ksteps, s0 + kBlockSteps);
+          for (int64_t r0 = r_begin; r0 < r_end; r0 += kMr) {
+            const float* xr[kMr];  // rows past the end repeat the last one (computed, not stored)
+            for (int i = 0; i < kMr; ++i) xr[i] = x + std::min(r0 + i, r_end - 1) * k_dim;
+            float* partial = partials.data() + (r0 - r_begin) * kNr * kLanes;
+            gemm_micro<W>(xr, panel.data(), s0, s1, ksteps, partial, k_dim, w, bias, o0,
+                          std::min<int64_t>(kMr, r_end - r0), n_valid, out + r0 * n_dim, n_dim);
           }
         }
       }
@@ -171,24 +203,14 @@ void gemm(const float* x, int64_t r_dim, int64_t k_dim, const cpu::StoredT<W>* w
 
 template <DType W>
 void linear_typed(const float* x, int64_t r_dim, int64_t k_dim, const void* w_data,
-                  const float* bias, float* out, int64_t n_dim, cpu::WorkerPool& pool,
-                  bool batch_invariant) {
+                  const float* bias, float* out, int64_t n_dim, cpu::WorkerPool& pool) {
   const auto* w = static_cast<const cpu::StoredT<W>*>(w_data);
   if (k_dim == 0) {  // empty dot products: out = bias (or 0)
     for (int64_t r = 0; r < r_dim; ++r)
       for (int64_t o = 0; o < n_dim; ++o) out[r * n_dim + o] = bias ? bias[o] : 0.0f;
     return;
   }
-  if (r_dim > kMaxGemvRows) {
-    if (!batch_invariant) return gemm<W>(x, r_dim, k_dim, w, bias, out, n_dim, pool);
-    // The GEMV's arithmetic for a row does not depend on how many rows share the call, so 8
-    // rows at a time give every row the same rounding as a single decode row.
-    for (int64_t r0 = 0; r0 < r_dim; r0 += kMaxGemvRows) {
-      linear_typed<W>(x + r0 * k_dim, std::min<int64_t>(kMaxGemvRows, r_dim - r0), k_dim, w_data,
-                      bias, out + r0 * n_dim, n_dim, pool, batch_invariant);
-    }
-    return;
-  }
+  if (r_dim > kMaxGemvRows) return gemm<W>(x, r_dim, k_dim, w, bias, out, n_dim, pool);
   switch (r_dim) {
     case 1:
       return gemv<W, 1>(x, k_dim, w, bias, out, n_dim, pool);
@@ -237,14 +259,11 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Te
   float* op = out.ptr<float>();
   switch (w.dtype) {
     case DType::F32:
-      return linear_typed<DType::F32>(xp, r_dim, k_dim, w.data, b, op, n_dim, *pool_,
-                                      batch_invariant_);
+      return linear_typed<DType::F32>(xp, r_dim, k_dim, w.data, b, op, n_dim, *pool_);
     case DType::BF16:
-      return linear_typed<DType::BF16>(xp, r_dim, k_dim, w.data, b, op, n_dim, *pool_,
-                                       batch_invariant_);
+      return linear_typed<DType::BF16>(xp, r_dim, k_dim, w.data, b, op, n_dim, *pool_);
     case DType::F16:
-      return linear_typed<DType::F16>(xp, r_dim, k_dim, w.data, b, op, n_dim, *pool_,
-                                      batch_invariant_);
+      return linear_typed<DType::F16>(xp, r_dim, k_dim, w.data, b, op, n_dim, *pool_);
     default:
       ATTNRES_CHECK(false, "linear weight dtype " + std::string(dtype_name(w.dtype)));
   }

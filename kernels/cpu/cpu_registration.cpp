@@ -20,7 +20,7 @@ void register_cpu_backend() {
           const int total = threads > 0 ? threads : cpu::default_thread_count();
           threads = std::max(1, total / options.ranks_sharing_host);
         }
-        return make_cpu_backend(threads, options.batch_invariant);
+        return make_cpu_backend(threads);
       },
       BackendTraits{"CPU", &CpuBackend::kv_dtype_supported});
   register_communicator_group("cpu", [](int size) -> CommunicatorFactory {

@@ -6,6 +6,8 @@
 // a vector are handled by the caller with the scalar loads (load_scalar).
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #if defined(__AVX512F__) || defined(__AVX2__)
@@ -60,9 +62,40 @@ inline VecF vset1(float a) { return _mm512_set1_ps(a); }
 inline VecF vload(const float* p) { return _mm512_loadu_ps(p); }
 inline void vstore(float* p, VecF v) { _mm512_storeu_ps(p, v); }
 inline VecF vadd(VecF a, VecF b) { return _mm512_add_ps(a, b); }
+inline VecF vsub(VecF a, VecF b) { return _mm512_sub_ps(a, b); }
 inline VecF vmul(VecF a, VecF b) { return _mm512_mul_ps(a, b); }
+inline VecF vdiv(VecF a, VecF b) { return _mm512_div_ps(a, b); }
 inline VecF vfma(VecF a, VecF b, VecF c) { return _mm512_fmadd_ps(a, b, c); }
-inline float hsum(VecF v) { return _mm512_reduce_add_ps(v); }
+// The sum of the 16 lanes as a fixed tree, written out so that the order is ours, not the
+// compiler's (batch invariance needs hsum16 below to round exactly like it): halves of 8
+// (lane i + lane i+8), of 4, then (0 + 2) and (1 + 3), then their sum. Bit-identical to GCC's
+// _mm512_reduce_add_ps, which computes the same tree.
+inline float hsum(VecF v) {
+  __m256 t = _mm256_add_ps(_mm512_castps512_ps256(v),
+                           _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+  __m128 w = _mm_add_ps(u, _mm_shuffle_ps(u, u, 0x4e));  // lanes (0 + 2, 1 + 3, ...)
+  return _mm_cvtss_f32(w) + _mm_cvtss_f32(_mm_shuffle_ps(w, w, 0x55));
+}
+// Lane j of the result = hsum(a[j]) bit for bit (the same adds of the same pairs), for 16
+// vectors at once: the adds of each level of the tree are shared across vectors, 15 adds and
+// 30 shuffles in all instead of 16 x (4 adds + 4 shuffles).
+inline VecF hsum16(const VecF* a) {
+  VecF t[8], u[4], w[2];
+  for (int p = 0; p < 8; ++p)  // [a lo256 + hi256 | b lo256 + hi256]
+    t[p] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0x44),
+                         _mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0xee));
+  for (int q = 0; q < 4; ++q)  // 128-bit lane m: vector 4q + m, its lanes (i + i+4)
+    u[q] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * q], t[2 * q + 1], 0x88),
+                         _mm512_shuffle_f32x4(t[2 * q], t[2 * q + 1], 0xdd));
+  for (int h = 0; h < 2; ++h)  // lane m: [v.(0+2), v.(1+3), v'.(0+2), v'.(1+3)], v' = v + 4
+    w[h] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * h], u[2 * h + 1], 0x44),
+                         _mm512_shuffle_ps(u[2 * h], u[2 * h + 1], 0xee));
+  // Lane 4m + p now holds vector m + 4p; put vector j in lane j.
+  VecF r = _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], 0x88), _mm512_shuffle_ps(w[0], w[1], 0xdd));
+  const __m512i to_order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_ps(to_order, r);
+}
 template <DType W>
 inline VecF vload_w(const StoredT<W>* p) {
   if constexpr (W == DType::F32) {
@@ -74,6 +107,11 @@ inline VecF vload_w(const StoredT<W>* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
 }
+inline VecF vfloor(VecF a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEG_INF); }
+// a * 2^n for integral n (stays exact through the denormal range).
+inline VecF vscale2(VecF a, VecF n) { return _mm512_scalef_ps(a, n); }
+inline VecF vmin(VecF a, VecF b) { return _mm512_min_ps(a, b); }
+inline VecF vmax(VecF a, VecF b) { return _mm512_max_ps(a, b); }
 
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
@@ -84,7 +122,9 @@ inline VecF vset1(float a) { return _mm256_set1_ps(a); }
 inline VecF vload(const float* p) { return _mm256_loadu_ps(p); }
 inline void vstore(float* p, VecF v) { _mm256_storeu_ps(p, v); }
 inline VecF vadd(VecF a, VecF b) { return _mm256_add_ps(a, b); }
+inline VecF vsub(VecF a, VecF b) { return _mm256_sub_ps(a, b); }
 inline VecF vmul(VecF a, VecF b) { return _mm256_mul_ps(a, b); }
+inline VecF vdiv(VecF a, VecF b) { return _mm256_div_ps(a, b); }
 inline VecF vfma(VecF a, VecF b, VecF c) { return _mm256_fmadd_ps(a, b, c); }
 inline float hsum(VecF v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -103,6 +143,14 @@ inline VecF vload_w(const StoredT<W>* p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
 }
+inline VecF vfloor(VecF a) { return _mm256_floor_ps(a); }
+// a * 2^n for integral n in [-126, 127] (vexp keeps n there).
+inline VecF vscale2(VecF a, VecF n) {
+  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(a, _mm256_castsi256_ps(e));
+}
+inline VecF vmin(VecF a, VecF b) { return _mm256_min_ps(a, b); }
+inline VecF vmax(VecF a, VecF b) { return _mm256_max_ps(a, b); }
 
 #else  // portable scalar fallback: a "vector" of one lane
 
@@ -113,15 +161,38 @@ inline VecF vset1(float a) { return a; }
 inline VecF vload(const float* p) { return *p; }
 inline void vstore(float* p, VecF v) { *p = v; }
 inline VecF vadd(VecF a, VecF b) { return a + b; }
+inline VecF vsub(VecF a, VecF b) { return a - b; }
 inline VecF vmul(VecF a, VecF b) { return a * b; }
+inline VecF vdiv(VecF a, VecF b) { return a / b; }
 inline VecF vfma(VecF a, VecF b, VecF c) { return a * b + c; }
 inline float hsum(VecF v) { return v; }
 template <DType W>
 inline VecF vload_w(const StoredT<W>* p) {
   return load_scalar<W>(p);
 }
+inline VecF vfloor(VecF a) { return std::floor(a); }
+inline VecF vscale2(VecF a, VecF n) { return std::ldexp(a, static_cast<int>(n)); }
+inline VecF vmin(VecF a, VecF b) { return a < b ? a : b; }
+inline VecF vmax(VecF a, VecF b) { return a > b ? a : b; }
 
 #endif
+
+// sums[j] = hsum(v[j]) for j < n, bit for bit; AVX-512 shares the tree's levels across 16
+// vectors at a time (hsum16).
+inline void hsum_many(const VecF* v, int n, float* sums) {
+  int j = 0;
+#if defined(__AVX512F__)
+  for (; j + 16 <= n; j += 16) vstore(sums + j, hsum16(v + j));
+  if (n - j > 1) {  // the rest, padded with zeros
+    VecF rest[16];
+    for (int i = 0; i < 16; ++i) rest[i] = j + i < n ? v[j + i] : vzero();
+    alignas(64) float out[16];
+    vstore(out, hsum16(rest));
+    for (; j < n; ++j) sums[j] = out[j % 16];
+  }
+#endif
+  for (; j < n; ++j) sums[j] = hsum(v[j]);
+}
 
 // sum_i a[i] * b[i] over n f32 values, two independent accumulator chains.
 inline float dot_f32(const float* a, const float* b, int64_t n) {
@@ -137,11 +208,57 @@ inline float dot_f32(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-// sum_i a[i] * b[i] with b stored as W (f32 or bf16, e.g. a KV cache row), widened in
-// registers. The same loop structure as dot_f32, so with W = BF16 the result is bit-identical
-// to dot_f32 over b already widened to f32.
+// e^x lane-wise, within a few ulp of std::exp for x in [-87, 88] (Cephes' expf: x = n ln2 + r,
+// |r| <= ln2 / 2, a degree-7 polynomial for e^r, times 2^n); x is clamped to that range
+// (softmax passes x <= 0, where e^-87 is already below every weight that counts). The same
+// input gives the same bits on every call: softmax needs that for batch invariance.
+inline VecF vexp(VecF x) {
+  x = vmax(vmin(x, vset1(88.0f)), vset1(-87.3365447504019f));
+  const VecF n = vfloor(vfma(x, vset1(1.44269504088896341f), vset1(0.5f)));
+  VecF r = vfma(n, vset1(-0.693359375f), x);
+  r = vfma(n, vset1(2.12194440e-4f), r);
+  VecF y = vset1(1.9875691500e-4f);
+  y = vfma(y, r, vset1(1.3981999507e-3f));
+  y = vfma(y, r, vset1(8.3334519073e-3f));
+  y = vfma(y, r, vset1(4.1665795894e-2f));
+  y = vfma(y, r, vset1(1.6666665459e-1f));
+  y = vfma(y, r, vset1(5.0000001201e-1f));
+  y = vadd(vfma(y, vmul(r, r), r), vset1(1.0f));
+  return vscale2(y, n);
+}
+
+// x[i] = e^(x[i] - max_i x[i]) for i < n (n >= 1); returns their sum (lane-wise partial sums,
+// then hsum, then the tail lanes in order): the numerators and denominator of a softmax.
+inline float softmax_numerators(float* x, int64_t n) {
+  VecF m = vset1(x[0]);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) m = vmax(m, vload(x + i));
+  alignas(64) float lanes[kLanes];
+  vstore(lanes, m);
+  float max_x = lanes[0];
+  for (int l = 1; l < kLanes; ++l) max_x = std::max(max_x, lanes[l]);
+  for (; i < n; ++i) max_x = std::max(max_x, x[i]);
+  const VecF vmax_x = vset1(max_x);
+  VecF sum = vzero();
+  for (i = 0; i + kLanes <= n; i += kLanes) {
+    const VecF e = vexp(vsub(vload(x + i), vmax_x));
+    vstore(x + i, e);
+    sum = vadd(sum, e);
+  }
+  float total = hsum(sum);
+  if (i < n) {  // the tail through the same vexp, padded
+    for (int l = 0; l < kLanes; ++l) lanes[l] = i + l < n ? x[i + l] - max_x : 0.0f;
+    vstore(lanes, vexp(vload(lanes)));
+    for (int l = 0; i < n; ++l, ++i) total += (x[i] = lanes[l]);
+  }
+  return total;
+}
+
+// dot_w in two parts, so that many dot products can share one horizontal sum (hsum_many):
+// dot_w(a, b, n) == dot_w_tail(a, b, n, hsum(dot_w_fold(a, b, n))), bit for bit.
+// The vector part: two FMA chains over the whole vectors of n, added.
 template <DType W>
-inline float dot_w(const float* a, const StoredT<W>* b, int64_t n) {
+inline VecF dot_w_fold(const float* a, const StoredT<W>* b, int64_t n) {
   VecF acc0 = vzero(), acc1 = vzero();
   int64_t i = 0;
   for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
@@ -149,9 +266,20 @@ inline float dot_w(const float* a, const StoredT<W>* b, int64_t n) {
     acc1 = vfma(vload(a + i + kLanes), vload_w<W>(b + i + kLanes), acc1);
   }
   for (; i + kLanes <= n; i += kLanes) acc0 = vfma(vload(a + i), vload_w<W>(b + i), acc0);
-  float s = hsum(vadd(acc0, acc1));
-  for (; i < n; ++i) s += a[i] * load_scalar<W>(b + i);
+  return vadd(acc0, acc1);
+}
+// The scalar part: s (the folded vector's hsum) plus the elements past the last whole vector.
+template <DType W>
+inline float dot_w_tail(const float* a, const StoredT<W>* b, int64_t n, float s) {
+  for (int64_t i = n / kLanes * kLanes; i < n; ++i) s = std::fma(a[i], load_scalar<W>(b + i), s);
   return s;
+}
+
+// sum_i a[i] * b[i] with b stored as W (f32 or bf16, e.g. a KV cache row), widened in
+// registers. With W = BF16 the result is bit-identical to W = F32 over b already widened.
+template <DType W>
+inline float dot_w(const float* a, const StoredT<W>* b, int64_t n) {
+  return dot_w_tail<W>(a, b, n, hsum(dot_w_fold<W>(a, b, n)));
 }
 
 // sum_i a[i]^2 over n f32 values.

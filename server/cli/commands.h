@@ -26,7 +26,7 @@ int run_bench_serve(const std::vector<std::string>& args);
 std::vector<FlagSpec> model_flags();
 // The model named by --model (a directory, builtin:NAME, or the demo model when absent).
 LoadedModel load_model_from_flags(const Flags& flags);
-// The model flags (--model, --device, --threads, --fast-prefill, --tensor-parallel-size,
+// The model flags (--model, --device, --threads, --tensor-parallel-size, --kv-cache-dtype,
 // --sequence-parallel-min-tokens) mapped onto EngineArgs; serve adds its own.
 EngineArgs engine_args_from_flags(const Flags& flags);
 // Sampling parameters: flags first, then generation_config.json defaults, then ours.

@@ -23,9 +23,6 @@ std::vector<FlagSpec> model_flags() {
        "what the KV cache stores: bfloat16 holds twice the tokens per byte (K/V rounded to "
        "nearest even; the CPU backend only for now); auto = bfloat16 for a bf16 checkpoint "
        "on a backend that supports it, else float32 (default auto)"},
-      {"fast-prefill", "",
-       "CPU: a packed GEMM for prefill (~1.4x faster) whose rounding differs "
-       "from decode, so outputs may depend on batch composition"},
   };
 }
 
@@ -36,7 +33,6 @@ EngineArgs engine_args_from_flags(const Flags& flags) {
   args.model = flags.get("model");
   args.device = flags.get("device", "cpu");
   args.threads = flags.get_int("threads", 0);
-  args.fast_prefill = flags.has("fast-prefill");
   args.tensor_parallel_size = flags.get_int("tensor-parallel-size", 1);
   args.sequence_parallel_min_tokens = flags.get_int("sequence-parallel-min-tokens", 128);
   args.kv_cache_dtype = flags.get("kv-cache-dtype", "auto");

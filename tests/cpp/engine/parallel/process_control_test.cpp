@@ -50,7 +50,6 @@ TEST(ProcessControl, LoadRoundTrips) {
   load.args.model = "/models/attnres-0.6b";
   load.args.device = "cpu";
   load.args.threads = 3;
-  load.args.fast_prefill = true;
   load.args.tensor_parallel_size = 4;
   load.args.sequence_parallel_min_tokens = 0;
   load.args.kv_cache_dtype = "bfloat16";
@@ -61,7 +60,6 @@ TEST(ProcessControl, LoadRoundTrips) {
   EXPECT_EQ(got.args.model, load.args.model);
   EXPECT_EQ(got.args.device, load.args.device);
   EXPECT_EQ(got.args.threads, 3);
-  EXPECT_TRUE(got.args.fast_prefill);
   EXPECT_EQ(got.args.tensor_parallel_size, 4);
   EXPECT_EQ(got.args.sequence_parallel_min_tokens, 0);
   EXPECT_EQ(got.args.kv_cache_dtype, "bfloat16");

@@ -27,7 +27,7 @@ void check_attention(int hq, int hkv, int hd, int block_size, const std::vector<
                      uint32_t seed) {
   auto be = make_cpu_backend(3);
   std::mt19937 rng(seed);
-  const int num_blocks = 64, row = hkv * hd;
+  const int num_blocks = 128, row = hkv * hd;
   KvCacheLayer cache{be->alloc({num_blocks, block_size, hkv, hd}, DType::F32),
                      be->alloc({num_blocks, block_size, hkv, hd}, DType::F32)};
   fill(cache.k, kNaN);
@@ -88,11 +88,12 @@ void check_attention(int hq, int hkv, int hd, int block_size, const std::vector<
 
 TEST(CpuAttention, PagedCausalGqaWithCachedPrefixes) {
   // A fresh prefill, a decode after a long prefix, a prefill chunk after a cached prefix,
-  // and a one-token sequence, in one batch.
-  const std::vector<SeqSpec> seqs = {{0, 9}, {21, 1}, {5, 7}, {0, 1}};
+  // a one-token sequence, and a chunk whose contexts span several 16-key score blocks, in one
+  // batch; head sizes with a scalar tail (24) and more than one register tile (128).
+  const std::vector<SeqSpec> seqs = {{0, 9}, {21, 1}, {5, 7}, {0, 1}, {30, 12}};
   uint32_t seed = 100;
   for (auto [hq, hkv] : {std::pair<int, int>{4, 4}, {4, 2}, {8, 2}})
-    for (int hd : {16, 24, 64})
+    for (int hd : {16, 24, 64, 128})
       for (int block_size : {1, 4, 16}) check_attention(hq, hkv, hd, block_size, seqs, seed++);
 }
 

@@ -58,35 +58,41 @@ TEST(CpuLinear, MatchesReferenceEveryDtypeAndRowCount) {
       }
 }
 
-TEST(CpuLinear, PrefillSizedRowsBothKernelsAndSingleThread) {
-  for (bool batch_invariant : {true, false}) {  // grouped GEMV, and the opt-in packed GEMM
-    auto be3 = make_cpu_backend(3, batch_invariant);
-    auto be1 = make_cpu_backend(1, batch_invariant);
-    check_linear(*be3, 130, 700, 97, DType::BF16, true, 7);  // several K panels, odd tails
-    check_linear(*be3, 64, 512, 1536, DType::F16, false, 8);
-    check_linear(*be1, 37, 300, 33, DType::F32, true, 9);
-    check_linear(*be1, 3, 300, 33, DType::BF16, true, 10);
-  }
+TEST(CpuLinear, PrefillSizedRowsManyShapesAndSingleThread) {
+  auto be3 = make_cpu_backend(3);
+  auto be1 = make_cpu_backend(1);
+  check_linear(*be3, 130, 700, 97, DType::BF16, true, 7);  // several k blocks, odd tails
+  check_linear(*be3, 64, 512, 1536, DType::F16, false, 8);
+  check_linear(*be3, 300, 1100, 13, DType::F32, true, 11);  // 2 row chunks, 3 k blocks, 1 tile each
+  check_linear(*be1, 37, 300, 33, DType::F32, true, 9);
+  check_linear(*be1, 3, 300, 33, DType::BF16, true, 10);
 }
 
-// A row's result must not depend on which other rows share the call: bit for bit, 37 rows at
-// once equal each row computed alone (what makes server output independent of batching).
+// A row's result must not depend on which other rows share the call: bit for bit, a batch of
+// rows (the packed GEMM above 8 rows, the GEMV up to 8) equals each row computed alone (the
+// GEMV), whatever the thread count. This is what makes server output independent of batching
+// and a prefill round exactly like decoding. 300 x 1100 spans two row chunks, three k blocks
+// and a scalar tail in the GEMM.
 TEST(CpuLinear, BatchInvariantRowsAreBitwiseIdentical) {
-  auto be = make_cpu_backend(2);
+  auto be2 = make_cpu_backend(2);
+  auto be1 = make_cpu_backend(1);
   std::mt19937 rng(21);
+  const int64_t shapes[][3] = {{37, 300, 130}, {300, 1100, 45}, {8, 300, 130}, {9, 64, 7}};
   for (DType wt : kWeightTypes) {
-    const int64_t rows = 37, k_dim = 300, n_dim = 130;
-    Tensor x = random_tensor({rows, k_dim}, DType::F32, rng);
-    Tensor w = random_tensor({n_dim, k_dim}, wt, rng);
-    Tensor bias = random_tensor({n_dim}, DType::F32, rng);
-    Tensor all = be->alloc({rows, n_dim}, DType::F32);
-    be->linear(x, w, &bias, all);
-    for (int64_t r = 0; r < rows; ++r) {
-      Tensor one = be->alloc({1, n_dim}, DType::F32);
-      Tensor xr = x.rows(r, r + 1);
-      be->linear(xr, w, &bias, one);
-      EXPECT_EQ(0, std::memcmp(one.data, all.rows(r, r + 1).data, n_dim * sizeof(float)))
-          << name(wt) << " row " << r;
+    for (auto& shape : shapes) {
+      const int64_t rows = shape[0], k_dim = shape[1], n_dim = shape[2];
+      Tensor x = random_tensor({rows, k_dim}, DType::F32, rng);
+      Tensor w = random_tensor({n_dim, k_dim}, wt, rng);
+      Tensor bias = random_tensor({n_dim}, DType::F32, rng);
+      Tensor all = be2->alloc({rows, n_dim}, DType::F32);
+      be2->linear(x, w, &bias, all);
+      for (int64_t r = 0; r < rows; ++r) {
+        Tensor one = be1->alloc({1, n_dim}, DType::F32);
+        Tensor xr = x.rows(r, r + 1);
+        be1->linear(xr, w, &bias, one);
+        ASSERT_EQ(0, std::memcmp(one.data, all.rows(r, r + 1).data, n_dim * sizeof(float)))
+            << name(wt) << " " << rows << "x" << k_dim << "x" << n_dim << " row " << r;
+      }
     }
   }
 }
