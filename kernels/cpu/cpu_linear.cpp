@@ -1,20 +1,18 @@
 // linear: out[r, o] = sum_k x[r, k] * w[o, k] (+ bias[o]).  x [R, K] f32, w [N, K] stored as
 // F32 / BF16 / F16 (row-major, each output's weights contiguous), out [R, N] f32.
 //
-// Two regimes, two kernels:
+// Two regimes, two kernels, one arithmetic:
 // - Decode (R <= 8) is memory-bound: every weight byte is read once per step and the x rows
 //   (R * K * 4 bytes) live in L1/L2. The GEMV streams each weight row once for all R input
 //   rows: a block of O output rows is converted to f32 in registers and FMA'd against the R
 //   x vectors into O * R accumulators (O chosen so that O * R independent FMA chains hide the
 //   FMA latency). Threads split the output rows in contiguous static chunks.
-// - By default (batch-invariant) larger R runs the GEMV 8 rows at a time, so every row rounds
-//   exactly like a decode row and outputs do not depend on batch composition.
-// - Opt-in fast prefill (R > 8) treats it as compute-bound: a tile of NR = 2 vectors of outputs by
-// KC inputs is
-//   widened once into an f32 panel laid out k-major ([KC][NR], "packed"), then reused by every
-//   input row through an MR x NR register-blocked outer-product microkernel (broadcast one x,
-//   FMA two weight vectors; 12 accumulators with AVX-512). No horizontal reductions, and the
-//   conversion cost is amortised over all R rows. Work items are (output tile, row chunk).
+// - Prefill (R > 8) is compute-bound: the packed GEMM below widens each tile of outputs once
+//   and reuses it across a chunk of rows from registers and L1.
+// Both compute every output element the same way (kLanes lane-wise FMA chains over k in
+// order, one fixed hsum tree, the scalar tail, the bias), so a row's result never depends on
+// how many rows share the call: prefill rounds exactly like decoding token by token, and a
+// request's logits do not depend on its batch-mates (batch invariance, issue #19).
 #include <algorithm>
 #include <cmath>
 #include <vector>
