@@ -40,13 +40,16 @@ for shape in $shapes; do
     "$python" "$repo/tests/reference/make_checkpoint.py" --variant $variant --out "$dir.tmp" \
       --seed 0 --dtype bf16 --tied --vocab-size 151936 $(shape_args "$shape")
     cp "$tokenizer/tokenizer.json" "$tokenizer/tokenizer_config.json" "$dir.tmp/"
-    # The generated configs name GPT-2's <|endoftext|> (50256); point them at Qwen3's.
+    # The generated configs name GPT-2's <|endoftext|> (50256) and 512 positions: take
+    # Qwen3's <|endoftext|> and 40960 positions (512-token prompts + 32 decode steps).
     "$python" - "$dir.tmp" <<'PY'
 import json, sys, pathlib
 for name in ("config.json", "generation_config.json"):
     p = pathlib.Path(sys.argv[1]) / name
     c = json.loads(p.read_text())
     c.update(bos_token_id=151643, eos_token_id=151643)
+    if name == "config.json":
+        c["max_position_embeddings"] = 40960
     p.write_text(json.dumps(c, indent=2) + "\n")
 PY
     mv "$dir.tmp" "$dir"
