@@ -12,7 +12,7 @@ import pytest
 HERE = Path(__file__).resolve().parents[2] / "clients" / "bench" / "llama_cpp"
 
 
-@pytest.mark.parametrize("script", ["build.sh", "make_models.sh", "compare.sh"])
+@pytest.mark.parametrize("script", ["build.sh", "make_models.sh", "compare.sh", "same_weights.sh"])
 def test_script_parses(script):
     subprocess.run(["bash", "-n", str(HERE / script)], check=True)
 
