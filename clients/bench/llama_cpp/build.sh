@@ -10,6 +10,7 @@
 # Env: ATTNRES_LLAMA_DIR (default ~/.cache/attnres-llama-cpp), JOBS (default 2).
 set -euo pipefail
 version=0.3.36
+sha256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e  # of that sdist
 cache=${ATTNRES_LLAMA_DIR:-$HOME/.cache/attnres-llama-cpp}
 jobs=${JOBS:-2}
 src=$cache/src/llama_cpp_python-$version/vendor/llama.cpp
@@ -21,6 +22,7 @@ tarball=$cache/sdist/llama_cpp_python-$version.tar.gz
 if [ ! -f "$tarball" ]; then
   python3 -m pip download "llama-cpp-python==$version" --no-binary :all: --no-deps -d "$cache/sdist"
 fi
+echo "$sha256  $tarball" | sha256sum -c --quiet
 [ -f "$src/CMakeLists.txt" ] || tar xzf "$tarball" -C "$cache/src"
 
 # OPENSSL / prebuilt UI off: nothing at build or run time reaches the network (the UI
