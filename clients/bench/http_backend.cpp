@@ -257,40 +257,60 @@ int HttpPromptTokenizer::count_prompt(const std::string& text) {
   if (api_ == OpenAiApi::kChatCompletions) {
     body["messages"] = chat_messages(text);
     body["add_generation_prompt"] = true;
-  } else {
-    body["prompt"] = text;  // add_special_tokens defaults to true, as for /v1/completions
+    const Json j = backend_.call("POST", "/tokenize", body);
+    if (!j.contains("count") || !j["count"].is_number_integer()) {
+      throw Error("POST /tokenize: the reply has no integer count");
+    }
+    return j["count"].get<int>();
   }
-  const Json j = backend_.call("POST", "/tokenize", body);
-  if (!j.contains("count") || !j["count"].is_number_integer()) {
-    throw Error("POST /tokenize: the reply has no integer count");
-  }
-  return j["count"].get<int>();
+  // Special tokens added, as /v1/completions adds them to the prompt.
+  return tokenize_reply_count(backend_.call("POST", "/tokenize", tokenize_request(model_, text, true)));
 }
 
 std::vector<int32_t> HttpPromptTokenizer::encode_text(const std::string& text) {
-  Json body;
-  body["model"] = model_;
-  body["prompt"] = text;
-  body["add_special_tokens"] = false;
-  const Json j = backend_.call("POST", "/tokenize", body);
-  if (!j.contains("tokens") || !j["tokens"].is_array()) {
-    throw Error("POST /tokenize: the reply has no tokens list");
-  }
-  return j["tokens"].get<std::vector<int32_t>>();
+  return tokenize_reply_tokens(backend_.call("POST", "/tokenize", tokenize_request(model_, text, false)));
 }
 
 std::string HttpPromptTokenizer::decode(const std::vector<int32_t>& ids) {
   Json body;
   body["model"] = model_;
   body["tokens"] = ids;
-  const Json j = backend_.call("POST", "/detokenize", body);
-  if (!j.contains("prompt") || !j["prompt"].is_string()) {
-    throw Error("POST /detokenize: the reply has no prompt string");
-  }
-  return j["prompt"].get<std::string>();
+  return detokenize_reply_text(backend_.call("POST", "/detokenize", body));
 }
 
 }  // namespace
+
+Json tokenize_request(const std::string& model, const std::string& text, bool add_special) {
+  Json body;
+  body["model"] = model;
+  body["prompt"] = text;
+  body["add_special_tokens"] = add_special;
+  body["content"] = text;
+  body["add_special"] = add_special;
+  return body;
+}
+
+std::vector<int32_t> tokenize_reply_tokens(const Json& reply) {
+  if (!reply.contains("tokens") || !reply["tokens"].is_array()) {
+    throw Error("POST /tokenize: the reply has no tokens list");
+  }
+  return reply["tokens"].get<std::vector<int32_t>>();
+}
+
+int tokenize_reply_count(const Json& reply) {
+  if (reply.contains("count") && reply["count"].is_number_integer()) return reply["count"].get<int>();
+  if (reply.contains("tokens") && reply["tokens"].is_array()) {
+    return static_cast<int>(reply["tokens"].size());
+  }
+  throw Error("POST /tokenize: the reply has neither an integer count nor a tokens list");
+}
+
+std::string detokenize_reply_text(const Json& reply) {
+  for (const char* key : {"prompt", "content"}) {
+    if (reply.contains(key) && reply[key].is_string()) return reply[key].get<std::string>();
+  }
+  throw Error("POST /detokenize: the reply has neither a prompt nor a content string");
+}
 
 HttpTarget parse_http_url(const std::string& url) {
   const std::string scheme = "http://";

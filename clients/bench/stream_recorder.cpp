@@ -44,8 +44,9 @@ void OpenAiStreamRecorder::on_event(const std::string& data, double now) {
       if (auto c = d->find("content"); c != d->end()) text = &*c;
     }
     if (text && text->is_string()) out_.generated_text += text->get<std::string>();
-    return;
   }
+  // Usage may ride on the last chunk itself (llama.cpp's llama-server) instead of a trailing
+  // `choices: []` event (vLLM, attnres).
   if (auto u = event.find("usage"); u != event.end() && u->is_object()) {
     usage_ = true;
     if (auto c = u->find("completion_tokens"); c != u->end() && c->is_number_integer()) {

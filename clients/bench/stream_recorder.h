@@ -7,7 +7,8 @@
 //   - TTFT = first chunk - send; ITL = the gaps between successive chunks;
 //     E2EL (latency) = last chunk - send (the usage event and [DONE] do not extend it);
 //   - output tokens and prompt tokens come from the usage event, and the prefix-cache hit from
-//     its prompt_tokens_details.cached_tokens when the server reports it.
+//     its prompt_tokens_details.cached_tokens when the server reports it; usage carried by a
+//     chunk (llama-server puts it on the last one) counts too, where vLLM's client misses it.
 // Stricter than vLLM, which counts any stream with one chunk as a success: an in-band
 // `{"error": ...}` event, a body that is not JSON, or a stream that ends without
 // `data: [DONE]` or without usage make the request fail with that reason.

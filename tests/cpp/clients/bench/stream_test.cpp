@@ -61,6 +61,26 @@ TEST(StreamRecorder, CompletionTimeline) {
   EXPECT_EQ(out.generated_text, "ac");
 }
 
+// llama.cpp's llama-server sends no `choices: []` event: usage rides on the last chunk, whose
+// text is empty and which still counts as a chunk.
+TEST(StreamRecorder, UsageOnTheLastChunk) {
+  RequestOutput out;
+  OpenAiStreamRecorder r(OpenAiApi::kCompletions, 10.0, out);
+  r.on_event(completion_chunk("a"), 10.5);
+  r.on_event(completion_chunk("b"), 11.0);
+  r.on_event(R"({"choices":[{"text":"","index":0,"finish_reason":"length"}],)"
+             R"("usage":{"completion_tokens":2,"prompt_tokens":7,"total_tokens":9}})",
+             11.25);
+  r.on_event("[DONE]", 11.5);
+  r.finish();
+  EXPECT_TRUE(out.success) << out.error;
+  EXPECT_EQ(out.output_tokens, 2);
+  EXPECT_EQ(out.prompt_len, 7);
+  EXPECT_EQ(out.itl, (std::vector<double>{0.5, 0.25}));
+  EXPECT_DOUBLE_EQ(out.latency, 1.25);
+  EXPECT_EQ(out.generated_text, "ab");
+}
+
 TEST(StreamRecorder, ChatRoleChunkIsTheFirstChunk) {
   RequestOutput out;
   OpenAiStreamRecorder r(OpenAiApi::kChatCompletions, 0.0, out);
