@@ -28,17 +28,21 @@ using cpu::kLanes;
 using cpu::VecF;
 
 constexpr int kMaxGemvRows = 8;
-constexpr int64_t kPrefetchBytes = 4096;  // GEMV software-prefetch distance (at least)
+constexpr int64_t kPrefetchBytes = 32768;  // GEMV software-prefetch distance (at least)
 
-// Output rows handled per GEMV iteration for R input rows: keeps O * R >= 4 chains in flight.
-constexpr int gemv_outputs_per_step(int r) { return r <= 1 ? 4 : r <= 4 ? 2 : 1; }
+// Output rows handled per GEMV iteration for R input rows: keeps O * R >= 8 FMA chains in
+// flight (two FMA units, four cycles each) and, for one row, 8 weight streams.
+constexpr int gemv_outputs_per_step(int r) { return r <= 1 ? 8 : r <= 4 ? 2 : 1; }
 
 // out[r, o] for o in [o_begin, o_end), O outputs at a time.
 template <DType W, int R, int O>
 void gemv_block(const float* x, int64_t k_dim, const cpu::StoredT<W>* w, const float* bias,
                 float* out, int64_t n_dim, int64_t o_begin, int64_t o_end) {
-  // Software prefetch a fixed distance ahead in the (contiguous) weight stream: with only a
-  // few KB per row the hardware prefetcher alone leaves DRAM bandwidth unused.
+  // Software prefetch into L2 (prefetcht1) a fixed distance ahead in the contiguous weight
+  // stream: a core alone cannot keep enough misses in flight to use DRAM's bandwidth. Measured
+  // on the 2-core Xeon (docs/BENCHMARKS.md, issue #19): 32 KB ahead into L2 streams 26-27 GB/s
+  // from DRAM against 17-22 without, while 4 KB ahead with prefetchnta (into L1, the earlier
+  // choice, tuned on an EPYC) was slower than none, its line-fill buffers being the limit.
   const int64_t block_elems = O * k_dim;
   const int64_t ahead =
       block_elems * std::max<int64_t>(1, kPrefetchBytes / (block_elems * sizeof(cpu::StoredT<W>)));
@@ -54,7 +58,7 @@ void gemv_block(const float* x, int64_t k_dim, const cpu::StoredT<W>* w, const f
       VecF xv[R];
       for (int r = 0; r < R; ++r) xv[r] = cpu::vload(x + r * k_dim + k);
       for (int j = 0; j < O; ++j) {
-        __builtin_prefetch(wrow[j] + k + ahead, 0, 0);
+        __builtin_prefetch(wrow[j] + k + ahead, 0, 2);
         VecF wv = cpu::vload_w<W>(wrow[j] + k);
         for (int r = 0; r < R; ++r) acc[j][r] = cpu::vfma(wv, xv[r], acc[j][r]);
       }

@@ -3,13 +3,16 @@
 // - GEMV (R = 1 and 8): GB/s of weight bytes streamed. "cold" cycles through enough weight
 //   copies (>= 512 MiB) that every call reads DRAM, the decode-step situation; "hot" repeats one
 //   matrix, which stays in cache when it fits (an upper bound, not a roofline figure).
-// - GEMM (R = 512, prefill): GFLOP/s = 2 R K N / time.
-// Best of several repetitions; run it on an idle machine.
+// - GEMM (prefill: R = 128 and 512 rows, the 100M and 0.6B shapes' projections): GFLOP/s =
+//   2 R K N / time.
+// Best of several repetitions; run it on an idle machine. `bench_cpu_kernels gemm` runs only
+// the GEMM part.
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
@@ -43,14 +46,10 @@ double time_linear(Backend& be, const Tensor& x, std::vector<Tensor>& ws, Tensor
   return best;
 }
 
-}  // namespace
-
-int main() {
-  auto be = make_cpu_backend(0);
-  std::printf("backend: %s\n", be->name().c_str());
+// The GEMV table: decode-sized rows, cold (DRAM) and hot weights, against the copy bandwidth.
+void run_gemv(Backend* be, std::mt19937& rng) {
   const double copy_gbps = measure_copy_bandwidth_gbps();
   std::printf("copy bandwidth (read + write, 2 x 256 MiB): %.1f GB/s\n\n", copy_gbps);
-  std::mt19937 rng(1);
   const int64_t shapes[][2] = {{512, 1536}, {1536, 512}, {512, 151936}};  // in -> out
   std::printf("%-16s %3s %6s %9s %9s %8s\n", "bf16 GEMV", "R", "mode", "us/call", "GB/s",
               "of copy");
@@ -76,8 +75,22 @@ int main() {
     }
   }
   std::printf("\n");
-  for (auto& s : {std::pair<int64_t, int64_t>{512, 1536}, {1536, 512}}) {
-    const int64_t r = 512, in = s.first, out_n = s.second;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool gemm_only = argc > 1 && std::string(argv[1]) == "gemm";
+  auto be = make_cpu_backend(0);
+  std::printf("backend: %s\n", be->name().c_str());
+  std::mt19937 rng(1);
+  if (!gemm_only) run_gemv(be.get(), rng);
+  // {R, K (in), N (out)}: 100M's q/gate/up (512 -> 1536) and down (1536 -> 512); 0.6B's
+  // gate/up (1024 -> 3072) and down (3072 -> 1024).
+  const int64_t gemms[][3] = {{512, 512, 1536},  {512, 1536, 512},  {128, 1024, 3072},
+                              {128, 3072, 1024}, {512, 1024, 3072}, {512, 3072, 1024}};
+  for (auto& g : gemms) {
+    const int64_t r = g[0], in = g[1], out_n = g[2];
     std::vector<Tensor> w = {random_bf16(out_n, in, rng)};
     Tensor x = Tensor::empty({r, in}, DType::F32);
     for (int64_t i = 0; i < x.numel(); ++i) x.ptr<float>()[i] = 0.01f * static_cast<float>(i % 97);
