@@ -2,6 +2,7 @@
 # its log appended to $out/server.log, stopped on exit.
 #   start_server BINARY [ARGS...]   a fresh server, waits for /health (30 s at most)
 #   stop_server
+#   wait_for_health NAME LOG TRIES  for a server started otherwise (llama-server)
 server=
 stop_server() {
   [ -n "$server" ] || return 0
@@ -15,11 +16,16 @@ start_server() {
   stop_server
   "$binary" serve --port "$http_port" --grpc-port "$grpc_port" "$@" >>"$out/server.log" 2>&1 &
   server=$!
-  for _ in $(seq 150); do
+  wait_for_health "$binary serve" "$out/server.log" 150
+}
+# wait_for_health NAME LOG TRIES: polls /health on $http_port every 0.2 s; exits the script
+# naming LOG when the server is not up after TRIES polls.
+wait_for_health() {
+  for _ in $(seq "$3"); do
     curl -sf "http://127.0.0.1:$http_port/health" >/dev/null && return 0
     sleep 0.2
   done
-  echo "$binary serve did not come up; see $out/server.log" >&2
+  echo "$1 did not come up; see $2" >&2
   exit 1
 }
 trap stop_server EXIT

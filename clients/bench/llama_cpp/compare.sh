@@ -51,12 +51,7 @@ start_llama_server() {
   "$llama_server" -m "$1" -t $threads -np 8 -c 8192 --host 127.0.0.1 --port "$http_port" \
     >>"$out/llama-server.log" 2>&1 &
   server=$!
-  for _ in $(seq 600); do
-    curl -sf "http://127.0.0.1:$http_port/health" >/dev/null && return 0
-    sleep 0.2
-  done
-  echo "llama-server did not come up; see $out/llama-server.log" >&2
-  exit 1
+  wait_for_health llama-server "$out/llama-server.log" 600
 }
 
 row() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$rep" "$3" >>"$rows"; }
