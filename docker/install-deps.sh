@@ -2,8 +2,8 @@
 # Installs what building (and, with --tests, testing) AttnRes Serve needs on Debian 12.
 # Shared by CI (.ci/run), the Dockerfiles and a newcomer's first command.
 #   docker/install-deps.sh           build dependencies (Debian packages)
-#   docker/install-deps.sh --tests   also what the tests need: Clang with libFuzzer and OpenMP
-#                                    (tests/fuzz), and the Python test packages, in .venv/
+#   docker/install-deps.sh --tests   also what the tests need: Clang with libFuzzer (tests/fuzz),
+#                                    and the Python test packages, in .venv/
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -13,8 +13,9 @@ packages=(build-essential cmake ninja-build pkg-config git
           protobuf-compiler
           protobuf-compiler-grpc
           libopenmpi-dev openmpi-bin)  # mpirun: one tensor-parallel rank per process
-# The fuzzers (tests/fuzz) build with Clang's libFuzzer runtime and OpenMP.
-test_packages=(clang libclang-rt-14-dev libomp-dev)
+# The fuzzers (tests/fuzz) build with Clang's libFuzzer runtime. (No OpenMP: the CPU backend
+# has its own worker pool, kernels/cpu/worker_pool.h.)
+test_packages=(clang libclang-rt-14-dev)
 
 sudo_cmd=""
 [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"

@@ -28,7 +28,7 @@ case "$mode" in
        "$build"/tests/cpp/kernels/cuda/attnres_cuda_tensor_parallel_tests "$dev/"
     # libnccl is too large to carry (~200 MB): the run uses the GPU machine's own (PyTorch's
     # nvidia-nccl wheel or the CUDA toolkit's).
-    for lib in libutf8proc.so.2 libgomp.so.1; do
+    for lib in libutf8proc.so.2; do
       cp -L "$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}')" "$dev/"
     done
     ls -la "$dev"
