@@ -257,11 +257,7 @@ int HttpPromptTokenizer::count_prompt(const std::string& text) {
   if (api_ == OpenAiApi::kChatCompletions) {
     body["messages"] = chat_messages(text);
     body["add_generation_prompt"] = true;
-    const Json j = backend_.call("POST", "/tokenize", body);
-    if (!j.contains("count") || !j["count"].is_number_integer()) {
-      throw Error("POST /tokenize: the reply has no integer count");
-    }
-    return j["count"].get<int>();
+    return tokenize_reply_count(backend_.call("POST", "/tokenize", body));
   }
   // Special tokens added, as /v1/completions adds them to the prompt.
   return tokenize_reply_count(backend_.call("POST", "/tokenize", tokenize_request(model_, text, true)));

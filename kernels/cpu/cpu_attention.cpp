@@ -43,8 +43,8 @@ void store_row_bf16(uint16_t* dst, const float* x, int64_t n) {
 constexpr int64_t kKeyBlock = 16;  // keys whose scores share one hsum_many
 constexpr int64_t kOutVecs = 4;    // output vectors per head kept in registers across keys
 
-// Scores of `group` query heads against keys [p0, p1) of one KV head: for each key, the K row
-// is widened once for all the heads; each score is exactly cpu::dot_w (its folded vector's
+// Scores of `group` query heads against `count` keys (K rows krow[0 .. count)) of one KV
+// head, into scores[g][0 .. count); each score is exactly cpu::dot_w (its folded vector's
 // hsum, shared with the block's other keys through hsum_many, plus the scalar tail) * scale.
 template <DType W>
 void score_block(const float* const* qh, int64_t group, const cpu::StoredT<W>* const* krow,
@@ -92,8 +92,8 @@ void weighted_sum(const float* weights, const cpu::StoredT<W>* const* vrow, int6
 }
 
 // One layer's attention over a cache stored as W (the body of CpuBackend::attention). A work
-// item is one token and one KV head with its `group` query heads, so each K / V row is
-// widened once for all of them. What a query computes depends only on its q, its positions'
+// item is one token and one KV head with its `group` query heads, so the K / V rows the heads
+// share are still in L1 / L2 when the next head reads them. What a query computes depends only on its q, its positions'
 // K / V and its context length, never on the other items: decode and prefill round alike.
 template <DType W>
 void attend(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,

@@ -194,20 +194,6 @@ inline void hsum_many(const VecF* v, int n, float* sums) {
   for (; j < n; ++j) sums[j] = hsum(v[j]);
 }
 
-// sum_i a[i] * b[i] over n f32 values, two independent accumulator chains.
-inline float dot_f32(const float* a, const float* b, int64_t n) {
-  VecF acc0 = vzero(), acc1 = vzero();
-  int64_t i = 0;
-  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
-    acc0 = vfma(vload(a + i), vload(b + i), acc0);
-    acc1 = vfma(vload(a + i + kLanes), vload(b + i + kLanes), acc1);
-  }
-  for (; i + kLanes <= n; i += kLanes) acc0 = vfma(vload(a + i), vload(b + i), acc0);
-  float s = hsum(vadd(acc0, acc1));
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
 // e^x lane-wise, within a few ulp of std::exp for x in [-87, 88] (Cephes' expf: x = n ln2 + r,
 // |r| <= ln2 / 2, a degree-7 polynomial for e^r, times 2^n); x is clamped to that range
 // (softmax passes x <= 0, where e^-87 is already below every weight that counts). The same
@@ -282,6 +268,11 @@ inline float dot_w(const float* a, const StoredT<W>* b, int64_t n) {
   return dot_w_tail<W>(a, b, n, hsum(dot_w_fold<W>(a, b, n)));
 }
 
+// sum_i a[i] * b[i] over n f32 values.
+inline float dot_f32(const float* a, const float* b, int64_t n) {
+  return dot_w<DType::F32>(a, b, n);
+}
+
 // sum_i a[i]^2 over n f32 values.
 inline float sum_squares_f32(const float* a, int64_t n) { return dot_f32(a, a, n); }
 
@@ -292,17 +283,6 @@ inline void scale_add_f32(float* y, float c, float a, const float* x, int64_t n)
   for (; i + kLanes <= n; i += kLanes)
     vstore(y + i, vfma(va, vload(x + i), vmul(vc, vload(y + i))));
   for (; i < n; ++i) y[i] = y[i] * c + a * x[i];
-}
-
-// y[i] = y[i] * c + a * x[i] with x stored as W (f32 or bf16), widened in registers; the same
-// arithmetic as scale_add_f32.
-template <DType W>
-inline void scale_add_w(float* y, float c, float a, const StoredT<W>* x, int64_t n) {
-  VecF vc = vset1(c), va = vset1(a);
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    vstore(y + i, vfma(va, vload_w<W>(x + i), vmul(vc, vload(y + i))));
-  for (; i < n; ++i) y[i] = y[i] * c + a * load_scalar<W>(x + i);
 }
 
 }  // namespace attnres::cpu

@@ -15,7 +15,7 @@ llama_src=$(echo "$cache"/src/llama_cpp_python-*/vendor/llama.cpp)
 python=${PYTHON:-$repo/.venv/bin/python}
 [ -x "$python" ] || python=$cache/venv/bin/python
 tokenizer=${QWEN3_TOKENIZER:-$repo/../shared/data/tokenizers/qwen3}
-[ -f "$tokenizer/tokenizer.json" ] || tokenizer=/work/shared/data/tokenizers/qwen3
+[ -f "$tokenizer/tokenizer.json" ] || { echo "no Qwen3 tokenizer at $tokenizer (set QWEN3_TOKENIZER)" >&2; exit 1; }
 models=$cache/models
 mkdir -p "$models"
 
