@@ -1,8 +1,9 @@
 // attnres bench latency: engine-only latency at a fixed batch, input and output length,
-// reported next to the memory-bandwidth floor (PERF.md). Several --model values run in
-// the same process, one after the other, and are reported as ratios to the first and to
-// their no-AttnRes twin (the plain model of the same shape, when one is in the run): run an
-// AttnRes model and its twin together to read the AttnRes overhead. --modes SIZE runs the
+// reported next to the memory-bandwidth floor (PERF.md). Several --model values are loaded
+// into the same process and their iterations alternate; they are reported as ratios to the
+// first and to their no-AttnRes twin (the plain model of the same shape, when one is in the
+// run), paired iteration by iteration: run an AttnRes model and its twin together to read
+// the AttnRes overhead. --modes SIZE runs the
 // built-in plain-SIZE and attnres-SIZE in every attnres_mode (ATTNRES.md §2d).
 #include <algorithm>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/core/error.h"
+#include "engine/parallel/process_group.h"
 #include "engine/sched/model_execution.h"
 #include "engine/sched/offline_generator.h"
 #include "kernels/cpu/memory_bandwidth.h"
@@ -28,11 +30,21 @@ struct LatencyResult {
   double decode_ms_per_step = 0;  // median
   double bytes_per_step = 0;
   double floor_ms = 0;
+  std::vector<double> prefill, decode;  // per measured iteration: seconds, ms per step
 };
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// The median over iterations of a's time over b's, paired iteration by iteration (with the
+// models alternating, iteration i of each ran within seconds of the other), minus 1:
+// positive means a is slower.
+double paired_overhead(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> ratios;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) ratios.push_back(a[i] / b[i]);
+  return median(ratios) - 1.0;
 }
 
 std::vector<GenerationRequest> random_requests(int batch, int input_len, int output_len, int vocab,
@@ -54,60 +66,108 @@ std::vector<GenerationRequest> random_requests(int batch, int input_len, int out
   return requests;
 }
 
-LatencyResult bench_one(const std::string& model_arg, const Flags& flags, double bandwidth_gbps) {
-  LoadedModel model = load_model_arg(model_arg);
-  const int batch = flags.get_int("batch", 1);
-  const int input_len = flags.get_int("input-len", 128);
-  const int output_len = flags.get_int("output-len", 32);
-  const int iters = flags.get_int("iters", 3);
-  const int warmup = flags.get_int("warmup", 1);
-  if (batch < 1 || input_len < 1 || output_len < 2 || iters < 1 || warmup < 0) {
-    throw Error("--batch, --input-len, --iters must be >= 1 and --output-len >= 2");
+// One model of a latency run: loaded and ready, then measured one iteration at a time, so
+// that several models' iterations can alternate.
+class LatencyRun {
+ public:
+  LatencyRun(const std::string& model_arg, const Flags& flags)
+      : model_(load_model_arg(model_arg)),
+        batch_(flags.get_int("batch", 1)),
+        input_len_(flags.get_int("input-len", 128)),
+        output_len_(flags.get_int("output-len", 32)) {
+    vocab_ = std::min(model_.config.vocab_size, model_.tokenizer->vocab_size());
+    OfflineGeneratorOptions options;
+    options.max_model_len = model_.config.max_position_embeddings;
+    const std::vector<GenerationRequest> shape =
+        random_requests(batch_, input_len_, output_len_, vocab_, 0);
+    OfflineGenerator::validate(shape, model_.vocabulary(), options.max_model_len);
+    options.num_kv_blocks = OfflineGenerator::blocks_needed(shape, options.block_size);
+    EngineArgs args = engine_args_from_flags(flags);
+    args.model = model_arg;  // --model repeats: this run's (what other ranks load under mpirun)
+    exec_ = make_model_execution(args, model_, options.num_kv_blocks, options.block_size);
+    generator_ = std::make_unique<OfflineGenerator>(*exec_->runner, model_.tokenizer,
+                                                    model_.eos_token_ids(), options);
   }
-  const int vocab = std::min(model.config.vocab_size, model.tokenizer->vocab_size());
-  OfflineGeneratorOptions options;
-  options.max_model_len = model.config.max_position_embeddings;
-  const std::vector<GenerationRequest> shape =
-      random_requests(batch, input_len, output_len, vocab, 0);
-  OfflineGenerator::validate(shape, model.vocabulary(), options.max_model_len);
-  options.num_kv_blocks = OfflineGenerator::blocks_needed(shape, options.block_size);
-  EngineArgs args = engine_args_from_flags(flags);
-  args.model = model_arg;  // --model repeats: this run's (what other ranks load under mpirun)
-  auto exec = make_model_execution(args, model, options.num_kv_blocks, options.block_size);
-  OfflineGenerator generator(*exec->runner, model.tokenizer, model.eos_token_ids(), options);
-  std::vector<double> prefill, decode;
-  for (int it = 0; it < warmup + iters; ++it) {
+
+  // Iteration `it` (its prompts seeded by it); recorded unless it is a warm-up.
+  void iterate(int it, bool measured) {
     GenerationTimings t;
-    for (const GenerationResult& result :
-         generator.generate(random_requests(batch, input_len, output_len, vocab, it), {}, &t)) {
+    for (const GenerationResult& result : generator_->generate(
+             random_requests(batch_, input_len_, output_len_, vocab_, it), {}, &t)) {
       if (!result.error.empty()) throw Error("bench latency: a sequence failed: " + result.error);
     }
-    if (it < warmup) continue;
-    prefill.push_back(t.prefill_seconds);
-    decode.push_back(t.decode_seconds * 1e3 / std::max(1, t.decode_steps));
+    if (!measured) return;
+    prefill_.push_back(t.prefill_seconds);
+    decode_.push_back(t.decode_seconds * 1e3 / std::max(1, t.decode_steps));
   }
-  const ModelConfig& c = model.config;
-  // A decode step reads every weight once (the embedding only by row) and each sequence's
-  // K/V cache (f32 or bf16: --kv-cache-dtype) at its average context length. Under tensor
-  // parallelism the ranks read their slices at the same time: the floor is one rank's bytes
-  // (on the CPU the ranks share one memory bus, so it is all ranks' bytes).
-  const double kv_bytes_per_token = 2.0 * c.num_layers * c.num_kv_heads * c.head_dim *
-                                    static_cast<double>(dtype_size(exec->kv_cache_dtype));
-  const bool shared_memory_bus = flags.get("device", "cpu") == "cpu";
-  const double weight_bytes = static_cast<double>(exec->weight_bytes_per_rank) *
-                              (shared_memory_bus ? exec->tensor_parallel_size : 1);
-  const double avg_context = input_len + output_len / 2.0;
-  LatencyResult r;
-  r.model = model.source;
-  r.attnres = c.attnres_mode != AttnResMode::None;
-  r.hidden = c.hidden_size;
-  r.layers = c.num_layers;
-  r.prefill_seconds = median(prefill);
-  r.decode_ms_per_step = median(decode);
-  r.bytes_per_step = weight_bytes + batch * avg_context * kv_bytes_per_token /
-                                        (shared_memory_bus ? 1 : exec->tensor_parallel_size);
-  r.floor_ms = r.bytes_per_step / (bandwidth_gbps * 1e9) * 1e3;
-  return r;
+
+  LatencyResult result(const Flags& flags, double bandwidth_gbps) const {
+    const ModelConfig& c = model_.config;
+    // A decode step reads every weight once (the embedding only by row) and each sequence's
+    // K/V cache (f32 or bf16: --kv-cache-dtype) at its average context length. Under tensor
+    // parallelism the ranks read their slices at the same time: the floor is one rank's
+    // bytes (on the CPU the ranks share one memory bus, so it is all ranks' bytes).
+    const double kv_bytes_per_token = 2.0 * c.num_layers * c.num_kv_heads * c.head_dim *
+                                      static_cast<double>(dtype_size(exec_->kv_cache_dtype));
+    const bool shared_memory_bus = flags.get("device", "cpu") == "cpu";
+    const double weight_bytes = static_cast<double>(exec_->weight_bytes_per_rank) *
+                                (shared_memory_bus ? exec_->tensor_parallel_size : 1);
+    const double avg_context = input_len_ + output_len_ / 2.0;
+    LatencyResult r;
+    r.model = model_.source;
+    r.attnres = c.attnres_mode != AttnResMode::None;
+    r.hidden = c.hidden_size;
+    r.layers = c.num_layers;
+    r.prefill = prefill_;
+    r.decode = decode_;
+    r.prefill_seconds = median(prefill_);
+    r.decode_ms_per_step = median(decode_);
+    r.bytes_per_step = weight_bytes + batch_ * avg_context * kv_bytes_per_token /
+                                          (shared_memory_bus ? 1 : exec_->tensor_parallel_size);
+    r.floor_ms = r.bytes_per_step / (bandwidth_gbps * 1e9) * 1e3;
+    return r;
+  }
+
+ private:
+  LoadedModel model_;
+  int batch_, input_len_, output_len_, vocab_ = 0;
+  std::unique_ptr<ModelExecution> exec_;
+  std::unique_ptr<OfflineGenerator> generator_;
+  std::vector<double> prefill_, decode_;  // per measured iteration: seconds, ms per step
+};
+
+// Every model's results. In one process the models are all loaded first and their
+// iterations alternate (model 1, model 2, ..., then model 2, 3, ..., 1), so that a slow
+// minute of a shared machine lands on every model alike; a multi-process job (mpirun) loads and
+// runs one model at a time, because its other ranks follow one model.
+std::vector<LatencyResult> measure_all(const std::vector<std::string>& models, const Flags& flags,
+                                       double bandwidth) {
+  const int iters = flags.get_int("iters", 3);
+  const int warmup = flags.get_int("warmup", 1);
+  if (flags.get_int("batch", 1) < 1 || flags.get_int("input-len", 128) < 1 ||
+      flags.get_int("output-len", 32) < 2 || iters < 1 || warmup < 0) {
+    throw Error("--batch, --input-len, --iters must be >= 1 and --output-len >= 2");
+  }
+  std::vector<LatencyResult> results;
+  if (job_process_group() != nullptr) {
+    for (const std::string& m : models) {
+      LatencyRun run(m, flags);
+      for (int it = 0; it < warmup + iters; ++it) run.iterate(it, it >= warmup);
+      results.push_back(run.result(flags, bandwidth));
+    }
+    return results;
+  }
+  std::vector<std::unique_ptr<LatencyRun>> runs;
+  for (const std::string& m : models) runs.push_back(std::make_unique<LatencyRun>(m, flags));
+  for (int it = 0; it < warmup + iters; ++it) {
+    // Each iteration starts one model later, so that none always runs first (or right after
+    // the same model).
+    for (size_t k = 0; k < runs.size(); ++k) {
+      runs[(k + static_cast<size_t>(it)) % runs.size()]->iterate(it, it >= warmup);
+    }
+  }
+  for (const auto& run : runs) results.push_back(run->result(flags, bandwidth));
+  return results;
 }
 
 int run_latency(const std::vector<std::string>& args) {
@@ -129,7 +189,9 @@ int run_latency(const std::vector<std::string>& args) {
           args, "bench latency",
           "Engine latency: prefill tokens/s and decode ms per step against the\n"
           "memory-bandwidth floor. Repeat --model to compare (e.g. builtin:attnres-100m\n"
-          "and builtin:plain-100m).",
+          "and builtin:plain-100m): the models are loaded together and their iterations\n"
+          "alternate; 'vs twin' is an AttnRes model's time over its plain twin's, paired\n"
+          "iteration by iteration (median; positive: slower).",
           specs)) {
     return 0;
   }
@@ -147,33 +209,34 @@ int run_latency(const std::vector<std::string>& args) {
   const double bandwidth = measure_copy_bandwidth_gbps();
   const int batch = flags.get_int("batch", 1);
   const int input_len = flags.get_int("input-len", 128);
+  const std::vector<LatencyResult> results = measure_all(models, flags, bandwidth);
   std::printf("memory bandwidth (copy, read+write): %.1f GB/s\n", bandwidth);
   std::printf("batch %d, input %d, output %d\n\n", batch, input_len,
               flags.get_int("output-len", 32));
-  std::printf("%-36s %14s %14s %12s %10s %10s %10s\n", "model", "prefill tok/s", "decode ms/step",
-              "floor ms", "of floor", "vs first", "vs twin");
+  std::printf("%-36s %14s %14s %12s %10s %10s %10s %10s\n", "model", "prefill tok/s",
+              "decode ms/step", "floor ms", "of floor", "vs first", "prefill vs", "decode vs");
+  std::printf("%-36s %14s %14s %12s %10s %10s %10s %10s\n", "", "", "", "", "", "", "twin", "twin");
   nlohmann::json out = nlohmann::json::array();
-  double first_decode = 0;
-  std::vector<LatencyResult> done;
-  for (const std::string& m : models) {
-    LatencyResult r = bench_one(m, flags, bandwidth);
-    if (first_decode == 0) first_decode = r.decode_ms_per_step;
+  const double first_decode = results.front().decode_ms_per_step;
+  for (size_t k = 0; k < results.size(); ++k) {
+    const LatencyResult& r = results[k];
     const double prefill_tps = batch * input_len / r.prefill_seconds;
-    // The twin: a plain model of the same shape measured in this run.
+    // The twin: a plain model of the same shape in this run.
     const LatencyResult* twin = nullptr;
-    for (const LatencyResult& o : done) {
+    for (const LatencyResult& o : results) {
       if (!o.attnres && o.hidden == r.hidden && o.layers == r.layers) twin = &o;
     }
-    char vs_twin[32] = "-";
+    char prefill_vs[32] = "-", decode_vs[32] = "-";
     if (r.attnres && twin) {
-      std::snprintf(vs_twin, sizeof(vs_twin), "%+.1f%%",
-                    100.0 * (r.decode_ms_per_step / twin->decode_ms_per_step - 1.0));
+      std::snprintf(prefill_vs, sizeof(prefill_vs), "%+.1f%%",
+                    100.0 * paired_overhead(r.prefill, twin->prefill));
+      std::snprintf(decode_vs, sizeof(decode_vs), "%+.1f%%",
+                    100.0 * paired_overhead(r.decode, twin->decode));
     }
-    std::printf("%-36s %14.1f %14.3f %12.3f %9.1f%% %9.3fx %10s\n", r.model.c_str(), prefill_tps,
-                r.decode_ms_per_step, r.floor_ms, 100.0 * r.floor_ms / r.decode_ms_per_step,
-                r.decode_ms_per_step / first_decode, vs_twin);
-    std::fflush(stdout);
-    done.push_back(r);
+    std::printf("%-36s %14.1f %14.3f %12.3f %9.1f%% %9.3fx %10s %10s\n", r.model.c_str(),
+                prefill_tps, r.decode_ms_per_step, r.floor_ms,
+                100.0 * r.floor_ms / r.decode_ms_per_step, r.decode_ms_per_step / first_decode,
+                prefill_vs, decode_vs);
     out.push_back({{"model", r.model},
                    {"batch", batch},
                    {"input_len", input_len},
@@ -183,11 +246,15 @@ int run_latency(const std::vector<std::string>& args) {
                    {"bytes_per_step", r.bytes_per_step},
                    {"floor_ms", r.floor_ms},
                    {"fraction_of_floor", r.floor_ms / r.decode_ms_per_step},
-                   {"bandwidth_gbps", bandwidth}});
+                   {"bandwidth_gbps", bandwidth},
+                   {"prefill_seconds_per_iteration", r.prefill},
+                   {"decode_ms_per_iteration", r.decode}});
     if (r.attnres && twin) {
-      out.back()["decode_overhead_vs_twin"] = r.decode_ms_per_step / twin->decode_ms_per_step - 1;
+      out.back()["prefill_overhead_vs_twin"] = paired_overhead(r.prefill, twin->prefill);
+      out.back()["decode_overhead_vs_twin"] = paired_overhead(r.decode, twin->decode);
     }
   }
+  std::fflush(stdout);
   if (flags.has("json")) std::ofstream(flags.get("json")) << out.dump(2) << "\n";
   return 0;
 }

@@ -118,6 +118,31 @@ def test_unsupported_attnres_mode_names_file_and_field(attnres_bin, small_model,
     assert proc.returncode == 1 and "attnres_mode" in proc.stderr
 
 
+def test_bench_latency_alternates_the_models_and_pairs_each_with_its_twin(attnres_bin, ckpt_root,
+                                                                         tmp_path):
+    """Two models of one shape: both loaded, their iterations alternating; the AttnRes model's
+    overhead is the median over iterations of its time over the twin's in the same iteration."""
+    full = make_checkpoint(ckpt_root / "cli_attnres_full", "attnres_full", seed=4)
+    plain = make_checkpoint(ckpt_root / "cli_qwen3", "qwen3", seed=4)
+    out = tmp_path / "latency.json"
+    text = run(attnres_bin, "bench", "latency", "--model", full, "--model", plain,
+               "--input-len", "8", "--output-len", "3", "--iters", "3", "--warmup", "0",
+               "--threads", "1", "--json", out).stdout
+    rows = json.loads(out.read_text())
+    assert [Path(r["model"]).name for r in rows] == ["cli_attnres_full", "cli_qwen3"]
+    attnres, twin = rows
+    for r in rows:
+        assert len(r["prefill_seconds_per_iteration"]) == 3
+        assert len(r["decode_ms_per_iteration"]) == 3
+        assert all(t > 0 for t in r["prefill_seconds_per_iteration"])
+    assert "prefill_overhead_vs_twin" not in twin
+    for key, series in (("prefill_overhead_vs_twin", "prefill_seconds_per_iteration"),
+                        ("decode_overhead_vs_twin", "decode_ms_per_iteration")):
+        paired = sorted(a / b for a, b in zip(attnres[series], twin[series]))
+        assert attnres[key] == pytest.approx(paired[1] - 1.0, rel=1e-9)
+    assert "prefill vs" in text and "%" in text.splitlines()[-2]
+
+
 @pytest.mark.parametrize("args, message", [
     (["generate", "--no-such-flag"], "unknown flag --no-such-flag"),
     (["generate", "--max-tokens"], "needs a value"),
