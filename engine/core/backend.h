@@ -134,23 +134,30 @@ class Backend {
 
   // Phase 2 fused with the sublayer's PreNorm. For each token, over the extra sources the
   // bank's Phase-1 state (m, s, o) does not hold:
+  //   the newer bank entries b_k (pushed after the group's Phase 1 ran; ATTNRES.md §3's
+  //   Phase 2 generalised from one intra-block partial to a few): logit
+  //   n_k = query . b_k / rms(b_k), as in Phase 1 (no bias)
   //   the partial p, when partial_is_source: logit q = query . p / rms(p) + bias
   //   the null source v, when given: logit null_logit (a per-step constant)
-  //   M = max(m, q?, null_logit?);  h_mix = (e^(m-M) o + e^(q-M) p + e^(c-M) v) / (e^(m-M) s +
-  //   e^(q-M) + e^(c-M))   (absent terms dropped)
+  //   M = max(m, n_k?, q?, null_logit?);  h_mix = (e^(m-M) o + sum_k e^(n_k-M) b_k + e^(q-M) p
+  //   + e^(c-M) v) / (e^(m-M) s + sum_k e^(n_k-M) + e^(q-M) + e^(c-M))   (absent terms dropped)
   //   adds_partial (delta modes, pre_gated): h_mix += p
   //   gate Scalar: h = p + gate_blend (h_mix - p); Vector: h = p + sigmoid(gate_logits) * (h_mix
   //   - p); None: h = h_mix
   //   out = rms_norm(h, prenorm_gain, eps)
   // m, s [T] and o [T, d] are one sublayer's rows of the Phase-1 outputs; when m is null there
-  // is no mix and h = p. p (the partial) [T, d]; query [d] f32. The bias applies to the
-  // partial's logit only (bank logits never carry one). out may alias p.
+  // is no mix and h = p. p (the partial) [T, d]; query [d] f32, the step's (the newer entries'
+  // and the partial's). newer [k, T, d] with 1 <= k <= kMaxNewerSources, or null. The bias
+  // applies to the partial's logit only (bank logits never carry one). out may alias p.
+  static constexpr int kMaxNewerSources = 8;
   enum class DepthGate { None, Scalar, Vector };
   struct DepthMixArgs {
     const Tensor* m = nullptr;
     const Tensor* s = nullptr;
     const Tensor* o = nullptr;
-    const Tensor* query = nullptr;  // the partial's query; unused when !partial_is_source
+    // The step's query; needed when the partial is a source or there are newer entries.
+    const Tensor* query = nullptr;
+    const Tensor* newer = nullptr;  // bank entries the group's Phase 1 did not read
     float bias = 0.0f;
     float mix_eps = 1e-6f;  // the depth RMSNorm's eps
     bool partial_is_source = true;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "engine/core/backend.h"
 #include "engine/core/error.h"
 
 namespace attnres {
@@ -20,13 +21,18 @@ const char* kind_name(SublayerKind k) {
   return "?";
 }
 
-// Query rows one Phase-1 pass serves at most: beyond this, the [rows, T, d] Phase-1 output
-// costs more memory than re-reading a bank entry (first_layer's one group would hold every
-// sublayer).
+// Query rows one Phase-1 pass serves at most. The cost per step of a group of S slots over a
+// bank of n entries, in bank-row reads: n / S (the shared pass) + 2 (its o row written and
+// read back) + (S - 1) / 2 (the newer entries, on average, where the bank grows every
+// sublayer). S = 8 is near the minimum for the 0.6B shape's n of up to 57, and bounds the
+// [S, T, d] Phase-1 output (first_layer's one group would otherwise hold every sublayer).
 constexpr int kMaxGroupSlots = 8;
+static_assert(kMaxGroupSlots - 1 <= Backend::kMaxNewerSources,
+              "a group's last step may read kMaxGroupSlots - 1 newer entries");
 
-// Steps that read the same bank entries form a group; the bank only grows, so those steps
-// are consecutive. A pre-gated step's sources depend on its own gate: it is a group alone.
+// Consecutive steps that read the same first bank entries form a group; the bank only grows,
+// so the first step's sources are a prefix of every later one's. A pre-gated step's sources
+// depend on its own gate: it is a group alone.
 void build_groups(DepthPlan& plan) {
   bool alone = true;  // the previous group must not take more steps
   for (int i = 0; i < static_cast<int>(plan.steps.size()); ++i) {
@@ -35,13 +41,14 @@ void build_groups(DepthPlan& plan) {
     const int rows = step.value_slot >= 0 ? 2 : 1;
     const bool joins = !plan.groups.empty() && !alone && !step.pre_gated &&
                        plan.groups.back().bank_first == step.bank_first &&
-                       plan.groups.back().num_bank_sources == step.num_bank_sources &&
+                       plan.groups.back().num_bank_sources <= step.num_bank_sources &&
                        plan.groups.back().num_slots + rows <= kMaxGroupSlots;
     if (!joins) plan.groups.push_back(DepthGroup{step.bank_first, step.num_bank_sources, {}, 0});
     alone = step.pre_gated;
     DepthGroup& group = plan.groups.back();
     step.group = static_cast<int>(plan.groups.size()) - 1;
     step.slot = group.num_slots;
+    step.num_newer_sources = step.num_bank_sources - group.num_bank_sources;
     if (step.value_slot >= 0) step.value_slot = step.slot + 1;
     group.num_slots += rows;
     group.steps.push_back(i);
@@ -228,6 +235,9 @@ std::string DepthPlan::describe() const {
             << (j + 1 < s.bank_first + s.num_bank_sources || s.partial_is_source ? " " : "");
       }
       out << (s.partial_is_source ? "p]" : "]") << "  group " << s.group << " slot " << s.slot;
+      if (s.num_newer_sources > 0) {
+        out << " (Phase 2 merges the newest " << s.num_newer_sources << ")";
+      }
       if (s.value_slot >= 0) out << " (V stream: slot " << s.value_slot << ")";
       if (s.pre_gated) out << "  sources pre-gated";
       if (s.gated) out << "  gated";

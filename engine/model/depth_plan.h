@@ -29,6 +29,9 @@ struct DepthStep {
   bool mixes = false;        // false: plain pre-norm, the sublayer input is the partial
   int bank_first = 0;        // first bank entry read (first_layer: 1, layer 0's MLP output)
   int num_bank_sources = 0;  // bank entries [bank_first, bank_first + n) read by the mix
+  // The last of those entries that were pushed after the group's Phase 1 ran: Phase 2 merges
+  // them (the full-family modes, whose bank grows at every sublayer).
+  int num_newer_sources = 0;
   bool partial_is_source = true;  // false in delta modes and pre_gated
   bool adds_partial = false;      // h_mix = partial + mix (delta modes, pre_gated)
   bool null_source = false;       // a learned constant source 0 (delta modes, on request)
@@ -46,12 +49,16 @@ struct DepthStep {
   bool commit_open_entry = false;
 };
 
-// Steps that read the same bank entries: Phase 1 runs once for all of them, at the first.
+// Consecutive steps whose bank sources start with the same entries: Phase 1 reads those
+// once for all of them, at the first step; what a later step reads beyond them (entries
+// pushed since) its Phase 2 merges. Where the bank does not grow inside the group (2b, a
+// block of 2a) that is nothing; where it grows at every sublayer (full, delta, delta_v) the
+// bank is read once per group instead of once per sublayer.
 struct DepthGroup {
   int bank_first = 0;
-  int num_bank_sources = 0;
-  std::vector<int> steps;  // indices into DepthPlan::steps, in order
-  int num_slots = 0;       // query rows: one per step, two for a delta_v attention step
+  int num_bank_sources = 0;  // the shared prefix Phase 1 reads
+  std::vector<int> steps;    // indices into DepthPlan::steps, in order
+  int num_slots = 0;         // query rows: one per step, two for a delta_v attention step
 };
 
 struct DepthPlan {

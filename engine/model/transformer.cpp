@@ -58,7 +58,7 @@ struct Transformer::Scratch {
   // for the gathered sublayer input and the not-yet-reduced sublayer output.
   Tensor gathered, unreduced;
   Tensor gathered_v;  // delta_v under sequence parallelism: the V stream's gathered input
-  Tensor reduced;  // [local rows, d]: the sublayer output summed over the ranks
+  Tensor reduced;     // [local rows, d]: the sublayer output summed over the ranks
 };
 
 // Which rows of the step this rank holds in the partial, the bank and the Phase-1 state.
@@ -242,14 +242,14 @@ Tensor Transformer::gather_input(const RowSplit& split, Tensor& normed_local, Te
   return gathered.rows(0, split.rows);
 }
 
-Tensor Transformer::reduce_output(const RowSplit& split, Scratch& s) {
+Tensor Transformer::reduce_output(const RowSplit& split, Scratch& s, Tensor& written) {
   if (split.sharded) {
     // Rows [T, padded) of `unreduced` are never written: they stay zero.
     parallel_.comm->reduce_scatter_sum(s.unreduced, s.reduced);
-  } else if (parallel_.comm) {
-    parallel_.comm->all_reduce_sum(s.reduced);
+    return s.reduced;
   }
-  return s.reduced;
+  if (parallel_.comm) parallel_.comm->all_reduce_sum(written);
+  return written;
 }
 
 Tensor Transformer::mix_depth_weights(size_t i, int slot, const Tensor& bank, const Tensor& partial,
@@ -343,6 +343,9 @@ Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
   }
   if (attnres) {
     const int64_t slots = plan_.max_group_size();  // query rows, V streams included
+    // Allocated per step. Kept across steps instead (grown when too small), they made this
+    // machine's prefill GEMMs 6% slower (measured: the allocator's layout of the other
+    // scratch changes; see docs/BENCHMARKS.md), more than the page faults they saved.
     bank = backend_.alloc({plan_.bank_capacity, L, d}, DType::F32);
     phase1_m = backend_.alloc({slots, L}, DType::F32);
     phase1_s = backend_.alloc({slots, L}, DType::F32);
@@ -378,6 +381,7 @@ Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
   }
 
   Tensor hidden = backend_.alloc({L, d}, DType::F32);
+  bool open_entry_empty = true;  // delta_block: no output summed into the open entry yet
   for (size_t i = 0; i < plan_.steps.size(); ++i) {
     const DepthStep& step = plan_.steps[i];
     const StepMix& w = step_mix_[i];
@@ -411,6 +415,13 @@ Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
                               config_.rms_norm_eps, gm, gs, go,
                               step.pre_gated ? step_gate : nullptr);
       }
+      // Bank entries pushed since the group's Phase 1 ran: this step's Phase 2 merges them.
+      Tensor newer;
+      if (step.num_newer_sources > 0) {
+        const int first = group.bank_first + group.num_bank_sources;
+        ATTNRES_CHECK(bank_size >= first + step.num_newer_sources, "bank not filled yet");
+        newer = bank.rows(first, first + step.num_newer_sources);
+      }
       for (int slot : {step.slot, step.value_slot}) {
         if (slot < 0) continue;
         if (report_depth) {
@@ -420,8 +431,9 @@ Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
         const Tensor m = phase1_m.row(slot), sum = phase1_s.row(slot), o = phase1_o.row(slot);
         const Tensor query = group_queries_[step.group].row(slot);
         // Phase 2 writes the sublayer's input (the V stream's into its own buffer).
-        backend_.depth_phase2_prenorm(mix_args(i, slot, m, sum, o, query, &gate_logits), partial,
-                                      gain, config_.rms_norm_eps,
+        Backend::DepthMixArgs mix = mix_args(i, slot, m, sum, o, query, &gate_logits);
+        mix.newer = newer.defined() ? &newer : nullptr;
+        backend_.depth_phase2_prenorm(mix, partial, gain, config_.rms_norm_eps,
                                       slot == step.value_slot ? normed_v : normed_out);
       }
     }
@@ -432,26 +444,38 @@ Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
       backend_.fill_zero(partial);
     }
     const Tensor input = gather_input(split, normed, s.gathered);
+    // Delta modes: the sublayer output is itself the next bank entry, so (unsharded) the
+    // sublayer writes it there rather than into scratch and a copy.
+    const bool output_into_bank = step.push_output_after && !split.sharded;
+    Tensor step_out = output_into_bank ? bank.row(bank_size).reshape({L, d}) : sublayer_out;
     if (step.kind == SublayerKind::Attention) {
       const Tensor value_input =
           step.value_slot >= 0 ? gather_input(split, normed_v, s.gathered_v) : input;
       attention_sublayer(step.layer, input, value_input, batch, cache.layers[step.layer], s,
-                         sublayer_out);
+                         step_out);
     } else {
-      mlp_sublayer(step.layer, input, s, sublayer_out);
+      mlp_sublayer(step.layer, input, s, step_out);
     }
-    const Tensor out = reduce_output(split, s);
+    const Tensor out = reduce_output(split, s, step_out);
     backend_.add_inplace(partial, out);
     if (step.push_after) push_partial();
     if (step.push_output_after) {  // delta modes: the sublayer output itself is a source
       Tensor entry = bank.row(bank_size++);
-      backend_.copy(out, entry);
+      if (!output_into_bank) backend_.copy(out, entry);
     }
     if (step.accumulate_output) {  // delta_block: the open entry sums the block's outputs
       Tensor entry = bank.row(bank_size);
-      backend_.add_inplace(entry, out);
+      if (open_entry_empty) {
+        backend_.copy(out, entry);  // the first output of the block: no zeros to add to
+      } else {
+        backend_.add_inplace(entry, out);
+      }
+      open_entry_empty = false;
     }
-    if (step.commit_open_entry) ++bank_size;
+    if (step.commit_open_entry) {
+      ++bank_size;
+      open_entry_empty = true;
+    }
   }
 
   if (report_depth && depth->weights) download_depth_weights(depth_per_step, *depth);

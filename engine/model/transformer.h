@@ -93,7 +93,9 @@ class Transformer {
   // `gathered` is the all-rows buffer to gather into (scratch's, or the V stream's).
   Tensor gather_input(const RowSplit& split, Tensor& normed_local, Tensor& gathered);
   // Sums the ranks' partial sublayer outputs into the rows this rank holds.
-  Tensor reduce_output(const RowSplit& split, Scratch& scratch);
+  // `written` is where the sublayer wrote its rows (scratch.reduced, or a bank entry) when
+  // the step is not sharded; the result is the summed output (`written` itself then).
+  Tensor reduce_output(const RowSplit& split, Scratch& scratch, Tensor& written);
   // `value_input` feeds v_proj: the same tensor as `normed` except under delta_v, whose V
   // stream has its own depth mix (ATTNRES.md §2d).
   void attention_sublayer(int layer, const Tensor& normed, const Tensor& value_input,
@@ -113,7 +115,7 @@ class Transformer {
   ModelConfig config_;
   Backend& backend_;
   DepthPlan plan_;
-  ModelWeights weights_;               // device tensors
+  ModelWeights weights_;  // device tensors
   // What one mixing step reads besides its query (ATTNRES.md §2d), on the device.
   struct StepMix {
     float bias = 0.0f;              // on the partial's logit (block / full mixes)

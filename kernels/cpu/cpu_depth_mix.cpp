@@ -5,9 +5,11 @@
 //   m[l, t] = max_j logit,  s[l, t] = sum_j e^(logit - m),  o[l, t] = sum_j e^(logit - m) bank[j,
 //   t]
 // Layout: queries [S, d], bank [>= n, T, d] (first n live), m, s [S, T], o [S, T, d], all f32.
-// Each bank row is read from memory once per token: one pass computes its sum of squares and
-// all S dot products together (S + 1 accumulator chains per vector of the row); the S online-
-// softmax updates of o then re-read the row from L1. Parallel over tokens.
+// Parallel over tokens; per token two passes over its n bank rows. The first computes each
+// row's sum of squares and all S dot products together (S + 1 accumulator chains per vector
+// of the row); then a softmax per query over the n logits (vexp); the second pass sums the
+// weighted rows into all S outputs at once, register-blocked (the token's rows, n x 4 KB at
+// d 1024, are still in L2 from the first pass).
 //
 // Phase 2 fused with the sublayer's PreNorm, per token (p = partial row, o/m/s this
 // sublayer's Phase-1 rows):
@@ -16,12 +18,15 @@
 // Pass 1 reads p (dot + sum of squares), pass 2 writes h into out while summing h^2, pass 3
 // scales out in place. Every write of out[i] follows the reads of p[i] and o[i], so out may
 // alias p. With no bank (m null: a plain pre-norm model, or an unmixed sublayer) h = p.
+// Newer bank entries (pushed after the group's Phase 1; the full-family modes' groups span
+// several sublayers whose banks share a prefix) are merged first, per token: their logits,
+// then a + sum_k w_k b_k into a thread-local row that stands in for a o.
 //
 // The open-attnres modes (ATTNRES.md §2d) are switches of the same two ops: Phase 1 may gate
 // every source by sigmoid(gate logits[t]) first (pre_gated: one thread-local gated copy of
 // each row); Phase 2 may drop the partial as a source, merge a null source with a constant
 // logit, add the partial to the mix (delta modes) and blend x and the mix with a scalar or
-// per-element gate. Those cases take a general per-element pass 2; 2a/2b keep the vector one.
+// per-element gate. Those cases take a general element-wise pass 2; 2a/2b keep the plain one.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -58,26 +63,93 @@ float dots_and_squares(const float* queries, int64_t d, const float* x, float* d
   return ss;
 }
 
-float dots_any(int s_count, const float* queries, int64_t d, const float* x, float* dots) {
-  switch (s_count) {
-    case 1:
-      return dots_and_squares<1>(queries, d, x, dots);
-    case 2:
-      return dots_and_squares<2>(queries, d, x, dots);
-    case 3:
-      return dots_and_squares<3>(queries, d, x, dots);
-    case 4:
-      return dots_and_squares<4>(queries, d, x, dots);
-    case 5:
-      return dots_and_squares<5>(queries, d, x, dots);
-    case 6:
-      return dots_and_squares<6>(queries, d, x, dots);
-    case 7:
-      return dots_and_squares<7>(queries, d, x, dots);
-    default:
-      return dots_and_squares<8>(queries, d, x, dots);
+// One token's bank rows, gated or not: the row itself, or (pre_gated) sigmoid(gate) * row.
+struct TokenSources {
+  const float* bank = nullptr;  // bank[0, T, d] at this token's row
+  int64_t entry_stride = 0;     // T * d: from one entry's row to the next's
+  const float* sig = nullptr;   // pre_gated: sigmoid(gate logits[t]) [d], else null
+  const float* row(int j) const { return bank + j * entry_stride; }
+};
+
+// o[l] = sum_j w[l * n + j] * source_j over the d elements, for l < S; o[l] starts at
+// o + l * o_stride. Register-blocked: C vectors of all S output rows are held in S x C
+// accumulators while every source's C vectors are loaded once, so o is written once and the
+// sources are read from L1/L2 once per block of C vectors (an online-softmax update would
+// read and write all S o rows once per source instead).
+template <int S, int C>
+int64_t weighted_sum_block(const TokenSources& src, int n, const float* w, int64_t d, float* o,
+                           int64_t o_stride, int64_t i) {
+  for (; i + C * kLanes <= d; i += C * kLanes) {
+    VecF acc[S][C];
+    for (int l = 0; l < S; ++l)
+      for (int c = 0; c < C; ++c) acc[l][c] = cpu::vzero();
+    for (int j = 0; j < n; ++j) {
+      const float* row = src.row(j) + i;
+      VecF x[C];
+      for (int c = 0; c < C; ++c) {
+        x[c] = cpu::vload(row + c * kLanes);
+        if (src.sig) x[c] = cpu::vmul(x[c], cpu::vload(src.sig + i + c * kLanes));
+      }
+      for (int l = 0; l < S; ++l) {
+        const VecF wl = cpu::vset1(w[l * n + j]);
+        for (int c = 0; c < C; ++c) acc[l][c] = cpu::vfma(wl, x[c], acc[l][c]);
+      }
+    }
+    for (int l = 0; l < S; ++l)
+      for (int c = 0; c < C; ++c) cpu::vstore(o + l * o_stride + i + c * kLanes, acc[l][c]);
+  }
+  return i;
+}
+
+template <int S>
+void weighted_sum(const TokenSources& src, int n, const float* w, int64_t d, float* o,
+                  int64_t o_stride) {
+  constexpr int C = S >= 5 ? 3 : 4;  // S x C accumulators + C loads within 32 registers
+  int64_t i = weighted_sum_block<S, C>(src, n, w, d, o, o_stride, 0);
+  i = weighted_sum_block<S, 1>(src, n, w, d, o, o_stride, i);
+  for (; i < d; ++i) {  // the scalar tail
+    for (int l = 0; l < S; ++l) {
+      float acc = 0.0f;
+      for (int j = 0; j < n; ++j) {
+        const float x = src.sig ? src.row(j)[i] * src.sig[i] : src.row(j)[i];
+        acc = std::fma(w[l * n + j], x, acc);
+      }
+      o[l * o_stride + i] = acc;
+    }
   }
 }
+
+// Phase 1 of one token for S queries, in two passes over its n bank rows: the logits (every
+// row read once for all S dot products and its sum of squares), a softmax per query, then
+// the weighted sums. logits is scratch of S * n floats; gated (pre_gated) scratch of d.
+template <int S>
+void phase1_token(const float* queries, const TokenSources& src, int n, int64_t d, float eps,
+                  float* logits, float* gated, float* m, float* s, int64_t ms_stride, float* o,
+                  int64_t o_stride) {
+  for (int j = 0; j < n; ++j) {
+    const float* row = src.row(j);
+    if (src.sig) {
+      for (int64_t i = 0; i < d; ++i) gated[i] = src.sig[i] * row[i];
+      row = gated;
+    }
+    float dots[S];
+    const float ss = dots_and_squares<S>(queries, d, row, dots);
+    const float inv_rms = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
+    for (int l = 0; l < S; ++l) logits[l * n + j] = dots[l] * inv_rms;
+  }
+  for (int l = 0; l < S; ++l) {
+    float* lg = logits + l * n;
+    m[l * ms_stride] = *std::max_element(lg, lg + n);
+    s[l * ms_stride] = cpu::softmax_numerators(lg, n);  // lg becomes e^(logit - m)
+  }
+  weighted_sum<S>(src, n, logits, d, o, o_stride);
+}
+
+using Phase1Token = void (*)(const float*, const TokenSources&, int, int64_t, float, float*, float*,
+                             float*, float*, int64_t, float*, int64_t);
+constexpr Phase1Token kPhase1Token[kMaxFusedS] = {phase1_token<1>, phase1_token<2>, phase1_token<3>,
+                                                  phase1_token<4>, phase1_token<5>, phase1_token<6>,
+                                                  phase1_token<7>, phase1_token<8>};
 
 }  // namespace
 
@@ -109,48 +181,93 @@ void CpuBackend::depth_phase1(const Tensor& queries, const Tensor& bank, int n, 
   float* op = o.ptr<float>();
   const bool parallel = threads_ > 1 && t_dim > 1;
   pool_->parallel_for(t_dim, parallel, [&](int64_t t) {
-    std::vector<float> sig, gated;  // pre_gated: sigmoid(gate logits[t]) and a gated row
-    if (gp) {
+    thread_local std::vector<float> sig, gated, logits;
+    TokenSources src{bp + t * d, t_dim * d, nullptr};
+    if (gp) {  // pre_gated: every source is sigmoid(gate logits[t]) * row
       sig.resize(d);
       gated.resize(d);
       for (int64_t i = 0; i < d; ++i) sig[i] = 1.0f / (1.0f + std::exp(-gp[t * d + i]));
+      src.sig = sig.data();
     }
+    logits.resize(static_cast<size_t>(kMaxFusedS) * n);
     for (int64_t l0 = 0; l0 < s_dim; l0 += kMaxFusedS) {
       const int group = static_cast<int>(std::min<int64_t>(kMaxFusedS, s_dim - l0));
-      for (int j = 0; j < n; ++j) {
-        const float* row = bp + (static_cast<int64_t>(j) * t_dim + t) * d;
-        if (gp) {
-          for (int64_t i = 0; i < d; ++i) gated[i] = sig[i] * row[i];
-          row = gated.data();
-        }
-        float dots[kMaxFusedS];
-        const float ss = dots_any(group, qp + l0 * d, d, row, dots);
-        const float inv_rms = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
-        for (int g = 0; g < group; ++g) {
-          const int64_t l = l0 + g;
-          const float logit = dots[g] * inv_rms;
-          float* ol = op + (l * t_dim + t) * d;
-          float& ml = mp[l * t_dim + t];
-          float& sl = sp[l * t_dim + t];
-          if (j == 0) {
-            ml = logit;
-            sl = 1.0f;
-            std::copy(row, row + d, ol);
-          } else if (logit > ml) {  // new max: rescale what was accumulated
-            const float c = std::exp(ml - logit);
-            cpu::scale_add_f32(ol, c, 1.0f, row, d);
-            sl = sl * c + 1.0f;
-            ml = logit;
-          } else {
-            const float w = std::exp(logit - ml);
-            cpu::scale_add_f32(ol, 1.0f, w, row, d);
-            sl += w;
-          }
-        }
-      }
+      kPhase1Token[group - 1](qp + l0 * d, src, n, d, eps, logits.data(), gated.data(),
+                              mp + l0 * t_dim + t, sp + l0 * t_dim + t, t_dim,
+                              op + (l0 * t_dim + t) * d, t_dim * d);
     }
   });
 }
+
+namespace {
+
+// The bank side of token t's mix, the Phase-1 state (m, s, o) with the newer entries merged
+// in (ATTNRES.md §3's Phase 2, with k newer entries where the paper has one partial). The
+// caller adds the other sources: weight(l) = e^(l - big) / den of a logit l, and the bank
+// side's part of h_mix is scale * row[i]: o itself (scale e^(m - big) / den) when there are no
+// newer entries, else `merged`, the weighted sum written out.
+struct BankSide {
+  float big = 0.0f;  // the running max, the other sources' logits included
+  float den = 0.0f;  // the softmax denominator so far, in units of e^(x - big)
+  const float* row = nullptr;
+  float scale = 1.0f;
+};
+
+class NewerMerge {
+ public:
+  NewerMerge(const Tensor* newer, const float* query, int64_t t_dim, int64_t d, float eps)
+      : base_(newer ? newer->ptr<float>() : nullptr),
+        k_(newer ? static_cast<int>(newer->dim(0)) : 0),
+        query_(query),
+        t_dim_(t_dim),
+        d_(d),
+        eps_(eps) {}
+
+  // The newer entries' logits of token t, into logits[0, k). Returns k.
+  int logits(int64_t t, float* logits) const {
+    for (int j = 0; j < k_; ++j) {
+      float dot;
+      const float ss = dots_and_squares<1>(query_, d_, row(j, t), &dot);
+      logits[j] = dot / std::sqrt(ss / static_cast<float>(d_) + eps_);
+    }
+    return k_;
+  }
+
+  // big must already cover m and every logit; den the other sources' terms.
+  BankSide finish(int64_t t, float m, float s, const float* o, const float* logits, float big,
+                  float others_den, std::vector<float>& merged) const {
+    BankSide side;
+    side.big = big;
+    const float a = std::exp(m - big);
+    float den = a * s + others_den;
+    float w[Backend::kMaxNewerSources];
+    for (int j = 0; j < k_; ++j) den += (w[j] = std::exp(logits[j] - big));
+    side.den = den;
+    const float inv_den = 1.0f / den;
+    if (k_ == 0) {
+      side.row = o;
+      side.scale = a * inv_den;
+      return side;
+    }
+    merged.assign(o, o + d_);
+    cpu::scale_add_f32(merged.data(), a * inv_den, w[0] * inv_den, row(0, t), d_);
+    for (int j = 1; j < k_; ++j)
+      cpu::scale_add_f32(merged.data(), 1.0f, w[j] * inv_den, row(j, t), d_);
+    side.row = merged.data();
+    side.scale = 1.0f;
+    return side;
+  }
+
+ private:
+  const float* row(int j, int64_t t) const { return base_ + (j * t_dim_ + t) * d_; }
+  const float* base_;
+  int k_;
+  const float* query_;
+  int64_t t_dim_, d_;
+  float eps_;
+};
+
+}  // namespace
 
 void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& partial,
                                       const Tensor& prenorm_gain, float norm_eps, Tensor& out) {
@@ -163,10 +280,17 @@ void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& par
   const bool mixing = mix.m != nullptr;
   if (!mixing) return rms_norm(partial, prenorm_gain, norm_eps, out);  // h = p
 
-  if (mix.partial_is_source) {
-    ATTNRES_CHECK(mix.query != nullptr, "depth_phase2: the partial is a source but has no query");
+  if (mix.partial_is_source || mix.newer) {
+    ATTNRES_CHECK(mix.query != nullptr,
+                  "depth_phase2: the partial or a newer bank entry is a source but has no query");
     cpu::check_f32_rows(*mix.query, d, "depth_phase2 query");
     ATTNRES_CHECK(mix.query->numel() == d, "depth_phase2 query " + shape_str(mix.query->shape));
+  }
+  if (mix.newer) {
+    cpu::check_f32_rows(*mix.newer, d, "depth_phase2 newer entries");
+    ATTNRES_CHECK(mix.newer->rank() == 3 && mix.newer->dim(0) >= 1 &&
+                      mix.newer->dim(0) <= kMaxNewerSources && mix.newer->dim(1) == t_dim,
+                  "depth_phase2 newer entries " + shape_str(mix.newer->shape));
   }
   ATTNRES_CHECK(mix.s && mix.o, "depth_phase2: m given without s / o");
   ATTNRES_CHECK(mix.m->dtype == DType::F32 && mix.s->dtype == DType::F32 &&
@@ -196,19 +320,24 @@ void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& par
   const float* opp = mix.o->ptr<float>();
   const float* pp = partial.ptr<float>();
   float* outp = out.ptr<float>();
+  const NewerMerge newer(mix.newer, qv, t_dim, d, mix.mix_eps);
   const float inv_d = 1.0f / static_cast<float>(d);
   const bool parallel = threads_ > 1 && t_dim > 1;
   pool_->parallel_for(t_dim, parallel, [&](int64_t t) {
+    thread_local std::vector<float> merged;
     const float* p = pp + t * d;
-    const float* ot = opp + t * d;
     float* h = outp + t * d;
     float dot;
     const float ss = dots_and_squares<1>(qv, d, p, &dot);
     const float q = dot / std::sqrt(ss * inv_d + mix.mix_eps) + mix.bias;
-    const float big = std::max(mp[t], q);
-    const float a = std::exp(mp[t] - big), b = std::exp(q - big);
-    const float inv_den = 1.0f / (a * sp[t] + b);
-    const VecF va = cpu::vset1(a * inv_den), vb = cpu::vset1(b * inv_den);
+    float logits[kMaxNewerSources];
+    float big = std::max(mp[t], q);
+    for (int j = 0, k = newer.logits(t, logits); j < k; ++j) big = std::max(big, logits[j]);
+    const float b = std::exp(q - big);
+    const BankSide bank = newer.finish(t, mp[t], sp[t], opp + t * d, logits, big, b, merged);
+    const float wb = b / bank.den;
+    const VecF va = cpu::vset1(bank.scale), vb = cpu::vset1(wb);
+    const float* ot = bank.row;
     VecF hsq = cpu::vzero();
     int64_t i = 0;
     for (; i + kLanes <= d; i += kLanes) {
@@ -218,7 +347,7 @@ void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& par
     }
     float hss = cpu::hsum(hsq);
     for (; i < d; ++i) {
-      h[i] = a * inv_den * ot[i] + b * inv_den * p[i];
+      h[i] = bank.scale * ot[i] + wb * p[i];
       hss += h[i] * h[i];
     }
     const float inv_rms = 1.0f / std::sqrt(hss * inv_d + norm_eps);
@@ -231,9 +360,10 @@ void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& par
 }
 
 // Phase 2 with the §2d switches (validated by depth_phase2_prenorm), per token: the extra
-// sources' logits, the online-softmax merge with the bank's (m, s, o), the residual base,
-// the gate, then the PreNorm. One element at a time: each out[i] is written after p[i] (and
-// o[i], the null source and the gate logit) are read, so out may alias p.
+// sources' logits, the online-softmax merge with the bank's (m, s, o) and the newer entries,
+// the residual base, the gate, then the PreNorm. Element by element (a vector of them at a
+// time): each out[i] is written after p[i] (and the bank side's [i], the null source and the
+// gate logit) are read, so out may alias p.
 void CpuBackend::depth_phase2_general(const DepthMixArgs& mix, const Tensor& partial,
                                       const Tensor& prenorm_gain, float norm_eps, Tensor& out) {
   const int64_t d = partial.dim(-1);
@@ -247,11 +377,13 @@ void CpuBackend::depth_phase2_general(const DepthMixArgs& mix, const Tensor& par
   const float* opp = mix.o->ptr<float>();
   const float* pp = partial.ptr<float>();
   float* outp = out.ptr<float>();
+  const NewerMerge newer(mix.newer, mix.newer ? mix.query->ptr<float>() : nullptr, t_dim, d,
+                         mix.mix_eps);
   const float inv_d = 1.0f / static_cast<float>(d);
   const bool parallel = threads_ > 1 && t_dim > 1;
   pool_->parallel_for(t_dim, parallel, [&](int64_t t) {
+    thread_local std::vector<float> merged;
     const float* p = pp + t * d;
-    const float* ot = opp + t * d;
     float* h = outp + t * d;
     float big = mp[t], q = 0.0f;
     if (qv) {
@@ -260,15 +392,38 @@ void CpuBackend::depth_phase2_general(const DepthMixArgs& mix, const Tensor& par
       q = dot / std::sqrt(ss * inv_d + mix.mix_eps) + mix.bias;
       big = std::max(big, q);
     }
+    float logits[kMaxNewerSources];
+    for (int j = 0, k = newer.logits(t, logits); j < k; ++j) big = std::max(big, logits[j]);
     if (nv) big = std::max(big, mix.null_logit);
-    const float a = std::exp(mp[t] - big);
     const float b = qv ? std::exp(q - big) : 0.0f;
     const float c = nv ? std::exp(mix.null_logit - big) : 0.0f;
-    const float inv_den = 1.0f / (a * sp[t] + b + c);
-    const float wa = a * inv_den, wb = b * inv_den, wc = c * inv_den;
+    const BankSide bank = newer.finish(t, mp[t], sp[t], opp + t * d, logits, big, b + c, merged);
+    const float wa = bank.scale, wb = b / bank.den, wc = c / bank.den;
+    const float* ot = bank.row;
     const float* glt = gl ? gl + t * d : nullptr;
-    float hss = 0.0f;
-    for (int64_t i = 0; i < d; ++i) {
+    // Vectors first (the switches are the same for every element: the branches predict),
+    // then the scalar tail.
+    const VecF vwa = cpu::vset1(wa), vwb = cpu::vset1(wb), vwc = cpu::vset1(wc);
+    const VecF vblend = cpu::vset1(mix.gate_blend), one = cpu::vset1(1.0f);
+    VecF hsq = cpu::vzero();
+    int64_t i = 0;
+    for (; i + kLanes <= d; i += kLanes) {
+      const VecF x = cpu::vload(p + i);
+      VecF hm = cpu::vfma(vwa, cpu::vload(ot + i), cpu::vmul(vwb, x));
+      if (nv) hm = cpu::vfma(vwc, cpu::vload(nv + i), hm);
+      if (mix.adds_partial) hm = cpu::vadd(hm, x);
+      VecF hv = hm;
+      if (mix.gate == DepthGate::Scalar) {
+        hv = cpu::vfma(vblend, cpu::vsub(hm, x), x);
+      } else if (glt) {  // x + (hm - x) * sigmoid(gate logit)
+        const VecF den = cpu::vadd(one, cpu::vexp(cpu::vsub(cpu::vzero(), cpu::vload(glt + i))));
+        hv = cpu::vadd(x, cpu::vdiv(cpu::vsub(hm, x), den));
+      }
+      cpu::vstore(h + i, hv);
+      hsq = cpu::vfma(hv, hv, hsq);
+    }
+    float hss = cpu::hsum(hsq);
+    for (; i < d; ++i) {
       const float x = p[i];
       float hm = wa * ot[i] + wb * x;
       if (nv) hm += wc * nv[i];
@@ -283,7 +438,11 @@ void CpuBackend::depth_phase2_general(const DepthMixArgs& mix, const Tensor& par
       hss += hv * hv;
     }
     const float inv_rms = 1.0f / std::sqrt(hss * inv_d + norm_eps);
-    for (int64_t i = 0; i < d; ++i) h[i] = h[i] * inv_rms * gain[i];
+    const VecF vs = cpu::vset1(inv_rms);
+    i = 0;
+    for (; i + kLanes <= d; i += kLanes)
+      cpu::vstore(h + i, cpu::vmul(cpu::vmul(cpu::vload(h + i), vs), cpu::vload(gain.data() + i)));
+    for (; i < d; ++i) h[i] = h[i] * inv_rms * gain[i];
   });
 }
 

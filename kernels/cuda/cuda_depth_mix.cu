@@ -29,7 +29,9 @@
 // Phase 1 may gate every source by sigmoid(gate logits[t]) (pre_gated; recomputed where the
 // row is read, so nothing extra is stored); the general Phase 2 kernel drops the partial as
 // a source, merges a null source with a constant logit, adds the partial to the mix and
-// blends x and the mix with a scalar or per-element gate, in the same three passes.
+// blends x and the mix with a scalar or per-element gate, in the same three passes. It also
+// merges the newer bank entries (pushed after the group's Phase 1 ran, where the bank grows
+// at every sublayer: full, delta, delta_v): their logits first, then their weighted rows.
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -131,19 +133,35 @@ __global__ void depth_phase2_prenorm_kernel(
     outr[i] = outr[i] * inv_rms * to_f32(gain[i]);
 }
 
-// Phase 2 with the §2d switches, one block per token; see the header comment.
+// Phase 2 with the §2d switches and newer bank entries, one block per token; see the header
+// comment. Each newer entry's logit takes one block_sum_n<2> (dot, sum of squares); the
+// reduced values are identical in every thread, so the weights live in registers.
 template <class G>
 __global__ void depth_phase2_general_kernel(DepthPhase2Params p) {
-  const int64_t t = blockIdx.x, d = p.d;
+  const int64_t t = blockIdx.x, d = p.d, T = p.num_tokens;
   const float* pr = p.partial + t * d;
   const float* orow = p.o + t * d;
   const float* gl = p.gate == 2 ? p.gate_logits + t * d : nullptr;
   const G* gain = static_cast<const G*>(p.gain);
   float* outr = p.out + t * d;
   const float inv_d = 1.0f / static_cast<float>(d);
+  auto newer_row = [&](int k) { return p.newer + (static_cast<int64_t>(k) * T + t) * d; };
 
   float big = p.m[t], q = 0.0f;
-  if (p.query) {
+  float newer_logit[kMaxNewerSources];
+  for (int k = 0; k < p.num_newer; ++k) {
+    const float* row = newer_row(k);
+    float acc[2] = {0.0f, 0.0f};  // query . b_k, b_k . b_k
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+      const float x = row[i];
+      acc[0] += p.query[i] * x;
+      acc[1] += x * x;
+    }
+    block_sum_n<2>(acc);
+    newer_logit[k] = acc[0] / sqrtf(acc[1] * inv_d + p.mix_eps);
+    big = fmaxf(big, newer_logit[k]);
+  }
+  if (p.partial_is_source) {
     float acc[2] = {0.0f, 0.0f};  // query . p, p . p
     for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
       const float x = pr[i];
@@ -156,15 +174,20 @@ __global__ void depth_phase2_general_kernel(DepthPhase2Params p) {
   }
   if (p.null_source) big = fmaxf(big, p.null_logit);
   const float a = expf(p.m[t] - big);
-  const float b = p.query ? expf(q - big) : 0.0f;
+  const float b = p.partial_is_source ? expf(q - big) : 0.0f;
   const float c = p.null_source ? expf(p.null_logit - big) : 0.0f;
-  const float inv_den = 1.0f / (a * p.s[t] + b + c);
+  float den = a * p.s[t] + b + c;
+  float newer_w[kMaxNewerSources];
+  for (int k = 0; k < p.num_newer; ++k) den += (newer_w[k] = expf(newer_logit[k] - big));
+  const float inv_den = 1.0f / den;
   const float wa = a * inv_den, wb = b * inv_den, wc = c * inv_den;
+  for (int k = 0; k < p.num_newer; ++k) newer_w[k] *= inv_den;
 
   float hss = 0.0f;
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
     const float x = pr[i];
     float hm = wa * orow[i] + wb * x;
+    for (int k = 0; k < p.num_newer; ++k) hm += newer_w[k] * newer_row(k)[i];
     if (p.null_source) hm += wc * p.null_source[i];
     if (p.adds_partial) hm += x;
     float h = hm;

@@ -86,13 +86,18 @@ void launch_depth_phase2_prenorm(const float* m, const float* s, const float* o,
                                  DType gain_dtype, float norm_eps, int64_t num_tokens, int64_t d,
                                  float* out, cudaStream_t stream);
 
-// Phase 2 + PreNorm with the ATTNRES.md §2d switches (Backend::DepthMixArgs): the partial
-// as a source or not, a null source, the partial added to the mix, a scalar or vector gate.
+constexpr int kMaxNewerSources = 8;
+// Phase 2 + PreNorm with the ATTNRES.md §2d switches (Backend::DepthMixArgs): newer bank
+// entries to merge, the partial as a source or not, a null source, the partial added to the
+// mix, a scalar or vector gate.
 struct DepthPhase2Params {
   const float* m = nullptr;      // [T]
   const float* s = nullptr;      // [T]
   const float* o = nullptr;      // [T, d]
-  const float* query = nullptr;  // [d]; null: the partial is not a source
+  const float* query = nullptr;  // [d]: the newer entries' and the partial's query
+  bool partial_is_source = true;
+  const float* newer = nullptr;  // [num_newer, T, d]: bank entries Phase 1 did not read
+  int num_newer = 0;             // <= kMaxNewerSources (Backend's, asserted in cuda_ops.cpp)
   float bias = 0.0f, mix_eps = 1e-6f;
   bool adds_partial = false;
   const float* null_source = nullptr;  // [d] or null

@@ -22,6 +22,8 @@
 #include "kernels/cuda/cuda_kernels.h"
 
 namespace attnres {
+static_assert(cuda::kMaxNewerSources == Backend::kMaxNewerSources,
+              "the Phase-2 kernel's register arrays hold every newer entry the op accepts");
 namespace {
 
 int64_t rows_of(const Tensor& t) {
@@ -361,10 +363,17 @@ void CudaBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& pa
   const bool mixing = mix.m != nullptr;
   if (!mixing) return rms_norm(partial, prenorm_gain, norm_eps, out);  // h = p
 
-  if (mix.partial_is_source) {
-    ATTNRES_CHECK(mix.query != nullptr, "depth_phase2: the partial is a source but has no query");
+  if (mix.partial_is_source || mix.newer) {
+    ATTNRES_CHECK(mix.query != nullptr,
+                  "depth_phase2: the partial or a newer bank entry is a source but has no query");
     check_f32_rows(*mix.query, d, "depth_phase2 query");
     ATTNRES_CHECK(mix.query->numel() == d, "depth_phase2 query " + shape_str(mix.query->shape));
+  }
+  if (mix.newer) {
+    check_f32_rows(*mix.newer, d, "depth_phase2 newer entries");
+    ATTNRES_CHECK(mix.newer->rank() == 3 && mix.newer->dim(0) >= 1 &&
+                      mix.newer->dim(0) <= kMaxNewerSources && mix.newer->dim(1) == T,
+                  "depth_phase2 newer entries " + shape_str(mix.newer->shape));
   }
   ATTNRES_CHECK(mix.s && mix.o, "depth_phase2: m given without s / o");
   check_cuda(*mix.m, "depth_phase2 m");
@@ -375,8 +384,8 @@ void CudaBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& pa
   check_f32_rows(*mix.o, d, "depth_phase2 o");
   ATTNRES_CHECK(mix.o->numel() == T * d, "depth_phase2 o " + shape_str(mix.o->shape));
   check_float_vector(prenorm_gain, d, "depth_phase2 gain");
-  const bool plain_mix =
-      mix.partial_is_source && !mix.adds_partial && !mix.null_source && mix.gate == DepthGate::None;
+  const bool plain_mix = mix.partial_is_source && !mix.newer && !mix.adds_partial &&
+                         !mix.null_source && mix.gate == DepthGate::None;
   if (plain_mix) {
     cuda::launch_depth_phase2_prenorm(f32(*mix.m), f32(*mix.s), f32(*mix.o), f32(*mix.query),
                                       mix.bias, mix.mix_eps, f32(partial), prenorm_gain.data,
@@ -387,7 +396,12 @@ void CudaBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& pa
   p.m = f32(*mix.m);
   p.s = f32(*mix.s);
   p.o = f32(*mix.o);
-  p.query = mix.partial_is_source ? f32(*mix.query) : nullptr;
+  p.query = mix.partial_is_source || mix.newer ? f32(*mix.query) : nullptr;
+  p.partial_is_source = mix.partial_is_source;
+  if (mix.newer) {
+    p.newer = f32(*mix.newer);
+    p.num_newer = static_cast<int>(mix.newer->dim(0));
+  }
   p.bias = mix.bias;
   p.mix_eps = mix.mix_eps;
   p.adds_partial = mix.adds_partial;

@@ -20,16 +20,42 @@ std::vector<int> sources_read(const DepthPlan& plan) {
   return n;
 }
 
+// Per step: how many of its bank sources its Phase 2 merges (pushed after its group's Phase 1).
+std::vector<int> newer_read(const DepthPlan& plan) {
+  std::vector<int> n;
+  for (const DepthStep& s : plan.steps) n.push_back(s.mixes ? s.num_newer_sources : -1);
+  return n;
+}
+
+// Every group's Phase 1 reads a prefix its steps all share, and each step reads exactly
+// that prefix plus its newer entries.
+void expect_groups_consistent(const DepthPlan& plan) {
+  for (const DepthGroup& g : plan.groups) {
+    for (int i : g.steps) {
+      const DepthStep& s = plan.steps[i];
+      EXPECT_EQ(s.bank_first, g.bank_first) << i;
+      EXPECT_EQ(s.num_bank_sources, g.num_bank_sources + s.num_newer_sources) << i;
+    }
+    EXPECT_EQ(plan.steps[g.steps.front()].num_newer_sources, 0);
+    EXPECT_LE(g.num_slots, 8);
+  }
+}
+
 TEST(DepthPlan, CumulativeBlockMode) {
   // 2a, L = 6, 3 blocks -> P = 2. bank = [e]; after the MLP of layers 1 and 3 the bank
   // grows (layer 5's snapshot is never read, so it is not taken).
   //   L0 attn [e | x]  L0 mlp [e | x]  L1 attn [e | x]  L1 mlp [e | x] -> bank += x
   //   L2 .. L3 read [e, b1 | x]                                       -> bank += x
   //   L4 .. L5 read [e, b1, b2 | x]; final = norm(x), no mix
+  // Phase 1 groups take 8 query rows: the first spans two blocks, the second block's 4 steps
+  // merging the entry pushed after layer 1 in Phase 2.
   DepthPlan plan = DepthPlan::build(config(AttnResMode::Block, 6, 3), false);
   EXPECT_EQ(sources_read(plan), (std::vector<int>{1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, -1}));
-  ASSERT_EQ(plan.groups.size(), 3u);
-  for (const DepthGroup& g : plan.groups) EXPECT_EQ(g.steps.size(), 4u);
+  EXPECT_EQ(newer_read(plan), (std::vector<int>{0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, -1}));
+  ASSERT_EQ(plan.groups.size(), 2u);
+  EXPECT_EQ(plan.groups[0].steps.size(), 8u);
+  EXPECT_EQ(plan.groups[1].steps.size(), 4u);
+  expect_groups_consistent(plan);
   EXPECT_TRUE(plan.steps[3].push_after);    // L1 mlp
   EXPECT_TRUE(plan.steps[7].push_after);    // L3 mlp
   EXPECT_FALSE(plan.steps[11].push_after);  // L5 mlp: nobody reads it
@@ -45,12 +71,26 @@ TEST(DepthPlan, UnevenBlocksUseCeil) {
 }
 
 TEST(DepthPlan, CumulativeFullMode) {
-  // 2a full: the bank grows after every sublayer, so sublayer k reads k + 1 entries and
-  // every Phase-1 group has one member.
+  // 2a full: the bank grows after every sublayer, so sublayer k reads k + 1 entries. One
+  // Phase-1 pass over [e] serves all six; sublayer k's Phase 2 merges the k entries since.
   DepthPlan plan = DepthPlan::build(config(AttnResMode::Full, 3, 3), false);
   EXPECT_EQ(sources_read(plan), (std::vector<int>{1, 2, 3, 4, 5, 6, -1}));
-  EXPECT_EQ(plan.groups.size(), 6u);
-  EXPECT_EQ(plan.max_group_size(), 1);
+  EXPECT_EQ(newer_read(plan), (std::vector<int>{0, 1, 2, 3, 4, 5, -1}));
+  EXPECT_EQ(plan.groups.size(), 1u);
+  EXPECT_EQ(plan.max_group_size(), 6);
+  expect_groups_consistent(plan);
+}
+
+TEST(DepthPlan, FullModeGroupsHoldEightSublayers) {
+  // 28 layers (the 0.6B shape): 56 mixing steps in 7 groups of 8, group g's Phase 1 reading
+  // the 8 g + 1 entries there are when it starts.
+  DepthPlan plan = DepthPlan::build(config(AttnResMode::Full, 28, 28), false);
+  ASSERT_EQ(plan.groups.size(), 7u);
+  for (int g = 0; g < 7; ++g) {
+    EXPECT_EQ(plan.groups[g].num_bank_sources, 8 * g + 1) << g;
+    EXPECT_EQ(plan.groups[g].steps.size(), 8u) << g;
+  }
+  expect_groups_consistent(plan);
 }
 
 TEST(DepthPlan, BlockSumsWithResetAndFinalMix) {
@@ -65,11 +105,14 @@ TEST(DepthPlan, BlockSumsWithResetAndFinalMix) {
   EXPECT_TRUE(plan.steps[4].push_and_reset_after_mix);  // L2 attn
   EXPECT_TRUE(plan.steps[8].push_and_reset_after_mix);  // L4 attn
   EXPECT_FALSE(plan.steps[0].push_and_reset_after_mix);
-  ASSERT_EQ(plan.groups.size(), 3u);
-  EXPECT_EQ(plan.groups[0].steps.size(), 5u);  // L0..L1 and L2's attention
-  EXPECT_EQ(plan.groups[2].steps.size(), 4u);  // L4 mlp, L5 attn, L5 mlp, final
+  // Groups of 8 rows: L0 attn .. L3 attn, then L3 mlp .. final.
+  EXPECT_EQ(newer_read(plan), (std::vector<int>{0, 0, 0, 0, 0, 1, 1, 1, 0, 1, 1, 1, 1}));
+  ASSERT_EQ(plan.groups.size(), 2u);
+  EXPECT_EQ(plan.groups[0].steps.size(), 8u);
+  EXPECT_EQ(plan.groups[1].steps.size(), 5u);
+  expect_groups_consistent(plan);
   EXPECT_EQ(plan.steps.back().kind, SublayerKind::Final);
-  EXPECT_EQ(plan.steps.back().slot, 3);
+  EXPECT_EQ(plan.steps.back().slot, 4);
   EXPECT_FALSE(plan.cumulative);
 }
 
@@ -94,7 +137,10 @@ TEST(DepthPlan, DeltaModeReadsSublayerOutputs) {
     EXPECT_FALSE(s.pre_gated);
     EXPECT_EQ(s.push_output_after, i < 5) << i;
   }
-  EXPECT_EQ(plan.groups.size(), 6u);  // the bank grows at every sublayer: nothing to share
+  // The bank grows at every sublayer: one Phase-1 pass over [e], the rest merged in Phase 2.
+  EXPECT_EQ(plan.groups.size(), 1u);
+  EXPECT_EQ(newer_read(plan), (std::vector<int>{0, 1, 2, 3, 4, 5, -1}));
+  expect_groups_consistent(plan);
   EXPECT_EQ(plan.bank_capacity, 6);
   EXPECT_FALSE(plan.has_final_mix);
 }
@@ -106,8 +152,10 @@ TEST(DepthPlan, DeltaBlockSharesPhaseOneAcrossABlock) {
   DepthPlan plan = DepthPlan::build(config(AttnResMode::DeltaBlock, 5, 2), false);
   EXPECT_EQ(sources_read(plan), (std::vector<int>{1, 1, 1, 1, 1, 1, 2, 2, 2, 2, -1}));
   ASSERT_EQ(plan.groups.size(), 2u);
-  EXPECT_EQ(plan.groups[0].steps.size(), 6u);
-  EXPECT_EQ(plan.groups[1].steps.size(), 4u);
+  EXPECT_EQ(plan.groups[0].steps.size(), 8u);  // 8 rows: block 0 and two of block 1
+  EXPECT_EQ(plan.groups[1].steps.size(), 2u);
+  EXPECT_EQ(newer_read(plan), (std::vector<int>{0, 0, 0, 0, 0, 0, 1, 1, 0, 0, -1}));
+  expect_groups_consistent(plan);
   for (int i = 0; i < 6; ++i) EXPECT_TRUE(plan.steps[i].accumulate_output) << i;
   for (int i = 6; i < 10; ++i) EXPECT_FALSE(plan.steps[i].accumulate_output) << i;
   EXPECT_TRUE(plan.steps[5].commit_open_entry);  // L2 mlp
@@ -123,11 +171,19 @@ TEST(DepthPlan, MoreBlocksThanLayersMeansOneLayerPerBlock) {
 }
 
 TEST(DepthPlan, DeltaVHasASecondQueryRow) {
-  DepthPlan plan = DepthPlan::build(config(AttnResMode::DeltaV, 2, 2), false);
+  DepthPlan plan = DepthPlan::build(config(AttnResMode::DeltaV, 3, 3), false);
   EXPECT_EQ(plan.steps[0].value_slot, 1);  // attention: main row 0, V stream row 1
   EXPECT_EQ(plan.steps[1].value_slot, -1);
-  EXPECT_EQ(plan.groups[0].num_slots, 2);
-  EXPECT_EQ(plan.max_group_size(), 2);
+  EXPECT_EQ(plan.steps[1].slot, 2);
+  EXPECT_EQ(plan.steps[2].slot, 3);  // layer 1 attention: rows 3 and 4
+  EXPECT_EQ(plan.steps[2].value_slot, 4);
+  // Layer 2's attention would need rows 6 and 7 after the MLP's 5: it fits; its MLP does not.
+  ASSERT_EQ(plan.groups.size(), 2u);
+  EXPECT_EQ(plan.groups[0].num_slots, 8);
+  EXPECT_EQ(plan.max_group_size(), 8);
+  EXPECT_EQ(plan.steps[5].group, 1);
+  EXPECT_EQ(plan.steps[5].slot, 0);
+  expect_groups_consistent(plan);
 }
 
 TEST(DepthPlan, FirstLayerMixesThePartialWithLayerZerosMlpOutput) {
@@ -154,6 +210,7 @@ TEST(DepthPlan, PreGatedStepsAreGroupsOfTheirOwn) {
       DepthPlan::build(config(AttnResMode::PreGated, 2, 2, "sigmoid_vector", true), false);
   EXPECT_EQ(sources_read(plan), (std::vector<int>{1, 2, 3, 4, -1}));
   EXPECT_EQ(plan.groups.size(), 4u);
+  expect_groups_consistent(plan);
   for (int i = 0; i < 4; ++i) {
     EXPECT_TRUE(plan.steps[i].pre_gated);
     EXPECT_FALSE(plan.steps[i].gated);        // pre_gated has no gate after the mix
@@ -186,6 +243,7 @@ TEST(DepthPlan, DescribeNamesSourcesAndGrowth) {
       DepthPlan::build(config(AttnResMode::Delta, 2, 2, "bias", true), false).describe();
   EXPECT_NE(delta.find("x + mix[null b0 b1]"), std::string::npos) << delta;
   EXPECT_NE(delta.find("bank += output"), std::string::npos) << delta;
+  EXPECT_NE(delta.find("Phase 2 merges the newest 1"), std::string::npos) << delta;
 }
 
 }  // namespace

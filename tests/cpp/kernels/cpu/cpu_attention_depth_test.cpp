@@ -149,7 +149,7 @@ TEST(CpuDepthMix, TwoPhaseEqualsDirectSoftmax) {
   const float eps = 1e-6f, norm_eps = 1e-5f;
   for (int64_t d : {67, 128})
     for (int n = 1; n <= 6; ++n)
-      for (int64_t s_dim : {1, 2, 3, 4, 10})  // 10: more than one fused group of 8
+      for (int64_t s_dim : {1, 2, 3, 4, 7, 10})  // 10: more than one fused group of 8
         for (double target : {3.0, 50.0}) {   // largest |logit| in the test
           const int64_t t_dim = 5;
           Tensor bank = random_tensor({n + 1, t_dim, d}, DType::F32, rng, -2.0f, 2.0f);

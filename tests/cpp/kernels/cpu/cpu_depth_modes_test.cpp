@@ -17,31 +17,61 @@
 namespace attnres::test {
 namespace {
 
+// Every switch combination, with all n bank sources read by Phase 1, and (not pre-gated)
+// with the last 1, 2 or 7 of them merged by Phase 2 instead: the result is the one softmax
+// over the same sources either way.
 TEST(CpuDepthModes, EverySwitchCombinationEqualsTheDirectSoftmax) {
   auto be = make_cpu_backend(2);
   std::mt19937 rng(11);
   const int64_t t_dim = 4, d = 37;
   const float eps = 1e-6f, norm_eps = 1e-5f;
+  std::vector<std::pair<int, ModeCase>> cases;
   for (int n : {1, 3})
-    for (const ModeCase& c : all_mode_cases()) {
-      const ModeInputs in = ModeInputs::random(n, t_dim, d, rng);
-      Tensor m = be->alloc({1, t_dim}, DType::F32), s = be->alloc({1, t_dim}, DType::F32);
-      Tensor o = be->alloc({1, t_dim, d}, DType::F32);
-      be->depth_phase1(in.query.reshape({1, d}), in.bank, n, eps, m, s, o,
-                       c.pre_gated ? &in.gate_logits : nullptr);
-      Tensor ml = m.row(0), sl = s.row(0), ol = o.row(0);
-      const Backend::DepthMixArgs mix = mode_args(c, in, ml, sl, ol, eps);
-      Tensor out = be->alloc({t_dim, d}, DType::F32);
-      be->depth_phase2_prenorm(mix, in.partial, in.gain, norm_eps, out);
-      const std::vector<double> want = reference_mix(c, in, n, eps, norm_eps);
-      EXPECT_TRUE(all_close(out, want, 1e-5, 1e-5)) << c.describe() << " n=" << n;
+    for (const ModeCase& c : all_mode_cases()) cases.push_back({n, c});
+  for (auto [n, newer] : {std::pair{3, 1}, {3, 2}, {8, 7}})
+    for (const ModeCase& c : newer_mode_cases(newer)) cases.push_back({n, c});
+  for (const auto& [n, c] : cases) {
+    const ModeInputs in = ModeInputs::random(n, t_dim, d, rng);
+    Tensor m = be->alloc({1, t_dim}, DType::F32), s = be->alloc({1, t_dim}, DType::F32);
+    Tensor o = be->alloc({1, t_dim, d}, DType::F32);
+    be->depth_phase1(in.query.reshape({1, d}), in.bank, n - c.newer, eps, m, s, o,
+                     c.pre_gated ? &in.gate_logits : nullptr);
+    const Tensor newer = in.bank.rows(n - c.newer, n);
+    Tensor ml = m.row(0), sl = s.row(0), ol = o.row(0);
+    const Backend::DepthMixArgs mix = mode_args(c, in, ml, sl, ol, eps, &newer);
+    Tensor out = be->alloc({t_dim, d}, DType::F32);
+    be->depth_phase2_prenorm(mix, in.partial, in.gain, norm_eps, out);
+    const std::vector<double> want = reference_mix(c, in, n, eps, norm_eps);
+    EXPECT_TRUE(all_close(out, want, 1e-5, 1e-5)) << c.describe() << " n=" << n;
 
-      // In place over the partial: the same result.
-      Tensor p = be->alloc({t_dim, d}, DType::F32);
-      be->copy(in.partial, p);
-      be->depth_phase2_prenorm(mode_args(c, in, ml, sl, ol, eps), p, in.gain, norm_eps, p);
-      EXPECT_TRUE(all_close(p, values(out), 0.0)) << c.describe() << " in place";
-    }
+    // In place over the partial: the same result.
+    Tensor p = be->alloc({t_dim, d}, DType::F32);
+    be->copy(in.partial, p);
+    be->depth_phase2_prenorm(mode_args(c, in, ml, sl, ol, eps, &newer), p, in.gain, norm_eps, p);
+    EXPECT_TRUE(all_close(p, values(out), 0.0)) << c.describe() << " in place";
+  }
+}
+
+TEST(CpuDepthModes, RejectsTooManyOrMisshapedNewerEntries) {
+  auto be = make_cpu_backend(1);
+  std::mt19937 rng(5);
+  const int64_t t_dim = 3, d = 16;
+  const ModeInputs in = ModeInputs::random(10, t_dim, d, rng);
+  Tensor m = be->alloc({1, t_dim}, DType::F32), s = be->alloc({1, t_dim}, DType::F32);
+  Tensor o = be->alloc({1, t_dim, d}, DType::F32);
+  be->depth_phase1(in.query.reshape({1, d}), in.bank, 1, 1e-6f, m, s, o);
+  Tensor ml = m.row(0), sl = s.row(0), ol = o.row(0);
+  ModeCase c;
+  c.newer = 1;
+  Tensor out = be->alloc({t_dim, d}, DType::F32);
+  const Tensor nine = in.bank.rows(1, 10);  // one more than kMaxNewerSources
+  EXPECT_THROW(be->depth_phase2_prenorm(mode_args(c, in, ml, sl, ol, 1e-6f, &nine), in.partial,
+                                        in.gain, 1e-6f, out),
+               std::logic_error);
+  const Tensor flat = in.bank.rows(1, 2).reshape({t_dim, d});  // rank 2: not [k, T, d]
+  EXPECT_THROW(be->depth_phase2_prenorm(mode_args(c, in, ml, sl, ol, 1e-6f, &flat), in.partial,
+                                        in.gain, 1e-6f, out),
+               std::logic_error);
 }
 
 TEST(CpuDepthModes, GateDirectionMatters) {

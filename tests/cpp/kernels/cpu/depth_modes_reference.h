@@ -20,12 +20,16 @@ struct ModeCase {
   bool null_source = false;
   Backend::DepthGate gate = Backend::DepthGate::None;
   bool pre_gated = false;
+  // The last `newer` of the n bank sources are left out of Phase 1 and merged by Phase 2 (a
+  // step late in its group). Never with pre_gated, whose steps are groups of their own.
+  int newer = 0;
 
   std::string describe() const {
     const char* gates[] = {"none", "scalar", "vector"};
     return std::string("partial source ") + (partial_is_source ? "yes" : "no") + ", adds partial " +
            (adds_partial ? "yes" : "no") + ", null " + (null_source ? "yes" : "no") + ", gate " +
-           gates[static_cast<int>(gate)] + ", pre-gated " + (pre_gated ? "yes" : "no");
+           gates[static_cast<int>(gate)] + ", pre-gated " + (pre_gated ? "yes" : "no") +
+           ", newer " + std::to_string(newer);
   }
 };
 
@@ -37,6 +41,17 @@ inline std::vector<ModeCase> all_mode_cases() {
         for (auto gate :
              {Backend::DepthGate::None, Backend::DepthGate::Scalar, Backend::DepthGate::Vector})
           for (bool pre : {false, true}) cases.push_back({partial, adds, null, gate, pre});
+  return cases;
+}
+
+// Every combination without pre_gated, with `newer` newer entries.
+inline std::vector<ModeCase> newer_mode_cases(int newer) {
+  std::vector<ModeCase> cases;
+  for (ModeCase c : all_mode_cases()) {
+    if (c.pre_gated) continue;
+    c.newer = newer;
+    cases.push_back(c);
+  }
   return cases;
 }
 
@@ -149,11 +164,14 @@ inline std::vector<double> reference_weights(const ModeCase& c, const ModeInputs
   return out;
 }
 
-// The op arguments for case c over one row of Phase-1 outputs.
+// The op arguments for case c over one row of Phase-1 outputs; newer (case c.newer > 0) is
+// the view of the bank's entries [n - c.newer, n).
 inline Backend::DepthMixArgs mode_args(const ModeCase& c, const ModeInputs& in, const Tensor& m,
-                                       const Tensor& s, const Tensor& o, float eps) {
+                                       const Tensor& s, const Tensor& o, float eps,
+                                       const Tensor* newer = nullptr) {
   Backend::DepthMixArgs mix;
   mix.m = &m, mix.s = &s, mix.o = &o, mix.query = &in.query;
+  mix.newer = c.newer > 0 ? newer : nullptr;
   mix.bias = in.bias;
   mix.mix_eps = eps;
   mix.partial_is_source = c.partial_is_source;
