@@ -96,6 +96,20 @@ __global__ void depth_phase1_kernel(const float* __restrict__ queries,
   }
 }
 
+// query . x / rms(x) over one row (rms with eps), reduced over the block with one
+// block_sum_n<2>: the same value in every thread.
+__device__ float block_row_logit(const float* __restrict__ query, const float* x, int64_t d,
+                                 float eps) {
+  float acc[2] = {0.0f, 0.0f};  // query . x, x . x
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    const float v = x[i];
+    acc[0] += query[i] * v;
+    acc[1] += v * v;
+  }
+  block_sum_n<2>(acc);
+  return acc[0] / sqrtf(acc[1] / static_cast<float>(d) + eps);
+}
+
 template <class G>
 __global__ void depth_phase2_prenorm_kernel(
     const float* __restrict__ m, const float* __restrict__ s, const float* __restrict__ o,
@@ -107,14 +121,7 @@ __global__ void depth_phase2_prenorm_kernel(
   float* outr = out + t * d;
   const float inv_d = 1.0f / static_cast<float>(d);
 
-  float acc[2] = {0.0f, 0.0f};  // query . p, p . p
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-    const float x = pr[i];
-    acc[0] += query[i] * x;
-    acc[1] += x * x;
-  }
-  block_sum_n<2>(acc);
-  const float q = acc[0] / sqrtf(acc[1] * inv_d + mix_eps) + bias;
+  const float q = block_row_logit(query, pr, d, mix_eps) + bias;
   const float mt = m[t];
   const float big = fmaxf(mt, q);
   const float a = expf(mt - big), b = expf(q - big);
@@ -150,26 +157,11 @@ __global__ void depth_phase2_general_kernel(DepthPhase2Params p) {
   float big = p.m[t], q = 0.0f;
   float newer_logit[kMaxNewerSources];
   for (int k = 0; k < p.num_newer; ++k) {
-    const float* row = newer_row(k);
-    float acc[2] = {0.0f, 0.0f};  // query . b_k, b_k . b_k
-    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-      const float x = row[i];
-      acc[0] += p.query[i] * x;
-      acc[1] += x * x;
-    }
-    block_sum_n<2>(acc);
-    newer_logit[k] = acc[0] / sqrtf(acc[1] * inv_d + p.mix_eps);
+    newer_logit[k] = block_row_logit(p.query, newer_row(k), d, p.mix_eps);
     big = fmaxf(big, newer_logit[k]);
   }
   if (p.partial_is_source) {
-    float acc[2] = {0.0f, 0.0f};  // query . p, p . p
-    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-      const float x = pr[i];
-      acc[0] += p.query[i] * x;
-      acc[1] += x * x;
-    }
-    block_sum_n<2>(acc);
-    q = acc[0] / sqrtf(acc[1] * inv_d + p.mix_eps) + p.bias;
+    q = block_row_logit(p.query, pr, d, p.mix_eps) + p.bias;
     big = fmaxf(big, q);
   }
   if (p.null_source) big = fmaxf(big, p.null_logit);

@@ -52,15 +52,25 @@ TEST(CpuDepthModes, EverySwitchCombinationEqualsTheDirectSoftmax) {
   }
 }
 
+// Phase 1 of the inputs' query over the first n bank entries: m, s, o of its one row.
+struct PhaseOne {
+  Tensor m, s, o;
+  PhaseOne(Backend& be, const ModeInputs& in, int n) {
+    const int64_t t_dim = in.partial.dim(0), d = in.partial.dim(1);
+    Tensor m2 = be.alloc({1, t_dim}, DType::F32), s2 = be.alloc({1, t_dim}, DType::F32);
+    Tensor o2 = be.alloc({1, t_dim, d}, DType::F32);
+    be.depth_phase1(in.query.reshape({1, d}), in.bank, n, 1e-6f, m2, s2, o2);
+    m = m2.row(0), s = s2.row(0), o = o2.row(0);
+  }
+};
+
 TEST(CpuDepthModes, RejectsTooManyOrMisshapedNewerEntries) {
   auto be = make_cpu_backend(1);
   std::mt19937 rng(5);
   const int64_t t_dim = 3, d = 16;
   const ModeInputs in = ModeInputs::random(10, t_dim, d, rng);
-  Tensor m = be->alloc({1, t_dim}, DType::F32), s = be->alloc({1, t_dim}, DType::F32);
-  Tensor o = be->alloc({1, t_dim, d}, DType::F32);
-  be->depth_phase1(in.query.reshape({1, d}), in.bank, 1, 1e-6f, m, s, o);
-  Tensor ml = m.row(0), sl = s.row(0), ol = o.row(0);
+  PhaseOne phase1(*be, in, 1);
+  const Tensor &ml = phase1.m, &sl = phase1.s, &ol = phase1.o;
   ModeCase c;
   c.newer = 1;
   Tensor out = be->alloc({t_dim, d}, DType::F32);
@@ -81,10 +91,8 @@ TEST(CpuDepthModes, GateDirectionMatters) {
   std::mt19937 rng(12);
   const int64_t t_dim = 2, d = 16;
   const ModeInputs in = ModeInputs::random(2, t_dim, d, rng);
-  Tensor m = be->alloc({1, t_dim}, DType::F32), s = be->alloc({1, t_dim}, DType::F32);
-  Tensor o = be->alloc({1, t_dim, d}, DType::F32);
-  be->depth_phase1(in.query.reshape({1, d}), in.bank, 2, 1e-6f, m, s, o);
-  Tensor ml = m.row(0), sl = s.row(0), ol = o.row(0);
+  PhaseOne phase1(*be, in, 2);
+  const Tensor &ml = phase1.m, &sl = phase1.s, &ol = phase1.o;
   ModeCase plain{true, false, false, Backend::DepthGate::None, false};
   ModeCase zero{true, false, false, Backend::DepthGate::Scalar, false};
   Tensor mixed = be->alloc({t_dim, d}, DType::F32), gated = be->alloc({t_dim, d}, DType::F32),
