@@ -1,6 +1,7 @@
 // Depth attention (ATTNRES.md §3), the two-phase form.
 //
-// Phase 1 (once per block, for the S sublayers that read the same bank), per token t:
+// Phase 1 (once per group: the S sublayers whose sources start with the same bank entries),
+// per token t:
 //   logit[l, j] = queries[l] . bank[j, t] / rms(bank[j, t])      rms(x) = sqrt(mean(x^2) + eps)
 //   m[l, t] = max_j logit,  s[l, t] = sum_j e^(logit - m),  o[l, t] = sum_j e^(logit - m) bank[j,
 //   t]
@@ -21,7 +22,7 @@
 // alias p. With no bank (m null: a plain pre-norm model, or an unmixed sublayer) h = p.
 // Newer bank entries (pushed after the group's Phase 1; the full-family modes' groups span
 // several sublayers whose banks share a prefix) are merged first, per token: their logits,
-// then a + sum_k w_k b_k into a thread-local row that stands in for a o.
+// then a o + sum_k w_k b_k into a thread-local row that stands in for a o.
 //
 // The open-attnres modes (ATTNRES.md §2d) are switches of the same two ops: Phase 1 may gate
 // every source by sigmoid(gate logits[t]) first (pre_gated: one thread-local gated copy of
