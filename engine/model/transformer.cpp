@@ -343,9 +343,9 @@ Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
   }
   if (attnres) {
     const int64_t slots = plan_.max_group_size();  // query rows, V streams included
-    // Allocated per step. Kept across steps instead (grown when too small), they made this
-    // machine's prefill GEMMs 6% slower (measured: the allocator's layout of the other
-    // scratch changes; see docs/BENCHMARKS.md), more than the page faults they saved.
+    // Allocated per step (zero-filled: delta_block's open entry sums into it). Keeping them
+    // across steps was tried: the prefill GEMMs took ~6% more samples in that comparison,
+    // more than the page faults saved, cause not found (docs/BENCHMARKS.md).
     bank = backend_.alloc({plan_.bank_capacity, L, d}, DType::F32);
     phase1_m = backend_.alloc({slots, L}, DType::F32);
     phase1_s = backend_.alloc({slots, L}, DType::F32);
@@ -381,7 +381,6 @@ Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
   }
 
   Tensor hidden = backend_.alloc({L, d}, DType::F32);
-  bool open_entry_empty = true;  // delta_block: no output summed into the open entry yet
   for (size_t i = 0; i < plan_.steps.size(); ++i) {
     const DepthStep& step = plan_.steps[i];
     const StepMix& w = step_mix_[i];
@@ -465,17 +464,9 @@ Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
     }
     if (step.accumulate_output) {  // delta_block: the open entry sums the block's outputs
       Tensor entry = bank.row(bank_size);
-      if (open_entry_empty) {
-        backend_.copy(out, entry);  // the first output of the block: no zeros to add to
-      } else {
-        backend_.add_inplace(entry, out);
-      }
-      open_entry_empty = false;
+      backend_.add_inplace(entry, out);
     }
-    if (step.commit_open_entry) {
-      ++bank_size;
-      open_entry_empty = true;
-    }
+    if (step.commit_open_entry) ++bank_size;
   }
 
   if (report_depth && depth->weights) download_depth_weights(depth_per_step, *depth);

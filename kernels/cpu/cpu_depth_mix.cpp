@@ -86,6 +86,24 @@ float dots_any(int s_count, const float* queries, int64_t d, const float* x, flo
   }
 }
 
+// query . x / rms(x) over one row: a source's depth logit (before any bias).
+float row_logit(const float* query, int64_t d, const float* x, float eps) {
+  float dot;
+  const float ss = dots_and_squares<1>(query, d, x, &dot);
+  return dot / std::sqrt(ss / static_cast<float>(d) + eps);
+}
+
+// The PreNorm's last pass over a token's h (d values, their sum of squares hss): h = h /
+// rms(h) * gain, in place.
+void scale_by_rms(float* h, float hss, const float* gain, int64_t d, float eps) {
+  const float inv_rms = 1.0f / std::sqrt(hss / static_cast<float>(d) + eps);
+  const VecF vs = cpu::vset1(inv_rms);
+  int64_t i = 0;
+  for (; i + kLanes <= d; i += kLanes)
+    cpu::vstore(h + i, cpu::vmul(cpu::vmul(cpu::vload(h + i), vs), cpu::vload(gain + i)));
+  for (; i < d; ++i) h[i] = h[i] * inv_rms * gain[i];
+}
+
 }  // namespace
 
 void CpuBackend::depth_phase1(const Tensor& queries, const Tensor& bank, int n, float eps,
@@ -167,8 +185,7 @@ namespace {
 // side's part of h_mix is scale * row[i]: o itself (scale e^(m - big) / den) when there are no
 // newer entries, else `merged`, the weighted sum written out.
 struct BankSide {
-  float big = 0.0f;  // the running max, the other sources' logits included
-  float den = 0.0f;  // the softmax denominator so far, in units of e^(x - big)
+  float den = 0.0f;  // the whole softmax denominator, in units of e^(x - big)
   const float* row = nullptr;
   float scale = 1.0f;
 };
@@ -185,11 +202,7 @@ class NewerMerge {
 
   // The newer entries' logits of token t, into logits[0, k). Returns k.
   int logits(int64_t t, float* logits) const {
-    for (int j = 0; j < k_; ++j) {
-      float dot;
-      const float ss = dots_and_squares<1>(query_, d_, row(j, t), &dot);
-      logits[j] = dot / std::sqrt(ss / static_cast<float>(d_) + eps_);
-    }
+    for (int j = 0; j < k_; ++j) logits[j] = row_logit(query_, d_, row(j, t), eps_);
     return k_;
   }
 
@@ -197,7 +210,6 @@ class NewerMerge {
   BankSide finish(int64_t t, float m, float s, const float* o, const float* logits, float big,
                   float others_den, std::vector<float>& merged) const {
     BankSide side;
-    side.big = big;
     const float a = std::exp(m - big);
     float den = a * s + others_den;
     float w[Backend::kMaxNewerSources];
@@ -281,15 +293,12 @@ void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& par
   const float* pp = partial.ptr<float>();
   float* outp = out.ptr<float>();
   const NewerMerge newer(mix.newer, qv, t_dim, d, mix.mix_eps);
-  const float inv_d = 1.0f / static_cast<float>(d);
   const bool parallel = threads_ > 1 && t_dim > 1;
   pool_->parallel_for(t_dim, parallel, [&](int64_t t) {
     thread_local std::vector<float> merged;
     const float* p = pp + t * d;
     float* h = outp + t * d;
-    float dot;
-    const float ss = dots_and_squares<1>(qv, d, p, &dot);
-    const float q = dot / std::sqrt(ss * inv_d + mix.mix_eps) + mix.bias;
+    const float q = row_logit(qv, d, p, mix.mix_eps) + mix.bias;
     float logits[kMaxNewerSources];
     float big = std::max(mp[t], q);
     for (int j = 0, k = newer.logits(t, logits); j < k; ++j) big = std::max(big, logits[j]);
@@ -310,12 +319,7 @@ void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& par
       h[i] = bank.scale * ot[i] + wb * p[i];
       hss += h[i] * h[i];
     }
-    const float inv_rms = 1.0f / std::sqrt(hss * inv_d + norm_eps);
-    const VecF vs = cpu::vset1(inv_rms);
-    i = 0;
-    for (; i + kLanes <= d; i += kLanes)
-      cpu::vstore(h + i, cpu::vmul(cpu::vmul(cpu::vload(h + i), vs), cpu::vload(gain.data() + i)));
-    for (; i < d; ++i) h[i] = h[i] * inv_rms * gain[i];
+    scale_by_rms(h, hss, gain.data(), d, norm_eps);
   });
 }
 
@@ -339,7 +343,6 @@ void CpuBackend::depth_phase2_general(const DepthMixArgs& mix, const Tensor& par
   float* outp = out.ptr<float>();
   const NewerMerge newer(mix.newer, mix.newer ? mix.query->ptr<float>() : nullptr, t_dim, d,
                          mix.mix_eps);
-  const float inv_d = 1.0f / static_cast<float>(d);
   const bool parallel = threads_ > 1 && t_dim > 1;
   pool_->parallel_for(t_dim, parallel, [&](int64_t t) {
     thread_local std::vector<float> merged;
@@ -347,9 +350,7 @@ void CpuBackend::depth_phase2_general(const DepthMixArgs& mix, const Tensor& par
     float* h = outp + t * d;
     float big = mp[t], q = 0.0f;
     if (qv) {
-      float dot;
-      const float ss = dots_and_squares<1>(qv, d, p, &dot);
-      q = dot / std::sqrt(ss * inv_d + mix.mix_eps) + mix.bias;
+      q = row_logit(qv, d, p, mix.mix_eps) + mix.bias;
       big = std::max(big, q);
     }
     float logits[kMaxNewerSources];
@@ -397,12 +398,7 @@ void CpuBackend::depth_phase2_general(const DepthMixArgs& mix, const Tensor& par
       h[i] = hv;
       hss += hv * hv;
     }
-    const float inv_rms = 1.0f / std::sqrt(hss * inv_d + norm_eps);
-    const VecF vs = cpu::vset1(inv_rms);
-    i = 0;
-    for (; i + kLanes <= d; i += kLanes)
-      cpu::vstore(h + i, cpu::vmul(cpu::vmul(cpu::vload(h + i), vs), cpu::vload(gain.data() + i)));
-    for (; i < d; ++i) h[i] = h[i] * inv_rms * gain[i];
+    scale_by_rms(h, hss, gain.data(), d, norm_eps);
   });
 }
 
