@@ -36,6 +36,7 @@
 #include "engine/core/error.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_simd.h"
+#include "kernels/cpu/thread_scratch.h"
 
 namespace attnres {
 namespace {
@@ -208,7 +209,7 @@ class NewerMerge {
 
   // big must already cover m and every logit; den the other sources' terms.
   BankSide finish(int64_t t, float m, float s, const float* o, const float* logits, float big,
-                  float others_den, std::vector<float>& merged) const {
+                  float others_den, float* merged) const {
     BankSide side;
     const float a = std::exp(m - big);
     float den = a * s + others_den;
@@ -221,11 +222,11 @@ class NewerMerge {
       side.scale = a * inv_den;
       return side;
     }
-    merged.assign(o, o + d_);
-    cpu::scale_add_f32(merged.data(), a * inv_den, w[0] * inv_den, row(0, t), d_);
+    std::copy(o, o + d_, merged);
+    cpu::scale_add_f32(merged, a * inv_den, w[0] * inv_den, row(0, t), d_);
     for (int j = 1; j < k_; ++j)
-      cpu::scale_add_f32(merged.data(), 1.0f, w[j] * inv_den, row(j, t), d_);
-    side.row = merged.data();
+      cpu::scale_add_f32(merged, 1.0f, w[j] * inv_den, row(j, t), d_);
+    side.row = merged;
     side.scale = 1.0f;
     return side;
   }
@@ -295,7 +296,7 @@ void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& par
   const NewerMerge newer(mix.newer, qv, t_dim, d, mix.mix_eps);
   const bool parallel = threads_ > 1 && t_dim > 1;
   pool_->parallel_for(t_dim, parallel, [&](int64_t t) {
-    thread_local std::vector<float> merged;
+    float* merged = cpu::thread_scratch(cpu::ScratchSlot::DepthMerged, static_cast<size_t>(d));
     const float* p = pp + t * d;
     float* h = outp + t * d;
     const float q = row_logit(qv, d, p, mix.mix_eps) + mix.bias;
@@ -345,7 +346,7 @@ void CpuBackend::depth_phase2_general(const DepthMixArgs& mix, const Tensor& par
                          mix.mix_eps);
   const bool parallel = threads_ > 1 && t_dim > 1;
   pool_->parallel_for(t_dim, parallel, [&](int64_t t) {
-    thread_local std::vector<float> merged;
+    float* merged = cpu::thread_scratch(cpu::ScratchSlot::DepthMerged, static_cast<size_t>(d));
     const float* p = pp + t * d;
     float* h = outp + t * d;
     float big = mp[t], q = 0.0f;

@@ -20,6 +20,7 @@
 #include "engine/core/error.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_simd.h"
+#include "kernels/cpu/thread_scratch.h"
 
 namespace attnres {
 namespace {
@@ -178,14 +179,18 @@ void gemm(const float* x, int64_t r_dim, int64_t k_dim, const cpu::StoredT<W>* w
   // Threads split the output tiles (each widens only its own panels); every thread walks the
   // row chunks in the same order, so the chunk a thread works on is in its own L2.
   pool.run(parallel ? pool.size() : 1, [&](int tid, int team) {
-    std::vector<float> panel(static_cast<size_t>(std::max<int64_t>(1, ksteps * kNr * kLanes)));
-    std::vector<float> partials(static_cast<size_t>((chunk_rows / kMr) * kMr * kNr * kLanes));
+    // Per-thread and cache-line aligned (thread_scratch.h: a heap block's placement cost up
+    // to 12%).
+    float* panel = cpu::thread_scratch(cpu::ScratchSlot::GemmPanel,
+                                       static_cast<size_t>(std::max<int64_t>(1, ksteps * kNr * kLanes)));
+    float* partials = cpu::thread_scratch(
+        cpu::ScratchSlot::GemmPartials, static_cast<size_t>((chunk_rows / kMr) * kMr * kNr * kLanes));
     const cpu::IndexRange my_tiles = cpu::static_block(tiles, tid, team);
     for (int64_t r_begin = 0; r_begin < r_dim; r_begin += chunk_rows) {
       const int64_t r_end = std::min(r_dim, r_begin + chunk_rows);
       for (int64_t tile : my_tiles) {
         const int64_t o0 = tile * kNr, n_valid = std::min<int64_t>(kNr, n_dim - o0);
-        pack_panel<W>(w, k_dim, n_dim, o0, ksteps, panel.data());
+        pack_panel<W>(w, k_dim, n_dim, o0, ksteps, panel);
         // k blocks outermost, so the panel's block stays in L1 while every row block of the
         // chunk uses it.
         for (int64_t s0 = 0; s0 < std::max<int64_t>(ksteps, 1); s0 += kBlockSteps) {
@@ -193,8 +198,8 @@ void gemm(const float* x, int64_t r_dim, int64_t k_dim, const cpu::StoredT<W>* w
           for (int64_t r0 = r_begin; r0 < r_end; r0 += kMr) {
             const float* xr[kMr];  // rows past the end repeat the last one (computed, not stored)
             for (int i = 0; i < kMr; ++i) xr[i] = x + std::min(r0 + i, r_end - 1) * k_dim;
-            float* partial = partials.data() + (r0 - r_begin) * kNr * kLanes;
-            gemm_micro<W>(xr, panel.data(), s0, s1, ksteps, partial, k_dim, w, bias, o0,
+            float* partial = partials + (r0 - r_begin) * kNr * kLanes;
+            gemm_micro<W>(xr, panel, s0, s1, ksteps, partial, k_dim, w, bias, o0,
                           std::min<int64_t>(kMr, r_end - r0), n_valid, out + r0 * n_dim, n_dim);
           }
         }
