@@ -6,12 +6,11 @@
 //   m[l, t] = max_j logit,  s[l, t] = sum_j e^(logit - m),  o[l, t] = sum_j e^(logit - m) bank[j,
 //   t]
 // Layout: queries [S, d], bank [>= n, T, d] (first n live), m, s [S, T], o [S, T, d], all f32.
-// Each bank row is read from memory once per token: one pass computes its sum of squares and
-// all S dot products together (S + 1 accumulator chains per vector of the row); the S online-
-// softmax updates of o then re-read the row from L1. Parallel over tokens. (Two passes per
-// token instead, all logits and a softmax first, then the weighted rows summed into all S
-// outputs register-blocked, spent fewer cycles in these ops but made the 0.6B prefill 3-4
-// points slower against its twin in alternated runs: measured, not kept.)
+// Parallel over tokens; per token two passes over its n bank rows. The first computes each
+// row's sum of squares and all S dot products together (S + 1 accumulator chains per vector
+// of the row); then a softmax per query over the n logits (vexp); the second pass sums the
+// weighted rows into all S outputs at once, register-blocked (the token's rows, n x 4 KB at
+// d 1024, are still in L2 from the first pass).
 //
 // Phase 2 fused with the sublayer's PreNorm, per token (p = partial row, o/m/s this
 // sublayer's Phase-1 rows):
@@ -25,8 +24,8 @@
 // then a o + sum_k w_k b_k into a thread-local row that stands in for a o.
 //
 // The open-attnres modes (ATTNRES.md §2d) are switches of the same two ops: Phase 1 may gate
-// every source by sigmoid(gate logits[t]) first (pre_gated: one thread-local gated copy of
-// each row); Phase 2 may drop the partial as a source, merge a null source with a constant
+// every source by sigmoid(gate logits[t]) first (pre_gated: the gated row is formed in
+// registers for the logits, and the weighted sum of the bare rows is gated once); Phase 2 may drop the partial as a source, merge a null source with a constant
 // logit, add the partial to the mix (delta modes) and blend x and the mix with a scalar or
 // per-element gate. Those cases take a general element-wise pass 2; 2a/2b keep the plain one.
 #include <algorithm>
@@ -46,44 +45,83 @@ using cpu::VecF;
 
 constexpr int kMaxFusedS = 8;  // sublayers whose dots share one pass; more are done in groups
 
-// dots[l] = queries[l] . x for l < S, in the same pass as the returned sum of x^2.
-template <int S>
-float dots_and_squares(const float* queries, int64_t d, const float* x, float* dots) {
+// dots[l] = queries[l] . x for l < S, in the same pass as the returned sum of x^2. Gated
+// (pre_gated), x is sig * row, formed in registers.
+template <int S, bool Gated = false>
+float dots_and_squares(const float* queries, int64_t d, const float* row, float* dots,
+                       const float* sig = nullptr) {
   VecF acc[S], sq = cpu::vzero();
   for (int l = 0; l < S; ++l) acc[l] = cpu::vzero();
   int64_t i = 0;
   for (; i + kLanes <= d; i += kLanes) {
-    const VecF xv = cpu::vload(x + i);
+    VecF xv = cpu::vload(row + i);
+    if constexpr (Gated) xv = cpu::vmul(xv, cpu::vload(sig + i));
     sq = cpu::vfma(xv, xv, sq);
     for (int l = 0; l < S; ++l) acc[l] = cpu::vfma(cpu::vload(queries + l * d + i), xv, acc[l]);
   }
   float ss = cpu::hsum(sq);
   for (int l = 0; l < S; ++l) dots[l] = cpu::hsum(acc[l]);
   for (; i < d; ++i) {
-    ss += x[i] * x[i];
-    for (int l = 0; l < S; ++l) dots[l] += queries[l * d + i] * x[i];
+    const float x = Gated ? row[i] * sig[i] : row[i];
+    ss += x * x;
+    for (int l = 0; l < S; ++l) dots[l] += queries[l * d + i] * x;
   }
   return ss;
 }
 
-float dots_any(int s_count, const float* queries, int64_t d, const float* x, float* dots) {
-  switch (s_count) {
-    case 1:
-      return dots_and_squares<1>(queries, d, x, dots);
-    case 2:
-      return dots_and_squares<2>(queries, d, x, dots);
-    case 3:
-      return dots_and_squares<3>(queries, d, x, dots);
-    case 4:
-      return dots_and_squares<4>(queries, d, x, dots);
-    case 5:
-      return dots_and_squares<5>(queries, d, x, dots);
-    case 6:
-      return dots_and_squares<6>(queries, d, x, dots);
-    case 7:
-      return dots_and_squares<7>(queries, d, x, dots);
-    default:
-      return dots_and_squares<8>(queries, d, x, dots);
+// One token's bank rows, gated or not: the row itself, or (pre_gated) sigmoid(gate) * row.
+struct TokenSources {
+  const float* bank = nullptr;  // bank[0, T, d] at this token's row
+  int64_t entry_stride = 0;     // T * d: from one entry's row to the next's
+  const float* sig = nullptr;   // pre_gated: sigmoid(gate logits[t]) [d], else null
+  const float* row(int j) const { return bank + j * entry_stride; }
+};
+
+// o[l] = sum_j w[l * n + j] * source_j over the d elements, for l < S; o[l] starts at
+// o + l * o_stride. Register-blocked: C vectors of all S output rows are held in S x C
+// accumulators while every source's C vectors are loaded once, so o is written once and the
+// sources are read from L1/L2 once per block of C vectors (an online-softmax update would
+// read and write all S o rows once per source instead). Gated, the sum is over the bare rows
+// and multiplied by sig once at the end: sum_j w_j (sig * row_j) = sig * sum_j w_j row_j.
+template <int S, int C, bool Gated>
+int64_t weighted_sum_block(const TokenSources& src, int n, const float* w, int64_t d, float* o,
+                           int64_t o_stride, int64_t i) {
+  for (; i + C * kLanes <= d; i += C * kLanes) {
+    VecF acc[S][C];
+    for (int l = 0; l < S; ++l)
+      for (int c = 0; c < C; ++c) acc[l][c] = cpu::vzero();
+    for (int j = 0; j < n; ++j) {
+      const float* row = src.row(j) + i;
+      VecF x[C];
+      for (int c = 0; c < C; ++c) x[c] = cpu::vload(row + c * kLanes);
+      for (int l = 0; l < S; ++l) {
+        const VecF wl = cpu::vset1(w[l * n + j]);
+        for (int c = 0; c < C; ++c) acc[l][c] = cpu::vfma(wl, x[c], acc[l][c]);
+      }
+    }
+    for (int l = 0; l < S; ++l) {
+      for (int c = 0; c < C; ++c) {
+        VecF v = acc[l][c];
+        if constexpr (Gated) v = cpu::vmul(v, cpu::vload(src.sig + i + c * kLanes));
+        cpu::vstore(o + l * o_stride + i + c * kLanes, v);
+      }
+    }
+  }
+  return i;
+}
+
+template <int S, bool Gated>
+void weighted_sum(const TokenSources& src, int n, const float* w, int64_t d, float* o,
+                  int64_t o_stride) {
+  constexpr int C = S >= 5 ? 3 : 4;  // S x C accumulators + C loads within 32 registers
+  int64_t i = weighted_sum_block<S, C, Gated>(src, n, w, d, o, o_stride, 0);
+  i = weighted_sum_block<S, 1, Gated>(src, n, w, d, o, o_stride, i);
+  for (; i < d; ++i) {  // the scalar tail
+    for (int l = 0; l < S; ++l) {
+      float acc = 0.0f;
+      for (int j = 0; j < n; ++j) acc = std::fma(w[l * n + j], src.row(j)[i], acc);
+      o[l * o_stride + i] = Gated ? acc * src.sig[i] : acc;
+    }
   }
 }
 
@@ -104,6 +142,35 @@ void scale_by_rms(float* h, float hss, const float* gain, int64_t d, float eps) 
     cpu::vstore(h + i, cpu::vmul(cpu::vmul(cpu::vload(h + i), vs), cpu::vload(gain + i)));
   for (; i < d; ++i) h[i] = h[i] * inv_rms * gain[i];
 }
+
+// Phase 1 of one token for S queries, in two passes over its n bank rows: the logits (every
+// row read once for all S dot products and its sum of squares), a softmax per query, then
+// the weighted sums. logits is scratch of S * n floats.
+template <int S, bool Gated>
+void phase1_token(const float* queries, const TokenSources& src, int n, int64_t d, float eps,
+                  float* logits, float* m, float* s, int64_t ms_stride, float* o,
+                  int64_t o_stride) {
+  for (int j = 0; j < n; ++j) {
+    float dots[S];
+    const float ss = dots_and_squares<S, Gated>(queries, d, src.row(j), dots, src.sig);
+    const float inv_rms = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
+    for (int l = 0; l < S; ++l) logits[l * n + j] = dots[l] * inv_rms;
+  }
+  for (int l = 0; l < S; ++l) {
+    float* lg = logits + l * n;
+    m[l * ms_stride] = *std::max_element(lg, lg + n);
+    s[l * ms_stride] = cpu::softmax_numerators(lg, n);  // lg becomes e^(logit - m)
+  }
+  weighted_sum<S, Gated>(src, n, logits, d, o, o_stride);
+}
+
+using Phase1Token = void (*)(const float*, const TokenSources&, int, int64_t, float, float*,
+                             float*, float*, int64_t, float*, int64_t);
+template <bool Gated>
+constexpr Phase1Token kPhase1Token[kMaxFusedS] = {
+    phase1_token<1, Gated>, phase1_token<2, Gated>, phase1_token<3, Gated>,
+    phase1_token<4, Gated>, phase1_token<5, Gated>, phase1_token<6, Gated>,
+    phase1_token<7, Gated>, phase1_token<8, Gated>};
 
 }  // namespace
 
@@ -135,45 +202,19 @@ void CpuBackend::depth_phase1(const Tensor& queries, const Tensor& bank, int n, 
   float* op = o.ptr<float>();
   const bool parallel = threads_ > 1 && t_dim > 1;
   pool_->parallel_for(t_dim, parallel, [&](int64_t t) {
-    std::vector<float> sig, gated;  // pre_gated: sigmoid(gate logits[t]) and a gated row
-    if (gp) {
-      sig.resize(d);
-      gated.resize(d);
-      for (int64_t i = 0; i < d; ++i) sig[i] = 1.0f / (1.0f + std::exp(-gp[t * d + i]));
+    TokenSources src{bp + t * d, t_dim * d, nullptr};
+    if (gp) {  // pre_gated: every source is sigmoid(gate logits[t]) * row
+      float* sig = cpu::thread_scratch(cpu::ScratchSlot::DepthSigmoid, static_cast<size_t>(d));
+      cpu::sigmoid_f32(gp + t * d, sig, d);
+      src.sig = sig;
     }
+    float* logits = cpu::thread_scratch(cpu::ScratchSlot::DepthLogits,
+                                        static_cast<size_t>(kMaxFusedS) * static_cast<size_t>(n));
     for (int64_t l0 = 0; l0 < s_dim; l0 += kMaxFusedS) {
       const int group = static_cast<int>(std::min<int64_t>(kMaxFusedS, s_dim - l0));
-      for (int j = 0; j < n; ++j) {
-        const float* row = bp + (static_cast<int64_t>(j) * t_dim + t) * d;
-        if (gp) {
-          for (int64_t i = 0; i < d; ++i) gated[i] = sig[i] * row[i];
-          row = gated.data();
-        }
-        float dots[kMaxFusedS];
-        const float ss = dots_any(group, qp + l0 * d, d, row, dots);
-        const float inv_rms = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
-        for (int g = 0; g < group; ++g) {
-          const int64_t l = l0 + g;
-          const float logit = dots[g] * inv_rms;
-          float* ol = op + (l * t_dim + t) * d;
-          float& ml = mp[l * t_dim + t];
-          float& sl = sp[l * t_dim + t];
-          if (j == 0) {
-            ml = logit;
-            sl = 1.0f;
-            std::copy(row, row + d, ol);
-          } else if (logit > ml) {  // new max: rescale what was accumulated
-            const float c = std::exp(ml - logit);
-            cpu::scale_add_f32(ol, c, 1.0f, row, d);
-            sl = sl * c + 1.0f;
-            ml = logit;
-          } else {
-            const float w = std::exp(logit - ml);
-            cpu::scale_add_f32(ol, 1.0f, w, row, d);
-            sl += w;
-          }
-        }
-      }
+      const Phase1Token token = gp ? kPhase1Token<true>[group - 1] : kPhase1Token<false>[group - 1];
+      token(qp + l0 * d, src, n, d, eps, logits, mp + l0 * t_dim + t, sp + l0 * t_dim + t, t_dim,
+            op + (l0 * t_dim + t) * d, t_dim * d);
     }
   });
 }

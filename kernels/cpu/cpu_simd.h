@@ -213,6 +213,21 @@ inline VecF vexp(VecF x) {
   return vscale2(y, n);
 }
 
+// out[i] = 1 / (1 + e^-x[i]) for i < n, through vexp (the tail padded into one vector), so
+// every element rounds the same way wherever it sits in the row.
+inline void sigmoid_f32(const float* x, float* out, int64_t n) {
+  const VecF one = vset1(1.0f);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    vstore(out + i, vdiv(one, vadd(one, vexp(vsub(vzero(), vload(x + i))))));
+  if (i < n) {
+    alignas(64) float lanes[kLanes];
+    for (int l = 0; l < kLanes; ++l) lanes[l] = i + l < n ? x[i + l] : 0.0f;
+    vstore(lanes, vdiv(one, vadd(one, vexp(vsub(vzero(), vload(lanes))))));
+    for (int l = 0; i < n; ++l, ++i) out[i] = lanes[l];
+  }
+}
+
 // x[i] = e^(x[i] - max_i x[i]) for i < n (n >= 1); returns their sum (lane-wise partial sums,
 // then hsum, then the tail lanes in order): the numerators and denominator of a softmax.
 inline float softmax_numerators(float* x, int64_t n) {

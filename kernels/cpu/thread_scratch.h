@@ -15,7 +15,14 @@ namespace attnres::cpu {
 
 // One buffer per user and thread: a kernel's buffers never overlap another's, even if one
 // kernel's task ever ran inside another's.
-enum class ScratchSlot { GemmPanel, GemmPartials, DepthMerged, kCount };
+enum class ScratchSlot {
+  GemmPanel,
+  GemmPartials,
+  DepthMerged,   // Phase 2: the bank side with the newer entries merged
+  DepthLogits,   // Phase 1: a token's logits, then softmax weights
+  DepthSigmoid,  // Phase 1, pre_gated: sigmoid(gate logits) of a token
+  kCount
+};
 
 // The calling thread's buffer for `slot`, with room for at least `floats` floats and 64-byte
 // aligned; its contents are unspecified. It stays valid until this thread asks for the same
