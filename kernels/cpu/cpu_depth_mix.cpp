@@ -263,10 +263,27 @@ class NewerMerge {
       side.scale = a * inv_den;
       return side;
     }
-    std::copy(o, o + d_, merged);
-    cpu::scale_add_f32(merged, a * inv_den, w[0] * inv_den, row(0, t), d_);
-    for (int j = 1; j < k_; ++j)
-      cpu::scale_add_f32(merged, 1.0f, w[j] * inv_den, row(j, t), d_);
+    // merged = o a / den + sum_j w_j / den * newer_j, in one pass: every row is read once and
+    // merged written once (an update per entry would re-read and re-write it k times).
+    const float* rows[Backend::kMaxNewerSources];
+    VecF vw[Backend::kMaxNewerSources];
+    for (int j = 0; j < k_; ++j) {
+      rows[j] = row(j, t);
+      vw[j] = cpu::vset1(w[j] *= inv_den);
+    }
+    const float c = a * inv_den;
+    const VecF vc = cpu::vset1(c);
+    int64_t i = 0;
+    for (; i + kLanes <= d_; i += kLanes) {
+      VecF acc = cpu::vmul(vc, cpu::vload(o + i));
+      for (int j = 0; j < k_; ++j) acc = cpu::vfma(vw[j], cpu::vload(rows[j] + i), acc);
+      cpu::vstore(merged + i, acc);
+    }
+    for (; i < d_; ++i) {
+      float acc = o[i] * c;
+      for (int j = 0; j < k_; ++j) acc = std::fma(w[j], rows[j][i], acc);
+      merged[i] = acc;
+    }
     side.row = merged;
     side.scale = 1.0f;
     return side;
