@@ -47,13 +47,17 @@ constexpr int kMaxFusedS = 8;  // sublayers whose dots share one pass; more are 
 
 // dots[l] = queries[l] . x for l < S, in the same pass as the returned sum of x^2. Gated
 // (pre_gated), x is sig * row, formed in registers.
+// `next` (may be null): a row to prefetch, one cache line per vector of this one. Bank rows
+// of one token are T * d floats apart, each its own 4 KB page at d 1024, and the hardware
+// prefetchers stop at page boundaries: without this every row starts with cache misses.
 template <int S, bool Gated = false>
 float dots_and_squares(const float* queries, int64_t d, const float* row, float* dots,
-                       const float* sig = nullptr) {
+                       const float* sig = nullptr, const float* next = nullptr) {
   VecF acc[S], sq = cpu::vzero();
   for (int l = 0; l < S; ++l) acc[l] = cpu::vzero();
   int64_t i = 0;
   for (; i + kLanes <= d; i += kLanes) {
+    if (next) __builtin_prefetch(next + i, 0, 3);
     VecF xv = cpu::vload(row + i);
     if constexpr (Gated) xv = cpu::vmul(xv, cpu::vload(sig + i));
     sq = cpu::vfma(xv, xv, sq);
@@ -152,7 +156,8 @@ void phase1_token(const float* queries, const TokenSources& src, int n, int64_t 
                   int64_t o_stride) {
   for (int j = 0; j < n; ++j) {
     float dots[S];
-    const float ss = dots_and_squares<S, Gated>(queries, d, src.row(j), dots, src.sig);
+    const float* next = j + 1 < n ? src.row(j + 1) : nullptr;
+    const float ss = dots_and_squares<S, Gated>(queries, d, src.row(j), dots, src.sig, next);
     const float inv_rms = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
     for (int l = 0; l < S; ++l) logits[l * n + j] = dots[l] * inv_rms;
   }
