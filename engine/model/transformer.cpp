@@ -298,6 +298,16 @@ void Transformer::download_depth_weights(const std::vector<Tensor>& per_mix,
   }
 }
 
+Tensor Transformer::kept_view(Tensor& kept, const Shape& shape) {
+  int64_t numel = 1;
+  for (int64_t n : shape) numel *= n;
+  if (!kept.defined() || kept.numel() < numel) {
+    kept = Tensor();  // free the smaller buffer first: the peak is the new one alone
+    kept = backend_.alloc({std::max<int64_t>(numel, 1)}, DType::F32);
+  }
+  return Tensor::wrap(kept.data, shape, DType::F32, kept.owner, kept.device);
+}
+
 Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
                             std::span<const int32_t> logit_rows, const DepthWeightsRequest* depth) {
   const int64_t T = batch.num_tokens;
@@ -343,13 +353,11 @@ Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
   }
   if (attnres) {
     const int64_t slots = plan_.max_group_size();  // query rows, V streams included
-    // Allocated per step (zero-filled: delta_block's open entry sums into it). Keeping them
-    // across steps was tried: the prefill GEMMs took ~6% more samples in that comparison,
-    // more than the page faults saved, cause not found (docs/BENCHMARKS.md).
-    bank = backend_.alloc({plan_.bank_capacity, L, d}, DType::F32);
-    phase1_m = backend_.alloc({slots, L}, DType::F32);
-    phase1_s = backend_.alloc({slots, L}, DType::F32);
-    phase1_o = backend_.alloc({slots, L, d}, DType::F32);
+    DepthWorkspace& ws = depth_workspace_;
+    bank = kept_view(ws.bank, {plan_.bank_capacity, L, d});
+    phase1_m = kept_view(ws.phase1_m, {slots, L});
+    phase1_s = kept_view(ws.phase1_s, {slots, L});
+    phase1_o = kept_view(ws.phase1_o, {slots, L, d});
     Tensor entry = bank.row(0);
     backend_.copy(partial, entry);
     bank_size = 1;
@@ -381,6 +389,7 @@ Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
   }
 
   Tensor hidden = backend_.alloc({L, d}, DType::F32);
+  bool open_entry_started = false;  // delta_block: whether the open entry holds a sum yet
   for (size_t i = 0; i < plan_.steps.size(); ++i) {
     const DepthStep& step = plan_.steps[i];
     const StepMix& w = step_mix_[i];
@@ -464,9 +473,17 @@ Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
     }
     if (step.accumulate_output) {  // delta_block: the open entry sums the block's outputs
       Tensor entry = bank.row(bank_size);
-      backend_.add_inplace(entry, out);
+      if (open_entry_started) {
+        backend_.add_inplace(entry, out);
+      } else {  // the kept bank holds an earlier step's values: the first output overwrites
+        backend_.copy(out, entry);
+        open_entry_started = true;
+      }
     }
-    if (step.commit_open_entry) ++bank_size;
+    if (step.commit_open_entry) {
+      ++bank_size;
+      open_entry_started = false;
+    }
   }
 
   if (report_depth && depth->weights) download_depth_weights(depth_per_step, *depth);

@@ -132,6 +132,16 @@ class Transformer {
                                  const Tensor& o, const Tensor& query,
                                  const Tensor* gate_logits) const;
 
+  // Kept across forwards, grown and never shrunk: the depth bank and the Phase-1 state, each
+  // one flat f32 buffer a step views in its own shape (kept_view). Allocated per step they
+  // cost a zero-fill and, past glibc's mmap threshold, a page fault per 4 KB: about 60 ms of
+  // a 2 s 512-token 0.6B `full` prefill (docs/BENCHMARKS.md). Every entry a step reads was
+  // written earlier in that step, so nothing needs clearing between steps.
+  struct DepthWorkspace {
+    Tensor bank, phase1_m, phase1_s, phase1_o;
+  };
+  Tensor kept_view(Tensor& kept, const Shape& shape);
+  DepthWorkspace depth_workspace_;
   std::vector<Tensor> group_queries_;  // per Phase-1 group: [slots, d] f32, gain folded in
   std::vector<StepMix> step_mix_;      // per plan step
   Tensor inv_freq_;                    // [head_dim / 2] f32
