@@ -129,10 +129,12 @@ void weighted_sum(const TokenSources& src, int n, const float* w, int64_t d, flo
   }
 }
 
-// query . x / rms(x) over one row: a source's depth logit (before any bias).
-float row_logit(const float* query, int64_t d, const float* x, float eps) {
+// query . x / rms(x) over one row: a source's depth logit (before any bias). `next` (may be
+// null): a row to prefetch meanwhile, the next token's row of the same source.
+float row_logit(const float* query, int64_t d, const float* x, float eps,
+                const float* next = nullptr) {
   float dot;
-  const float ss = dots_and_squares<1>(query, d, x, &dot);
+  const float ss = dots_and_squares<1>(query, d, x, &dot, nullptr, next);
   return dot / std::sqrt(ss / static_cast<float>(d) + eps);
 }
 
@@ -247,9 +249,12 @@ class NewerMerge {
         d_(d),
         eps_(eps) {}
 
-  // The newer entries' logits of token t, into logits[0, k). Returns k.
+  // The newer entries' logits of token t, into logits[0, k), prefetching token t + 1's rows.
+  // Returns k.
   int logits(int64_t t, float* logits) const {
-    for (int j = 0; j < k_; ++j) logits[j] = row_logit(query_, d_, row(j, t), eps_);
+    const bool has_next = t + 1 < t_dim_;
+    for (int j = 0; j < k_; ++j)
+      logits[j] = row_logit(query_, d_, row(j, t), eps_, has_next ? row(j, t + 1) : nullptr);
     return k_;
   }
 
@@ -362,7 +367,11 @@ void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& par
     float* merged = cpu::thread_scratch(cpu::ScratchSlot::DepthMerged, static_cast<size_t>(d));
     const float* p = pp + t * d;
     float* h = outp + t * d;
-    const float q = row_logit(qv, d, p, mix.mix_eps) + mix.bias;
+    // Token t + 1's rows are prefetched while this token's are read: each row is a page of
+    // its own at d 1024, where the hardware prefetchers stop.
+    const bool has_next = t + 1 < t_dim;
+    const float q =
+        row_logit(qv, d, p, mix.mix_eps, has_next ? p + d : nullptr) + mix.bias;
     float logits[kMaxNewerSources];
     float big = std::max(mp[t], q);
     for (int j = 0, k = newer.logits(t, logits); j < k; ++j) big = std::max(big, logits[j]);
@@ -373,7 +382,9 @@ void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& par
     const float* ot = bank.row;
     VecF hsq = cpu::vzero();
     int64_t i = 0;
+    const float* o_next = has_next ? opp + (t + 1) * d : nullptr;
     for (; i + kLanes <= d; i += kLanes) {
+      if (o_next) __builtin_prefetch(o_next + i, 0, 3);
       const VecF hv = cpu::vfma(va, cpu::vload(ot + i), cpu::vmul(vb, cpu::vload(p + i)));
       hsq = cpu::vfma(hv, hv, hsq);
       cpu::vstore(h + i, hv);
@@ -431,8 +442,16 @@ void CpuBackend::depth_phase2_general(const DepthMixArgs& mix, const Tensor& par
     const VecF vwa = cpu::vset1(wa), vwb = cpu::vset1(wb), vwc = cpu::vset1(wc);
     const VecF vblend = cpu::vset1(mix.gate_blend), one = cpu::vset1(1.0f);
     VecF hsq = cpu::vzero();
+    // Token t + 1's partial and Phase-1 rows, prefetched meanwhile (see the plain path).
+    const bool has_next = t + 1 < t_dim;
+    const float* p_next = has_next ? p + d : nullptr;
+    const float* o_next = has_next ? opp + (t + 1) * d : nullptr;
     int64_t i = 0;
     for (; i + kLanes <= d; i += kLanes) {
+      if (has_next) {
+        __builtin_prefetch(p_next + i, 0, 3);
+        __builtin_prefetch(o_next + i, 0, 3);
+      }
       const VecF x = cpu::vload(p + i);
       VecF hm = cpu::vfma(vwa, cpu::vload(ot + i), cpu::vmul(vwb, x));
       if (nv) hm = cpu::vfma(vwc, cpu::vload(nv + i), hm);
