@@ -367,6 +367,19 @@ Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
     Tensor entry = bank.row(bank_size++);
     backend_.copy(partial, entry);
   };
+  // full (and block at a block's end): the sum partial + out is the next bank entry. Written
+  // there directly, the partial then *is* that entry (a view) until a step changes it in place
+  // without pushing, which first takes it back into its own buffer: full pushes after every
+  // sublayer, so its per-sublayer copy into the bank goes away.
+  const Tensor own_partial = partial;
+  bool partial_in_bank = false;
+  auto take_back_partial = [&](bool keep_values) {
+    if (!partial_in_bank) return;
+    Tensor own = own_partial;
+    if (keep_values) backend_.copy(partial, own);
+    partial = own;
+    partial_in_bank = false;
+  };
 
   // Depth introspection, only when asked: each depth mix's weights of the requested rows.
   const bool report_depth = depth && !depth->rows.empty() && attnres;
@@ -449,13 +462,17 @@ Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
 
     if (step.push_and_reset_after_mix) {
       push_partial();
+      take_back_partial(false);
       backend_.fill_zero(partial);
     }
     const Tensor input = gather_input(split, normed, s.gathered);
     // Delta modes: the sublayer output is itself the next bank entry, so (unsharded) the
     // sublayer writes it there rather than into scratch and a copy.
     const bool output_into_bank = step.push_output_after && !split.sharded;
-    Tensor step_out = output_into_bank ? bank.row(bank_size).reshape({L, d}) : sublayer_out;
+    // The cumulative modes' pushed sum, likewise (see take_back_partial).
+    const bool sum_into_bank = step.push_after && !split.sharded && !output_into_bank;
+    Tensor step_out =
+        output_into_bank || sum_into_bank ? bank.row(bank_size).reshape({L, d}) : sublayer_out;
     if (step.kind == SublayerKind::Attention) {
       const Tensor value_input =
           step.value_slot >= 0 ? gather_input(split, normed_v, s.gathered_v) : input;
@@ -465,8 +482,16 @@ Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
       mlp_sublayer(step.layer, input, s, step_out);
     }
     const Tensor out = reduce_output(split, s, step_out);
-    backend_.add_inplace(partial, out);
-    if (step.push_after) push_partial();
+    if (sum_into_bank) {
+      Tensor entry = bank.row(bank_size++).reshape({L, d});
+      backend_.add_inplace(entry, partial);  // out + partial: the same bits as partial + out
+      partial = entry;
+      partial_in_bank = true;
+    } else {
+      take_back_partial(true);
+      backend_.add_inplace(partial, out);
+      if (step.push_after) push_partial();
+    }
     if (step.push_output_after) {  // delta modes: the sublayer output itself is a source
       Tensor entry = bank.row(bank_size++);
       if (!output_into_bank) backend_.copy(out, entry);
