@@ -10,7 +10,10 @@
 // row's sum of squares and all S dot products together (S + 1 accumulator chains per vector
 // of the row); then a softmax per query over the n logits (vexp); the second pass sums the
 // weighted rows into all S outputs at once, register-blocked (the token's rows, n x 4 KB at
-// d 1024, are still in L2 from the first pass).
+// d 1024, are still in L2 from the first pass). The first pass prefetches each next row: a
+// token's rows are T x d floats apart, where the hardware prefetchers stop. (One pass with
+// online-softmax updates of o instead, a46e30c, read and wrote all S o rows per source and
+// took half as long again: docs/BENCHMARKS.md.)
 //
 // Phase 2 fused with the sublayer's PreNorm, per token (p = partial row, o/m/s this
 // sublayer's Phase-1 rows):
@@ -21,13 +24,15 @@
 // alias p. With no bank (m null: a plain pre-norm model, or an unmixed sublayer) h = p.
 // Newer bank entries (pushed after the group's Phase 1; the full-family modes' groups span
 // several sublayers whose banks share a prefix) are merged first, per token: their logits,
-// then a o + sum_k w_k b_k into a thread-local row that stands in for a o.
+// then a o + sum_k w_k b_k, in one register pass, into a per-thread row that stands in for
+// a o. Each token's pass prefetches the next token's rows.
 //
 // The open-attnres modes (ATTNRES.md §2d) are switches of the same two ops: Phase 1 may gate
 // every source by sigmoid(gate logits[t]) first (pre_gated: the gated row is formed in
-// registers for the logits, and the weighted sum of the bare rows is gated once); Phase 2 may drop the partial as a source, merge a null source with a constant
-// logit, add the partial to the mix (delta modes) and blend x and the mix with a scalar or
-// per-element gate. Those cases take a general element-wise pass 2; 2a/2b keep the plain one.
+// registers for the logits, and the weighted sum of the bare rows is gated once); Phase 2 may
+// drop the partial as a source, merge a null source with a constant logit, add the partial to
+// the mix (delta modes) and blend x and the mix with a scalar or per-element gate. Those cases
+// take a general element-wise pass 2; 2a/2b keep the plain one.
 #include <algorithm>
 #include <cmath>
 #include <vector>
