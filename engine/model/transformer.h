@@ -134,7 +134,7 @@ class Transformer {
 
   // Kept across forwards, grown and never shrunk: the depth bank and the Phase-1 state, each
   // one flat f32 buffer a step views in its own shape (kept_view). Allocated per step they
-  // cost a zero-fill and, past glibc's mmap threshold, a page fault per 4 KB: about 60 ms of
+  // cost a zero-fill and, past glibc's mmap threshold, a page fault per 4 KB: 67 ms of
   // a 2 s 512-token 0.6B `full` prefill (docs/BENCHMARKS.md). Every entry a step reads was
   // written earlier in that step, so nothing needs clearing between steps.
   struct DepthWorkspace {
