@@ -60,6 +60,10 @@ class Backend {
   // Whether store_kv / attention take a KV cache of this dtype. Every backend takes F32; the
   // CPU also BF16 (K/V rounded to nearest even when stored, widened in registers when read).
   virtual bool supports_kv_dtype(DType dtype) const { return dtype == DType::F32; }
+  // Whether the depth ops (depth_phase1, the newer entries of depth_phase2_prenorm,
+  // depth_weights) read a bank of this dtype, and copy() converts f32 into it. Every backend
+  // takes F32; the CPU also BF16 (rows widened in registers when read).
+  virtual bool supports_depth_bank_dtype(DType dtype) const { return dtype == DType::F32; }
 
   // --- memory ---
   // A zero-filled tensor on this backend's device.
@@ -69,7 +73,9 @@ class Backend {
   virtual Tensor upload(const Tensor& host) = 0;
   // Copy a device tensor into host memory of nbytes() bytes.
   virtual void download(const Tensor& src, void* host_dst) = 0;
-  virtual void copy(const Tensor& src, Tensor& dst) = 0;  // same shape and dtype
+  // Same shape; the same dtype, or F32 into BF16 (rounded to nearest even, as f32_to_bf16)
+  // where supports_depth_bank_dtype(BF16): how an entry enters a bf16 depth bank.
+  virtual void copy(const Tensor& src, Tensor& dst) = 0;
   virtual void fill_zero(Tensor& dst) = 0;
   // Waits for queued work (a no-op on the CPU).
   virtual void synchronize() = 0;
@@ -126,7 +132,9 @@ class Backend {
   //   m[l, t] = max_j logit;  s[l, t] = sum_j exp(logit - m);  o[l, t] = sum_j exp(logit - m)
   //   bank[j, t]
   // queries [S, d] f32 (projection already multiplied by the norm gain); bank [>= n, T, d]
-  // with its first n entries live (n >= 1); m, s [S, T]; o [S, T, d].
+  // with its first n entries live (n >= 1), F32 or a dtype of supports_depth_bank_dtype (every
+  // bank read below, here and in the other depth ops, sees the stored value widened exactly);
+  // m, s [S, T]; o [S, T, d].
   // source_gate_logits [T, d] (pre_gated, ATTNRES.md §2d), when given: every source is first
   // replaced by sigmoid(source_gate_logits[t]) * bank[j, t] (logit, rms and o all see it).
   virtual void depth_phase1(const Tensor& queries, const Tensor& bank, int n, float eps, Tensor& m,
@@ -147,8 +155,9 @@ class Backend {
   //   out = rms_norm(h, prenorm_gain, eps)
   // m, s [T] and o [T, d] are one sublayer's rows of the Phase-1 outputs; when m is null there
   // is no mix and h = p. p (the partial) [T, d]; query [d] f32, the step's (the newer entries'
-  // and the partial's). newer [k, T, d] with 1 <= k <= kMaxNewerSources, or null. The bias
-  // applies to the partial's logit only (bank logits never carry one). out may alias p.
+  // and the partial's). newer [k, T, d] (the bank's dtype) with 1 <= k <= kMaxNewerSources, or
+  // null. The bias applies to the partial's logit only (bank logits never carry one). out may alias
+  // p.
   static constexpr int kMaxNewerSources = 8;
   enum class DepthGate { None, Scalar, Vector };
   struct DepthMixArgs {

@@ -34,6 +34,9 @@ void register_backend(const std::string& name, BackendFactory factory, BackendTr
   if (!traits.supports_kv_dtype) {
     traits.supports_kv_dtype = [](DType dtype) { return dtype == DType::F32; };
   }
+  if (!traits.supports_depth_bank_dtype) {
+    traits.supports_depth_bank_dtype = [](DType dtype) { return dtype == DType::F32; };
+  }
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   r.factories[name] = std::move(factory);

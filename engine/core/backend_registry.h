@@ -37,18 +37,22 @@ using BackendFactory = std::function<std::unique_ptr<Backend>(const BackendOptio
 
 // What the engine needs to know about a backend before building one (sizing the KV cache
 // comes before the backend exists). Must agree with the backend's own queries
-// (Backend::supports_kv_dtype): the registration passes the same function.
+// (Backend::supports_kv_dtype, supports_depth_bank_dtype): the registration passes the same
+// functions.
 struct BackendTraits {
   std::string display_name;  // for messages: "CPU", "CUDA" ("" = the registered name)
   // Which KV cache dtypes its store_kv / attention take (null: F32 only).
   std::function<bool(DType)> supports_kv_dtype;
+  // Which depth bank dtypes its depth ops read (Backend::supports_depth_bank_dtype; null: F32
+  // only).
+  std::function<bool(DType)> supports_depth_bank_dtype;
 };
 
 // Adds (or replaces) the factory for `name`. Thread-safe; usually called once from main().
 void register_backend(const std::string& name, BackendFactory factory, BackendTraits traits = {});
 bool has_backend(const std::string& name);
 // The traits `name` was registered with (throws like make_backend if there is none), with
-// display_name and supports_kv_dtype filled in.
+// display_name and the dtype queries filled in.
 BackendTraits backend_traits(const std::string& name);
 // The registered names, sorted.
 std::vector<std::string> registered_backends();

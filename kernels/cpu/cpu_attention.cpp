@@ -35,11 +35,6 @@ void check_cache(const KvCacheLayer& cache) {
                 "kv cache must be on the CPU");
 }
 
-// dst[i] = x[i] rounded to bf16 (nearest even, as f32_to_bf16).
-void store_row_bf16(uint16_t* dst, const float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(x[i]);
-}
-
 constexpr int64_t kKeyBlock = 16;  // keys whose scores share one hsum_many
 constexpr int64_t kOutVecs = 4;    // output vectors per head kept in registers across keys
 
@@ -157,8 +152,8 @@ void CpuBackend::store_kv(const Tensor& k, const Tensor& v, const BatchMeta& bat
     ATTNRES_CHECK(slot >= 0 && slot < slots, "store_kv slot " + std::to_string(slot) +
                                                  " out of range " + std::to_string(slots));
     if (bf16) {
-      store_row_bf16(cache.k.ptr<uint16_t>() + slot * row, k.ptr<float>() + t * row, row);
-      store_row_bf16(cache.v.ptr<uint16_t>() + slot * row, v.ptr<float>() + t * row, row);
+      cpu::store_row_bf16(cache.k.ptr<uint16_t>() + slot * row, k.ptr<float>() + t * row, row);
+      cpu::store_row_bf16(cache.v.ptr<uint16_t>() + slot * row, v.ptr<float>() + t * row, row);
     } else {
       std::memcpy(cache.k.ptr<float>() + slot * row, k.ptr<float>() + t * row, row * 4);
       std::memcpy(cache.v.ptr<float>() + slot * row, v.ptr<float>() + t * row, row * 4);

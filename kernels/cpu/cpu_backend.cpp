@@ -1,12 +1,15 @@
 // CpuBackend construction and memory ops. On the CPU "device" memory is host memory:
 // upload returns the same tensor (a mmap'd bf16 weight stays mmap'd, never widened), and
-// download / copy are memcpy. Also the small validation helpers the op files share.
+// download / copy are memcpy (copy also rounds f32 into a bf16 depth bank). Also the small
+// validation helpers the op files share.
 #include "kernels/cpu/cpu_backend.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "engine/core/error.h"
+#include "kernels/cpu/cpu_simd.h"
 
 namespace attnres {
 
@@ -30,9 +33,24 @@ void CpuBackend::download(const Tensor& src, void* host_dst) {
 }
 
 void CpuBackend::copy(const Tensor& src, Tensor& dst) {
-  ATTNRES_CHECK(src.shape == dst.shape && src.dtype == dst.dtype,
-                "copy " + shape_str(src.shape) + " -> " + shape_str(dst.shape));
-  if (src.nbytes() && src.data != dst.data) std::memmove(dst.data, src.data, src.nbytes());
+  const bool to_bf16 = src.dtype == DType::F32 && dst.dtype == DType::BF16;
+  ATTNRES_CHECK(src.shape == dst.shape && (src.dtype == dst.dtype || to_bf16),
+                "copy " + shape_str(src.shape) + " " + std::string(dtype_name(src.dtype)) +
+                    " -> " + shape_str(dst.shape) + " " + std::string(dtype_name(dst.dtype)));
+  if (!to_bf16) {
+    if (src.nbytes() && src.data != dst.data) std::memmove(dst.data, src.data, src.nbytes());
+    return;
+  }
+  // An entry entering a bf16 depth bank: rows of 4 KB and more, split over the threads.
+  const int64_t total = src.numel();
+  constexpr int64_t kChunk = 1 << 14;
+  const int64_t chunks = (total + kChunk - 1) / kChunk;
+  const float* from = src.ptr<float>();
+  uint16_t* to = dst.ptr<uint16_t>();
+  pool_->parallel_for(chunks, threads_ > 1 && chunks > 1, [&](int64_t c) {
+    const int64_t begin = c * kChunk;
+    cpu::store_row_bf16(to + begin, from + begin, std::min(kChunk, total - begin));
+  });
 }
 
 void CpuBackend::fill_zero(Tensor& dst) {
@@ -55,6 +73,16 @@ void check_f32_rows(const Tensor& t, int64_t n, const char* what) {
   ATTNRES_CHECK(t.device == Device::CPU, std::string(what) + " is not a CPU tensor");
   ATTNRES_CHECK(t.dtype == DType::F32,
                 std::string(what) + " must be F32, got " + std::string(dtype_name(t.dtype)));
+  ATTNRES_CHECK(t.rank() >= 1 && t.dim(-1) == n, std::string(what) + " " + shape_str(t.shape) +
+                                                     ": last dim must be " + std::to_string(n));
+}
+
+void check_bank_rows(const Tensor& t, int64_t n, const char* what) {
+  ATTNRES_CHECK(
+      t.dtype == DType::F32 || t.dtype == DType::BF16,
+      std::string(what) + " must be F32 or BF16, got " + std::string(dtype_name(t.dtype)));
+  ATTNRES_CHECK(t.defined() || t.numel() == 0, std::string(what) + " is undefined");
+  ATTNRES_CHECK(t.device == Device::CPU, std::string(what) + " is not a CPU tensor");
   ATTNRES_CHECK(t.rank() >= 1 && t.dim(-1) == n, std::string(what) + " " + shape_str(t.shape) +
                                                      ": last dim must be " + std::to_string(n));
 }

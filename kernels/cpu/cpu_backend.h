@@ -39,6 +39,13 @@ class CpuBackend : public Backend {
     return dtype == DType::F32 || dtype == DType::BF16;
   }
   bool supports_kv_dtype(DType dtype) const override { return kv_dtype_supported(dtype); }
+  // F32 and BF16 (copy rounds an entry to nearest even; the depth ops widen in registers).
+  static bool depth_bank_dtype_supported(DType dtype) {
+    return dtype == DType::F32 || dtype == DType::BF16;
+  }
+  bool supports_depth_bank_dtype(DType dtype) const override {
+    return depth_bank_dtype_supported(dtype);
+  }
   int num_threads() const { return threads_; }
 
   Tensor alloc(const Shape& shape, DType dtype) override;
@@ -84,6 +91,8 @@ namespace cpu {
 int64_t rows_of(const Tensor& t);
 // Checks t is a CPU tensor of dtype F32 whose last dimension is n.
 void check_f32_rows(const Tensor& t, int64_t n, const char* what);
+// The same for a depth bank (or its newer entries): F32 or BF16.
+void check_bank_rows(const Tensor& t, int64_t n, const char* what);
 // f32 copy of a small vector of any float dtype (gains, inv_freq): [n] -> std::vector.
 std::vector<float> widen_vector(const Tensor& t, int64_t n, const char* what);
 }  // namespace cpu

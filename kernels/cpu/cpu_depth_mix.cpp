@@ -5,7 +5,9 @@
 //   logit[l, j] = queries[l] . bank[j, t] / rms(bank[j, t])      rms(x) = sqrt(mean(x^2) + eps)
 //   m[l, t] = max_j logit,  s[l, t] = sum_j e^(logit - m),  o[l, t] = sum_j e^(logit - m) bank[j,
 //   t]
-// Layout: queries [S, d], bank [>= n, T, d] (first n live), m, s [S, T], o [S, T, d], all f32.
+// Layout: queries [S, d], bank [>= n, T, d] (first n live), m, s [S, T], o [S, T, d], all f32
+// but the bank, which may be bf16 (--depth-bank-dtype): its rows are widened in registers, so
+// the result equals an f32 bank's holding the same rounded values, bit for bit.
 // Parallel over tokens; per token two passes over its n bank rows. The first computes each
 // row's sum of squares and all S dot products together (S + 1 accumulator chains per vector
 // of the row); then a softmax per query over the n logits (vexp); the second pass sums the
@@ -50,40 +52,48 @@ using cpu::VecF;
 
 constexpr int kMaxFusedS = 8;  // sublayers whose dots share one pass; more are done in groups
 
+// A depth-bank element: f32, or bf16 (--depth-bank-dtype), widened exactly in registers.
+template <DType B>
+using BankT = cpu::StoredT<B>;
+
 // dots[l] = queries[l] . x for l < S, in the same pass as the returned sum of x^2. Gated
-// (pre_gated), x is sig * row, formed in registers.
-// `next` (may be null): a row to prefetch, one cache line per vector of this one. Bank rows
-// of one token are T * d floats apart, each its own 4 KB page at d 1024, and the hardware
-// prefetchers stop at page boundaries: without this every row starts with cache misses.
-template <int S, bool Gated = false>
-float dots_and_squares(const float* queries, int64_t d, const float* row, float* dots,
-                       const float* sig = nullptr, const float* next = nullptr) {
+// (pre_gated), x is sig * row, formed in registers. B: the row's element type.
+// `next` (may be null): a row to prefetch, one cache line at a time. Bank rows of one token
+// are T * d elements apart, each its own page at d 1024 (f32), and the hardware prefetchers
+// stop at page boundaries: without this every row starts with cache misses.
+template <int S, bool Gated = false, DType B = DType::F32>
+float dots_and_squares(const float* queries, int64_t d, const BankT<B>* row, float* dots,
+                       const float* sig = nullptr, const BankT<B>* next = nullptr) {
+  constexpr int64_t kElementBytes = sizeof(BankT<B>);
   VecF acc[S], sq = cpu::vzero();
   for (int l = 0; l < S; ++l) acc[l] = cpu::vzero();
   int64_t i = 0;
   for (; i + kLanes <= d; i += kLanes) {
-    if (next) __builtin_prefetch(next + i, 0, 3);
-    VecF xv = cpu::vload(row + i);
+    if (next && i * kElementBytes % 64 == 0) __builtin_prefetch(next + i, 0, 3);
+    VecF xv = cpu::vload_w<B>(row + i);
     if constexpr (Gated) xv = cpu::vmul(xv, cpu::vload(sig + i));
     sq = cpu::vfma(xv, xv, sq);
     for (int l = 0; l < S; ++l) acc[l] = cpu::vfma(cpu::vload(queries + l * d + i), xv, acc[l]);
   }
   float ss = cpu::hsum(sq);
   for (int l = 0; l < S; ++l) dots[l] = cpu::hsum(acc[l]);
+  // The tail in explicit FMAs, like the vectors: left to -ffp-contract, whether a product
+  // fuses would depend on how each template instance vectorises the loop over l.
   for (; i < d; ++i) {
-    const float x = Gated ? row[i] * sig[i] : row[i];
-    ss += x * x;
-    for (int l = 0; l < S; ++l) dots[l] += queries[l * d + i] * x;
+    const float x = Gated ? cpu::load_scalar<B>(row + i) * sig[i] : cpu::load_scalar<B>(row + i);
+    ss = std::fma(x, x, ss);
+    for (int l = 0; l < S; ++l) dots[l] = std::fma(queries[l * d + i], x, dots[l]);
   }
   return ss;
 }
 
 // One token's bank rows, gated or not: the row itself, or (pre_gated) sigmoid(gate) * row.
+template <DType B>
 struct TokenSources {
-  const float* bank = nullptr;  // bank[0, T, d] at this token's row
-  int64_t entry_stride = 0;     // T * d: from one entry's row to the next's
-  const float* sig = nullptr;   // pre_gated: sigmoid(gate logits[t]) [d], else null
-  const float* row(int j) const { return bank + j * entry_stride; }
+  const BankT<B>* bank = nullptr;  // bank[0, T, d] at this token's row
+  int64_t entry_stride = 0;        // T * d: from one entry's row to the next's
+  const float* sig = nullptr;      // pre_gated: sigmoid(gate logits[t]) [d], else null
+  const BankT<B>* row(int j) const { return bank + j * entry_stride; }
 };
 
 // o[l] = sum_j w[l * n + j] * source_j over the d elements, for l < S; o[l] starts at
@@ -92,17 +102,17 @@ struct TokenSources {
 // sources are read from L1/L2 once per block of C vectors (an online-softmax update would
 // read and write all S o rows once per source instead). Gated, the sum is over the bare rows
 // and multiplied by sig once at the end: sum_j w_j (sig * row_j) = sig * sum_j w_j row_j.
-template <int S, int C, bool Gated>
-int64_t weighted_sum_block(const TokenSources& src, int n, const float* w, int64_t d, float* o,
+template <int S, int C, bool Gated, DType B>
+int64_t weighted_sum_block(const TokenSources<B>& src, int n, const float* w, int64_t d, float* o,
                            int64_t o_stride, int64_t i) {
   for (; i + C * kLanes <= d; i += C * kLanes) {
     VecF acc[S][C];
     for (int l = 0; l < S; ++l)
       for (int c = 0; c < C; ++c) acc[l][c] = cpu::vzero();
     for (int j = 0; j < n; ++j) {
-      const float* row = src.row(j) + i;
+      const BankT<B>* row = src.row(j) + i;
       VecF x[C];
-      for (int c = 0; c < C; ++c) x[c] = cpu::vload(row + c * kLanes);
+      for (int c = 0; c < C; ++c) x[c] = cpu::vload_w<B>(row + c * kLanes);
       for (int l = 0; l < S; ++l) {
         const VecF wl = cpu::vset1(w[l * n + j]);
         for (int c = 0; c < C; ++c) acc[l][c] = cpu::vfma(wl, x[c], acc[l][c]);
@@ -119,16 +129,17 @@ int64_t weighted_sum_block(const TokenSources& src, int n, const float* w, int64
   return i;
 }
 
-template <int S, bool Gated>
-void weighted_sum(const TokenSources& src, int n, const float* w, int64_t d, float* o,
+template <int S, bool Gated, DType B>
+void weighted_sum(const TokenSources<B>& src, int n, const float* w, int64_t d, float* o,
                   int64_t o_stride) {
   constexpr int C = S >= 5 ? 3 : 4;  // S x C accumulators + C loads within 32 registers
-  int64_t i = weighted_sum_block<S, C, Gated>(src, n, w, d, o, o_stride, 0);
-  i = weighted_sum_block<S, 1, Gated>(src, n, w, d, o, o_stride, i);
+  int64_t i = weighted_sum_block<S, C, Gated, B>(src, n, w, d, o, o_stride, 0);
+  i = weighted_sum_block<S, 1, Gated, B>(src, n, w, d, o, o_stride, i);
   for (; i < d; ++i) {  // the scalar tail
     for (int l = 0; l < S; ++l) {
       float acc = 0.0f;
-      for (int j = 0; j < n; ++j) acc = std::fma(w[l * n + j], src.row(j)[i], acc);
+      for (int j = 0; j < n; ++j)
+        acc = std::fma(w[l * n + j], cpu::load_scalar<B>(src.row(j) + i), acc);
       o[l * o_stride + i] = Gated ? acc * src.sig[i] : acc;
     }
   }
@@ -136,10 +147,11 @@ void weighted_sum(const TokenSources& src, int n, const float* w, int64_t d, flo
 
 // query . x / rms(x) over one row: a source's depth logit (before any bias). `next` (may be
 // null): a row to prefetch meanwhile, the next token's row of the same source.
-float row_logit(const float* query, int64_t d, const float* x, float eps,
-                const float* next = nullptr) {
+template <DType B = DType::F32>
+float row_logit(const float* query, int64_t d, const BankT<B>* x, float eps,
+                const BankT<B>* next = nullptr) {
   float dot;
-  const float ss = dots_and_squares<1>(query, d, x, &dot, nullptr, next);
+  const float ss = dots_and_squares<1, false, B>(query, d, x, &dot, nullptr, next);
   return dot / std::sqrt(ss / static_cast<float>(d) + eps);
 }
 
@@ -157,14 +169,14 @@ void scale_by_rms(float* h, float hss, const float* gain, int64_t d, float eps) 
 // Phase 1 of one token for S queries, in two passes over its n bank rows: the logits (every
 // row read once for all S dot products and its sum of squares), a softmax per query, then
 // the weighted sums. logits is scratch of S * n floats.
-template <int S, bool Gated>
-void phase1_token(const float* queries, const TokenSources& src, int n, int64_t d, float eps,
+template <int S, bool Gated, DType B>
+void phase1_token(const float* queries, const TokenSources<B>& src, int n, int64_t d, float eps,
                   float* logits, float* m, float* s, int64_t ms_stride, float* o,
                   int64_t o_stride) {
   for (int j = 0; j < n; ++j) {
     float dots[S];
-    const float* next = j + 1 < n ? src.row(j + 1) : nullptr;
-    const float ss = dots_and_squares<S, Gated>(queries, d, src.row(j), dots, src.sig, next);
+    const BankT<B>* next = j + 1 < n ? src.row(j + 1) : nullptr;
+    const float ss = dots_and_squares<S, Gated, B>(queries, d, src.row(j), dots, src.sig, next);
     const float inv_rms = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
     for (int l = 0; l < S; ++l) logits[l * n + j] = dots[l] * inv_rms;
   }
@@ -173,16 +185,41 @@ void phase1_token(const float* queries, const TokenSources& src, int n, int64_t 
     m[l * ms_stride] = *std::max_element(lg, lg + n);
     s[l * ms_stride] = cpu::softmax_numerators(lg, n);  // lg becomes e^(logit - m)
   }
-  weighted_sum<S, Gated>(src, n, logits, d, o, o_stride);
+  weighted_sum<S, Gated, B>(src, n, logits, d, o, o_stride);
 }
 
-using Phase1Token = void (*)(const float*, const TokenSources&, int, int64_t, float, float*,
+template <DType B>
+using Phase1Token = void (*)(const float*, const TokenSources<B>&, int, int64_t, float, float*,
                              float*, float*, int64_t, float*, int64_t);
-template <bool Gated>
-constexpr Phase1Token kPhase1Token[kMaxFusedS] = {
-    phase1_token<1, Gated>, phase1_token<2, Gated>, phase1_token<3, Gated>,
-    phase1_token<4, Gated>, phase1_token<5, Gated>, phase1_token<6, Gated>,
-    phase1_token<7, Gated>, phase1_token<8, Gated>};
+template <bool Gated, DType B>
+constexpr Phase1Token<B> kPhase1Token[kMaxFusedS] = {
+    phase1_token<1, Gated, B>, phase1_token<2, Gated, B>, phase1_token<3, Gated, B>,
+    phase1_token<4, Gated, B>, phase1_token<5, Gated, B>, phase1_token<6, Gated, B>,
+    phase1_token<7, Gated, B>, phase1_token<8, Gated, B>};
+
+// depth_phase1's per-token loop over a bank of element type B (arguments validated).
+template <DType B>
+void phase1_tokens(cpu::WorkerPool& pool, bool parallel, const float* qp, int64_t s_dim,
+                   const BankT<B>* bp, int n, int64_t t_dim, int64_t d, float eps, const float* gp,
+                   float* mp, float* sp, float* op) {
+  pool.parallel_for(t_dim, parallel, [&](int64_t t) {
+    TokenSources<B> src{bp + t * d, t_dim * d, nullptr};
+    if (gp) {  // pre_gated: every source is sigmoid(gate logits[t]) * row
+      float* sig = cpu::thread_scratch(cpu::ScratchSlot::DepthSigmoid, static_cast<size_t>(d));
+      cpu::sigmoid_f32(gp + t * d, sig, d);
+      src.sig = sig;
+    }
+    float* logits = cpu::thread_scratch(cpu::ScratchSlot::DepthLogits,
+                                        static_cast<size_t>(kMaxFusedS) * static_cast<size_t>(n));
+    for (int64_t l0 = 0; l0 < s_dim; l0 += kMaxFusedS) {
+      const int group = static_cast<int>(std::min<int64_t>(kMaxFusedS, s_dim - l0));
+      const Phase1Token<B> token =
+          gp ? kPhase1Token<true, B>[group - 1] : kPhase1Token<false, B>[group - 1];
+      token(qp + l0 * d, src, n, d, eps, logits, mp + l0 * t_dim + t, sp + l0 * t_dim + t, t_dim,
+            op + (l0 * t_dim + t) * d, t_dim * d);
+    }
+  });
+}
 
 }  // namespace
 
@@ -193,7 +230,7 @@ void CpuBackend::depth_phase1(const Tensor& queries, const Tensor& bank, int n, 
   cpu::check_f32_rows(queries, d, "depth_phase1 queries");
   ATTNRES_CHECK(bank.rank() == 3 && n >= 1 && bank.dim(0) >= n,
                 "depth_phase1 bank " + shape_str(bank.shape) + " n " + std::to_string(n));
-  cpu::check_f32_rows(bank, d, "depth_phase1 bank");
+  cpu::check_bank_rows(bank, d, "depth_phase1 bank");
   const int64_t t_dim = bank.dim(1);
   ATTNRES_CHECK(m.numel() == s_dim * t_dim && s.numel() == s_dim * t_dim && m.dtype == DType::F32 &&
                     s.dtype == DType::F32,
@@ -206,29 +243,17 @@ void CpuBackend::depth_phase1(const Tensor& queries, const Tensor& bank, int n, 
     ATTNRES_CHECK(gate->numel() == t_dim * d, "depth_phase1 source gate " + shape_str(gate->shape));
   }
   const float* gp = gate ? gate->ptr<float>() : nullptr;
-
-  const float* qp = queries.ptr<float>();
-  const float* bp = bank.ptr<float>();
+  const bool parallel = threads_ > 1 && t_dim > 1;
   float* mp = m.ptr<float>();
   float* sp = s.ptr<float>();
   float* op = o.ptr<float>();
-  const bool parallel = threads_ > 1 && t_dim > 1;
-  pool_->parallel_for(t_dim, parallel, [&](int64_t t) {
-    TokenSources src{bp + t * d, t_dim * d, nullptr};
-    if (gp) {  // pre_gated: every source is sigmoid(gate logits[t]) * row
-      float* sig = cpu::thread_scratch(cpu::ScratchSlot::DepthSigmoid, static_cast<size_t>(d));
-      cpu::sigmoid_f32(gp + t * d, sig, d);
-      src.sig = sig;
-    }
-    float* logits = cpu::thread_scratch(cpu::ScratchSlot::DepthLogits,
-                                        static_cast<size_t>(kMaxFusedS) * static_cast<size_t>(n));
-    for (int64_t l0 = 0; l0 < s_dim; l0 += kMaxFusedS) {
-      const int group = static_cast<int>(std::min<int64_t>(kMaxFusedS, s_dim - l0));
-      const Phase1Token token = gp ? kPhase1Token<true>[group - 1] : kPhase1Token<false>[group - 1];
-      token(qp + l0 * d, src, n, d, eps, logits, mp + l0 * t_dim + t, sp + l0 * t_dim + t, t_dim,
-            op + (l0 * t_dim + t) * d, t_dim * d);
-    }
-  });
+  if (bank.dtype == DType::BF16) {
+    phase1_tokens<DType::BF16>(*pool_, parallel, queries.ptr<float>(), s_dim,
+                               bank.ptr<uint16_t>(), n, t_dim, d, eps, gp, mp, sp, op);
+  } else {
+    phase1_tokens<DType::F32>(*pool_, parallel, queries.ptr<float>(), s_dim, bank.ptr<float>(), n,
+                              t_dim, d, eps, gp, mp, sp, op);
+  }
 }
 
 namespace {
@@ -244,10 +269,33 @@ struct BankSide {
   float scale = 1.0f;
 };
 
+// merged = c o + sum_j w_j rows_j over d elements, in one pass: every row is read once and
+// merged written once (an update per entry would re-read and re-write it k times).
+template <DType B>
+void merge_newer_rows(const float* o, float c, const BankT<B>* const* rows, const float* w, int k,
+                      int64_t d, float* merged) {
+  VecF vw[Backend::kMaxNewerSources];
+  for (int j = 0; j < k; ++j) vw[j] = cpu::vset1(w[j]);
+  const VecF vc = cpu::vset1(c);
+  int64_t i = 0;
+  for (; i + kLanes <= d; i += kLanes) {
+    VecF acc = cpu::vmul(vc, cpu::vload(o + i));
+    for (int j = 0; j < k; ++j) acc = cpu::vfma(vw[j], cpu::vload_w<B>(rows[j] + i), acc);
+    cpu::vstore(merged + i, acc);
+  }
+  for (; i < d; ++i) {
+    float acc = o[i] * c;
+    for (int j = 0; j < k; ++j) acc = std::fma(w[j], cpu::load_scalar<B>(rows[j] + i), acc);
+    merged[i] = acc;
+  }
+}
+
+// The newer bank entries of a Phase 2 (f32 or bf16, like the bank).
 class NewerMerge {
  public:
   NewerMerge(const Tensor* newer, const float* query, int64_t t_dim, int64_t d, float eps)
-      : base_(newer ? newer->ptr<float>() : nullptr),
+      : base_(newer ? newer->data : nullptr),
+        bf16_(newer && newer->dtype == DType::BF16),
         k_(newer ? static_cast<int>(newer->dim(0)) : 0),
         query_(query),
         t_dim_(t_dim),
@@ -257,10 +305,8 @@ class NewerMerge {
   // The newer entries' logits of token t, into logits[0, k), prefetching token t + 1's rows.
   // Returns k.
   int logits(int64_t t, float* logits) const {
-    const bool has_next = t + 1 < t_dim_;
-    for (int j = 0; j < k_; ++j)
-      logits[j] = row_logit(query_, d_, row(j, t), eps_, has_next ? row(j, t + 1) : nullptr);
-    return k_;
+    if (bf16_) return logits_of<DType::BF16>(t, logits);
+    return logits_of<DType::F32>(t, logits);
   }
 
   // big must already cover m and every logit; den the other sources' terms.
@@ -278,26 +324,11 @@ class NewerMerge {
       side.scale = a * inv_den;
       return side;
     }
-    // merged = o a / den + sum_j w_j / den * newer_j, in one pass: every row is read once and
-    // merged written once (an update per entry would re-read and re-write it k times).
-    const float* rows[Backend::kMaxNewerSources];
-    VecF vw[Backend::kMaxNewerSources];
-    for (int j = 0; j < k_; ++j) {
-      rows[j] = row(j, t);
-      vw[j] = cpu::vset1(w[j] *= inv_den);
-    }
-    const float c = a * inv_den;
-    const VecF vc = cpu::vset1(c);
-    int64_t i = 0;
-    for (; i + kLanes <= d_; i += kLanes) {
-      VecF acc = cpu::vmul(vc, cpu::vload(o + i));
-      for (int j = 0; j < k_; ++j) acc = cpu::vfma(vw[j], cpu::vload(rows[j] + i), acc);
-      cpu::vstore(merged + i, acc);
-    }
-    for (; i < d_; ++i) {
-      float acc = o[i] * c;
-      for (int j = 0; j < k_; ++j) acc = std::fma(w[j], rows[j][i], acc);
-      merged[i] = acc;
+    for (int j = 0; j < k_; ++j) w[j] *= inv_den;
+    if (bf16_) {
+      merge_rows_of<DType::BF16>(t, o, a * inv_den, w, merged);
+    } else {
+      merge_rows_of<DType::F32>(t, o, a * inv_den, w, merged);
     }
     side.row = merged;
     side.scale = 1.0f;
@@ -305,8 +336,27 @@ class NewerMerge {
   }
 
  private:
-  const float* row(int j, int64_t t) const { return base_ + (j * t_dim_ + t) * d_; }
-  const float* base_;
+  template <DType B>
+  const BankT<B>* row(int j, int64_t t) const {
+    return static_cast<const BankT<B>*>(base_) + (j * t_dim_ + t) * d_;
+  }
+  template <DType B>
+  int logits_of(int64_t t, float* logits) const {
+    const bool has_next = t + 1 < t_dim_;
+    for (int j = 0; j < k_; ++j) {
+      logits[j] = row_logit<B>(query_, d_, row<B>(j, t), eps_,
+                               has_next ? row<B>(j, t + 1) : nullptr);
+    }
+    return k_;
+  }
+  template <DType B>
+  void merge_rows_of(int64_t t, const float* o, float c, const float* w, float* merged) const {
+    const BankT<B>* rows[Backend::kMaxNewerSources];
+    for (int j = 0; j < k_; ++j) rows[j] = row<B>(j, t);
+    merge_newer_rows<B>(o, c, rows, w, k_, d_, merged);
+  }
+  const void* base_;
+  bool bf16_;
   int k_;
   const float* query_;
   int64_t t_dim_, d_;
@@ -333,7 +383,7 @@ void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& par
     ATTNRES_CHECK(mix.query->numel() == d, "depth_phase2 query " + shape_str(mix.query->shape));
   }
   if (mix.newer) {
-    cpu::check_f32_rows(*mix.newer, d, "depth_phase2 newer entries");
+    cpu::check_bank_rows(*mix.newer, d, "depth_phase2 newer entries");
     ATTNRES_CHECK(mix.newer->rank() == 3 && mix.newer->dim(0) >= 1 &&
                       mix.newer->dim(0) <= kMaxNewerSources && mix.newer->dim(1) == t_dim,
                   "depth_phase2 newer entries " + shape_str(mix.newer->shape));

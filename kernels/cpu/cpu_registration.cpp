@@ -22,7 +22,8 @@ void register_cpu_backend() {
         }
         return make_cpu_backend(threads);
       },
-      BackendTraits{"CPU", &CpuBackend::kv_dtype_supported});
+      BackendTraits{"CPU", &CpuBackend::kv_dtype_supported,
+                    &CpuBackend::depth_bank_dtype_supported});
   register_communicator_group("cpu", [](int size) -> CommunicatorFactory {
     auto group = InProcessGroup::create(size);
     return [group](int rank, Backend&) { return group->communicator(rank); };

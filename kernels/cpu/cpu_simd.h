@@ -107,6 +107,16 @@ inline VecF vload_w(const StoredT<W>* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
 }
+// Stores v rounded to bf16 exactly as f32_to_bf16 (nearest even; NaN stays a quiet NaN).
+// Integer arithmetic rather than AVX512_BF16's vcvtneps2bf16, which flushes denormals.
+inline void vstore_bf16(uint16_t* p, VecF v) {
+  const __m512i bits = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(bits, _mm512_set1_epi32(0x400000)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
+}
 inline VecF vfloor(VecF a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEG_INF); }
 // a * 2^n for integral n (stays exact through the denormal range).
 inline VecF vscale2(VecF a, VecF n) { return _mm512_scalef_ps(a, n); }
@@ -143,6 +153,18 @@ inline VecF vload_w(const StoredT<W>* p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
 }
+// Stores v rounded to bf16 exactly as f32_to_bf16 (nearest even; NaN stays a quiet NaN).
+inline void vstore_bf16(uint16_t* p, VecF v) {
+  const __m256i bits = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  __m256i r = _mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  r = _mm256_blendv_epi8(r, _mm256_or_si256(bits, _mm256_set1_epi32(0x400000)), nan);
+  r = _mm256_srli_epi32(r, 16);
+  const __m128i packed =
+      _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), packed);
+}
 inline VecF vfloor(VecF a) { return _mm256_floor_ps(a); }
 // a * 2^n for integral n in [-126, 127] (vexp keeps n there).
 inline VecF vscale2(VecF a, VecF n) {
@@ -170,6 +192,7 @@ template <DType W>
 inline VecF vload_w(const StoredT<W>* p) {
   return load_scalar<W>(p);
 }
+inline void vstore_bf16(uint16_t* p, VecF v) { *p = f32_to_bf16(v); }
 inline VecF vfloor(VecF a) { return std::floor(a); }
 inline VecF vscale2(VecF a, VecF n) { return std::ldexp(a, static_cast<int>(n)); }
 inline VecF vmin(VecF a, VecF b) { return a < b ? a : b; }
@@ -192,6 +215,13 @@ inline void hsum_many(const VecF* v, int n, float* sums) {
   }
 #endif
   for (; j < n; ++j) sums[j] = hsum(v[j]);
+}
+
+// dst[i] = x[i] rounded to bf16 (f32_to_bf16), a vector at a time.
+inline void store_row_bf16(uint16_t* dst, const float* x, int64_t n) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) vstore_bf16(dst + i, vload(x + i));
+  for (; i < n; ++i) dst[i] = f32_to_bf16(x[i]);
 }
 
 // e^x lane-wise, within a few ulp of std::exp for x in [-87, 88] (Cephes' expf: x = n ln2 + r,
