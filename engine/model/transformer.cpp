@@ -150,12 +150,17 @@ Backend::DepthMixArgs Transformer::mix_args(size_t i, int slot, const Tensor& m,
 }
 
 Transformer::Transformer(const ModelConfig& config, const ModelWeights& weights, Backend& backend,
-                         ParallelRole parallel)
+                         ParallelRole parallel, DType depth_bank_dtype)
     : config_(config),
       backend_(backend),
       plan_(DepthPlan::build(config, weights.final_res.has_value())),
+      bank_dtype_(depth_bank_dtype),
       parallel_(parallel),
       depth_layout_(make_depth_attention_layout(plan_)) {
+  if (!backend_.supports_depth_bank_dtype(bank_dtype_)) {
+    throw Error("--depth-bank-dtype " + kv_cache_dtype_name(bank_dtype_) + ": the " +
+                backend_.name() + " backend's depth ops read an f32 bank (not yet this dtype)");
+  }
   weights_.embed_tokens = backend_.upload(weights.embed_tokens);
   weights_.final_norm = upload(weights.final_norm);
   weights_.lm_head = upload(weights.lm_head);  // tied: the same memory as embed_tokens
@@ -298,14 +303,14 @@ void Transformer::download_depth_weights(const std::vector<Tensor>& per_mix,
   }
 }
 
-Tensor Transformer::kept_view(Tensor& kept, const Shape& shape) {
+Tensor Transformer::kept_view(Tensor& kept, const Shape& shape, DType dtype) {
   int64_t numel = 1;
   for (int64_t n : shape) numel *= n;
-  if (!kept.defined() || kept.numel() < numel) {
+  if (!kept.defined() || kept.numel() < numel || kept.dtype != dtype) {
     kept = Tensor();  // free the smaller buffer first: the peak is the new one alone
-    kept = backend_.alloc({std::max<int64_t>(numel, 1)}, DType::F32);
+    kept = backend_.alloc({std::max<int64_t>(numel, 1)}, dtype);
   }
-  return Tensor::wrap(kept.data, shape, DType::F32, kept.owner, kept.device);
+  return Tensor::wrap(kept.data, shape, dtype, kept.owner, kept.device);
 }
 
 Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
@@ -354,7 +359,7 @@ Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
   if (attnres) {
     const int64_t slots = plan_.max_group_size();  // query rows, V streams included
     DepthWorkspace& ws = depth_workspace_;
-    bank = kept_view(ws.bank, {plan_.bank_capacity, L, d});
+    bank = kept_view(ws.bank, {plan_.bank_capacity, L, d}, bank_dtype_);
     phase1_m = kept_view(ws.phase1_m, {slots, L});
     phase1_s = kept_view(ws.phase1_s, {slots, L});
     phase1_o = kept_view(ws.phase1_o, {slots, L, d});
@@ -368,9 +373,11 @@ Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
     backend_.copy(partial, entry);
   };
   // full (and block at a block's end): the sum partial + out is the next bank entry. Written
-  // there directly, the partial then *is* that entry (a view) until a step changes it in place
-  // without pushing, which first takes it back into its own buffer: full pushes after every
-  // sublayer, so its per-sublayer copy into the bank goes away.
+  // there directly (an f32 bank), the partial then *is* that entry (a view) until a step
+  // changes it in place without pushing, which first takes it back into its own buffer: full
+  // pushes after every sublayer, so its per-sublayer copy into the bank goes away. A bf16
+  // bank stores rounded entries, so there the partial keeps its own buffer and is copied.
+  const bool f32_bank = bank_dtype_ == DType::F32;
   const Tensor own_partial = partial;
   bool partial_in_bank = false;
   auto take_back_partial = [&](bool keep_values) {
@@ -403,6 +410,11 @@ Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
 
   Tensor hidden = backend_.alloc({L, d}, DType::F32);
   bool open_entry_started = false;  // delta_block: whether the open entry holds a sum yet
+  // delta_block's open entry: the bank's next entry itself (f32), or an f32 buffer rounded
+  // into the bank when committed.
+  auto open_entry = [&] {
+    return f32_bank ? bank.row(bank_size) : kept_view(depth_workspace_.open_entry, {L, d});
+  };
   for (size_t i = 0; i < plan_.steps.size(); ++i) {
     const DepthStep& step = plan_.steps[i];
     const StepMix& w = step_mix_[i];
@@ -468,9 +480,9 @@ Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
     const Tensor input = gather_input(split, normed, s.gathered);
     // Delta modes: the sublayer output is itself the next bank entry, so (unsharded) the
     // sublayer writes it there rather than into scratch and a copy.
-    const bool output_into_bank = step.push_output_after && !split.sharded;
+    const bool output_into_bank = step.push_output_after && !split.sharded && f32_bank;
     // The cumulative modes' pushed sum, likewise (see take_back_partial).
-    const bool sum_into_bank = step.push_after && !split.sharded && !output_into_bank;
+    const bool sum_into_bank = step.push_after && !split.sharded && !output_into_bank && f32_bank;
     Tensor step_out =
         output_into_bank || sum_into_bank ? bank.row(bank_size).reshape({L, d}) : sublayer_out;
     if (step.kind == SublayerKind::Attention) {
@@ -497,15 +509,19 @@ Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
       if (!output_into_bank) backend_.copy(out, entry);
     }
     if (step.accumulate_output) {  // delta_block: the open entry sums the block's outputs
-      Tensor entry = bank.row(bank_size);
+      Tensor entry = open_entry();
       if (open_entry_started) {
         backend_.add_inplace(entry, out);
-      } else {  // the kept bank holds an earlier step's values: the first output overwrites
+      } else {  // the kept buffer holds an earlier step's values: the first output overwrites
         backend_.copy(out, entry);
         open_entry_started = true;
       }
     }
     if (step.commit_open_entry) {
+      if (!f32_bank) {
+        Tensor entry = bank.row(bank_size);
+        backend_.copy(open_entry(), entry);
+      }
       ++bank_size;
       open_entry_started = false;
     }

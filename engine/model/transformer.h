@@ -62,8 +62,12 @@ class Transformer {
   // RMSNorm gain into its pseudo-query.
   // Under tensor parallelism config and weights are the rank's (engine/parallel/
   // tensor_parallel.h: local_config, shard_weights).
+  // depth_bank_dtype: what the depth bank stores (F32, or BF16 where the backend's
+  // supports_depth_bank_dtype says so; throws otherwise). A BF16 bank rounds each entry to
+  // nearest even as it is pushed; the partial, the Phase-1 state and the open delta_block
+  // entry stay f32 (docs/ARCHITECTURE.md, "The depth bank's dtype").
   Transformer(const ModelConfig& config, const ModelWeights& weights, Backend& backend,
-              ParallelRole parallel = {});
+              ParallelRole parallel = {}, DType depth_bank_dtype = DType::F32);
 
   // One step over the tokens of `batch` (prefill chunks and decode tokens alike). Writes
   // their K/V into `cache` and returns the logits [logit_rows.size(), vocab] (f32, on the
@@ -81,6 +85,7 @@ class Transformer {
   // Bytes of weights one decode step reads (the roofline numerator before the KV cache).
   size_t weight_bytes() const { return weight_bytes_; }
   const ForwardFootprint& last_footprint() const { return footprint_; }
+  DType depth_bank_dtype() const { return bank_dtype_; }
   // Rows and columns of the depth-mix weight matrices; empty for a plain model.
   const DepthAttentionLayout& depth_attention_layout() const { return depth_layout_; }
 
@@ -133,14 +138,17 @@ class Transformer {
                                  const Tensor* gate_logits) const;
 
   // Kept across forwards, grown and never shrunk: the depth bank and the Phase-1 state, each
-  // one flat f32 buffer a step views in its own shape (kept_view). Allocated per step they
+  // one flat buffer a step views in its own shape (kept_view). Allocated per step they
   // cost a zero-fill and, past glibc's mmap threshold, a page fault per 4 KB: 67 ms of
   // a 2 s 512-token 0.6B `full` prefill (docs/BENCHMARKS.md). Every entry a step reads was
   // written earlier in that step, so nothing needs clearing between steps.
+  // open_entry: delta_block's open entry, summed in f32 when the bank is not f32 (it is
+  // rounded once, when committed).
   struct DepthWorkspace {
-    Tensor bank, phase1_m, phase1_s, phase1_o;
+    Tensor bank, phase1_m, phase1_s, phase1_o, open_entry;
   };
-  Tensor kept_view(Tensor& kept, const Shape& shape);
+  Tensor kept_view(Tensor& kept, const Shape& shape, DType dtype = DType::F32);
+  DType bank_dtype_ = DType::F32;
   DepthWorkspace depth_workspace_;
   std::vector<Tensor> group_queries_;  // per Phase-1 group: [slots, d] f32, gain folded in
   std::vector<StepMix> step_mix_;      // per plan step

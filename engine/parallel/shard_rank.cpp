@@ -20,8 +20,8 @@ ShardRank::ShardRank(const ModelConfig& config, const ModelWeights& full,
   ParallelRole role;
   role.comm = comm_.get();
   role.sequence_parallel_min_tokens = options_.sequence_parallel_min_tokens;
-  model_ =
-      std::make_unique<Transformer>(local, shard_weights(full, config, shard), *backend_, role);
+  model_ = std::make_unique<Transformer>(local, shard_weights(full, config, shard), *backend_, role,
+                                         options_.depth_bank_dtype);
   cache_ = KvCache::allocate(*backend_, local, options_.num_kv_blocks, options_.block_size,
                              options_.kv_cache_dtype);
 }

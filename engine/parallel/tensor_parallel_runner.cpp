@@ -61,6 +61,7 @@ void TensorParallelRunner::rank_main(int index, const ModelWeights* full_weights
     shard.num_kv_blocks = options_.num_kv_blocks;
     shard.block_size = options_.block_size;
     shard.kv_cache_dtype = options_.kv_cache_dtype;
+    shard.depth_bank_dtype = options_.depth_bank_dtype;
     shard.sequence_parallel_min_tokens = options_.sequence_parallel_min_tokens;
     ranks_[index] = std::make_unique<ShardRank>(
         config_, *full_weights, shard, options_.make_backend(index),

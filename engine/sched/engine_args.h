@@ -22,6 +22,9 @@ struct EngineArgs {
   // weights are bf16 and the backend's attention reads a bf16 cache, else float32
   // (model_execution.h: kv_cache_dtype).
   std::string kv_cache_dtype = "auto";
+  // --depth-bank-dtype: the same choice for the AttnRes depth bank (model_execution.h:
+  // depth_bank_dtype).
+  std::string depth_bank_dtype = "auto";
 
   // --- the serving engine (attnres serve) ---
   size_t kv_cache_memory_bytes = size_t{1} << 30;  // --kv-cache-memory, per rank

@@ -1,5 +1,7 @@
 #include "engine/sched/model_execution.h"
 
+#include <functional>
+
 #include "engine/core/backend_registry.h"
 #include "engine/core/error.h"
 #include "engine/model/kv_cache.h"
@@ -31,7 +33,7 @@ ModelConfig rank_config(const EngineArgs& args, const LoadedModel& model) {
 }
 
 TensorParallelOptions parallel_options(const EngineArgs& args, int size, int num_kv_blocks,
-                                       int block_size, DType kv_dtype) {
+                                       int block_size, DType kv_dtype, DType bank_dtype) {
   if (!has_communicator_group(args.device)) {
     if (args.device == "cuda") {
       throw Error("--tensor-parallel-size with --device cuda needs a build with CUDA and NCCL");
@@ -43,6 +45,7 @@ TensorParallelOptions parallel_options(const EngineArgs& args, int size, int num
   options.num_kv_blocks = num_kv_blocks;
   options.block_size = block_size;
   options.kv_cache_dtype = kv_dtype;
+  options.depth_bank_dtype = bank_dtype;
   options.sequence_parallel_min_tokens = args.sequence_parallel_min_tokens;
   BackendOptions backend;
   backend.threads = args.threads;
@@ -91,12 +94,14 @@ std::unique_ptr<ModelExecution> make_process_execution(const EngineArgs& args,
   load.args = args;
   // Every rank allocates what rank 0 sized: send the resolved dtype, not "auto".
   load.args.kv_cache_dtype = kv_cache_dtype_name(kv_cache_dtype(args, model));
+  load.args.depth_bank_dtype = kv_cache_dtype_name(depth_bank_dtype(args, model));
   load.num_kv_blocks = num_kv_blocks;
   load.block_size = block_size;
   load.model_summary = model.config.summary();
   auto exec = std::make_unique<ModelExecution>();
   exec->tensor_parallel_size = group.size();
   exec->kv_cache_dtype = kv_cache_dtype_from_name(load.args.kv_cache_dtype);
+  exec->depth_bank_dtype = kv_cache_dtype_from_name(load.args.depth_bank_dtype);
   auto runner = std::make_unique<ProcessGroupRunner>(group, load, model.config, model.weights,
                                                      process_rank_backend(args, group),
                                                      process_communicator(args.device, group));
@@ -123,6 +128,7 @@ int run_process_rank(ProcessGroup& group) {
     options.num_kv_blocks = load.num_kv_blocks;
     options.block_size = load.block_size;
     options.kv_cache_dtype = kv_cache_dtype(load.args, model);
+    options.depth_bank_dtype = depth_bank_dtype(load.args, model);
     options.sequence_parallel_min_tokens = load.args.sequence_parallel_min_tokens;
     return std::make_unique<ShardRank>(model.config, model.weights, options,
                                        process_rank_backend(load.args, group),
@@ -140,23 +146,41 @@ int tensor_parallel_size(const EngineArgs& args, const LoadedModel& model) {
   return args.tensor_parallel_size;
 }
 
-DType kv_cache_dtype(const EngineArgs& args, const LoadedModel& model) {
-  const std::string& name = args.kv_cache_dtype;
+namespace {
+
+// A storage dtype flag (--kv-cache-dtype, --depth-bank-dtype): "auto" = bfloat16 for a bf16
+// checkpoint where the backend takes it, else float32; an explicit name the backend must take.
+// `reads` finishes the refusal: "attention reads an f32 cache".
+DType storage_dtype(const std::string& flag, const std::string& name, const EngineArgs& args,
+                    const LoadedModel& model, std::function<bool(DType)> BackendTraits::*supports,
+                    const std::string& reads) {
   if (name != "auto" && name != "float32" && name != "bfloat16") {
-    throw Error("--kv-cache-dtype: '" + name + "' is not one of auto, bfloat16, float32");
+    throw Error(flag + ": '" + name + "' is not one of auto, bfloat16, float32");
   }
   if (!has_backend(args.device)) return name == "bfloat16" ? DType::BF16 : DType::F32;
   const BackendTraits traits = backend_traits(args.device);
+  const auto& takes = traits.*supports;
   if (name == "auto") {
-    return model.weights.dtype == DType::BF16 && traits.supports_kv_dtype(DType::BF16) ? DType::BF16
-                                                                                       : DType::F32;
+    return model.weights.dtype == DType::BF16 && takes(DType::BF16) ? DType::BF16 : DType::F32;
   }
   const DType dtype = kv_cache_dtype_from_name(name);
-  if (!traits.supports_kv_dtype(dtype)) {
-    throw Error("--kv-cache-dtype " + name + ": the " + traits.display_name +
-                " backend's attention reads an f32 cache (not yet bf16)");
+  if (!takes(dtype)) {
+    throw Error(flag + " " + name + ": the " + traits.display_name + " backend's " + reads +
+                " (not yet bf16)");
   }
   return dtype;
+}
+
+}  // namespace
+
+DType kv_cache_dtype(const EngineArgs& args, const LoadedModel& model) {
+  return storage_dtype("--kv-cache-dtype", args.kv_cache_dtype, args, model,
+                       &BackendTraits::supports_kv_dtype, "attention reads an f32 cache");
+}
+
+DType depth_bank_dtype(const EngineArgs& args, const LoadedModel& model) {
+  return storage_dtype("--depth-bank-dtype", args.depth_bank_dtype, args, model,
+                       &BackendTraits::supports_depth_bank_dtype, "depth ops read an f32 bank");
 }
 
 size_t kv_bytes_per_block(const EngineArgs& args, const LoadedModel& model, int block_size) {
@@ -193,9 +217,11 @@ std::unique_ptr<ModelExecution> make_model_execution(const EngineArgs& args,
   auto exec = std::make_unique<ModelExecution>();
   exec->tensor_parallel_size = tensor_parallel_size(args, model);
   exec->kv_cache_dtype = kv_cache_dtype(args, model);
+  exec->depth_bank_dtype = depth_bank_dtype(args, model);
   if (exec->tensor_parallel_size == 1) {
     exec->backend = make_backend(args);
-    exec->transformer = std::make_unique<Transformer>(model.config, model.weights, *exec->backend);
+    exec->transformer = std::make_unique<Transformer>(model.config, model.weights, *exec->backend,
+                                                      ParallelRole{}, exec->depth_bank_dtype);
     exec->runner = std::make_unique<TransformerRunner>(*exec->transformer, num_kv_blocks,
                                                        block_size, exec->kv_cache_dtype);
     exec->weight_bytes_per_rank = exec->transformer->weight_bytes();
@@ -205,7 +231,7 @@ std::unique_ptr<ModelExecution> make_model_execution(const EngineArgs& args,
   auto runner = std::make_unique<TensorParallelRunner>(
       model.config, model.weights,
       parallel_options(args, exec->tensor_parallel_size, num_kv_blocks, block_size,
-                       exec->kv_cache_dtype));
+                       exec->kv_cache_dtype, exec->depth_bank_dtype));
   exec->weight_bytes_per_rank = runner->rank_model(0).weight_bytes();
   exec->description = runner->backend_name();
   exec->runner = std::move(runner);

@@ -28,9 +28,10 @@ struct ModelExecution {
   std::unique_ptr<Transformer> transformer;  // single device only
   std::unique_ptr<ModelRunner> runner;
   int tensor_parallel_size = 1;
-  DType kv_cache_dtype = DType::F32;  // what the KV cache holds (kv_cache_dtype below)
-  size_t weight_bytes_per_rank = 0;   // what one rank's decode step reads
-  std::string description;            // for logs: "cpu (2 threads)", "cpu x2 (in-process)"
+  DType kv_cache_dtype = DType::F32;    // what the KV cache holds (kv_cache_dtype below)
+  DType depth_bank_dtype = DType::F32;  // what the depth bank holds (depth_bank_dtype below)
+  size_t weight_bytes_per_rank = 0;     // what one rank's decode step reads
+  std::string description;              // for logs: "cpu (2 threads)", "cpu x2 (in-process)"
 };
 
 // The model named by args.model (a directory, builtin:NAME, or the demo model when empty).
@@ -45,6 +46,11 @@ int tensor_parallel_size(const EngineArgs& args, const LoadedModel& model);
 // (BackendTraits::supports_kv_dtype), else F32. Throws for an explicit dtype the backend does
 // not take, or an unknown name.
 DType kv_cache_dtype(const EngineArgs& args, const LoadedModel& model);
+
+// The depth bank dtype of args.depth_bank_dtype, resolved the same way against the backend's
+// depth ops (BackendTraits::supports_depth_bank_dtype). A plain model has no bank; the
+// setting then changes nothing.
+DType depth_bank_dtype(const EngineArgs& args, const LoadedModel& model);
 
 // Bytes one KV block takes on one rank (a rank caches only its KV heads), in
 // kv_cache_dtype(args, model).

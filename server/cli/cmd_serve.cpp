@@ -192,6 +192,10 @@ int run_serve(const std::vector<std::string>& args) {
                    (1024.0 * 1024.0),
                engine_args.tensor_parallel_size > 1 ? " per rank" : "", max_model_len,
                engine_config.enable_prefix_caching ? "on" : "off");
+  if (model.config.attnres_mode != AttnResMode::None) {
+    std::fprintf(stderr, "attnres serve: depth bank %s\n",
+                 kv_cache_dtype_name(depth_bank_dtype(engine_args, model)).c_str());
+  }
 
   auto exec = make_model_execution(engine_args, model, num_blocks, block_size);
   exec->runner = FaultInjectingRunner::wrap_if_requested(std::move(exec->runner));

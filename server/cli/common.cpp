@@ -23,6 +23,11 @@ std::vector<FlagSpec> model_flags() {
        "what the KV cache stores: bfloat16 holds twice the tokens per byte (K/V rounded to "
        "nearest even; the CPU backend only for now); auto = bfloat16 for a bf16 checkpoint "
        "on a backend that supports it, else float32 (default auto)"},
+      {"depth-bank-dtype", "auto|bfloat16|float32",
+       "what the AttnRes depth bank (the earlier layers' outputs the depth mixes read) "
+       "stores: bfloat16 reads half the bytes (entries rounded to nearest even; the CPU "
+       "backend only for now); auto = bfloat16 for a bf16 checkpoint on a backend that "
+       "supports it, else float32 (default auto)"},
   };
 }
 
@@ -36,6 +41,7 @@ EngineArgs engine_args_from_flags(const Flags& flags) {
   args.tensor_parallel_size = flags.get_int("tensor-parallel-size", 1);
   args.sequence_parallel_min_tokens = flags.get_int("sequence-parallel-min-tokens", 128);
   args.kv_cache_dtype = flags.get("kv-cache-dtype", "auto");
+  args.depth_bank_dtype = flags.get("depth-bank-dtype", "auto");
   return args;
 }
 

@@ -9,7 +9,10 @@ float64; every computation then runs in float64.
 
 API:
     m = load(model_dir)    (kv_cache_dtype="bfloat16": K and V rounded to bf16 as they
-                            enter the KV cache, like the engine's --kv-cache-dtype bfloat16)
+                            enter the KV cache, like the engine's --kv-cache-dtype bfloat16;
+                            depth_bank_dtype="bfloat16": every depth-bank entry rounded to
+                            bf16 as it is appended, like --depth-bank-dtype bfloat16. The two
+                            are independent; both default to "float64" = no rounding)
     m.logits(ids)          -> np.ndarray [T, vocab]   full causal forward
     m.greedy(prompt, n)    -> list[int]               argmax, no EOS stop
     m.depth_weights(ids)   -> list of [T, n_sources]  one per depth mix, in order
@@ -254,16 +257,24 @@ def round_to_bf16(x: np.ndarray) -> np.ndarray:
 
 
 KV_CACHE_DTYPES = ("float64", "bfloat16")
+DEPTH_BANK_DTYPES = ("float64", "bfloat16")
 
 
 class Model:
     def __init__(self, config: dict, tensors: dict[str, np.ndarray],
-                 kv_cache_dtype: str = "float64"):
+                 kv_cache_dtype: str = "float64", depth_bank_dtype: str = "float64"):
         if kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ValueError(f"kv_cache_dtype must be one of {KV_CACHE_DTYPES}")
+        if depth_bank_dtype not in DEPTH_BANK_DTYPES:
+            raise ValueError(f"depth_bank_dtype must be one of {DEPTH_BANK_DTYPES}")
         # "bfloat16": every K and V row is rounded (round_to_bf16) when it enters the cache,
         # i.e. before attention reads it, for the tokens of the current step too.
         self.kv_cache_dtype = kv_cache_dtype
+        # "bfloat16": every depth-bank entry is rounded (round_to_bf16) when it is appended
+        # (see _bank_entry); every later read of it (logit, rms, weighted sum) sees the
+        # rounded value. The running partial, sublayer outputs added into it, null sources,
+        # queries and gates stay float64.
+        self.depth_bank_dtype = depth_bank_dtype
         self.config = config
         self.stored = tensors  # as stored (for dtype checks)
         self.w = {k: v.astype(np.float64) for k, v in tensors.items()}
@@ -400,6 +411,12 @@ class Model:
             raise ValueError(f"unknown attnres_gate_type {self.gate_type!r}")
         return (1 - s) * x + s * h_mix
 
+    def _bank_entry(self, v: np.ndarray) -> np.ndarray:
+        """The value a depth-bank entry holds once appended: v itself (float64), or v rounded
+        to bf16 (depth_bank_dtype "bfloat16"). Only the bank copy is rounded: the caller keeps
+        using the unrounded v as its partial / residual stream."""
+        return round_to_bf16(v) if self.depth_bank_dtype == "bfloat16" else v
+
     # --- the variants, each written as ATTNRES.md's pseudocode ---------------------
 
     def hidden_states(self, ids, positions, cache=None, trace=None) -> np.ndarray:
@@ -425,19 +442,19 @@ class Model:
     def _cumulative(self, e, positions, cache, trace):  # 2a
         full = self.mode == "full"
         P = self.block_layers
-        bank, x = [e], e
+        bank, x = [self._bank_entry(e)], e
         names = ["embedding"]
         for i in range(self.n_layers):
             lab = names + ["partial (running sum)"]
             h = self.mix(bank + [x], f"model.layers.{i}.attn_res", f"layers.{i}.attn", trace, labels=lab)
             x = x + self.attn_sublayer(i, self.gate(i, "attn", x, h), positions, cache)
             if full:
-                bank, names = bank + [x], names + [f"after layer {i} attention"]
+                bank, names = bank + [self._bank_entry(x)], names + [f"after layer {i} attention"]
             lab = names + ["partial (running sum)"]
             h = self.mix(bank + [x], f"model.layers.{i}.mlp_res", f"layers.{i}.mlp", trace, labels=lab)
             x = x + self.mlp_sublayer(i, self.gate(i, "mlp", x, h))
             if full or (i + 1) % P == 0:
-                bank, names = bank + [x], names + [f"after layer {i}"]
+                bank, names = bank + [self._bank_entry(x)], names + [f"after layer {i}"]
         return rms_norm(x, self.w["model.norm.weight"], self.eps)
 
     def _block_label(self, k: int) -> str:
@@ -448,14 +465,14 @@ class Model:
 
     def _block_reset(self, e, positions, cache, trace):  # 2b
         P = self.block_layers
-        bank, p = [e], e
+        bank, p = [self._bank_entry(e)], e
         names = ["embedding"]
         for i in range(self.n_layers):
             lab = names + [self._block_label(len(bank))]
             h = self.mix(bank + [p], f"model.layers.{i}.attn_res", f"layers.{i}.attn", trace, labels=lab)
             h = self.gate(i, "attn", p, h)  # x = the partial before the reset
             if i > 0 and i % P == 0:  # after the attention-side mix
-                bank, names = bank + [p], names + [self._block_label(len(bank))]
+                bank, names = bank + [self._bank_entry(p)], names + [self._block_label(len(bank))]
                 p = np.zeros_like(p)
             p = p + self.attn_sublayer(i, h, positions, cache)
             lab = names + [self._block_label(len(bank))]
@@ -482,7 +499,7 @@ class Model:
     def _delta(self, e, positions, cache, trace):  # delta, delta_block, delta_v, pre_gated
         P = self.block_layers
         per_block = self.mode == "delta_block"
-        bank, names, x, x_start = [e], ["embedding"], e, e
+        bank, names, x, x_start = [self._bank_entry(e)], ["embedding"], e, e
         gated = self.mode != "pre_gated"
         for i in range(self.n_layers):
             h = self._delta_mix(i, "attn", "attn_res", bank, names, x, trace, f"layers.{i}.attn")
@@ -494,17 +511,19 @@ class Model:
             out = self.attn_sublayer(i, h, positions, cache, h_v=h_v)
             x = x + out
             if not per_block:
-                bank, names = bank + [out], names + [f"attention output of layer {i}"]
+                bank = bank + [self._bank_entry(out)]
+                names = names + [f"attention output of layer {i}"]
             h = self._delta_mix(i, "mlp", "mlp_res", bank, names, x, trace, f"layers.{i}.mlp")
             out = self.mlp_sublayer(i, self.gate(i, "mlp", x, h) if gated else h)
             x = x + out
             if not per_block:
-                bank, names = bank + [out], names + [f"mlp output of layer {i}"]
+                bank, names = bank + [self._bank_entry(out)], names + [f"mlp output of layer {i}"]
             elif (i + 1) % P == 0:
                 k = len(bank)
                 first, last = (k - 1) * P, min(k * P, self.n_layers) - 1
                 span = f"(layer {first})" if first == last else f"(layers {first}-{last})"
-                bank, names = bank + [x - x_start], names + [f"block {k} delta {span}"]
+                bank = bank + [self._bank_entry(x - x_start)]
+                names = names + [f"block {k} delta {span}"]
                 x_start = x
         return rms_norm(x, self.w["model.norm.weight"], self.eps)
 
@@ -523,7 +542,7 @@ class Model:
             out = self.mlp_sublayer(i, h)
             x = x + out
             if i == 0:
-                out_1 = out
+                out_1 = self._bank_entry(out)  # a bank entry; x above took the unrounded out
         return rms_norm(x, self.w["model.norm.weight"], self.eps)
 
     # --- public API ---------------------------------------------------------------
@@ -600,7 +619,8 @@ class Model:
         return labels
 
 
-def load(model_dir, kv_cache_dtype: str = "float64") -> Model:
+def load(model_dir, kv_cache_dtype: str = "float64", depth_bank_dtype: str = "float64") -> Model:
     model_dir = Path(model_dir)
     config = json.loads((model_dir / "config.json").read_text())
-    return Model(config, read_checkpoint_tensors(model_dir), kv_cache_dtype=kv_cache_dtype)
+    return Model(config, read_checkpoint_tensors(model_dir), kv_cache_dtype=kv_cache_dtype,
+                 depth_bank_dtype=depth_bank_dtype)

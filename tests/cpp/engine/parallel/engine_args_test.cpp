@@ -182,6 +182,33 @@ TEST(EngineArgs, KvCacheDtypeFollowsTheCheckpointAndTheBackend) {
   EXPECT_EQ(make_model_execution(run, bf16_model, 2, 16)->kv_cache_dtype, DType::BF16);
 }
 
+TEST(EngineArgs, DepthBankDtypeFollowsTheCheckpointAndTheBackend) {
+  register_builtin_backends();
+  const LoadedModel f32_model = test_model(DType::F32);
+  const LoadedModel bf16_model = test_model(DType::BF16);
+  EngineArgs args;  // auto, cpu
+  EXPECT_EQ(depth_bank_dtype(args, f32_model), DType::F32);
+  EXPECT_EQ(depth_bank_dtype(args, bf16_model), DType::BF16);
+  args.depth_bank_dtype = "float32";
+  EXPECT_EQ(depth_bank_dtype(args, bf16_model), DType::F32);
+  args.depth_bank_dtype = "bfloat16";
+  EXPECT_EQ(depth_bank_dtype(args, f32_model), DType::BF16);
+  EXPECT_EQ(kv_cache_dtype(args, f32_model), DType::F32);  // the two settings are independent
+  args.depth_bank_dtype = "float16";
+  EXPECT_EQ(error_of([&] { depth_bank_dtype(args, f32_model); }),
+            "--depth-bank-dtype: 'float16' is not one of auto, bfloat16, float32");
+
+  // The single-device execution's Transformer stores what was resolved.
+  EngineArgs run;
+  run.threads = 1;
+  auto bf16_exec = make_model_execution(run, bf16_model, 2, 16);
+  EXPECT_EQ(bf16_exec->depth_bank_dtype, DType::BF16);
+  EXPECT_EQ(bf16_exec->transformer->depth_bank_dtype(), DType::BF16);
+  run.depth_bank_dtype = "float32";
+  EXPECT_EQ(make_model_execution(run, bf16_model, 2, 16)->transformer->depth_bank_dtype(),
+            DType::F32);
+}
+
 TEST(EngineArgs, ABackendWithoutABf16CacheRefusesItAndAutoGivesF32) {
   register_builtin_backends();
   // Registered without traits: an f32 cache only (the Backend default).
@@ -193,6 +220,12 @@ TEST(EngineArgs, ABackendWithoutABf16CacheRefusesItAndAutoGivesF32) {
   args.kv_cache_dtype = "bfloat16";
   EXPECT_EQ(error_of([&] { kv_cache_dtype(args, bf16_model); }),
             "--kv-cache-dtype bfloat16: the f32-cache-cpu backend's attention reads an f32 cache "
+            "(not yet bf16)");
+  // The depth bank likewise.
+  EXPECT_EQ(depth_bank_dtype(args, bf16_model), DType::F32);
+  args.depth_bank_dtype = "bfloat16";
+  EXPECT_EQ(error_of([&] { depth_bank_dtype(args, bf16_model); }),
+            "--depth-bank-dtype bfloat16: the f32-cache-cpu backend's depth ops read an f32 bank "
             "(not yet bf16)");
   if (has_backend("cuda")) {  // a CUDA build: asked before any GPU is touched
     args.device = "cuda";

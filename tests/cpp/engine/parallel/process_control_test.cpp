@@ -53,6 +53,7 @@ TEST(ProcessControl, LoadRoundTrips) {
   load.args.tensor_parallel_size = 4;
   load.args.sequence_parallel_min_tokens = 0;
   load.args.kv_cache_dtype = "bfloat16";
+  load.args.depth_bank_dtype = "float32";
   load.num_kv_blocks = 12345;
   load.block_size = 32;
   load.model_summary = "qwen3_attnres (attnres block) layers=4 hidden=64";
@@ -63,6 +64,7 @@ TEST(ProcessControl, LoadRoundTrips) {
   EXPECT_EQ(got.args.tensor_parallel_size, 4);
   EXPECT_EQ(got.args.sequence_parallel_min_tokens, 0);
   EXPECT_EQ(got.args.kv_cache_dtype, "bfloat16");
+  EXPECT_EQ(got.args.depth_bank_dtype, "float32");
   EXPECT_EQ(got.num_kv_blocks, 12345);
   EXPECT_EQ(got.block_size, 32);
   EXPECT_EQ(got.model_summary, load.model_summary);

@@ -133,7 +133,8 @@ LoadMessage load_message(int size, int sp_min_tokens) {
   LoadMessage load;
   load.args.tensor_parallel_size = size;
   load.args.sequence_parallel_min_tokens = sp_min_tokens;
-  load.args.kv_cache_dtype = "float32";  // rank 0 sends the resolved dtype
+  load.args.kv_cache_dtype = "float32";  // rank 0 sends the resolved dtypes
+  load.args.depth_bank_dtype = "float32";
   load.num_kv_blocks = kBlocks;
   load.block_size = kBlockSize;
   return load;
