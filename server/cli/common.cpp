@@ -25,7 +25,7 @@ std::vector<FlagSpec> model_flags() {
        "on a backend that supports it, else float32 (default auto)"},
       {"depth-bank-dtype", "auto|bfloat16|float32",
        "what the AttnRes depth bank (the earlier layers' outputs the depth mixes read) "
-       "stores: bfloat16 reads half the bytes (entries rounded to nearest even; the CPU "
+       "stores: bfloat16 takes half the memory (entries rounded to nearest even; the CPU "
        "backend only for now); auto = bfloat16 for a bf16 checkpoint on a backend that "
        "supports it, else float32 (default auto)"},
   };

@@ -49,6 +49,7 @@ import pytest
 
 import attnres_ref as ref
 from server_process import ServerProcess
+from test_kv_cache_dtype import engine_logits
 from test_engine_parity import (PREFILL, PROMPT_LEN, checkpoint,  # noqa: F401
                                 parse_json_object, prompt_ids, relative_error, require_binary,
                                 run_cli)
@@ -67,12 +68,6 @@ BANK_CASES = (
     ("attnres_pre_gated", {}),
     ("attnres_first_layer", {}),
 )
-
-
-def engine_logits(attnres_bin, model_dir, ids, out, *extra):
-    run_cli(attnres_bin, "logits", "--model", model_dir, "--token-ids", ",".join(map(str, ids)),
-            "--prefill", PREFILL, "--out", out, *extra)
-    return np.load(out)
 
 
 def row_errors(engine, want):
