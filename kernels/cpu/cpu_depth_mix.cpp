@@ -87,6 +87,56 @@ float dots_and_squares(const float* queries, int64_t d, const BankT<B>* row, flo
   return ss;
 }
 
+// dots_and_squares of two rows at once: each query vector is loaded once for both. With one
+// row, the S query loads per vector of the row made the pass load-bound (S + 1 loads for
+// S + 1 FMAs); two rows take S + 2 loads for 2S + 2 FMAs. Every row's accumulators see the
+// same operations in the same order as dots_and_squares', so the results are the same bits.
+template <int S, bool Gated, DType B>
+void dots_and_squares_pair(const float* queries, int64_t d, const BankT<B>* row0,
+                           const BankT<B>* row1, float* dots0, float* dots1, float* ss,
+                           const float* sig, const BankT<B>* next0, const BankT<B>* next1) {
+  constexpr int64_t kElementBytes = sizeof(BankT<B>);
+  VecF acc0[S], acc1[S], sq0 = cpu::vzero(), sq1 = cpu::vzero();
+  for (int l = 0; l < S; ++l) acc0[l] = acc1[l] = cpu::vzero();
+  int64_t i = 0;
+  for (; i + kLanes <= d; i += kLanes) {
+    if (i * kElementBytes % 64 == 0) {
+      if (next0) __builtin_prefetch(next0 + i, 0, 3);
+      if (next1) __builtin_prefetch(next1 + i, 0, 3);
+    }
+    VecF x0 = cpu::vload_w<B>(row0 + i), x1 = cpu::vload_w<B>(row1 + i);
+    if constexpr (Gated) {
+      const VecF g = cpu::vload(sig + i);
+      x0 = cpu::vmul(x0, g);
+      x1 = cpu::vmul(x1, g);
+    }
+    sq0 = cpu::vfma(x0, x0, sq0);
+    sq1 = cpu::vfma(x1, x1, sq1);
+    for (int l = 0; l < S; ++l) {
+      const VecF q = cpu::vload(queries + l * d + i);
+      acc0[l] = cpu::vfma(q, x0, acc0[l]);
+      acc1[l] = cpu::vfma(q, x1, acc1[l]);
+    }
+  }
+  ss[0] = cpu::hsum(sq0);
+  ss[1] = cpu::hsum(sq1);
+  for (int l = 0; l < S; ++l) {
+    dots0[l] = cpu::hsum(acc0[l]);
+    dots1[l] = cpu::hsum(acc1[l]);
+  }
+  for (; i < d; ++i) {  // the tail, as in dots_and_squares
+    const float g = Gated ? sig[i] : 1.0f;
+    const float x0 = Gated ? cpu::load_scalar<B>(row0 + i) * g : cpu::load_scalar<B>(row0 + i);
+    const float x1 = Gated ? cpu::load_scalar<B>(row1 + i) * g : cpu::load_scalar<B>(row1 + i);
+    ss[0] = std::fma(x0, x0, ss[0]);
+    ss[1] = std::fma(x1, x1, ss[1]);
+    for (int l = 0; l < S; ++l) {
+      dots0[l] = std::fma(queries[l * d + i], x0, dots0[l]);
+      dots1[l] = std::fma(queries[l * d + i], x1, dots1[l]);
+    }
+  }
+}
+
 // One token's bank rows, gated or not: the row itself, or (pre_gated) sigmoid(gate) * row.
 template <DType B>
 struct TokenSources {
@@ -173,7 +223,19 @@ template <int S, bool Gated, DType B>
 void phase1_token(const float* queries, const TokenSources<B>& src, int n, int64_t d, float eps,
                   float* logits, float* m, float* s, int64_t ms_stride, float* o,
                   int64_t o_stride) {
-  for (int j = 0; j < n; ++j) {
+  int j = 0;
+  for (; j + 2 <= n; j += 2) {  // rows in pairs (dots_and_squares_pair), then the odd one
+    float dots[2][S], ss[2];
+    const BankT<B>* next0 = j + 2 < n ? src.row(j + 2) : nullptr;
+    const BankT<B>* next1 = j + 3 < n ? src.row(j + 3) : nullptr;
+    dots_and_squares_pair<S, Gated, B>(queries, d, src.row(j), src.row(j + 1), dots[0], dots[1],
+                                       ss, src.sig, next0, next1);
+    for (int r = 0; r < 2; ++r) {
+      const float inv_rms = 1.0f / std::sqrt(ss[r] / static_cast<float>(d) + eps);
+      for (int l = 0; l < S; ++l) logits[l * n + j + r] = dots[r][l] * inv_rms;
+    }
+  }
+  for (; j < n; ++j) {
     float dots[S];
     const BankT<B>* next = j + 1 < n ? src.row(j + 1) : nullptr;
     const float ss = dots_and_squares<S, Gated, B>(queries, d, src.row(j), dots, src.sig, next);

@@ -6,6 +6,7 @@
 // f32 ops themselves are checked against double-precision references in the other depth tests.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -183,6 +184,40 @@ TEST(CpuDepthBankBf16, TheRoundingShows) {
   }
   EXPECT_FALSE(same_bits(o[0], o[1]));
   EXPECT_TRUE(all_close(o[0], values(o[1]), 1e-2, 1e-2));
+}
+
+// Phase 1 computes the logits of two rows at a time (dots_and_squares_pair) and of an odd last
+// row alone; both give the same bits: with n = 2 (one pair), m is the max of the two logits
+// each n = 1 Phase 1 (the single-row path) gives as its m. f32 and bf16 banks, gated or not,
+// d with a scalar tail.
+TEST(CpuDepthBankBf16, PairedRowsGiveTheSingleRowLogits) {
+  auto be = make_cpu_backend(2);
+  std::mt19937 rng(25);
+  const int64_t t_dim = 3, d = 45, s_dim = 3;
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    for (bool gated : {false, true}) {
+      const Tensor f32 = random_tensor({2, t_dim, d}, DType::F32, rng, -2.0f, 2.0f);
+      Tensor bank = be->alloc(f32.shape, dtype);
+      be->copy(f32, bank);
+      const Tensor queries = random_tensor({s_dim, d}, DType::F32, rng, -0.5f, 0.5f);
+      const Tensor gate = random_tensor({t_dim, d}, DType::F32, rng, -2.0f, 2.0f);
+      Tensor m[3], s[3], o[3];
+      for (int k = 0; k < 3; ++k) {
+        m[k] = be->alloc({s_dim, t_dim}, DType::F32);
+        s[k] = be->alloc({s_dim, t_dim}, DType::F32);
+        o[k] = be->alloc({s_dim, t_dim, d}, DType::F32);
+      }
+      const Tensor* g = gated ? &gate : nullptr;
+      be->depth_phase1(queries, bank, 2, 1e-6f, m[0], s[0], o[0], g);  // the pair
+      be->depth_phase1(queries, bank.rows(0, 1), 1, 1e-6f, m[1], s[1], o[1], g);
+      be->depth_phase1(queries, bank.rows(1, 2), 1, 1e-6f, m[2], s[2], o[2], g);
+      for (int64_t i = 0; i < s_dim * t_dim; ++i) {
+        const float single = std::max(m[1].ptr<float>()[i], m[2].ptr<float>()[i]);
+        EXPECT_EQ(m[0].ptr<float>()[i], single)
+            << name(dtype) << (gated ? " gated" : "") << " element " << i;
+      }
+    }
+  }
 }
 
 TEST(CpuDepthBankBf16, RejectsABankOfAnotherDtype) {
