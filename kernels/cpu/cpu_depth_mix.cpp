@@ -10,7 +10,7 @@
 // the result equals an f32 bank's holding the same rounded values, bit for bit.
 // Parallel over tokens; per token two passes over its n bank rows. The first computes each
 // row's sum of squares and all S dot products together (S + 1 accumulator chains per vector
-// of the row); then a softmax per query over the n logits (vexp); the second pass sums the
+// of the row), two rows at a time so that each query vector is loaded once for both; then a softmax per query over the n logits (vexp); the second pass sums the
 // weighted rows into all S outputs at once, register-blocked (the token's rows, n x 4 KB at
 // d 1024, are still in L2 from the first pass). The first pass prefetches each next row: a
 // token's rows are T x d floats apart, where the hardware prefetchers stop. (One pass with
