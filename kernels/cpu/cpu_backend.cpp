@@ -68,23 +68,29 @@ int64_t rows_of(const Tensor& t) {
   return t.dim(-1) ? t.numel() / t.dim(-1) : 0;
 }
 
-void check_f32_rows(const Tensor& t, int64_t n, const char* what) {
+namespace {
+
+// A CPU tensor whose last dimension is n (the dtype is the callers' check).
+void check_cpu_rows(const Tensor& t, int64_t n, const char* what) {
   ATTNRES_CHECK(t.defined() || t.numel() == 0, std::string(what) + " is undefined");
   ATTNRES_CHECK(t.device == Device::CPU, std::string(what) + " is not a CPU tensor");
-  ATTNRES_CHECK(t.dtype == DType::F32,
-                std::string(what) + " must be F32, got " + std::string(dtype_name(t.dtype)));
   ATTNRES_CHECK(t.rank() >= 1 && t.dim(-1) == n, std::string(what) + " " + shape_str(t.shape) +
                                                      ": last dim must be " + std::to_string(n));
 }
 
+}  // namespace
+
+void check_f32_rows(const Tensor& t, int64_t n, const char* what) {
+  check_cpu_rows(t, n, what);
+  ATTNRES_CHECK(t.dtype == DType::F32,
+                std::string(what) + " must be F32, got " + std::string(dtype_name(t.dtype)));
+}
+
 void check_bank_rows(const Tensor& t, int64_t n, const char* what) {
+  check_cpu_rows(t, n, what);
   ATTNRES_CHECK(
       t.dtype == DType::F32 || t.dtype == DType::BF16,
       std::string(what) + " must be F32 or BF16, got " + std::string(dtype_name(t.dtype)));
-  ATTNRES_CHECK(t.defined() || t.numel() == 0, std::string(what) + " is undefined");
-  ATTNRES_CHECK(t.device == Device::CPU, std::string(what) + " is not a CPU tensor");
-  ATTNRES_CHECK(t.rank() >= 1 && t.dim(-1) == n, std::string(what) + " " + shape_str(t.shape) +
-                                                     ": last dim must be " + std::to_string(n));
 }
 
 std::vector<float> widen_vector(const Tensor& t, int64_t n, const char* what) {

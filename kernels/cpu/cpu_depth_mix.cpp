@@ -10,8 +10,9 @@
 // the result equals an f32 bank's holding the same rounded values, bit for bit.
 // Parallel over tokens; per token two passes over its n bank rows. The first computes each
 // row's sum of squares and all S dot products together (S + 1 accumulator chains per vector
-// of the row), two rows at a time so that each query vector is loaded once for both; then a softmax per query over the n logits (vexp); the second pass sums the
-// weighted rows into all S outputs at once, register-blocked (the token's rows, n x 4 KB at
+// of the row), two rows at a time so that each query vector is loaded once for both; then a
+// softmax per query over the n logits (vexp); the second pass sums the weighted rows into all
+// S outputs at once, register-blocked (the token's rows, n x 4 KB at
 // d 1024, are still in L2 from the first pass). The first pass prefetches each next row: a
 // token's rows are T x d floats apart, where the hardware prefetchers stop. (One pass with
 // online-softmax updates of o instead, a46e30c, read and wrote all S o rows per source and
@@ -56,83 +57,54 @@ constexpr int kMaxFusedS = 8;  // sublayers whose dots share one pass; more are 
 template <DType B>
 using BankT = cpu::StoredT<B>;
 
-// dots[l] = queries[l] . x for l < S, in the same pass as the returned sum of x^2. Gated
-// (pre_gated), x is sig * row, formed in registers. B: the row's element type.
-// `next` (may be null): a row to prefetch, one cache line at a time. Bank rows of one token
-// are T * d elements apart, each its own page at d 1024 (f32), and the hardware prefetchers
-// stop at page boundaries: without this every row starts with cache misses.
-template <int S, bool Gated = false, DType B = DType::F32>
-float dots_and_squares(const float* queries, int64_t d, const BankT<B>* row, float* dots,
-                       const float* sig = nullptr, const BankT<B>* next = nullptr) {
+// For each of R rows x_r: dots[r * S + l] = queries[l] . x_r for l < S, in the same pass as
+// ss[r] = sum of x_r^2. Gated (pre_gated), x_r is sig * row_r, formed in registers. B: the
+// rows' element type. R = 2 loads each query vector once for both rows: with one row, the S
+// query loads per vector made Phase 1's logit pass load-bound (S + 1 loads for S + 1 FMAs;
+// two rows take S + 2 for 2S + 2). Each row's accumulators see the same operations in the
+// same order whatever R, so R does not change a bit.
+// `next` (entries may be null): rows to prefetch, one cache line at a time. Bank rows of one
+// token are T * d elements apart, each its own page at d 1024 (f32), and the hardware
+// prefetchers stop at page boundaries: without this every row starts with cache misses.
+template <int R, int S, bool Gated, DType B>
+void dots_and_squares(const float* queries, int64_t d, const BankT<B>* const* rows, float* dots,
+                      float* ss, const float* sig, const BankT<B>* const* next) {
   constexpr int64_t kElementBytes = sizeof(BankT<B>);
-  VecF acc[S], sq = cpu::vzero();
-  for (int l = 0; l < S; ++l) acc[l] = cpu::vzero();
-  int64_t i = 0;
-  for (; i + kLanes <= d; i += kLanes) {
-    if (next && i * kElementBytes % 64 == 0) __builtin_prefetch(next + i, 0, 3);
-    VecF xv = cpu::vload_w<B>(row + i);
-    if constexpr (Gated) xv = cpu::vmul(xv, cpu::vload(sig + i));
-    sq = cpu::vfma(xv, xv, sq);
-    for (int l = 0; l < S; ++l) acc[l] = cpu::vfma(cpu::vload(queries + l * d + i), xv, acc[l]);
+  VecF acc[R][S], sq[R];
+  for (int r = 0; r < R; ++r) {
+    sq[r] = cpu::vzero();
+    for (int l = 0; l < S; ++l) acc[r][l] = cpu::vzero();
   }
-  float ss = cpu::hsum(sq);
-  for (int l = 0; l < S; ++l) dots[l] = cpu::hsum(acc[l]);
-  // The tail in explicit FMAs, like the vectors: left to -ffp-contract, whether a product
-  // fuses would depend on how each template instance vectorises the loop over l.
-  for (; i < d; ++i) {
-    const float x = Gated ? cpu::load_scalar<B>(row + i) * sig[i] : cpu::load_scalar<B>(row + i);
-    ss = std::fma(x, x, ss);
-    for (int l = 0; l < S; ++l) dots[l] = std::fma(queries[l * d + i], x, dots[l]);
-  }
-  return ss;
-}
-
-// dots_and_squares of two rows at once: each query vector is loaded once for both. With one
-// row, the S query loads per vector of the row made the pass load-bound (S + 1 loads for
-// S + 1 FMAs); two rows take S + 2 loads for 2S + 2 FMAs. Every row's accumulators see the
-// same operations in the same order as dots_and_squares', so the results are the same bits.
-template <int S, bool Gated, DType B>
-void dots_and_squares_pair(const float* queries, int64_t d, const BankT<B>* row0,
-                           const BankT<B>* row1, float* dots0, float* dots1, float* ss,
-                           const float* sig, const BankT<B>* next0, const BankT<B>* next1) {
-  constexpr int64_t kElementBytes = sizeof(BankT<B>);
-  VecF acc0[S], acc1[S], sq0 = cpu::vzero(), sq1 = cpu::vzero();
-  for (int l = 0; l < S; ++l) acc0[l] = acc1[l] = cpu::vzero();
   int64_t i = 0;
   for (; i + kLanes <= d; i += kLanes) {
     if (i * kElementBytes % 64 == 0) {
-      if (next0) __builtin_prefetch(next0 + i, 0, 3);
-      if (next1) __builtin_prefetch(next1 + i, 0, 3);
+      for (int r = 0; r < R; ++r)
+        if (next[r]) __builtin_prefetch(next[r] + i, 0, 3);
     }
-    VecF x0 = cpu::vload_w<B>(row0 + i), x1 = cpu::vload_w<B>(row1 + i);
-    if constexpr (Gated) {
-      const VecF g = cpu::vload(sig + i);
-      x0 = cpu::vmul(x0, g);
-      x1 = cpu::vmul(x1, g);
+    VecF x[R];
+    for (int r = 0; r < R; ++r) {
+      x[r] = cpu::vload_w<B>(rows[r] + i);
+      if constexpr (Gated) x[r] = cpu::vmul(x[r], cpu::vload(sig + i));
+      sq[r] = cpu::vfma(x[r], x[r], sq[r]);
     }
-    sq0 = cpu::vfma(x0, x0, sq0);
-    sq1 = cpu::vfma(x1, x1, sq1);
     for (int l = 0; l < S; ++l) {
       const VecF q = cpu::vload(queries + l * d + i);
-      acc0[l] = cpu::vfma(q, x0, acc0[l]);
-      acc1[l] = cpu::vfma(q, x1, acc1[l]);
+      for (int r = 0; r < R; ++r) acc[r][l] = cpu::vfma(q, x[r], acc[r][l]);
     }
   }
-  ss[0] = cpu::hsum(sq0);
-  ss[1] = cpu::hsum(sq1);
-  for (int l = 0; l < S; ++l) {
-    dots0[l] = cpu::hsum(acc0[l]);
-    dots1[l] = cpu::hsum(acc1[l]);
+  for (int r = 0; r < R; ++r) {
+    ss[r] = cpu::hsum(sq[r]);
+    for (int l = 0; l < S; ++l) dots[r * S + l] = cpu::hsum(acc[r][l]);
   }
-  for (; i < d; ++i) {  // the tail, as in dots_and_squares
-    const float g = Gated ? sig[i] : 1.0f;
-    const float x0 = Gated ? cpu::load_scalar<B>(row0 + i) * g : cpu::load_scalar<B>(row0 + i);
-    const float x1 = Gated ? cpu::load_scalar<B>(row1 + i) * g : cpu::load_scalar<B>(row1 + i);
-    ss[0] = std::fma(x0, x0, ss[0]);
-    ss[1] = std::fma(x1, x1, ss[1]);
-    for (int l = 0; l < S; ++l) {
-      dots0[l] = std::fma(queries[l * d + i], x0, dots0[l]);
-      dots1[l] = std::fma(queries[l * d + i], x1, dots1[l]);
+  // The tail in explicit FMAs, like the vectors: left to -ffp-contract, whether a product
+  // fuses would depend on how each template instance vectorises the loop over l.
+  for (; i < d; ++i) {
+    for (int r = 0; r < R; ++r) {
+      const float v = cpu::load_scalar<B>(rows[r] + i);
+      const float x = Gated ? v * sig[i] : v;
+      ss[r] = std::fma(x, x, ss[r]);
+      for (int l = 0; l < S; ++l)
+        dots[r * S + l] = std::fma(queries[l * d + i], x, dots[r * S + l]);
     }
   }
 }
@@ -200,8 +172,8 @@ void weighted_sum(const TokenSources<B>& src, int n, const float* w, int64_t d, 
 template <DType B = DType::F32>
 float row_logit(const float* query, int64_t d, const BankT<B>* x, float eps,
                 const BankT<B>* next = nullptr) {
-  float dot;
-  const float ss = dots_and_squares<1, false, B>(query, d, x, &dot, nullptr, next);
+  float dot, ss;
+  dots_and_squares<1, 1, false, B>(query, d, &x, &dot, &ss, nullptr, &next);
   return dot / std::sqrt(ss / static_cast<float>(d) + eps);
 }
 
@@ -216,6 +188,25 @@ void scale_by_rms(float* h, float hss, const float* gain, int64_t d, float eps) 
   for (; i < d; ++i) h[i] = h[i] * inv_rms * gain[i];
 }
 
+// The logits of rows [j, j + R) for the S queries, into logits[l * n + j + r]; prefetches
+// the R rows after them.
+template <int R, int S, bool Gated, DType B>
+void rows_logits(const float* queries, const TokenSources<B>& src, int n, int j, int64_t d,
+                 float eps, float* logits) {
+  const BankT<B>* rows[R];
+  const BankT<B>* next[R];
+  for (int r = 0; r < R; ++r) {
+    rows[r] = src.row(j + r);
+    next[r] = j + R + r < n ? src.row(j + R + r) : nullptr;
+  }
+  float dots[R * S], ss[R];
+  dots_and_squares<R, S, Gated, B>(queries, d, rows, dots, ss, src.sig, next);
+  for (int r = 0; r < R; ++r) {
+    const float inv_rms = 1.0f / std::sqrt(ss[r] / static_cast<float>(d) + eps);
+    for (int l = 0; l < S; ++l) logits[l * n + j + r] = dots[r * S + l] * inv_rms;
+  }
+}
+
 // Phase 1 of one token for S queries, in two passes over its n bank rows: the logits (every
 // row read once for all S dot products and its sum of squares), a softmax per query, then
 // the weighted sums. logits is scratch of S * n floats.
@@ -224,24 +215,8 @@ void phase1_token(const float* queries, const TokenSources<B>& src, int n, int64
                   float* logits, float* m, float* s, int64_t ms_stride, float* o,
                   int64_t o_stride) {
   int j = 0;
-  for (; j + 2 <= n; j += 2) {  // rows in pairs (dots_and_squares_pair), then the odd one
-    float dots[2][S], ss[2];
-    const BankT<B>* next0 = j + 2 < n ? src.row(j + 2) : nullptr;
-    const BankT<B>* next1 = j + 3 < n ? src.row(j + 3) : nullptr;
-    dots_and_squares_pair<S, Gated, B>(queries, d, src.row(j), src.row(j + 1), dots[0], dots[1],
-                                       ss, src.sig, next0, next1);
-    for (int r = 0; r < 2; ++r) {
-      const float inv_rms = 1.0f / std::sqrt(ss[r] / static_cast<float>(d) + eps);
-      for (int l = 0; l < S; ++l) logits[l * n + j + r] = dots[r][l] * inv_rms;
-    }
-  }
-  for (; j < n; ++j) {
-    float dots[S];
-    const BankT<B>* next = j + 1 < n ? src.row(j + 1) : nullptr;
-    const float ss = dots_and_squares<S, Gated, B>(queries, d, src.row(j), dots, src.sig, next);
-    const float inv_rms = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
-    for (int l = 0; l < S; ++l) logits[l * n + j] = dots[l] * inv_rms;
-  }
+  for (; j + 2 <= n; j += 2) rows_logits<2, S, Gated, B>(queries, src, n, j, d, eps, logits);
+  if (j < n) rows_logits<1, S, Gated, B>(queries, src, n, j, d, eps, logits);
   for (int l = 0; l < S; ++l) {
     float* lg = logits + l * n;
     m[l * ms_stride] = *std::max_element(lg, lg + n);

@@ -186,7 +186,7 @@ TEST(CpuDepthBankBf16, TheRoundingShows) {
   EXPECT_TRUE(all_close(o[0], values(o[1]), 1e-2, 1e-2));
 }
 
-// Phase 1 computes the logits of two rows at a time (dots_and_squares_pair) and of an odd last
+// Phase 1 computes the logits of two rows at a time (dots_and_squares<2>) and of an odd last
 // row alone; both give the same bits: with n = 2 (one pair), m is the max of the two logits
 // each n = 1 Phase 1 (the single-row path) gives as its m. f32 and bf16 banks, gated or not,
 // d with a scalar tail.
