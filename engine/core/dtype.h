@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <string_view>
 
 namespace attnres {
@@ -36,6 +37,13 @@ constexpr std::string_view dtype_name(DType t) {
   }
   return "?";
 }
+
+// The vLLM-style names of a storage dtype (--kv-cache-dtype, --depth-bank-dtype):
+// F32 <-> "float32", BF16 <-> "bfloat16"; other dtypes are named by dtype_name.
+std::string storage_dtype_name(DType dtype);
+// Throws, naming `what` (the flag), on anything but those two names, "auto" included: the
+// engine resolves "auto" against the model and backend before it gets here.
+DType storage_dtype_from_name(const std::string& name, std::string_view what);
 
 inline float bf16_to_f32(uint16_t h) {
   uint32_t bits = static_cast<uint32_t>(h) << 16;

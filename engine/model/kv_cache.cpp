@@ -22,7 +22,7 @@ KvCache KvCache::allocate(Backend& backend, const ModelConfig& config, int num_b
   }
   if (!backend.supports_kv_dtype(dtype)) {
     throw Error("KV cache: the " + backend.name() + " backend has no " +
-                kv_cache_dtype_name(dtype) + " KV cache");
+                storage_dtype_name(dtype) + " KV cache");
   }
   KvCache cache;
   cache.num_blocks = num_blocks;
@@ -33,24 +33,6 @@ KvCache KvCache::allocate(Backend& backend, const ModelConfig& config, int num_b
     cache.layers.push_back(KvCacheLayer{backend.alloc(shape, dtype), backend.alloc(shape, dtype)});
   }
   return cache;
-}
-
-DType kv_cache_dtype_from_name(const std::string& name) {
-  if (name == "float32") return DType::F32;
-  if (name == "bfloat16") return DType::BF16;
-  // A resolved dtype ("auto" is resolved against the model and backend before it gets here).
-  throw Error("KV cache dtype '" + name + "': expected bfloat16 or float32");
-}
-
-std::string kv_cache_dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::F32:
-      return "float32";
-    case DType::BF16:
-      return "bfloat16";
-    default:
-      return std::string(dtype_name(dtype));
-  }
 }
 
 }  // namespace attnres

@@ -32,10 +32,4 @@ struct KvCache {
                                DType dtype = DType::F32);
 };
 
-// The vLLM-style names of --kv-cache-dtype: "float32" -> F32, "bfloat16" -> BF16 (throws on
-// anything else, "auto" included: engine/sched resolves that against the model and backend).
-DType kv_cache_dtype_from_name(const std::string& name);
-// The inverse: F32 -> "float32", BF16 -> "bfloat16".
-std::string kv_cache_dtype_name(DType dtype);
-
 }  // namespace attnres

@@ -158,7 +158,7 @@ Transformer::Transformer(const ModelConfig& config, const ModelWeights& weights,
       parallel_(parallel),
       depth_layout_(make_depth_attention_layout(plan_)) {
   if (!backend_.supports_depth_bank_dtype(bank_dtype_)) {
-    throw Error("--depth-bank-dtype " + kv_cache_dtype_name(bank_dtype_) + ": the " +
+    throw Error("--depth-bank-dtype " + storage_dtype_name(bank_dtype_) + ": the " +
                 backend_.name() + " backend's depth ops read an f32 bank (not yet this dtype)");
   }
   weights_.embed_tokens = backend_.upload(weights.embed_tokens);

@@ -93,15 +93,15 @@ std::unique_ptr<ModelExecution> make_process_execution(const EngineArgs& args,
   LoadMessage load;
   load.args = args;
   // Every rank allocates what rank 0 sized: send the resolved dtype, not "auto".
-  load.args.kv_cache_dtype = kv_cache_dtype_name(kv_cache_dtype(args, model));
-  load.args.depth_bank_dtype = kv_cache_dtype_name(depth_bank_dtype(args, model));
+  load.args.kv_cache_dtype = storage_dtype_name(kv_cache_dtype(args, model));
+  load.args.depth_bank_dtype = storage_dtype_name(depth_bank_dtype(args, model));
   load.num_kv_blocks = num_kv_blocks;
   load.block_size = block_size;
   load.model_summary = model.config.summary();
   auto exec = std::make_unique<ModelExecution>();
   exec->tensor_parallel_size = group.size();
-  exec->kv_cache_dtype = kv_cache_dtype_from_name(load.args.kv_cache_dtype);
-  exec->depth_bank_dtype = kv_cache_dtype_from_name(load.args.depth_bank_dtype);
+  exec->kv_cache_dtype = storage_dtype_from_name(load.args.kv_cache_dtype, "--kv-cache-dtype");
+  exec->depth_bank_dtype = storage_dtype_from_name(load.args.depth_bank_dtype, "--depth-bank-dtype");
   auto runner = std::make_unique<ProcessGroupRunner>(group, load, model.config, model.weights,
                                                      process_rank_backend(args, group),
                                                      process_communicator(args.device, group));
@@ -163,7 +163,7 @@ DType storage_dtype(const std::string& flag, const std::string& name, const Engi
   if (name == "auto") {
     return model.weights.dtype == DType::BF16 && takes(DType::BF16) ? DType::BF16 : DType::F32;
   }
-  const DType dtype = kv_cache_dtype_from_name(name);
+  const DType dtype = storage_dtype_from_name(name, flag);
   if (!takes(dtype)) {
     throw Error(flag + " " + name + ": the " + traits.display_name + " backend's " + reads +
                 " (not yet bf16)");

@@ -186,7 +186,7 @@ int run_serve(const std::vector<std::string>& args) {
                "attnres serve: KV cache %d blocks x %d tokens = %lld tokens %s (%.1f MiB%s), "
                "max_model_len %d, prefix caching %s\n",
                num_blocks, block_size, static_cast<long long>(capacity_tokens),
-               kv_cache_dtype_name(kv_cache_dtype(engine_args, model)).c_str(),
+               storage_dtype_name(kv_cache_dtype(engine_args, model)).c_str(),
                static_cast<double>(num_blocks) *
                    static_cast<double>(kv_bytes_per_block(engine_args, model, block_size)) /
                    (1024.0 * 1024.0),
@@ -194,7 +194,7 @@ int run_serve(const std::vector<std::string>& args) {
                engine_config.enable_prefix_caching ? "on" : "off");
   if (model.config.attnres_mode != AttnResMode::None) {
     std::fprintf(stderr, "attnres serve: depth bank %s\n",
-                 kv_cache_dtype_name(depth_bank_dtype(engine_args, model)).c_str());
+                 storage_dtype_name(depth_bank_dtype(engine_args, model)).c_str());
   }
 
   auto exec = make_model_execution(engine_args, model, num_blocks, block_size);

@@ -48,11 +48,10 @@ import numpy as np
 import pytest
 
 import attnres_ref as ref
+from checkpoint_cache import checkpoint_fixture
+from engine_cli import (PREFILL, PROMPT_LEN, engine_logits, parse_json_object, prompt_ids,
+                        relative_error, require_binary, run_cli)
 from server_process import ServerProcess
-from test_kv_cache_dtype import engine_logits
-from test_engine_parity import (PREFILL, PROMPT_LEN, checkpoint,  # noqa: F401
-                                parse_json_object, prompt_ids, relative_error, require_binary,
-                                run_cli)
 
 BANK_BF16_TOL = 1.5e-3
 BANK_BF16_MEDIAN_TOL = 2e-4
@@ -90,6 +89,11 @@ def check_against(engine, want, unrounded, what):
         f"{what}: median row {median:.3g} against the rounded reference is not below "
         f"{BANK_CLOSER_RATIO:g} x {median_unrounded:.3g} against the unrounded one: the "
         f"rounding is missing or wrong; per row: {rows}")
+
+
+@pytest.fixture(scope="module")
+def checkpoint(ckpt_root):
+    yield from checkpoint_fixture(ckpt_root, prefix="bank_dtype", seed=1)
 
 
 @pytest.mark.parametrize("variant,kw", BANK_CASES,

@@ -22,28 +22,23 @@ hidden state).
 A missing binary makes every test here FAIL (not skip): these are acceptance tests.
 """
 
-import json
-import shutil
-import subprocess
-
 import numpy as np
 import pytest
 
 import attnres_ref as ref
-from make_checkpoint import GATE_TYPES, TOKENIZER_VOCAB, VARIANTS, make_checkpoint
+from checkpoint_cache import checkpoint_fixture
+from engine_cli import (F32_TOL, NEAR_TIE, PREFILL, PROMPT_LEN, first_divergence,
+                        parse_json_object, prompt_ids, relative_error, require_binary, run_cli)
+from make_checkpoint import GATE_TYPES, VARIANTS
 
 PLAIN_VARIANTS = ("qwen3", "qwen2", "llama")
 ROPE_TYPES = ref.ROPE_TYPES
 
-F32_TOL = 1e-4
 LOW_PRECISION_TOL = 2e-2
 TOLERANCE = {"f32": F32_TOL, "bf16": LOW_PRECISION_TOL, "f16": LOW_PRECISION_TOL}
-PROMPT_LEN, PREFILL = 12, 8           # 8-token prefill, then 4 decode steps
 GEN_PROMPT_LEN, GEN_TOKENS = 6, 32
 GREEDY_SEEDS = (1, 2, 3)
-NEAR_TIE = 1e-5                        # top-2 reference logits closer than this = a tie
 LOGPROB_ATOL = 1e-3
-CLI_TIMEOUT_S = 300
 
 
 # ----------------------------------------------------------------------------
@@ -51,48 +46,14 @@ CLI_TIMEOUT_S = 300
 # ----------------------------------------------------------------------------
 
 
-def require_binary(path):
-    if not path.is_file():
-        pytest.fail(f"attnres binary not found at {path}: build it (cmake --build build) "
-                    f"or point ATTNRES_BUILD_DIR at the build directory", pytrace=False)
 
 
-def run_cli(binary, *args):
-    require_binary(binary)
-    cmd = [str(binary), *map(str, args)]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"timed out after {CLI_TIMEOUT_S}s: {' '.join(cmd)}", pytrace=False)
-    if proc.returncode != 0:
-        pytest.fail(f"exit {proc.returncode}: {' '.join(cmd)}\n--- stderr ---\n{proc.stderr[-4000:]}"
-                    f"\n--- stdout ---\n{proc.stdout[-2000:]}", pytrace=False)
-    return proc.stdout
 
 
-def parse_json_object(stdout):
-    """The one JSON object the CLI prints (tolerates log lines before it)."""
-    text = stdout.strip()
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        for line in reversed(text.splitlines()):
-            if line.lstrip().startswith("{"):
-                try:
-                    return json.loads(line)
-                except json.JSONDecodeError:
-                    break
-    pytest.fail(f"generate --json did not print a JSON object; stdout:\n{stdout[-2000:]}", pytrace=False)
 
 
-def relative_error(engine, reference):
-    """max|engine - reference| / max|reference|."""
-    return float(np.max(np.abs(engine - reference)) / np.max(np.abs(reference)))
 
 
-def prompt_ids(seed, n):
-    """Random ids over the real tokenizer vocabulary (padded rows are never inputs)."""
-    return np.random.default_rng(1000 + seed).integers(0, TOKENIZER_VOCAB, n).tolist()
 
 
 def default_storage_reference(model_dir, dtype):
@@ -121,11 +82,6 @@ def log_softmax(row):
     return z - np.log(np.sum(np.exp(z)))
 
 
-def first_divergence(a, b):
-    for k, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return k
-    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 def engine_generate(binary, model_dir, prompt):
@@ -144,20 +100,8 @@ def engine_generate(binary, model_dir, prompt):
 
 @pytest.fixture(scope="module")
 def checkpoint(ckpt_root):
-    """Factory: checkpoint dir for (variant, seed, dtype, options); made once, removed at the end."""
-    made = {}
-
-    def get(variant, seed=1, dtype="f32", **kw):
-        key = (variant, seed, dtype, tuple(sorted(kw.items())))
-        if key not in made:
-            name = "_".join(str(x) for x in (variant, seed, dtype, *sorted(kw.items())))
-            name = "".join(ch if ch.isalnum() or ch in "_-" else "_" for ch in name)
-            made[key] = make_checkpoint(ckpt_root / name, variant, seed=seed, dtype=dtype, **kw)
-        return made[key]
-
-    yield get
-    for path in made.values():  # ~13-26 MB each: do not leave them behind
-        shutil.rmtree(path, ignore_errors=True)
+    """Factory: checkpoint dir for (variant, dtype, options, seed=1)."""
+    yield from checkpoint_fixture(ckpt_root, prefix="parity", seed=1)
 
 
 def case_id(variant, dtype, kw):

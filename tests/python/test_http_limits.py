@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from http_helpers import parse_sse, post_json, request
+from http_helpers import parse_sse, request
 from server_process import ServerProcess
 
 SERVER_ENV = {"OMP_NUM_THREADS": "1"}

@@ -30,9 +30,10 @@ import numpy as np
 import pytest
 
 import attnres_ref as ref
+from checkpoint_cache import checkpoint_fixture
+from engine_cli import (PREFILL, PROMPT_LEN, engine_logits, prompt_ids, relative_error,
+                        require_binary)
 from server_process import ServerProcess
-from test_engine_parity import (PREFILL, PROMPT_LEN, checkpoint, prompt_ids,  # noqa: F401
-                                relative_error, require_binary, run_cli)
 
 KV_BF16_TOL = 1.5e-3
 KV_BF16_MEDIAN_TOL = 5e-4
@@ -48,10 +49,11 @@ PARITY_CASES = (
 )
 
 
-def engine_logits(attnres_bin, model_dir, ids, out, *extra):
-    run_cli(attnres_bin, "logits", "--model", model_dir, "--token-ids", ",".join(map(str, ids)),
-            "--prefill", PREFILL, "--out", out, *extra)
-    return np.load(out)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(ckpt_root):
+    yield from checkpoint_fixture(ckpt_root, prefix="kv_dtype", seed=1)
 
 
 @pytest.mark.parametrize("variant,kw", PARITY_CASES,

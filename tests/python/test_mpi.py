@@ -27,10 +27,11 @@ from openai import OpenAI
 
 from checkpoint_cache import checkpoint_fixture
 from make_checkpoint import ATTNRES_VARIANTS, MODE_VARIANTS
+from engine_cli import prompt_ids
 from server_process import ServerProcess
-from test_tensor_parallel import GEN_TOKENS, prompt_ids
 
 TIMEOUT_S = 600
+GEN_TOKENS = 24
 RANK_TIMEOUT_S = 2      # ATTNRES_RANK_TIMEOUT: how long a silent rank may stay silent
 SIGKILL_TIMEOUT_S = 6   # mpirun's: longer than the rank timeout (see mpi_process_group.h)
 

@@ -19,7 +19,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import openai
-import pytest
 
 from server_process import ServerProcess
 

@@ -27,7 +27,7 @@ transformers = pytest.importorskip("transformers")
 
 import attnres_ref as ref  # noqa: E402
 from make_checkpoint import GPT2_EOS, _write_tokenizer  # noqa: E402
-from test_engine_parity import (  # noqa: E402
+from engine_cli import (  # noqa: E402
     F32_TOL, NEAR_TIE, PREFILL, PROMPT_LEN, first_divergence, prompt_ids, relative_error, run_cli)
 
 VOCAB = 50304  # the GPT-2 tokenizer's 50257 rows, padded

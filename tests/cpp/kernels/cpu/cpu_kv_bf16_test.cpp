@@ -214,10 +214,6 @@ TEST(KvCacheSizing, Bf16HalvesTheBytesPerBlock) {
   EXPECT_EQ(cache.layers[0].k.dtype, DType::BF16);
   EXPECT_EQ(cache.layers[0].v.nbytes() * 2 * 3, 5 * KvCache::bytes_per_block(c, 16, DType::BF16));
   EXPECT_ANY_THROW(KvCache::allocate(*be, c, 5, 16, DType::F16));
-  EXPECT_EQ(kv_cache_dtype_from_name("bfloat16"), DType::BF16);
-  EXPECT_EQ(kv_cache_dtype_from_name("float32"), DType::F32);
-  EXPECT_ANY_THROW(kv_cache_dtype_from_name("auto"));
-  EXPECT_EQ(kv_cache_dtype_name(DType::BF16), "bfloat16");
 }
 
 }  // namespace
