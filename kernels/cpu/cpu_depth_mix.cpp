@@ -88,7 +88,7 @@ void dots_and_squares(const float* queries, int64_t d, const BankT<B>* const* ro
       sq[r] = cpu::vfma(x[r], x[r], sq[r]);
     }
     for (int l = 0; l < S; ++l) {
-      const VecF q = cpu::vload(queries + l * d + i);
+      const VecF q = cpu::in_register(cpu::vload(queries + l * d + i));  // once for R rows
       for (int r = 0; r < R; ++r) acc[r][l] = cpu::vfma(q, x[r], acc[r][l]);
     }
   }
@@ -377,13 +377,34 @@ class NewerMerge {
   const BankT<B>* row(int j, int64_t t) const {
     return static_cast<const BankT<B>*>(base_) + (j * t_dim_ + t) * d_;
   }
+  // All k rows in one pass (dots_and_squares with R = k): the query vector is loaded once
+  // for every row rather than once per row, which made this pass load-bound (two loads per
+  // two FMAs). Each row sees row_logit's operations, so the logits keep their bits.
+  template <int R, DType B>
+  void rows_logits(int64_t t, float* logits) const {
+    const bool has_next = t + 1 < t_dim_;
+    const BankT<B>* rows[R];
+    const BankT<B>* next[R];
+    for (int j = 0; j < R; ++j) {
+      rows[j] = row<B>(j, t);
+      next[j] = has_next ? row<B>(j, t + 1) : nullptr;
+    }
+    float dots[R], ss[R];
+    dots_and_squares<R, 1, false, B>(query_, d_, rows, dots, ss, nullptr, next);
+    for (int j = 0; j < R; ++j)
+      logits[j] = dots[j] / std::sqrt(ss[j] / static_cast<float>(d_) + eps_);
+  }
+  // rows_logits<k_>, for 1 <= k_ <= R.
+  template <int R, DType B>
+  void logits_upto(int64_t t, float* logits) const {
+    if constexpr (R > 1) {
+      if (k_ < R) return logits_upto<R - 1, B>(t, logits);
+    }
+    rows_logits<R, B>(t, logits);
+  }
   template <DType B>
   int logits_of(int64_t t, float* logits) const {
-    const bool has_next = t + 1 < t_dim_;
-    for (int j = 0; j < k_; ++j) {
-      logits[j] = row_logit<B>(query_, d_, row<B>(j, t), eps_,
-                               has_next ? row<B>(j, t + 1) : nullptr);
-    }
+    if (k_ > 0) logits_upto<Backend::kMaxNewerSources, B>(t, logits);
     return k_;
   }
   template <DType B>

@@ -200,6 +200,17 @@ inline VecF vmax(VecF a, VecF b) { return a > b ? a : b; }
 
 #endif
 
+// v, kept in a register: the compiler may otherwise fold a load into every FMA that reads
+// it as a memory operand, loading a vector R times where the kernel loads it once for R rows.
+// The dev VM's cores issue one 512-bit load per cycle against two FMAs, so such a loop is
+// load-bound (docs/BENCHMARKS.md: Phase 1's logit pass, 18 -> 12 cycles per vector).
+inline VecF in_register(VecF v) {
+#if defined(__AVX512F__) || defined(__AVX2__)
+  __asm__("" : "+v"(v));
+#endif
+  return v;
+}
+
 // sums[j] = hsum(v[j]) for j < n, bit for bit; AVX-512 shares the tree's levels across 16
 // vectors at a time (hsum16).
 inline void hsum_many(const VecF* v, int n, float* sums) {

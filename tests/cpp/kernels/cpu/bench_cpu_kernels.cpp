@@ -5,8 +5,13 @@
 //   matrix, which stays in cache when it fits (an upper bound, not a roofline figure).
 // - GEMM (prefill: R = 128 and 512 rows, the 100M and 0.6B shapes' projections): GFLOP/s =
 //   2 R K N / time.
-// Best of several repetitions; run it on an idle machine. `bench_cpu_kernels gemm` runs only
-// the GEMM part.
+// - Depth mix (`full`'s ops for one 128-token prefill of the 0.6B shape: 56 mixing sublayers
+//   in 7 Phase-1 groups of 8, d 1024): ms per prefill for Phase 1 (all groups) and Phase 2
+//   (every step, with the newer entries its group's Phase 1 did not read), f32 and bf16 bank.
+//   The bank (15-30 MB) stays in L3 between calls here; in a forward the GEMMs' weights pass
+//   through the cache between them.
+// Best of several repetitions; run it on an idle machine. `bench_cpu_kernels gemm` (or
+// `depth`) runs only that part.
 
 #include <algorithm>
 #include <chrono>
@@ -77,14 +82,76 @@ void run_gemv(Backend* be, std::mt19937& rng) {
   std::printf("\n");
 }
 
+Tensor random_f32(const Shape& shape, std::mt19937& rng, float scale) {
+  Tensor t = Tensor::empty(shape, DType::F32);
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  for (int64_t i = 0; i < t.numel(); ++i) t.ptr<float>()[i] = dist(rng);
+  return t;
+}
+
+// The depth table: `full`'s Phase 1 and Phase 2 over one prefill, per bank dtype.
+void run_depth(Backend* be, std::mt19937& rng) {
+  constexpr int64_t T = 128, d = 1024;
+  constexpr int kGroups = 7, kSlots = 8, kEntries = 1 + kGroups * kSlots;  // 57
+  constexpr int kReps = 15;
+  const Tensor bank_f32 = random_f32({kEntries, T, d}, rng, 1.0f);
+  const Tensor queries = random_f32({kSlots, d}, rng, 0.05f);
+  const Tensor gain = random_f32({d}, rng, 1.0f);
+  Tensor partial = random_f32({T, d}, rng, 1.0f);
+  Tensor m = Tensor::empty({kSlots, T}, DType::F32), s = Tensor::empty({kSlots, T}, DType::F32);
+  Tensor o = Tensor::empty({kSlots, T, d}, DType::F32), out = Tensor::empty({T, d}, DType::F32);
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    Tensor bank = be->alloc(bank_f32.shape, dtype);
+    be->copy(bank_f32, bank);
+    auto phase1 = [&] {
+      for (int g = 0; g < kGroups; ++g)
+        be->depth_phase1(queries, bank, 1 + kSlots * g, 1e-6f, m, s, o);
+    };
+    auto phase2 = [&] {
+      for (int g = 0; g < kGroups; ++g) {
+        const int first_newer = 1 + kSlots * g;
+        for (int slot = 0; slot < kSlots; ++slot) {
+          const Tensor ms = m.row(slot), ss = s.row(slot), os = o.row(slot), q = queries.row(slot);
+          const Tensor newer = bank.rows(first_newer, first_newer + slot);
+          Backend::DepthMixArgs mix;
+          mix.m = &ms;
+          mix.s = &ss;
+          mix.o = &os;
+          mix.query = &q;
+          mix.newer = slot > 0 ? &newer : nullptr;
+          mix.bias = 0.1f;
+          be->depth_phase2_prenorm(mix, partial, gain, 1e-6f, out);
+        }
+      }
+    };
+    double best1 = 1e30, best2 = 1e30;
+    phase1();  // warm-up (and the Phase-1 state Phase 2 reads)
+    for (int r = 0; r < kReps; ++r) {
+      double t0 = now_s();
+      phase1();
+      best1 = std::min(best1, now_s() - t0);
+      t0 = now_s();
+      phase2();
+      best2 = std::min(best2, now_s() - t0);
+    }
+    std::printf(
+        "depth (full, 0.6B shape, T %lld) %s bank: Phase 1 %.2f ms, Phase 2 %.2f ms per "
+        "prefill\n",
+        (long long)T, dtype == DType::BF16 ? "bf16" : "f32 ", best1 * 1e3, best2 * 1e3);
+  }
+  std::printf("\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool gemm_only = argc > 1 && std::string(argv[1]) == "gemm";
+  const std::string only = argc > 1 ? argv[1] : "";
   auto be = make_cpu_backend(0);
   std::printf("backend: %s\n", be->name().c_str());
   std::mt19937 rng(1);
-  if (!gemm_only) run_gemv(be.get(), rng);
+  if (only.empty()) run_gemv(be.get(), rng);
+  if (only.empty() || only == "depth") run_depth(be.get(), rng);
+  if (only == "depth") return 0;
   // {R, K (in), N (out)}: 100M's q/gate/up (512 -> 1536) and down (1536 -> 512); 0.6B's
   // gate/up (1024 -> 3072) and down (3072 -> 1024).
   const int64_t gemms[][3] = {{512, 512, 1536},  {512, 1536, 512},  {128, 1024, 3072},
