@@ -170,6 +170,14 @@ void CudaBackend::prepare_batch(const BatchMeta& batch) {
                 "prepare_batch: query_start / block_tables do not match context_len");
   ATTNRES_CHECK(batch.query_start[0] == 0 && batch.query_start[S] == T,
                 "prepare_batch: query_start must run from 0 to T");
+  // Every index written into the staging buffer below is checked first: non-decreasing
+  // query_start from 0 to T keeps each sequence's rows of seq_of_token inside [0, T). (Checked
+  // inside the writing loop, a query_start of [0, 100, 5] with T = 5 wrote 100 entries before
+  // failing.) Nothing is changed before these checks pass, so a refused batch leaves the
+  // previously prepared one intact.
+  for (int s = 0; s < S; ++s)
+    ATTNRES_CHECK(batch.query_start[s] <= batch.query_start[s + 1],
+                  "prepare_batch: query_start decreases at sequence " + std::to_string(s));
   int max_blocks = 1;  // at least one column so the table pointer is never null
   for (const auto& table : batch.block_tables)
     max_blocks = std::max(max_blocks, static_cast<int>(table.size()));
@@ -206,10 +214,8 @@ void CudaBackend::prepare_batch(const BatchMeta& batch) {
   std::memcpy(h + off_ids, batch.token_ids.data(), T * sizeof(int32_t));
   std::memcpy(h + off_pos, batch.positions.data(), T * sizeof(int32_t));
   std::memcpy(h + off_slot, batch.slot_mapping.data(), T * sizeof(int32_t));
-  for (int s = 0; s < S; ++s) {
-    ATTNRES_CHECK(batch.query_start[s] <= batch.query_start[s + 1], "prepare_batch: query_start");
+  for (int s = 0; s < S; ++s)
     for (int32_t t = batch.query_start[s]; t < batch.query_start[s + 1]; ++t) h[off_seq + t] = s;
-  }
   std::memcpy(h + off_qs, batch.query_start.data(), (S + 1) * sizeof(int32_t));
   if (S) std::memcpy(h + off_ctx, batch.context_len.data(), S * sizeof(int32_t));
   for (int s = 0; s < S; ++s) {

@@ -142,6 +142,45 @@ TEST(CudaOps, EmbeddingRejectsBadIdBeforeLaunch) {
   }
 }
 
+// A malformed batch is refused before anything is written: the staging buffer is not
+// overrun (query_start [0, 8000, 4000] used to write 8000 seq_of_token entries into room for
+// 4000 before failing) and the batch prepared before it stays usable (its device metadata was
+// not replaced by a half-written, regrown buffer).
+TEST(CudaOps, PrepareBatchRefusesMalformedBatchesBeforeWriting) {
+  SKIP_WITHOUT_CUDA();
+  Backends be;
+  std::mt19937 rng(31);
+  Tensor table = random_host({50, 64}, DType::F32, rng);
+  Tensor table_d = be.gpu.upload(table);
+  const BatchMeta good = tokens_batch({7, 3, 49, 0});
+  be.gpu.prepare_batch(good);
+
+  std::vector<BatchMeta> bad;
+  std::vector<int32_t> many(4000, 1);
+  BatchMeta decreasing = tokens_batch(many);  // large, so the buffers would have to grow
+  decreasing.query_start = {0, 8000, 4000};
+  decreasing.context_len = {8000, 4000};
+  decreasing.block_tables = {{0}, {0}};
+  bad.push_back(decreasing);
+  BatchMeta past_t = tokens_batch({1, 2, 3});
+  past_t.query_start = {0, 4};
+  bad.push_back(past_t);
+  BatchMeta short_slots = tokens_batch({1, 2, 3});
+  short_slots.slot_mapping.pop_back();
+  bad.push_back(short_slots);
+  BatchMeta missing_table = tokens_batch({1, 2, 3});
+  missing_table.block_tables.clear();
+  bad.push_back(missing_table);
+  for (size_t i = 0; i < bad.size(); ++i)
+    EXPECT_ANY_THROW(be.gpu.prepare_batch(bad[i])) << "malformed batch " << i;
+
+  Tensor ref = Tensor::empty({4, 64}, DType::F32);
+  be.cpu.embedding(table, good, ref);
+  Tensor out = device_nan(be.gpu, {4, 64});
+  be.gpu.embedding(table_d, good, out);  // still the prepared batch: no re-prepare
+  EXPECT_TRUE(close_to(to_host(be.gpu, out), ref, 0.0));
+}
+
 // --- rms_norm, swiglu, add, gather ---
 
 TEST(CudaOps, RmsNorm) {
