@@ -14,13 +14,10 @@ size_t CachingAllocator::round_size(size_t bytes) {
 }
 
 CachingAllocator::~CachingAllocator() {
-  // Runs when the last tensor and the backend are gone. Never throws.
-  int previous = -1;
-  cudaGetDevice(&previous);
-  cudaSetDevice(device_);
+  // Runs when the last tensor and the backend are gone, on any thread. Never throws.
+  ScopedDevice on_device(device_);
   for (auto& [size, blocks] : free_)
     for (void* p : blocks) cudaFree(p);
-  if (previous >= 0) cudaSetDevice(previous);
 }
 
 std::shared_ptr<void> CachingAllocator::allocate(size_t bytes) {
@@ -37,6 +34,10 @@ std::shared_ptr<void> CachingAllocator::allocate(size_t bytes) {
     }
   }
   if (!ptr) {
+    // cudaMalloc allocates on the calling thread's current device: make it ours.
+    ScopedDevice on_device(device_);
+    if (!on_device.ok())
+      throw Error("CUDA allocation: cannot select device " + std::to_string(device_));
     cudaError_t err = cudaMalloc(&ptr, rounded);
     if (err == cudaErrorMemoryAllocation) {  // empty the cache and try once more
       cudaGetLastError();                    // clear the sticky-free error state
@@ -76,6 +77,7 @@ void CachingAllocator::release_cached() {
     to_free.swap(free_);
     cached_ = 0;
   }
+  ScopedDevice on_device(device_);
   for (auto& [size, blocks] : to_free)
     for (void* p : blocks) cudaFree(p);  // implicitly synchronizes the device
 }

@@ -68,8 +68,9 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
 }
 
 CudaBackend::~CudaBackend() {
-  // Never throws: errors at teardown are ignored.
+  // Never throws: errors at teardown are ignored. May run on any thread.
   Impl& im = *impl_;
+  cuda::ScopedDevice on_device(im.device);
   if (im.stream) cudaStreamSynchronize(im.stream);
   if (im.cublas) cublasDestroy(im.cublas);
   if (im.cublas_workspace) cudaFree(im.cublas_workspace);
@@ -84,13 +85,18 @@ CudaBackend::~CudaBackend() {
   // The allocator lives on while tensors from alloc() do (their deleters hold it).
 }
 
+CudaBackend::Impl& CudaBackend::on_device() {
+  impl_->use_device();
+  return *impl_;
+}
+
 std::string CudaBackend::name() const { return "cuda(" + impl_->device_name + ")"; }
 CUstream_st* CudaBackend::stream() const { return impl_->stream; }
 int CudaBackend::device_index() const { return impl_->device; }
 size_t CudaBackend::allocated_bytes() const { return impl_->allocator->in_use_bytes(); }
 size_t CudaBackend::cached_free_bytes() const { return impl_->allocator->cached_free_bytes(); }
 void CudaBackend::release_cached_memory() {
-  synchronize();
+  synchronize();  // (the allocator's cudaFree calls select its device themselves)
   impl_->allocator->release_cached();
 }
 
@@ -101,9 +107,10 @@ Tensor CudaBackend::alloc(const Shape& shape, DType dtype) {
   t.device = Device::CUDA;
   const size_t bytes = t.nbytes();
   if (bytes == 0) return t;  // data stays null, like an empty CPU tensor's view
-  t.owner = impl_->raw_alloc(bytes);
+  Impl& im = on_device();
+  t.owner = im.raw_alloc(bytes);
   t.data = t.owner.get();
-  CUDA_CHECK(cudaMemsetAsync(t.data, 0, bytes, impl_->stream));
+  CUDA_CHECK(cudaMemsetAsync(t.data, 0, bytes, im.stream));
   return t;
 }
 
@@ -116,13 +123,18 @@ Tensor CudaBackend::upload(const Tensor& host) {
   t.device = Device::CUDA;
   if (bytes == 0) return t;
   ATTNRES_CHECK(host.data != nullptr, "upload of an undefined tensor " + shape_str(host.shape));
+  Impl& im = on_device();
   void* ptr = nullptr;
   CUDA_CHECK(cudaMalloc(&ptr, bytes));
-  t.owner = std::shared_ptr<void>(ptr, [](void* p) { cudaFree(p); });  // never throws
+  // The last reference may drop on any thread: free on the device the memory lives on.
+  t.owner = std::shared_ptr<void>(ptr, [device = im.device](void* p) {
+    cuda::ScopedDevice on_device(device);
+    cudaFree(p);  // never throws
+  });
   t.data = ptr;
-  CUDA_CHECK(cudaMemcpyAsync(ptr, host.data, bytes, cudaMemcpyHostToDevice, impl_->stream));
+  CUDA_CHECK(cudaMemcpyAsync(ptr, host.data, bytes, cudaMemcpyHostToDevice, im.stream));
   // The host tensor may be freed as soon as we return: wait for the copy (load time only).
-  CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+  CUDA_CHECK(cudaStreamSynchronize(im.stream));
   return t;
 }
 
@@ -131,9 +143,11 @@ void CudaBackend::download(const Tensor& src, void* host_dst) {
   const size_t bytes = src.nbytes();
   if (bytes) {
     ATTNRES_CHECK(src.data && host_dst, "download: null pointer");
-    CUDA_CHECK(cudaMemcpyAsync(host_dst, src.data, bytes, cudaMemcpyDeviceToHost, impl_->stream));
   }
-  CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+  Impl& im = on_device();
+  if (bytes)
+    CUDA_CHECK(cudaMemcpyAsync(host_dst, src.data, bytes, cudaMemcpyDeviceToHost, im.stream));
+  CUDA_CHECK(cudaStreamSynchronize(im.stream));
 }
 
 void CudaBackend::copy(const Tensor& src, Tensor& dst) {
@@ -146,18 +160,19 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
   const char* s = static_cast<const char*>(src.data);
   const char* d = static_cast<const char*>(dst.data);
   ATTNRES_CHECK(s + bytes <= d || d + bytes <= s, "copy: overlapping source and destination");
-  CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, bytes, cudaMemcpyDeviceToDevice, impl_->stream));
+  CUDA_CHECK(
+      cudaMemcpyAsync(dst.data, src.data, bytes, cudaMemcpyDeviceToDevice, on_device().stream));
 }
 
 void CudaBackend::fill_zero(Tensor& dst) {
   ATTNRES_CHECK(dst.device == Device::CUDA, "fill_zero of a non-CUDA tensor");
-  if (dst.nbytes()) CUDA_CHECK(cudaMemsetAsync(dst.data, 0, dst.nbytes(), impl_->stream));
+  if (dst.nbytes()) CUDA_CHECK(cudaMemsetAsync(dst.data, 0, dst.nbytes(), on_device().stream));
 }
 
-void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(impl_->stream)); }
+void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(on_device().stream)); }
 
 void CudaBackend::prepare_batch(const BatchMeta& batch) {
-  Impl& im = *impl_;
+  Impl& im = on_device();
   const int64_t T = batch.num_tokens;
   const int S = batch.num_seqs();
   ATTNRES_CHECK(T >= 0 && static_cast<int64_t>(batch.token_ids.size()) == T,

@@ -8,7 +8,8 @@
 // - f32 activations on the device; weights F32 / BF16 / F16 read as stored. bf16 activations
 //   are a later optimisation.
 // - One CUDA stream per backend; every op is queued on it; synchronize() waits for it and
-//   download() copies to the host and waits.
+//   download() copies to the host and waits. Any thread may drive the backend (one at a
+//   time): each call first makes the backend's device current on the calling thread.
 // - alloc() hands out zero-filled device memory from a caching allocator (free lists by
 //   size, reused across steps): Transformer::forward allocates its scratch every step and a
 //   cudaMalloc / cudaFree per step would dominate decode. Tensors own their memory through
@@ -93,6 +94,14 @@ class CudaBackend : public Backend {
   struct Impl;  // cuda_backend_internal.h
 
  private:
+  // *impl_, after making this backend's device current on the calling thread. The runtime's
+  // current device is per host thread and a new thread starts on device 0: the backend is
+  // built on one thread (the CLI's main thread, which the constructor's cudaSetDevice covers)
+  // and driven from another (the engine thread), so every entry point that calls the runtime
+  // goes through here. Costs a cudaGetDevice (thread-local state); cudaSetDevice only on a
+  // mismatch. The previous device is not restored.
+  Impl& on_device();
+
   std::unique_ptr<Impl> impl_;
 };
 

@@ -10,6 +10,7 @@
 
 #include "kernels/cuda/cuda_allocator.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_check.h"
 
 namespace attnres {
 
@@ -67,6 +68,12 @@ struct CudaBackend::Impl {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     return cudaStreamIsCapturing(stream, &status) == cudaSuccess &&
            status != cudaStreamCaptureStatusNone;
+  }
+  // Makes the backend's device current on the calling thread (CudaBackend::on_device).
+  void use_device() const {
+    int current = -1;
+    if (cudaGetDevice(&current) != cudaSuccess || current != device)
+      CUDA_CHECK(cudaSetDevice(device));
   }
   // Device memory of at least `bytes` from the caching allocator, not zeroed.
   std::shared_ptr<void> raw_alloc(size_t bytes) { return allocator->allocate(bytes); }

@@ -60,7 +60,7 @@ const float* f32(const Tensor& t) { return t.ptr<float>(); }
 }  // namespace
 
 void CudaBackend::embedding(const Tensor& table, const BatchMeta& batch, Tensor& out) {
-  Impl& im = *impl_;
+  Impl& im = on_device();
   check_cuda(table, "embedding table");
   ATTNRES_CHECK(table.rank() == 2, "embedding table " + shape_str(table.shape));
   const int64_t vocab = table.dim(0), d = table.dim(1);
@@ -87,11 +87,12 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& gain, float eps, Tenso
   ATTNRES_CHECK(out.numel() == x.numel(),
                 "rms_norm x " + shape_str(x.shape) + " out " + shape_str(out.shape));
   check_float_vector(gain, n, "rms_norm gain");
-  cuda::launch_rms_norm(f32(x), gain.data, gain.dtype, eps, rows_of(x), n, f32(out), impl_->stream);
+  cuda::launch_rms_norm(f32(x), gain.data, gain.dtype, eps, rows_of(x), n, f32(out),
+                        on_device().stream);
 }
 
 void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
-  Impl& im = *impl_;
+  Impl& im = on_device();
   check_cuda(w, "linear w");
   ATTNRES_CHECK(w.rank() == 2, "linear w " + shape_str(w.shape));
   const int64_t n_dim = w.dim(0), k_dim = w.dim(1);
@@ -142,7 +143,7 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
 void CudaBackend::qk_norm_rope(Tensor& q, Tensor& k, int head_dim, const Tensor* q_gain,
                                const Tensor* k_gain, float eps, const Tensor& inv_freq,
                                const BatchMeta& batch) {
-  Impl& im = *impl_;
+  Impl& im = on_device();
   const int64_t hd = head_dim;
   ATTNRES_CHECK(hd > 0 && hd % 2 == 0, "qk_norm_rope head_dim " + std::to_string(hd));
   ATTNRES_CHECK(q.rank() >= 1 && k.rank() >= 1 && q.dim(-1) % hd == 0 && k.dim(-1) % hd == 0,
@@ -204,7 +205,7 @@ void validate_batch_against_cache(const BatchMeta& batch, int64_t num_blocks, in
 
 void CudaBackend::store_kv(const Tensor& k, const Tensor& v, const BatchMeta& batch,
                            KvCacheLayer& cache) {
-  Impl& im = *impl_;
+  Impl& im = on_device();
   check_cache(cache);
   const int64_t row = cache.k.dim(2) * cache.k.dim(3);  // Hkv * hd
   check_f32_rows(k, row, "store_kv k");
@@ -225,7 +226,7 @@ void CudaBackend::store_kv(const Tensor& k, const Tensor& v, const BatchMeta& ba
 
 void CudaBackend::attention(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
                             int head_dim, float scale, Tensor& out) {
-  Impl& im = *impl_;
+  Impl& im = on_device();
   check_cache(cache);
   const int64_t hd = head_dim, hkv = cache.k.dim(2);
   ATTNRES_CHECK(hd > 0 && cache.k.dim(3) == hd, "attention head_dim " + std::to_string(hd) +
@@ -274,7 +275,7 @@ void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor& out) {
   check_f32_rows(out, n, "swiglu out");
   const int64_t total = gate.numel();
   ATTNRES_CHECK(up.numel() == total && out.numel() == total, "swiglu: shape mismatch");
-  cuda::launch_swiglu(f32(gate), f32(up), f32(out), total, impl_->stream);
+  cuda::launch_swiglu(f32(gate), f32(up), f32(out), total, on_device().stream);
 }
 
 void CudaBackend::add_inplace(Tensor& x, const Tensor& y) {
@@ -282,11 +283,11 @@ void CudaBackend::add_inplace(Tensor& x, const Tensor& y) {
                 "add_inplace x " + shape_str(x.shape) + " y " + shape_str(y.shape));
   check_cuda(x, "add_inplace x");
   check_cuda(y, "add_inplace y");
-  cuda::launch_add_inplace(f32(x), f32(y), x.numel(), impl_->stream);
+  cuda::launch_add_inplace(f32(x), f32(y), x.numel(), on_device().stream);
 }
 
 void CudaBackend::gather_rows(const Tensor& x, std::span<const int32_t> rows, Tensor& out) {
-  Impl& im = *impl_;
+  Impl& im = on_device();
   ATTNRES_CHECK(x.rank() >= 1 && out.rank() >= 1 && x.dtype == out.dtype,
                 "gather_rows x " + shape_str(x.shape) + " out " + shape_str(out.shape));
   check_cuda(x, "gather_rows x");
@@ -349,7 +350,7 @@ void CudaBackend::depth_phase1(const Tensor& queries, const Tensor& bank, int n,
   }
   cuda::launch_depth_phase1(f32(queries), static_cast<int>(s_dim), f32(bank), n, T, d, eps, f32(m),
                             f32(s), f32(o), source_gate_logits ? f32(*source_gate_logits) : nullptr,
-                            impl_->stream);
+                            on_device().stream);
 }
 
 void CudaBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& partial,
@@ -387,9 +388,9 @@ void CudaBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& pa
   const bool plain_mix = mix.partial_is_source && !mix.newer && !mix.adds_partial &&
                          !mix.null_source && mix.gate == DepthGate::None;
   if (plain_mix) {
-    cuda::launch_depth_phase2_prenorm(f32(*mix.m), f32(*mix.s), f32(*mix.o), f32(*mix.query),
-                                      mix.bias, mix.mix_eps, f32(partial), prenorm_gain.data,
-                                      prenorm_gain.dtype, norm_eps, T, d, f32(out), impl_->stream);
+    cuda::launch_depth_phase2_prenorm(
+        f32(*mix.m), f32(*mix.s), f32(*mix.o), f32(*mix.query), mix.bias, mix.mix_eps, f32(partial),
+        prenorm_gain.data, prenorm_gain.dtype, norm_eps, T, d, f32(out), on_device().stream);
     return;
   }
   cuda::DepthPhase2Params p;
@@ -428,7 +429,7 @@ void CudaBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& pa
   p.num_tokens = T;
   p.d = d;
   p.out = f32(out);
-  cuda::launch_depth_phase2_general(p, impl_->stream);
+  cuda::launch_depth_phase2_general(p, on_device().stream);
 }
 
 void CudaBackend::depth_weights(const Tensor& query, const Tensor& bank, int n,
@@ -463,7 +464,7 @@ void CudaBackend::depth_weights(const Tensor& query, const Tensor& bank, int n,
   p.num_tokens = T;
   p.d = d;
   p.out = f32(out);
-  cuda::launch_depth_weights(p, impl_->stream);
+  cuda::launch_depth_weights(p, on_device().stream);
 }
 
 }  // namespace attnres

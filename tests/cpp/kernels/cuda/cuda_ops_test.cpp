@@ -8,11 +8,14 @@
 //   linear F32 weights, or any weights at R <= 8   1e-5  (f32 GEMM with TF32 off / GEMV)
 //   linear BF16 / F16 weights, R > 8               1e-2  (x rounded to bf16 before the GEMM)
 // Without a GPU every test skips (SKIP_WITHOUT_CUDA), so CI reports skips, not failures.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <numeric>
 #include <random>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/cpp/kernels/cuda/cuda_test_util.h"
@@ -86,6 +89,40 @@ TEST(CudaMemory, TensorsOutliveTheBackend) {
   }
   keep = Tensor();  // the deleter runs after the backend is gone: must not crash
   SUCCEED();
+}
+
+// `attnres serve` builds the backend on the main thread and drives it from the engine thread,
+// whose current device starts at 0 (the runtime keeps it per host thread). Every backend call
+// selects the backend's device first: with two or more GPUs a backend on device 1 driven from
+// a fresh thread must allocate and launch there; with one GPU this checks the thread path.
+TEST(CudaMemory, AnotherThreadDrivesTheBackendOnItsDevice) {
+  SKIP_WITHOUT_CUDA();
+  int count = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+  const int device = count > 1 ? 1 : 0;
+  CudaBackend be(device);
+  std::mt19937 rng(5);
+  const Tensor x = random_host({4, 96}, DType::F32, rng);
+  std::string error;
+  int alloc_device = -1, upload_device = -1;
+  Tensor out = Tensor::empty({4, 96}, DType::F32);
+  std::thread([&] {
+    try {
+      Tensor d = be.upload(x);
+      Tensor y = be.alloc({4, 96}, DType::F32);
+      be.add_inplace(y, d);  // 0 + x: a kernel launched from this thread
+      be.download(y, out.data);
+      cudaPointerAttributes attr{};
+      if (cudaPointerGetAttributes(&attr, y.data) == cudaSuccess) alloc_device = attr.device;
+      if (cudaPointerGetAttributes(&attr, d.data) == cudaSuccess) upload_device = attr.device;
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }).join();
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(alloc_device, device);
+  EXPECT_EQ(upload_device, device);
+  EXPECT_TRUE(close_to(out, x, 0.0)) << count << " visible GPUs";
 }
 
 TEST(CudaMemory, DeviceAvailableDoesNotThrow) {
