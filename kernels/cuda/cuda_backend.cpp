@@ -74,8 +74,8 @@ CudaBackend::~CudaBackend() {
   if (im.stream) cudaStreamSynchronize(im.stream);
   if (im.cublas) cublasDestroy(im.cublas);
   if (im.cublas_workspace) cudaFree(im.cublas_workspace);
-  if (im.meta_host) cudaFreeHost(im.meta_host);
-  if (im.rows_host) cudaFreeHost(im.rows_host);
+  im.meta_host.reset();  // (a live CudaGraph may still hold them)
+  im.rows_host.reset();
   if (im.meta_copied) cudaEventDestroy(im.meta_copied);
   if (im.rows_copied) cudaEventDestroy(im.rows_copied);
   im.meta_device.reset();
@@ -95,6 +95,9 @@ CUstream_st* CudaBackend::stream() const { return impl_->stream; }
 int CudaBackend::device_index() const { return impl_->device; }
 size_t CudaBackend::allocated_bytes() const { return impl_->allocator->in_use_bytes(); }
 size_t CudaBackend::cached_free_bytes() const { return impl_->allocator->cached_free_bytes(); }
+size_t CudaBackend::graph_pool_free_bytes() const {
+  return impl_->allocator->graph_pool_free_bytes();
+}
 void CudaBackend::release_cached_memory() {
   synchronize();  // (the allocator's cudaFree calls select its device themselves)
   impl_->allocator->release_cached();
@@ -203,14 +206,25 @@ void CudaBackend::prepare_batch(const BatchMeta& batch) {
   const int64_t total = off_tab + static_cast<int64_t>(S) * max_blocks;
   const size_t bytes = static_cast<size_t>(std::max<int64_t>(total, 1)) * sizeof(int32_t);
 
-  // The previous step's copy must be done reading the staging buffer before we rewrite it.
-  if (!im.capturing()) CUDA_CHECK(cudaEventSynchronize(im.meta_copied));
+  if (im.capturing()) {
+    // See Impl::meta_staged_in_capture.
+    ATTNRES_CHECK(!im.meta_staged_in_capture,
+                  "prepare_batch: a captured step may prepare one batch (every copy in the graph "
+                  "would read the last one packed)");
+    ATTNRES_CHECK(bytes <= im.meta_host_bytes,
+                  "prepare_batch: this batch needs a larger pinned staging buffer, which cannot "
+                  "be allocated during a graph capture: run the step eagerly once first");
+    im.meta_staged_in_capture = true;
+  } else {
+    // The previous copy (an eager step's or a replay's) must be done reading the staging
+    // buffer before we rewrite it.
+    CUDA_CHECK(cudaEventSynchronize(im.meta_copied));
+  }
   if (bytes > im.meta_host_bytes) {
     const size_t grown = std::max(bytes, im.meta_host_bytes * 2);
-    if (im.meta_host) CUDA_CHECK(cudaFreeHost(im.meta_host));
-    im.meta_host = nullptr;
+    im.meta_host.reset();  // freed first: the peak is the new one alone
     im.meta_host_bytes = 0;
-    CUDA_CHECK(cudaMallocHost(&im.meta_host, grown));
+    im.meta_host = im.pinned_host(grown);
     im.meta_host_bytes = grown;
   }
   if (bytes > im.meta_device_bytes) {
@@ -219,7 +233,7 @@ void CudaBackend::prepare_batch(const BatchMeta& batch) {
     im.meta_device_bytes = grown;
   }
 
-  int32_t* h = static_cast<int32_t*>(im.meta_host);
+  int32_t* h = static_cast<int32_t*>(im.meta_host.get());
   int32_t min_id = 0, max_id = 0;
   for (int64_t t = 0; t < T; ++t) {
     const int32_t id = batch.token_ids[t];
@@ -258,6 +272,15 @@ void CudaBackend::prepare_batch(const BatchMeta& batch) {
   im.context_len = d + off_ctx;
   im.block_table = d + off_tab;
   im.validated_num_blocks = im.validated_block_size = -1;
+}
+
+std::shared_ptr<void> CudaBackend::Impl::pinned_host(size_t bytes) const {
+  void* ptr = nullptr;
+  CUDA_CHECK(cudaMallocHost(&ptr, bytes));
+  return std::shared_ptr<void>(ptr, [device = device](void* p) {
+    cuda::ScopedDevice on_device(device);
+    cudaFreeHost(p);  // never throws
+  });
 }
 
 std::unique_ptr<Backend> make_cuda_backend(int device) {

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -41,6 +42,8 @@ namespace attnres {
 // True when the CUDA runtime sees at least one device. Never throws or aborts: no driver,
 // no device or any other runtime error answers false.
 bool cuda_device_available();
+
+class CudaGraph;
 
 class CudaBackend : public Backend {
  public:
@@ -82,12 +85,23 @@ class CudaBackend : public Backend {
                      float bias, float eps, Tensor& out,
                      const DepthSourceSwitches& sources = {}) override;
 
-  // The stream every op runs on (for timing with events, or graph capture by the caller).
+  // Captures the work `record` queues on this backend's stream into a CUDA graph (see
+  // CudaGraph). Warm up first: run the same step eagerly once, so that the caching allocator
+  // and the pinned staging buffers already have what the step needs. The capture is strict
+  // (cudaStreamCaptureModeThreadLocal): a call on this thread that cannot be captured (a
+  // synchronize, a download, an upload's cudaMalloc, a pinned allocation) fails it with an
+  // error instead of running once at capture time and being missing from every replay.
+  // Throws what `record` threw, or attnres::Error; the backend stays usable either way.
+  std::unique_ptr<CudaGraph> capture_graph(const std::function<void()>& record);
+
+  // The stream every op runs on (for timing with events).
   CUstream_st* stream() const;
   int device_index() const;
-  // Device bytes held by the caching allocator: in use, and cached free for reuse.
+  // Device bytes held by the caching allocator: in use, cached free for reuse, and free but
+  // held for live CUDA graphs (cuda_allocator.h).
   size_t allocated_bytes() const;
   size_t cached_free_bytes() const;
+  size_t graph_pool_free_bytes() const;
   // Returns every cached free block to the driver (cudaFree).
   void release_cached_memory();
 
@@ -102,6 +116,34 @@ class CudaBackend : public Backend {
   // mismatch. The previous device is not restored.
   Impl& on_device();
 
+  std::unique_ptr<Impl> impl_;
+};
+
+// Work captured from a CudaBackend's stream (CudaBackend::capture_graph), replayed on it.
+// A replay runs exactly the captured kernels and copies on the captured buffers; none of the
+// ops' host-side checks run again. Its metadata copies read the pinned staging buffers when
+// they run, so a replay computes the batch last packed there: the captured one, or another
+// of the same layout that prepare_batch packed since (how a graph runner would reuse a
+// graph; gather_rows' row ids have no such path yet and stay the last ones staged). replay()
+// refuses once a staging buffer was regrown, or when the batch prepared last has another
+// layout (tokens, sequences, block-table width).
+// The graph holds what its replays use that the backend could otherwise free or reuse: its
+// memory pool (no block allocated or in use during the capture goes to anyone else while the
+// graph lives: cuda_allocator.h) and the staging buffers its copies read. Everything else a
+// replay reads (weights, KV cache, the forward's kept workspaces) is the caller's to keep
+// alive. Destroy it before its backend (a replay uses the backend's stream and events).
+class CudaGraph {
+ public:
+  struct Impl;
+  explicit CudaGraph(std::unique_ptr<Impl> impl);
+  ~CudaGraph();
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+
+  // Queues one replay on the backend's stream (asynchronous, like every op).
+  void replay();
+
+ private:
   std::unique_ptr<Impl> impl_;
 };
 

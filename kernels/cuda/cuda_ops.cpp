@@ -305,13 +305,23 @@ void CudaBackend::gather_rows(const Tensor& x, std::span<const int32_t> rows, Te
 
   // Upload the row ids through a pinned buffer (reused once the previous copy is done).
   const size_t count = static_cast<size_t>(n_out);
-  if (!im.capturing()) CUDA_CHECK(cudaEventSynchronize(im.rows_copied));
+  if (im.capturing()) {
+    // See Impl::meta_staged_in_capture.
+    ATTNRES_CHECK(!im.rows_staged_in_capture,
+                  "gather_rows: a captured step may gather host rows once (every copy in the "
+                  "graph would read the last rows staged)");
+    ATTNRES_CHECK(count <= im.rows_host_count,
+                  "gather_rows: these rows need a larger pinned staging buffer, which cannot be "
+                  "allocated during a graph capture: run the step eagerly once first");
+    im.rows_staged_in_capture = true;
+  } else {
+    CUDA_CHECK(cudaEventSynchronize(im.rows_copied));  // an eager copy's or a replay's
+  }
   if (count > im.rows_host_count) {
     const size_t grown = std::max(count, im.rows_host_count * 2);
-    if (im.rows_host) CUDA_CHECK(cudaFreeHost(im.rows_host));
-    im.rows_host = nullptr;
+    im.rows_host.reset();
     im.rows_host_count = 0;
-    CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&im.rows_host), grown * sizeof(int32_t)));
+    im.rows_host = im.pinned_host(grown * sizeof(int32_t));
     im.rows_host_count = grown;
   }
   if (count > im.rows_device_count) {
@@ -319,10 +329,12 @@ void CudaBackend::gather_rows(const Tensor& x, std::span<const int32_t> rows, Te
     im.rows_device = im.raw_alloc(grown * sizeof(int32_t));
     im.rows_device_count = grown;
   }
-  std::copy(rows.begin(), rows.end(), im.rows_host);
+  int32_t* rows_host = static_cast<int32_t*>(im.rows_host.get());
+  std::copy(rows.begin(), rows.end(), rows_host);
+  im.rows_staged = n_out;
   int32_t* rows_dev = static_cast<int32_t*>(im.rows_device.get());
-  CUDA_CHECK(cudaMemcpyAsync(rows_dev, im.rows_host, count * sizeof(int32_t),
-                             cudaMemcpyHostToDevice, im.stream));
+  CUDA_CHECK(cudaMemcpyAsync(rows_dev, rows_host, count * sizeof(int32_t), cudaMemcpyHostToDevice,
+                             im.stream));
   if (!im.capturing()) CUDA_CHECK(cudaEventRecord(im.rows_copied, im.stream));  // not in a graph
   cuda::launch_gather_rows(x.data, rows_dev, n_out, row_bytes, out.data, im.stream);
 }
