@@ -17,8 +17,10 @@
 // - linear: up to 8 rows (decode) use a GEMV kernel with f32 activations (CPU-exact up to
 //   summation order). More rows use cuBLAS; with BF16 / F16 weights the activations are
 //   first rounded to the weight dtype (cuBLAS needs A and B of one type; accumulation and
-//   output stay f32), so those rows match the CPU to bf16 precision, not f32. A row's
-//   result therefore depends on whether its step had <= 8 rows (not batch-invariant).
+//   output stay f32), so those rows match the CPU to bf16 precision, not f32.
+// - Batches (kernels/cuda/NOTES.md, "Batch invariance"): deterministic (the same step gives
+//   the same bits), not batch-invariant: a row's result depends on whether its step had
+//   <= 8 rows, and cuBLAS picks kernels by shape. As vLLM by default; the CPU is both.
 //
 // Files: cuda_backend.cpp (memory, batch metadata, factory), cuda_ops.cpp (op validation
 // and dispatch, linear through cuBLAS), cuda_allocator.cpp (caching allocator), and the
