@@ -33,6 +33,20 @@ bool cuda_device_available() {
   }
 }
 
+size_t cuda_free_memory_bytes(int device) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || device < 0 || device >= count) {
+    cudaGetLastError();
+    throw Error("CUDA device " + std::to_string(device) + " is not visible (" +
+                std::to_string(count) + " devices)");
+  }
+  cuda::ScopedDevice on_device(device);
+  ATTNRES_CHECK(on_device.ok(), "cannot select CUDA device " + std::to_string(device));
+  size_t free = 0, total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return free;
+}
+
 CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);

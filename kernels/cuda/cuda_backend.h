@@ -45,6 +45,13 @@ namespace attnres {
 // no device or any other runtime error answers false.
 bool cuda_device_available();
 
+// Free memory of `device` now (cudaMemGetInfo), what a fractional --kv-cache-memory is a
+// fraction of on CUDA (BackendTraits::kv_memory_bytes). Creates the device's primary context
+// if there is none yet (the backend then reuses it), so the runtime's own share is already
+// taken. Leaves the calling thread's current device as it was. Throws attnres::Error when
+// the device cannot be queried.
+size_t cuda_free_memory_bytes(int device);
+
 class CudaGraph;
 
 class CudaBackend : public Backend {

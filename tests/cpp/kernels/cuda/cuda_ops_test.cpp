@@ -18,6 +18,9 @@
 #include <thread>
 #include <vector>
 
+#include "engine/core/backend_registry.h"
+#include "engine/core/error.h"
+#include "kernels/cuda/cuda_registration.h"
 #include "tests/cpp/kernels/cuda/cuda_test_util.h"
 
 namespace attnres::test {
@@ -123,6 +126,29 @@ TEST(CudaMemory, AnotherThreadDrivesTheBackendOnItsDevice) {
   EXPECT_EQ(alloc_device, device);
   EXPECT_EQ(upload_device, device);
   EXPECT_TRUE(close_to(out, x, 0.0)) << count << " visible GPUs";
+}
+
+// A fractional --kv-cache-memory is of the GPU's free memory on CUDA (the registry's
+// kv_memory_bytes), not the host's RAM; the CPU side is tests/cpp/engine/core.
+TEST(CudaMemory, KvMemoryFractionIsOfTheGpusFreeMemory) {
+  SKIP_WITHOUT_CUDA();
+  register_cuda_backend();
+  const BackendTraits traits = backend_traits("cuda");
+  ASSERT_TRUE(traits.kv_memory_bytes);
+  const size_t before = traits.kv_memory_bytes(0);
+  size_t free = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+  EXPECT_GT(before, 0u);
+  EXPECT_LE(before, total);
+  {
+    CudaBackend be;
+    Tensor big = be.alloc({int64_t{64} << 20}, DType::F32);  // 256 MiB
+    be.synchronize();
+    EXPECT_LE(cuda_free_memory_bytes(0) + (size_t{200} << 20), before);  // it sees them
+  }
+  int count = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+  EXPECT_THROW(cuda_free_memory_bytes(count), Error);
 }
 
 TEST(CudaMemory, DeviceAvailableDoesNotThrow) {
