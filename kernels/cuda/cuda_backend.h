@@ -23,7 +23,8 @@
 //   <= 8 rows, and cuBLAS picks kernels by shape. As vLLM by default; the CPU is both.
 //
 // Files: cuda_backend.cpp (memory, batch metadata, factory), cuda_ops.cpp (op validation
-// and dispatch, linear through cuBLAS), cuda_allocator.cpp (caching allocator), and the
+// and dispatch, linear through cuBLAS), cuda_allocator.cpp (caching allocator and CUDA graph
+// memory pools), cuda_graph.cpp (capture_graph, CudaGraph), and the
 // kernels: cuda_elementwise.cu, cuda_gemv.cu, cuda_norm_rope.cu, cuda_attention.cu,
 // cuda_depth_mix.cu, cuda_depth_weights.cu. gpu_first_run.sh: the first commands to run on a
 // GPU machine.
