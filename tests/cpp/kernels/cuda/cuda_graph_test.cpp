@@ -152,11 +152,14 @@ TEST(CudaGraph, ReplayGivesTheEagerLogitsAndLeavesEagerTensorsAlone) {
   EXPECT_EQ(host_floats(d.be, captured), eager);
 
   // An eager step (same batch: it rewrites the same KV slots with the same values) whose
-  // logits and scratch are allocated while the graph lives.
+  // logits and scratch are allocated while the graph lives, and tensors from the caching
+  // allocator in the size classes of the step's scratch (upload() would bypass it).
   Tensor between = d.model->forward(step, d.cache, rows);
   std::vector<Tensor> held;
-  for (int64_t n : {64, 128, 256, 96, 101, 202})
-    held.push_back(d.be.upload(filled_host({n}, 7.0f)));
+  for (int64_t n : {64, 128, 192, 202, 256, 384}) {
+    held.push_back(d.be.alloc({n}, DType::F32));
+    d.be.copy(d.be.upload(filled_host({n}, 7.0f)), held.back());
+  }
   for (int i = 0; i < 3; ++i) graph->replay();
   EXPECT_EQ(host_floats(d.be, captured), eager);
   EXPECT_EQ(host_floats(d.be, between), eager);
