@@ -1,5 +1,7 @@
 #include "engine/core/backend_registry.h"
 
+#include <unistd.h>
+
 #include <map>
 #include <mutex>
 
@@ -29,6 +31,12 @@ std::string joined(const std::vector<std::string>& names) {
 
 }  // namespace
 
+size_t host_physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page_size <= 0) throw Error("cannot read the host's physical memory size");
+  return static_cast<size_t>(pages) * static_cast<size_t>(page_size);
+}
+
 void register_backend(const std::string& name, BackendFactory factory, BackendTraits traits) {
   if (traits.display_name.empty()) traits.display_name = name;
   if (!traits.supports_kv_dtype) {
@@ -37,6 +45,8 @@ void register_backend(const std::string& name, BackendFactory factory, BackendTr
   if (!traits.supports_depth_bank_dtype) {
     traits.supports_depth_bank_dtype = [](DType dtype) { return dtype == DType::F32; };
   }
+  if (!traits.kv_memory_bytes)
+    traits.kv_memory_bytes = [](int) { return host_physical_memory_bytes(); };
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   r.factories[name] = std::move(factory);

@@ -46,13 +46,23 @@ struct BackendTraits {
   // Which depth bank dtypes its depth ops read (Backend::supports_depth_bank_dtype; null: F32
   // only).
   std::function<bool(DType)> supports_depth_bank_dtype;
+  // The bytes a fractional --kv-cache-memory (0.2) is a fraction of, for the device of that
+  // index. Null: the host's physical memory (host_physical_memory_bytes), right for a backend
+  // that computes in host RAM. A device backend answers its device's free memory (CUDA:
+  // cudaMemGetInfo), read before the weights are uploaded: they, the activations and the
+  // runtime's own needs come out of the rest.
+  // (The initializer keeps registrations that stop at the dtype queries warning-free.)
+  std::function<size_t(int device_index)> kv_memory_bytes = nullptr;
 };
+
+// The host's physical memory in bytes (the default BackendTraits::kv_memory_bytes).
+size_t host_physical_memory_bytes();
 
 // Adds (or replaces) the factory for `name`. Thread-safe; usually called once from main().
 void register_backend(const std::string& name, BackendFactory factory, BackendTraits traits = {});
 bool has_backend(const std::string& name);
 // The traits `name` was registered with (throws like make_backend if there is none), with
-// display_name and the dtype queries filled in.
+// display_name, the dtype queries and kv_memory_bytes filled in.
 BackendTraits backend_traits(const std::string& name);
 // The registered names, sorted.
 std::vector<std::string> registered_backends();

@@ -26,9 +26,10 @@ namespace {
 constexpr int kStoreThreads = 256;
 constexpr int kWarpsPerBlock = 4;
 
-__global__ void store_kv_kernel(const float* __restrict__ k, const float* __restrict__ v,
-                                const int32_t* __restrict__ slots, int64_t row_elems,
-                                float* __restrict__ k_cache, float* __restrict__ v_cache) {
+__global__ void __launch_bounds__(kStoreThreads, 1)
+    store_kv_kernel(const float* __restrict__ k, const float* __restrict__ v,
+                    const int32_t* __restrict__ slots, int64_t row_elems,
+                    float* __restrict__ k_cache, float* __restrict__ v_cache) {
   const int64_t t = blockIdx.x;
   const int64_t dst = static_cast<int64_t>(slots[t]) * row_elems;
   const int64_t src = t * row_elems;

@@ -33,6 +33,20 @@ bool cuda_device_available() {
   }
 }
 
+size_t cuda_free_memory_bytes(int device) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || device < 0 || device >= count) {
+    cudaGetLastError();
+    throw Error("CUDA device " + std::to_string(device) + " is not visible (" +
+                std::to_string(count) + " devices)");
+  }
+  cuda::ScopedDevice on_device(device);
+  ATTNRES_CHECK(on_device.ok(), "cannot select CUDA device " + std::to_string(device));
+  size_t free = 0, total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return free;
+}
+
 CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
@@ -68,13 +82,14 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
 }
 
 CudaBackend::~CudaBackend() {
-  // Never throws: errors at teardown are ignored.
+  // Never throws: errors at teardown are ignored. May run on any thread.
   Impl& im = *impl_;
+  cuda::ScopedDevice on_device(im.device);
   if (im.stream) cudaStreamSynchronize(im.stream);
   if (im.cublas) cublasDestroy(im.cublas);
   if (im.cublas_workspace) cudaFree(im.cublas_workspace);
-  if (im.meta_host) cudaFreeHost(im.meta_host);
-  if (im.rows_host) cudaFreeHost(im.rows_host);
+  im.meta_host.reset();  // (a live CudaGraph may still hold them)
+  im.rows_host.reset();
   if (im.meta_copied) cudaEventDestroy(im.meta_copied);
   if (im.rows_copied) cudaEventDestroy(im.rows_copied);
   im.meta_device.reset();
@@ -84,13 +99,21 @@ CudaBackend::~CudaBackend() {
   // The allocator lives on while tensors from alloc() do (their deleters hold it).
 }
 
+CudaBackend::Impl& CudaBackend::on_device() {
+  impl_->use_device();
+  return *impl_;
+}
+
 std::string CudaBackend::name() const { return "cuda(" + impl_->device_name + ")"; }
 CUstream_st* CudaBackend::stream() const { return impl_->stream; }
 int CudaBackend::device_index() const { return impl_->device; }
 size_t CudaBackend::allocated_bytes() const { return impl_->allocator->in_use_bytes(); }
 size_t CudaBackend::cached_free_bytes() const { return impl_->allocator->cached_free_bytes(); }
+size_t CudaBackend::graph_pool_free_bytes() const {
+  return impl_->allocator->graph_pool_free_bytes();
+}
 void CudaBackend::release_cached_memory() {
-  synchronize();
+  synchronize();  // (the allocator's cudaFree calls select its device themselves)
   impl_->allocator->release_cached();
 }
 
@@ -101,9 +124,10 @@ Tensor CudaBackend::alloc(const Shape& shape, DType dtype) {
   t.device = Device::CUDA;
   const size_t bytes = t.nbytes();
   if (bytes == 0) return t;  // data stays null, like an empty CPU tensor's view
-  t.owner = impl_->raw_alloc(bytes);
+  Impl& im = on_device();
+  t.owner = im.raw_alloc(bytes);
   t.data = t.owner.get();
-  CUDA_CHECK(cudaMemsetAsync(t.data, 0, bytes, impl_->stream));
+  CUDA_CHECK(cudaMemsetAsync(t.data, 0, bytes, im.stream));
   return t;
 }
 
@@ -116,13 +140,18 @@ Tensor CudaBackend::upload(const Tensor& host) {
   t.device = Device::CUDA;
   if (bytes == 0) return t;
   ATTNRES_CHECK(host.data != nullptr, "upload of an undefined tensor " + shape_str(host.shape));
+  Impl& im = on_device();
   void* ptr = nullptr;
   CUDA_CHECK(cudaMalloc(&ptr, bytes));
-  t.owner = std::shared_ptr<void>(ptr, [](void* p) { cudaFree(p); });  // never throws
+  // The last reference may drop on any thread: free on the device the memory lives on.
+  t.owner = std::shared_ptr<void>(ptr, [device = im.device](void* p) {
+    cuda::ScopedDevice on_device(device);
+    cudaFree(p);  // never throws
+  });
   t.data = ptr;
-  CUDA_CHECK(cudaMemcpyAsync(ptr, host.data, bytes, cudaMemcpyHostToDevice, impl_->stream));
+  CUDA_CHECK(cudaMemcpyAsync(ptr, host.data, bytes, cudaMemcpyHostToDevice, im.stream));
   // The host tensor may be freed as soon as we return: wait for the copy (load time only).
-  CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+  CUDA_CHECK(cudaStreamSynchronize(im.stream));
   return t;
 }
 
@@ -131,9 +160,11 @@ void CudaBackend::download(const Tensor& src, void* host_dst) {
   const size_t bytes = src.nbytes();
   if (bytes) {
     ATTNRES_CHECK(src.data && host_dst, "download: null pointer");
-    CUDA_CHECK(cudaMemcpyAsync(host_dst, src.data, bytes, cudaMemcpyDeviceToHost, impl_->stream));
   }
-  CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+  Impl& im = on_device();
+  if (bytes)
+    CUDA_CHECK(cudaMemcpyAsync(host_dst, src.data, bytes, cudaMemcpyDeviceToHost, im.stream));
+  CUDA_CHECK(cudaStreamSynchronize(im.stream));
 }
 
 void CudaBackend::copy(const Tensor& src, Tensor& dst) {
@@ -146,18 +177,19 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
   const char* s = static_cast<const char*>(src.data);
   const char* d = static_cast<const char*>(dst.data);
   ATTNRES_CHECK(s + bytes <= d || d + bytes <= s, "copy: overlapping source and destination");
-  CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, bytes, cudaMemcpyDeviceToDevice, impl_->stream));
+  CUDA_CHECK(
+      cudaMemcpyAsync(dst.data, src.data, bytes, cudaMemcpyDeviceToDevice, on_device().stream));
 }
 
 void CudaBackend::fill_zero(Tensor& dst) {
   ATTNRES_CHECK(dst.device == Device::CUDA, "fill_zero of a non-CUDA tensor");
-  if (dst.nbytes()) CUDA_CHECK(cudaMemsetAsync(dst.data, 0, dst.nbytes(), impl_->stream));
+  if (dst.nbytes()) CUDA_CHECK(cudaMemsetAsync(dst.data, 0, dst.nbytes(), on_device().stream));
 }
 
-void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(impl_->stream)); }
+void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(on_device().stream)); }
 
 void CudaBackend::prepare_batch(const BatchMeta& batch) {
-  Impl& im = *impl_;
+  Impl& im = on_device();
   const int64_t T = batch.num_tokens;
   const int S = batch.num_seqs();
   ATTNRES_CHECK(T >= 0 && static_cast<int64_t>(batch.token_ids.size()) == T,
@@ -170,6 +202,14 @@ void CudaBackend::prepare_batch(const BatchMeta& batch) {
                 "prepare_batch: query_start / block_tables do not match context_len");
   ATTNRES_CHECK(batch.query_start[0] == 0 && batch.query_start[S] == T,
                 "prepare_batch: query_start must run from 0 to T");
+  // Every index written into the staging buffer below is checked first: non-decreasing
+  // query_start from 0 to T keeps each sequence's rows of seq_of_token inside [0, T). (Checked
+  // inside the writing loop, a query_start of [0, 100, 5] with T = 5 wrote 100 entries before
+  // failing.) Nothing is changed before these checks pass, so a refused batch leaves the
+  // previously prepared one intact.
+  for (int s = 0; s < S; ++s)
+    ATTNRES_CHECK(batch.query_start[s] <= batch.query_start[s + 1],
+                  "prepare_batch: query_start decreases at sequence " + std::to_string(s));
   int max_blocks = 1;  // at least one column so the table pointer is never null
   for (const auto& table : batch.block_tables)
     max_blocks = std::max(max_blocks, static_cast<int>(table.size()));
@@ -180,14 +220,25 @@ void CudaBackend::prepare_batch(const BatchMeta& batch) {
   const int64_t total = off_tab + static_cast<int64_t>(S) * max_blocks;
   const size_t bytes = static_cast<size_t>(std::max<int64_t>(total, 1)) * sizeof(int32_t);
 
-  // The previous step's copy must be done reading the staging buffer before we rewrite it.
-  if (!im.capturing()) CUDA_CHECK(cudaEventSynchronize(im.meta_copied));
+  if (im.capturing()) {
+    // See Impl::meta_staged_in_capture.
+    ATTNRES_CHECK(!im.meta_staged_in_capture,
+                  "prepare_batch: a captured step may prepare one batch (every copy in the graph "
+                  "would read the last one packed)");
+    ATTNRES_CHECK(bytes <= im.meta_host_bytes,
+                  "prepare_batch: this batch needs a larger pinned staging buffer, which cannot "
+                  "be allocated during a graph capture: run the step eagerly once first");
+    im.meta_staged_in_capture = true;
+  } else {
+    // The previous copy (an eager step's or a replay's) must be done reading the staging
+    // buffer before we rewrite it.
+    CUDA_CHECK(cudaEventSynchronize(im.meta_copied));
+  }
   if (bytes > im.meta_host_bytes) {
     const size_t grown = std::max(bytes, im.meta_host_bytes * 2);
-    if (im.meta_host) CUDA_CHECK(cudaFreeHost(im.meta_host));
-    im.meta_host = nullptr;
+    im.meta_host.reset();  // freed first: the peak is the new one alone
     im.meta_host_bytes = 0;
-    CUDA_CHECK(cudaMallocHost(&im.meta_host, grown));
+    im.meta_host = im.pinned_host(grown);
     im.meta_host_bytes = grown;
   }
   if (bytes > im.meta_device_bytes) {
@@ -196,7 +247,7 @@ void CudaBackend::prepare_batch(const BatchMeta& batch) {
     im.meta_device_bytes = grown;
   }
 
-  int32_t* h = static_cast<int32_t*>(im.meta_host);
+  int32_t* h = static_cast<int32_t*>(im.meta_host.get());
   int32_t min_id = 0, max_id = 0;
   for (int64_t t = 0; t < T; ++t) {
     const int32_t id = batch.token_ids[t];
@@ -206,10 +257,8 @@ void CudaBackend::prepare_batch(const BatchMeta& batch) {
   std::memcpy(h + off_ids, batch.token_ids.data(), T * sizeof(int32_t));
   std::memcpy(h + off_pos, batch.positions.data(), T * sizeof(int32_t));
   std::memcpy(h + off_slot, batch.slot_mapping.data(), T * sizeof(int32_t));
-  for (int s = 0; s < S; ++s) {
-    ATTNRES_CHECK(batch.query_start[s] <= batch.query_start[s + 1], "prepare_batch: query_start");
+  for (int s = 0; s < S; ++s)
     for (int32_t t = batch.query_start[s]; t < batch.query_start[s + 1]; ++t) h[off_seq + t] = s;
-  }
   std::memcpy(h + off_qs, batch.query_start.data(), (S + 1) * sizeof(int32_t));
   if (S) std::memcpy(h + off_ctx, batch.context_len.data(), S * sizeof(int32_t));
   for (int s = 0; s < S; ++s) {
@@ -237,6 +286,15 @@ void CudaBackend::prepare_batch(const BatchMeta& batch) {
   im.context_len = d + off_ctx;
   im.block_table = d + off_tab;
   im.validated_num_blocks = im.validated_block_size = -1;
+}
+
+std::shared_ptr<void> CudaBackend::Impl::pinned_host(size_t bytes) const {
+  void* ptr = nullptr;
+  CUDA_CHECK(cudaMallocHost(&ptr, bytes));
+  return std::shared_ptr<void>(ptr, [device = device](void* p) {
+    cuda::ScopedDevice on_device(device);
+    cudaFreeHost(p);  // never throws
+  });
 }
 
 std::unique_ptr<Backend> make_cuda_backend(int device) {

@@ -8,7 +8,8 @@
 // - f32 activations on the device; weights F32 / BF16 / F16 read as stored. bf16 activations
 //   are a later optimisation.
 // - One CUDA stream per backend; every op is queued on it; synchronize() waits for it and
-//   download() copies to the host and waits.
+//   download() copies to the host and waits. Any thread may drive the backend (one at a
+//   time): each call first makes the backend's device current on the calling thread.
 // - alloc() hands out zero-filled device memory from a caching allocator (free lists by
 //   size, reused across steps): Transformer::forward allocates its scratch every step and a
 //   cudaMalloc / cudaFree per step would dominate decode. Tensors own their memory through
@@ -16,17 +17,21 @@
 // - linear: up to 8 rows (decode) use a GEMV kernel with f32 activations (CPU-exact up to
 //   summation order). More rows use cuBLAS; with BF16 / F16 weights the activations are
 //   first rounded to the weight dtype (cuBLAS needs A and B of one type; accumulation and
-//   output stay f32), so those rows match the CPU to bf16 precision, not f32. A row's
-//   result therefore depends on whether its step had <= 8 rows (not batch-invariant).
+//   output stay f32), so those rows match the CPU to bf16 precision, not f32.
+// - Batches (kernels/cuda/NOTES.md, "Batch invariance"): deterministic (the same step gives
+//   the same bits), not batch-invariant: a row's result depends on whether its step had
+//   <= 8 rows, and cuBLAS picks kernels by shape. As vLLM by default; the CPU is both.
 //
 // Files: cuda_backend.cpp (memory, batch metadata, factory), cuda_ops.cpp (op validation
-// and dispatch, linear through cuBLAS), cuda_allocator.cpp (caching allocator), and the
+// and dispatch, linear through cuBLAS), cuda_allocator.cpp (caching allocator and CUDA graph
+// memory pools), cuda_graph.cpp (capture_graph, CudaGraph), and the
 // kernels: cuda_elementwise.cu, cuda_gemv.cu, cuda_norm_rope.cu, cuda_attention.cu,
 // cuda_depth_mix.cu, cuda_depth_weights.cu. gpu_first_run.sh: the first commands to run on a
 // GPU machine.
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -40,6 +45,15 @@ namespace attnres {
 // True when the CUDA runtime sees at least one device. Never throws or aborts: no driver,
 // no device or any other runtime error answers false.
 bool cuda_device_available();
+
+// Free memory of `device` now (cudaMemGetInfo), what a fractional --kv-cache-memory is a
+// fraction of on CUDA (BackendTraits::kv_memory_bytes). Creates the device's primary context
+// if there is none yet (the backend then reuses it), so the runtime's own share is already
+// taken. Leaves the calling thread's current device as it was. Throws attnres::Error when
+// the device cannot be queried.
+size_t cuda_free_memory_bytes(int device);
+
+class CudaGraph;
 
 class CudaBackend : public Backend {
  public:
@@ -81,16 +95,63 @@ class CudaBackend : public Backend {
                      float bias, float eps, Tensor& out,
                      const DepthSourceSwitches& sources = {}) override;
 
-  // The stream every op runs on (for timing with events, or graph capture by the caller).
+  // Captures the work `record` queues on this backend's stream into a CUDA graph (see
+  // CudaGraph). Warm up first: run the same step eagerly once, so that the caching allocator
+  // and the pinned staging buffers already have what the step needs. The capture is strict
+  // (cudaStreamCaptureModeThreadLocal): a call on this thread that cannot be captured (a
+  // synchronize, a download, an upload's cudaMalloc, a pinned allocation) fails it with an
+  // error instead of running once at capture time and being missing from every replay.
+  // Throws what `record` threw, or attnres::Error; the backend stays usable either way.
+  std::unique_ptr<CudaGraph> capture_graph(const std::function<void()>& record);
+
+  // The stream every op runs on (for timing with events).
   CUstream_st* stream() const;
   int device_index() const;
-  // Device bytes held by the caching allocator: in use, and cached free for reuse.
+  // Device bytes held by the caching allocator: in use, cached free for reuse, and free but
+  // held for live CUDA graphs (cuda_allocator.h).
   size_t allocated_bytes() const;
   size_t cached_free_bytes() const;
+  size_t graph_pool_free_bytes() const;
   // Returns every cached free block to the driver (cudaFree).
   void release_cached_memory();
 
   struct Impl;  // cuda_backend_internal.h
+
+ private:
+  // *impl_, after making this backend's device current on the calling thread. The runtime's
+  // current device is per host thread and a new thread starts on device 0: the backend is
+  // built on one thread (the CLI's main thread, which the constructor's cudaSetDevice covers)
+  // and driven from another (the engine thread), so every entry point that calls the runtime
+  // goes through here. Costs a cudaGetDevice (thread-local state); cudaSetDevice only on a
+  // mismatch. The previous device is not restored.
+  Impl& on_device();
+
+  std::unique_ptr<Impl> impl_;
+};
+
+// Work captured from a CudaBackend's stream (CudaBackend::capture_graph), replayed on it.
+// A replay runs exactly the captured kernels and copies on the captured buffers; none of the
+// ops' host-side checks run again. Its metadata copies read the pinned staging buffers when
+// they run, so a replay computes the batch last packed there: the captured one, or another
+// of the same layout that prepare_batch packed since (how a graph runner would reuse a
+// graph; gather_rows' row ids have no such path yet and stay the last ones staged). replay()
+// refuses once a staging buffer was regrown, or when the batch prepared last has another
+// layout (tokens, sequences, block-table width).
+// The graph holds what its replays use that the backend could otherwise free or reuse: its
+// memory pool (no block allocated or in use during the capture goes to anyone else while the
+// graph lives: cuda_allocator.h) and the staging buffers its copies read. Everything else a
+// replay reads (weights, KV cache, the forward's kept workspaces) is the caller's to keep
+// alive. Destroy it before its backend (a replay uses the backend's stream and events).
+class CudaGraph {
+ public:
+  struct Impl;
+  explicit CudaGraph(std::unique_ptr<Impl> impl);
+  ~CudaGraph();
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+
+  // Queues one replay on the backend's stream (asynchronous, like every op).
+  void replay();
 
  private:
   std::unique_ptr<Impl> impl_;

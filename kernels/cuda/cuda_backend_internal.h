@@ -10,6 +10,7 @@
 
 #include "kernels/cuda/cuda_allocator.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_check.h"
 
 namespace attnres {
 
@@ -24,9 +25,10 @@ struct CudaBackend::Impl {
 
   // --- the prepared batch (prepare_batch) ---
   // One pinned staging buffer packs every metadata array; one cudaMemcpyAsync moves it to
-  // meta_device. meta_copied is recorded after that copy: the staging buffer is rewritten
-  // only once the previous copy has finished reading it.
-  void* meta_host = nullptr;  // cudaMallocHost
+  // meta_device. meta_copied is recorded after that copy (and after a graph replay, whose
+  // copies read the buffer too): the staging buffer is rewritten only once the previous copy
+  // has finished reading it. Shared so that a CUDA graph keeps the buffer its copies read.
+  std::shared_ptr<void> meta_host;  // pinned_host()
   size_t meta_host_bytes = 0;
   std::shared_ptr<void> meta_device;
   size_t meta_device_bytes = 0;
@@ -46,8 +48,9 @@ struct CudaBackend::Impl {
   int64_t validated_num_blocks = -1, validated_block_size = -1;
 
   // --- gather_rows: rows from the host, through their own pinned buffer ---
-  int32_t* rows_host = nullptr;
+  std::shared_ptr<void> rows_host;  // pinned_host(), int32 row ids
   size_t rows_host_count = 0;
+  int64_t rows_staged = 0;  // how many the last gather_rows staged
   std::shared_ptr<void> rows_device;
   size_t rows_device_count = 0;
   cudaEvent_t rows_copied = nullptr;
@@ -56,18 +59,27 @@ struct CudaBackend::Impl {
   std::shared_ptr<void> act_scratch;
   size_t act_scratch_bytes = 0;
 
-  // True while the stream is being captured into a CUDA graph: the staging events are then
-  // neither waited on (illegal during capture) nor recorded (they keep guarding eager
-  // steps only). A captured step's H2D copies read the pinned staging buffers at replay
-  // time: a replay uses whatever batch was last packed there, and a graph is only valid
-  // while no later prepare_batch / gather_rows has to grow those buffers. Replays are not
-  // ordered against host rewrites of staging: synchronize() before packing a new batch.
-  // (The bench captures and replays one fixed batch; a serving graph runner is to come.)
+  // --- CUDA graph capture (cuda_graph.cpp) ---
+  // True while the stream is being captured (capture_graph): the staging events are then
+  // neither waited on (illegal during capture; capture_graph waits before it begins) nor
+  // recorded (CudaGraph::replay records them). A captured H2D copy reads its pinned staging
+  // buffer at replay time, so a capture may stage each buffer once (a second staging would
+  // leave both copies reading the second's data) and may not grow it (no pinned allocation
+  // during a capture): both are refused with an error.
+  bool meta_staged_in_capture = false, rows_staged_in_capture = false;
   bool capturing() const {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     return cudaStreamIsCapturing(stream, &status) == cudaSuccess &&
            status != cudaStreamCaptureStatusNone;
   }
+  // Makes the backend's device current on the calling thread (CudaBackend::on_device).
+  void use_device() const {
+    int current = -1;
+    if (cudaGetDevice(&current) != cudaSuccess || current != device)
+      CUDA_CHECK(cudaSetDevice(device));
+  }
+  // Pinned host memory for staging (cudaMallocHost), freed with cudaFreeHost.
+  std::shared_ptr<void> pinned_host(size_t bytes) const;
   // Device memory of at least `bytes` from the caching allocator, not zeroed.
   std::shared_ptr<void> raw_alloc(size_t bytes) { return allocator->allocate(bytes); }
   // Re-prepares when an op is handed a batch other than the one last prepared.

@@ -26,6 +26,29 @@ namespace attnres::cuda {
               std::to_string(line));
 }
 
+// The CUDA runtime's current device is per host thread. Makes `device` current on the calling
+// thread for the guard's lifetime, then restores the previous one. Never throws (used in
+// deleters and destructors); ok() says whether `device` is current.
+class ScopedDevice {
+ public:
+  explicit ScopedDevice(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    ok_ = previous_ == device || cudaSetDevice(device) == cudaSuccess;
+    if (!ok_) cudaGetLastError();
+    changed_ = ok_ && previous_ != device;
+  }
+  ~ScopedDevice() {
+    if (changed_ && previous_ >= 0) cudaSetDevice(previous_);
+  }
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+  bool ok() const { return ok_; }
+
+ private:
+  int previous_ = -1;
+  bool ok_ = false, changed_ = false;
+};
+
 }  // namespace attnres::cuda
 
 #define CUDA_CHECK(call)                                                               \

@@ -74,9 +74,19 @@ __device__ __forceinline__ float block_sum(float v) {
   return a[0];
 }
 
+// The most threads a row-wise kernel's block has (block_sum_n's partials hold 32 warps).
+// Every kernel declares the most threads it is launched with: __launch_bounds__(kMaxRowThreads,
+// 1) for row_block_threads(n), __launch_bounds__(N, 1) for row_block_threads(n, N) or a fixed
+// N. Without it ptxas may use more than 65536 / 1024 = 64 registers per thread, and a
+// 1024-thread launch then fails ("too many resources requested"); with it ptxas stays under
+// the limit, and a launch with more threads than declared fails loudly. The 1 (blocks per SM)
+// matters: with the thread count alone ptxas aimed at 2 blocks per SM and squeezed
+// depth_phase1_kernel<3> / <4> into 32 registers with spills (nvcc 13, sm_90a).
+constexpr int kMaxRowThreads = 1024;
+
 // Threads per block for a row-wise kernel over rows of n elements: enough warps to cover
-// the row once (up to 1024), at least one warp.
-inline int row_block_threads(int64_t n, int max_threads = 1024) {
+// the row once (up to max_threads), at least one warp.
+inline int row_block_threads(int64_t n, int max_threads = kMaxRowThreads) {
   int64_t threads = (n + 31) / 32 * 32;
   if (threads > max_threads) threads = max_threads;
   if (threads < 32) threads = 32;

@@ -41,10 +41,11 @@ namespace {
 constexpr int kMaxFusedQueries = 8;
 
 template <int S>
-__global__ void depth_phase1_kernel(const float* __restrict__ queries,
-                                    const float* __restrict__ bank, int n, int64_t T, int64_t d,
-                                    float eps, float* __restrict__ m, float* __restrict__ s,
-                                    float* __restrict__ o, const float* __restrict__ gate_logits) {
+__global__ void __launch_bounds__(kMaxRowThreads, 1)
+    depth_phase1_kernel(const float* __restrict__ queries, const float* __restrict__ bank, int n,
+                        int64_t T, int64_t d, float eps, float* __restrict__ m,
+                        float* __restrict__ s, float* __restrict__ o,
+                        const float* __restrict__ gate_logits) {
   const int64_t t = blockIdx.x;
   const float* gate = gate_logits ? gate_logits + t * d : nullptr;
   // The source value at element i: the bank row, gated under pre_gated.
@@ -111,10 +112,11 @@ __device__ float block_row_logit(const float* __restrict__ query, const float* x
 }
 
 template <class G>
-__global__ void depth_phase2_prenorm_kernel(
-    const float* __restrict__ m, const float* __restrict__ s, const float* __restrict__ o,
-    const float* __restrict__ query, float bias, float mix_eps, const float* p,
-    const G* __restrict__ gain, float norm_eps, int64_t d, float* out) {
+__global__ void __launch_bounds__(kMaxRowThreads, 1)
+    depth_phase2_prenorm_kernel(const float* __restrict__ m, const float* __restrict__ s,
+                                const float* __restrict__ o, const float* __restrict__ query,
+                                float bias, float mix_eps, const float* p,
+                                const G* __restrict__ gain, float norm_eps, int64_t d, float* out) {
   const int64_t t = blockIdx.x;
   const float* pr = p + t * d;
   const float* orow = o + t * d;
@@ -142,9 +144,13 @@ __global__ void depth_phase2_prenorm_kernel(
 
 // Phase 2 with the §2d switches and newer bank entries, one block per token; see the header
 // comment. Each newer entry's logit takes one block_sum_n<2> (dot, sum of squares); the
-// reduced values are identical in every thread, so the weights live in registers.
+// reduced values are identical in every thread, so the weights live in registers. The loops
+// over newer entries run to the constant kMaxNewerSources (unrolled, guarded by num_newer):
+// indexed by a run-time k the two arrays went to a 64-byte local-memory frame instead
+// (ptxas -v); the guard is block-uniform, so the barriers inside block_row_logit are safe.
 template <class G>
-__global__ void depth_phase2_general_kernel(DepthPhase2Params p) {
+__global__ void __launch_bounds__(kMaxRowThreads, 1)
+    depth_phase2_general_kernel(DepthPhase2Params p) {
   const int64_t t = blockIdx.x, d = p.d, T = p.num_tokens;
   const float* pr = p.partial + t * d;
   const float* orow = p.o + t * d;
@@ -156,7 +162,9 @@ __global__ void depth_phase2_general_kernel(DepthPhase2Params p) {
 
   float big = p.m[t], q = 0.0f;
   float newer_logit[kMaxNewerSources];
-  for (int k = 0; k < p.num_newer; ++k) {
+#pragma unroll
+  for (int k = 0; k < kMaxNewerSources; ++k) {
+    if (k >= p.num_newer) break;
     newer_logit[k] = block_row_logit(p.query, newer_row(k), d, p.mix_eps);
     big = fmaxf(big, newer_logit[k]);
   }
@@ -170,16 +178,22 @@ __global__ void depth_phase2_general_kernel(DepthPhase2Params p) {
   const float c = p.null_source ? expf(p.null_logit - big) : 0.0f;
   float den = a * p.s[t] + b + c;
   float newer_w[kMaxNewerSources];
-  for (int k = 0; k < p.num_newer; ++k) den += (newer_w[k] = expf(newer_logit[k] - big));
+#pragma unroll
+  for (int k = 0; k < kMaxNewerSources; ++k)
+    if (k < p.num_newer) den += (newer_w[k] = expf(newer_logit[k] - big));
   const float inv_den = 1.0f / den;
   const float wa = a * inv_den, wb = b * inv_den, wc = c * inv_den;
-  for (int k = 0; k < p.num_newer; ++k) newer_w[k] *= inv_den;
+#pragma unroll
+  for (int k = 0; k < kMaxNewerSources; ++k)
+    if (k < p.num_newer) newer_w[k] *= inv_den;
 
   float hss = 0.0f;
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
     const float x = pr[i];
     float hm = wa * orow[i] + wb * x;
-    for (int k = 0; k < p.num_newer; ++k) hm += newer_w[k] * newer_row(k)[i];
+#pragma unroll
+    for (int k = 0; k < kMaxNewerSources; ++k)
+      if (k < p.num_newer) hm += newer_w[k] * newer_row(k)[i];
     if (p.null_source) hm += wc * p.null_source[i];
     if (p.adds_partial) hm += x;
     float h = hm;

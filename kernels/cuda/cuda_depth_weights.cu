@@ -15,7 +15,7 @@
 namespace attnres::cuda {
 namespace {
 
-__global__ void depth_weights_kernel(DepthWeightsParams p) {
+__global__ void __launch_bounds__(kMaxRowThreads, 1) depth_weights_kernel(DepthWeightsParams p) {
   extern __shared__ float logits[];  // [width], written by thread 0
   const int64_t t = blockIdx.x, T = p.num_tokens, d = p.d;
   const int first = p.has_null ? 1 : 0;

@@ -15,16 +15,18 @@ namespace {
 constexpr int kThreads = 256;
 
 template <class W>
-__global__ void embedding_kernel(const W* __restrict__ table, const int32_t* __restrict__ ids,
-                                 int64_t d, float* __restrict__ out) {
+__global__ void __launch_bounds__(kThreads, 1)
+    embedding_kernel(const W* __restrict__ table, const int32_t* __restrict__ ids, int64_t d,
+                     float* __restrict__ out) {
   const int64_t t = blockIdx.x;
   const W* row = table + static_cast<int64_t>(ids[t]) * d;
   float* dst = out + t * d;
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) dst[i] = to_f32(row[i]);
 }
 
-__global__ void swiglu_kernel(const float* __restrict__ gate, const float* __restrict__ up,
-                              float* __restrict__ out, int64_t n) {
+__global__ void __launch_bounds__(kThreads, 1)
+    swiglu_kernel(const float* __restrict__ gate, const float* __restrict__ up,
+                  float* __restrict__ out, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float g = gate[i];
@@ -32,7 +34,8 @@ __global__ void swiglu_kernel(const float* __restrict__ gate, const float* __res
   }
 }
 
-__global__ void add_kernel(float* __restrict__ x, const float* __restrict__ y, int64_t n) {
+__global__ void __launch_bounds__(kThreads, 1)
+    add_kernel(float* __restrict__ x, const float* __restrict__ y, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     x[i] += y[i];
@@ -40,8 +43,9 @@ __global__ void add_kernel(float* __restrict__ x, const float* __restrict__ y, i
 
 // One block per output row; copies 4-byte words when the row size allows, else bytes.
 template <class Word>
-__global__ void gather_rows_kernel(const Word* __restrict__ x, const int32_t* __restrict__ rows,
-                                   int64_t row_words, Word* __restrict__ out) {
+__global__ void __launch_bounds__(kThreads, 1)
+    gather_rows_kernel(const Word* __restrict__ x, const int32_t* __restrict__ rows,
+                       int64_t row_words, Word* __restrict__ out) {
   const int64_t i = blockIdx.x;
   const Word* src = x + static_cast<int64_t>(rows[i]) * row_words;
   Word* dst = out + i * row_words;
@@ -60,14 +64,16 @@ __device__ __forceinline__ __half from_f32<__half>(float v) {
 }
 
 template <class W>
-__global__ void convert_kernel(const float* __restrict__ x, W* __restrict__ out, int64_t n) {
+__global__ void __launch_bounds__(kThreads, 1)
+    convert_kernel(const float* __restrict__ x, W* __restrict__ out, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = from_f32<W>(x[i]);
 }
 
 template <class W>
-__global__ void add_bias_kernel(float* __restrict__ out, const W* __restrict__ bias, int64_t n) {
+__global__ void __launch_bounds__(kThreads, 1)
+    add_bias_kernel(float* __restrict__ out, const W* __restrict__ bias, int64_t n) {
   float* row = out + static_cast<int64_t>(blockIdx.x) * n;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) row[i] += to_f32(bias[i]);
 }

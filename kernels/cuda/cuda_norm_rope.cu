@@ -20,8 +20,8 @@ namespace attnres::cuda {
 namespace {
 
 template <class G>
-__global__ void rms_norm_kernel(const float* x, const G* __restrict__ gain, float eps, int64_t n,
-                                float* out) {
+__global__ void __launch_bounds__(kMaxRowThreads, 1)
+    rms_norm_kernel(const float* x, const G* __restrict__ gain, float eps, int64_t n, float* out) {
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * n;
   float* outr = out + static_cast<int64_t>(blockIdx.x) * n;
   float ss = 0.0f;
@@ -33,10 +33,10 @@ __global__ void rms_norm_kernel(const float* x, const G* __restrict__ gain, floa
 
 constexpr int kRopeThreads = 256;  // 8 warps: 8 heads in flight per token
 
-__global__ void qk_norm_rope_kernel(float* q, float* k, int hq, int hkv, int hd, const void* q_gain,
-                                    DType q_gain_dtype, const void* k_gain, DType k_gain_dtype,
-                                    float eps, const float* __restrict__ inv_freq,
-                                    const int32_t* __restrict__ positions) {
+__global__ void __launch_bounds__(kRopeThreads, 1)
+    qk_norm_rope_kernel(float* q, float* k, int hq, int hkv, int hd, const void* q_gain,
+                        DType q_gain_dtype, const void* k_gain, DType k_gain_dtype, float eps,
+                        const float* __restrict__ inv_freq, const int32_t* __restrict__ positions) {
   extern __shared__ float table[];  // cos [half], then sin [half]
   const int half = hd / 2;
   float* cos_t = table;

@@ -60,7 +60,7 @@ const float* f32(const Tensor& t) { return t.ptr<float>(); }
 }  // namespace
 
 void CudaBackend::embedding(const Tensor& table, const BatchMeta& batch, Tensor& out) {
-  Impl& im = *impl_;
+  Impl& im = on_device();
   check_cuda(table, "embedding table");
   ATTNRES_CHECK(table.rank() == 2, "embedding table " + shape_str(table.shape));
   const int64_t vocab = table.dim(0), d = table.dim(1);
@@ -87,11 +87,12 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& gain, float eps, Tenso
   ATTNRES_CHECK(out.numel() == x.numel(),
                 "rms_norm x " + shape_str(x.shape) + " out " + shape_str(out.shape));
   check_float_vector(gain, n, "rms_norm gain");
-  cuda::launch_rms_norm(f32(x), gain.data, gain.dtype, eps, rows_of(x), n, f32(out), impl_->stream);
+  cuda::launch_rms_norm(f32(x), gain.data, gain.dtype, eps, rows_of(x), n, f32(out),
+                        on_device().stream);
 }
 
 void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
-  Impl& im = *impl_;
+  Impl& im = on_device();
   check_cuda(w, "linear w");
   ATTNRES_CHECK(w.rank() == 2, "linear w " + shape_str(w.shape));
   const int64_t n_dim = w.dim(0), k_dim = w.dim(1);
@@ -142,7 +143,7 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
 void CudaBackend::qk_norm_rope(Tensor& q, Tensor& k, int head_dim, const Tensor* q_gain,
                                const Tensor* k_gain, float eps, const Tensor& inv_freq,
                                const BatchMeta& batch) {
-  Impl& im = *impl_;
+  Impl& im = on_device();
   const int64_t hd = head_dim;
   ATTNRES_CHECK(hd > 0 && hd % 2 == 0, "qk_norm_rope head_dim " + std::to_string(hd));
   ATTNRES_CHECK(q.rank() >= 1 && k.rank() >= 1 && q.dim(-1) % hd == 0 && k.dim(-1) % hd == 0,
@@ -204,7 +205,7 @@ void validate_batch_against_cache(const BatchMeta& batch, int64_t num_blocks, in
 
 void CudaBackend::store_kv(const Tensor& k, const Tensor& v, const BatchMeta& batch,
                            KvCacheLayer& cache) {
-  Impl& im = *impl_;
+  Impl& im = on_device();
   check_cache(cache);
   const int64_t row = cache.k.dim(2) * cache.k.dim(3);  // Hkv * hd
   check_f32_rows(k, row, "store_kv k");
@@ -225,7 +226,7 @@ void CudaBackend::store_kv(const Tensor& k, const Tensor& v, const BatchMeta& ba
 
 void CudaBackend::attention(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
                             int head_dim, float scale, Tensor& out) {
-  Impl& im = *impl_;
+  Impl& im = on_device();
   check_cache(cache);
   const int64_t hd = head_dim, hkv = cache.k.dim(2);
   ATTNRES_CHECK(hd > 0 && cache.k.dim(3) == hd, "attention head_dim " + std::to_string(hd) +
@@ -274,7 +275,7 @@ void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor& out) {
   check_f32_rows(out, n, "swiglu out");
   const int64_t total = gate.numel();
   ATTNRES_CHECK(up.numel() == total && out.numel() == total, "swiglu: shape mismatch");
-  cuda::launch_swiglu(f32(gate), f32(up), f32(out), total, impl_->stream);
+  cuda::launch_swiglu(f32(gate), f32(up), f32(out), total, on_device().stream);
 }
 
 void CudaBackend::add_inplace(Tensor& x, const Tensor& y) {
@@ -282,11 +283,11 @@ void CudaBackend::add_inplace(Tensor& x, const Tensor& y) {
                 "add_inplace x " + shape_str(x.shape) + " y " + shape_str(y.shape));
   check_cuda(x, "add_inplace x");
   check_cuda(y, "add_inplace y");
-  cuda::launch_add_inplace(f32(x), f32(y), x.numel(), impl_->stream);
+  cuda::launch_add_inplace(f32(x), f32(y), x.numel(), on_device().stream);
 }
 
 void CudaBackend::gather_rows(const Tensor& x, std::span<const int32_t> rows, Tensor& out) {
-  Impl& im = *impl_;
+  Impl& im = on_device();
   ATTNRES_CHECK(x.rank() >= 1 && out.rank() >= 1 && x.dtype == out.dtype,
                 "gather_rows x " + shape_str(x.shape) + " out " + shape_str(out.shape));
   check_cuda(x, "gather_rows x");
@@ -304,13 +305,23 @@ void CudaBackend::gather_rows(const Tensor& x, std::span<const int32_t> rows, Te
 
   // Upload the row ids through a pinned buffer (reused once the previous copy is done).
   const size_t count = static_cast<size_t>(n_out);
-  if (!im.capturing()) CUDA_CHECK(cudaEventSynchronize(im.rows_copied));
+  if (im.capturing()) {
+    // See Impl::meta_staged_in_capture.
+    ATTNRES_CHECK(!im.rows_staged_in_capture,
+                  "gather_rows: a captured step may gather host rows once (every copy in the "
+                  "graph would read the last rows staged)");
+    ATTNRES_CHECK(count <= im.rows_host_count,
+                  "gather_rows: these rows need a larger pinned staging buffer, which cannot be "
+                  "allocated during a graph capture: run the step eagerly once first");
+    im.rows_staged_in_capture = true;
+  } else {
+    CUDA_CHECK(cudaEventSynchronize(im.rows_copied));  // an eager copy's or a replay's
+  }
   if (count > im.rows_host_count) {
     const size_t grown = std::max(count, im.rows_host_count * 2);
-    if (im.rows_host) CUDA_CHECK(cudaFreeHost(im.rows_host));
-    im.rows_host = nullptr;
+    im.rows_host.reset();
     im.rows_host_count = 0;
-    CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&im.rows_host), grown * sizeof(int32_t)));
+    im.rows_host = im.pinned_host(grown * sizeof(int32_t));
     im.rows_host_count = grown;
   }
   if (count > im.rows_device_count) {
@@ -318,10 +329,12 @@ void CudaBackend::gather_rows(const Tensor& x, std::span<const int32_t> rows, Te
     im.rows_device = im.raw_alloc(grown * sizeof(int32_t));
     im.rows_device_count = grown;
   }
-  std::copy(rows.begin(), rows.end(), im.rows_host);
+  int32_t* rows_host = static_cast<int32_t*>(im.rows_host.get());
+  std::copy(rows.begin(), rows.end(), rows_host);
+  im.rows_staged = n_out;
   int32_t* rows_dev = static_cast<int32_t*>(im.rows_device.get());
-  CUDA_CHECK(cudaMemcpyAsync(rows_dev, im.rows_host, count * sizeof(int32_t),
-                             cudaMemcpyHostToDevice, im.stream));
+  CUDA_CHECK(cudaMemcpyAsync(rows_dev, rows_host, count * sizeof(int32_t), cudaMemcpyHostToDevice,
+                             im.stream));
   if (!im.capturing()) CUDA_CHECK(cudaEventRecord(im.rows_copied, im.stream));  // not in a graph
   cuda::launch_gather_rows(x.data, rows_dev, n_out, row_bytes, out.data, im.stream);
 }
@@ -349,7 +362,7 @@ void CudaBackend::depth_phase1(const Tensor& queries, const Tensor& bank, int n,
   }
   cuda::launch_depth_phase1(f32(queries), static_cast<int>(s_dim), f32(bank), n, T, d, eps, f32(m),
                             f32(s), f32(o), source_gate_logits ? f32(*source_gate_logits) : nullptr,
-                            impl_->stream);
+                            on_device().stream);
 }
 
 void CudaBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& partial,
@@ -387,9 +400,9 @@ void CudaBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& pa
   const bool plain_mix = mix.partial_is_source && !mix.newer && !mix.adds_partial &&
                          !mix.null_source && mix.gate == DepthGate::None;
   if (plain_mix) {
-    cuda::launch_depth_phase2_prenorm(f32(*mix.m), f32(*mix.s), f32(*mix.o), f32(*mix.query),
-                                      mix.bias, mix.mix_eps, f32(partial), prenorm_gain.data,
-                                      prenorm_gain.dtype, norm_eps, T, d, f32(out), impl_->stream);
+    cuda::launch_depth_phase2_prenorm(
+        f32(*mix.m), f32(*mix.s), f32(*mix.o), f32(*mix.query), mix.bias, mix.mix_eps, f32(partial),
+        prenorm_gain.data, prenorm_gain.dtype, norm_eps, T, d, f32(out), on_device().stream);
     return;
   }
   cuda::DepthPhase2Params p;
@@ -428,7 +441,7 @@ void CudaBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& pa
   p.num_tokens = T;
   p.d = d;
   p.out = f32(out);
-  cuda::launch_depth_phase2_general(p, impl_->stream);
+  cuda::launch_depth_phase2_general(p, on_device().stream);
 }
 
 void CudaBackend::depth_weights(const Tensor& query, const Tensor& bank, int n,
@@ -463,7 +476,7 @@ void CudaBackend::depth_weights(const Tensor& query, const Tensor& bank, int n,
   p.num_tokens = T;
   p.d = d;
   p.out = f32(out);
-  cuda::launch_depth_weights(p, impl_->stream);
+  cuda::launch_depth_weights(p, on_device().stream);
 }
 
 }  // namespace attnres

@@ -40,13 +40,15 @@ case "$mode" in
     export LD_LIBRARY_PATH="$PWD/$dev:/usr/local/cuda/lib64:${nccl_dir:+$nccl_dir:}${LD_LIBRARY_PATH:-}"
     export ATTNRES_ASSETS_DIR="$PWD/engine/model/assets"  # the bench's built-in models
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt" || true
-    # 1. Every op and the whole forward against the CPU backend.
+    # 1. Every op and the whole forward against the CPU backend; CUDA graphs (CudaGraph.*),
+    #    the batch contract (CudaBatchInvariance.*, which prints whether 16 rows equal 1),
+    #    the device guard from a second thread and the KV memory query (CudaMemory.*).
     "$dev/attnres_cuda_tests" 2>&1 | tee "$out/test.log" \
-      | grep -E "^\[  FAILED|^\[  PASSED|^\[  SKIPPED \] [0-9]+ tests|Failure|rror" || true
-    # 2. Out-of-bounds accesses and shared-memory races (ops only: the model tests are slow
-    #    under the sanitizer).
+      | grep -E "^\[  FAILED|^\[  PASSED|^\[  SKIPPED \] [0-9]+ tests|Failure|rror|batch-mates:" || true
+    # 2. Out-of-bounds accesses and shared-memory races (ops, memory and graphs; the graph
+    #    tests' tiny model runs a few forwards; the bigger model tests are slow under it).
     compute-sanitizer --tool memcheck --error-exitcode 9 "$dev/attnres_cuda_tests" \
-      --gtest_filter='CudaOps.*:CudaMemory.*' > "$out/memcheck.log" 2>&1 \
+      --gtest_filter='CudaOps.*:CudaMemory.*:CudaGraph.*' > "$out/memcheck.log" 2>&1 \
       && echo "memcheck: clean" || echo "memcheck: FAILED (see memcheck.log)"
     compute-sanitizer --tool racecheck --error-exitcode 9 "$dev/attnres_cuda_tests" \
       --gtest_filter='CudaOps.RmsNorm:CudaOps.DepthPhase*:CudaOps.DepthWeights:CudaOps.QkNormRope' \

@@ -5,7 +5,6 @@
 // that died (its forward failed: docs/ENGINE_CONTRACT.md) makes /health answer 503 and the
 // process exit 1, so a supervisor restarts it.
 #include <pthread.h>
-#include <unistd.h>
 #include <algorithm>
 #include <chrono>
 #include <csignal>
@@ -16,6 +15,7 @@
 #include <optional>
 #include <thread>
 
+#include "engine/core/backend_registry.h"
 #include "engine/core/error.h"
 #include "engine/model/kv_cache.h"
 #include "engine/parallel/process_group.h"
@@ -50,8 +50,9 @@ std::vector<FlagSpec> serve_flags() {
       {"max-num-seqs", "N", "sequences in the running batch at most (default 256)"},
       {"max-num-batched-tokens", "N", "tokens computed per engine step (default 2048)"},
       {"kv-cache-memory", "SIZE",
-       "KV cache budget: bytes with a suffix (512MiB, 4GiB) or a "
-       "fraction of physical memory (0.2); default 1GiB; per rank with "
+       "KV cache budget: bytes with a suffix (512MiB, 4GiB) or a fraction (0.2) of the "
+       "memory the cache lives in: host RAM with --device cpu, the GPU's free memory "
+       "before the weights load with --device cuda; default 1GiB; per rank with "
        "--tensor-parallel-size"},
       {"block-size", "N", "tokens per KV cache block (default 16)"},
       {"max-queued-requests", "N",
@@ -94,7 +95,26 @@ server::http::HttpLimits http_limits_from_flags(const Flags& flags) {
   return limits;
 }
 
-size_t parse_memory(const std::string& text) {
+// The bytes a fractional --kv-cache-memory is a fraction of: what the backend's traits say for
+// each device a rank of this process uses (the smallest), host RAM for the CPU and the GPU's
+// free memory for CUDA (BackendTraits::kv_memory_bytes). A process of an mpirun job sizes for
+// its own device; the other processes' are assumed alike (they allocate what rank 0 sized).
+size_t kv_fraction_base(const EngineArgs& args) {
+  if (!has_backend(args.device)) return host_physical_memory_bytes();  // refused later, by name
+  const BackendTraits traits = backend_traits(args.device);
+  std::vector<int> devices;
+  if (ProcessGroup* group = job_process_group()) {
+    devices.push_back(group->local_rank());
+  } else {
+    for (int rank = 0; rank < std::max(1, args.tensor_parallel_size); ++rank)
+      devices.push_back(rank);
+  }
+  size_t base = traits.kv_memory_bytes(devices.front());
+  for (int device : devices) base = std::min(base, traits.kv_memory_bytes(device));
+  return base;
+}
+
+size_t parse_memory(const std::string& text, const EngineArgs& args) {
   if (text.empty()) throw Error("--kv-cache-memory: empty");
   size_t pos = 0;
   double value = 0;
@@ -105,9 +125,12 @@ size_t parse_memory(const std::string& text) {
   }
   const std::string unit = text.substr(pos);
   if (unit.empty() && value > 0 && value <= 1) {
-    const double physical =
-        static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
-    return static_cast<size_t>(value * physical);
+    try {
+      return static_cast<size_t>(value * static_cast<double>(kv_fraction_base(args)));
+    } catch (const Error& e) {
+      throw Error("--kv-cache-memory " + text + " (a fraction of --device " + args.device +
+                  "'s memory): " + e.what());
+    }
   }
   double scale = 0;
   if (unit.empty() || unit == "B") scale = 1;
@@ -166,7 +189,8 @@ int run_serve(const std::vector<std::string>& args) {
   Flags flags(specs, args, "ATTNRES_");
 
   EngineArgs engine_args = engine_args_from_flags(flags);
-  engine_args.kv_cache_memory_bytes = parse_memory(flags.get("kv-cache-memory", "1GiB"));
+  engine_args.kv_cache_memory_bytes =
+      parse_memory(flags.get("kv-cache-memory", "1GiB"), engine_args);
   engine_args.block_size = flags.get_int("block-size", 16);
   if (flags.has("max-model-len")) engine_args.max_model_len = flags.get_int("max-model-len", 0);
   engine_args.max_num_seqs = flags.get_int("max-num-seqs", 256);

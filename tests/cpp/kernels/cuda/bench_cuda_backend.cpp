@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -108,32 +109,22 @@ void bench_model(const std::string& name, int context, int steps, double bandwid
         batch_size, context, step_ms, *std::min_element(ms.begin(), ms.end()), floor_ms / step_ms,
         kv_mb, be.allocated_bytes() / 1e6);
 
-    // The same step captured into a CUDA graph and replayed (launch gaps removed). The
-    // caching allocator is warm, so the captured forward allocates nothing new; the logits
-    // tensor it returns is held for as long as the graph lives, and nothing else allocates
-    // between replays. Replays must give the eager logits bit for bit.
+    // The same step captured into a CUDA graph and replayed (launch gaps removed). The eager
+    // steps above warmed the caching allocator and the staging buffers; the graph keeps its
+    // blocks to itself (capture_graph). The logits tensor the captured forward returns is
+    // held for as long as the graph lives. Replays must give the eager logits bit for bit.
     try {
       Tensor eager = model.forward(batch, cache, rows);
       std::vector<float> eager_host(static_cast<size_t>(eager.numel()));
       be.download(eager, eager_host.data());
-      eager = Tensor();  // its block goes back to the cache: the capture allocates nothing new
-      cudaGraph_t graph = nullptr;
-      cudaGraphExec_t exec = nullptr;
-      CUDA_CHECK(cudaStreamBeginCapture(be.stream(), cudaStreamCaptureModeRelaxed));
+      eager = Tensor();
       Tensor captured;
-      try {
-        captured = model.forward(batch, cache, rows);
-      } catch (...) {
-        cudaStreamEndCapture(be.stream(), &graph);
-        if (graph) cudaGraphDestroy(graph);
-        throw;
-      }
-      CUDA_CHECK(cudaStreamEndCapture(be.stream(), &graph));
-      CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      std::unique_ptr<CudaGraph> graph =
+          be.capture_graph([&] { captured = model.forward(batch, cache, rows); });
       std::vector<double> gms;
       for (int i = 0; i < steps + 3; ++i) {
         CUDA_CHECK(cudaEventRecord(start, be.stream()));
-        CUDA_CHECK(cudaGraphLaunch(exec, be.stream()));
+        graph->replay();
         CUDA_CHECK(cudaEventRecord(stop, be.stream()));
         CUDA_CHECK(cudaEventSynchronize(stop));
         float t = 0;
@@ -149,8 +140,6 @@ void bench_model(const std::string& name, int context, int steps, double bandwid
           "logits %s the eager step's\n",
           batch_size, context, graph_ms, *std::min_element(gms.begin(), gms.end()),
           floor_ms / graph_ms, same ? "identical to" : "DIFFER from");
-      CUDA_CHECK(cudaGraphExecDestroy(exec));
-      CUDA_CHECK(cudaGraphDestroy(graph));
     } catch (const std::exception& e) {
       cudaGetLastError();
       std::printf("  batch %2d: CUDA graph capture failed: %s\n", batch_size, e.what());

@@ -15,64 +15,13 @@
 #include <vector>
 
 #include "engine/model/kv_cache.h"
-#include "engine/model/model_config.h"
 #include "engine/model/random_weights.h"
 #include "engine/model/transformer.h"
+#include "tests/cpp/kernels/cuda/cuda_model_util.h"
 #include "tests/cpp/kernels/cuda/cuda_test_util.h"
 
 namespace attnres::test {
 namespace {
-
-// mode: an attnres_mode ("" for a plain qwen3); gate / null_source: ATTNRES.md §2d.
-ModelConfig small_config(const std::string& mode, int layers, int blocks,
-                         const std::string& gate = "bias", bool null_source = false) {
-  const bool attnres = !mode.empty();
-  nlohmann::json j = {{"model_type", attnres ? "qwen3_attnres" : "qwen3"},
-                      {"hidden_size", 64},
-                      {"intermediate_size", 96},
-                      {"num_hidden_layers", layers},
-                      {"num_attention_heads", 4},
-                      {"num_key_value_heads", 2},
-                      {"head_dim", 32},
-                      {"vocab_size", 101},
-                      {"max_position_embeddings", 256},
-                      {"rms_norm_eps", 1e-6},
-                      {"rope_theta", 10000.0},
-                      {"tie_word_embeddings", true}};
-  if (attnres) {
-    j["attnres_mode"] = mode;
-    j["attnres_num_blocks"] = blocks;
-    j["attnres_gate_type"] = gate;
-    j["attnres_use_null_source"] = null_source;
-  }
-  return ModelConfig::from_json(j, "cuda test config");
-}
-
-struct Seq {
-  std::vector<int32_t> tokens;  // the whole sequence, prompt then generated
-  std::vector<int32_t> table;
-};
-
-// The step that feeds tokens [begin[s], end[s]) of each sequence.
-BatchMeta make_step(const std::vector<Seq>& seqs, const std::vector<int>& begin,
-                    const std::vector<int>& end, int block_size, std::vector<int32_t>& logit_rows) {
-  BatchMeta b;
-  b.query_start.push_back(0);
-  logit_rows.clear();
-  for (size_t s = 0; s < seqs.size(); ++s) {
-    for (int p = begin[s]; p < end[s]; ++p) {
-      b.token_ids.push_back(seqs[s].tokens[p]);
-      b.positions.push_back(p);
-      b.slot_mapping.push_back(seqs[s].table[p / block_size] * block_size + p % block_size);
-    }
-    b.query_start.push_back(static_cast<int32_t>(b.token_ids.size()));
-    b.context_len.push_back(end[s]);
-    b.block_tables.push_back(seqs[s].table);
-    logit_rows.push_back(b.query_start.back() - 1);  // the last token of each sequence
-  }
-  b.num_tokens = static_cast<int>(b.token_ids.size());
-  return b;
-}
 
 void compare_model(const ModelConfig& config, DType weight_dtype, bool final_mix, double tol) {
   SCOPED_TRACE(config.summary() + " " + std::string(dtype_name(weight_dtype)) +

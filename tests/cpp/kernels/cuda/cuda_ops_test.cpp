@@ -8,13 +8,19 @@
 //   linear F32 weights, or any weights at R <= 8   1e-5  (f32 GEMM with TF32 off / GEMV)
 //   linear BF16 / F16 weights, R > 8               1e-2  (x rounded to bf16 before the GEMM)
 // Without a GPU every test skips (SKIP_WITHOUT_CUDA), so CI reports skips, not failures.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <numeric>
 #include <random>
+#include <string>
+#include <thread>
 #include <vector>
 
+#include "engine/core/backend_registry.h"
+#include "engine/core/error.h"
+#include "kernels/cuda/cuda_registration.h"
 #include "tests/cpp/kernels/cuda/cuda_test_util.h"
 
 namespace attnres::test {
@@ -88,6 +94,63 @@ TEST(CudaMemory, TensorsOutliveTheBackend) {
   SUCCEED();
 }
 
+// `attnres serve` builds the backend on the main thread and drives it from the engine thread,
+// whose current device starts at 0 (the runtime keeps it per host thread). Every backend call
+// selects the backend's device first: with two or more GPUs a backend on device 1 driven from
+// a fresh thread must allocate and launch there; with one GPU this checks the thread path.
+TEST(CudaMemory, AnotherThreadDrivesTheBackendOnItsDevice) {
+  SKIP_WITHOUT_CUDA();
+  int count = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+  const int device = count > 1 ? 1 : 0;
+  CudaBackend be(device);
+  std::mt19937 rng(5);
+  const Tensor x = random_host({4, 96}, DType::F32, rng);
+  std::string error;
+  int alloc_device = -1, upload_device = -1;
+  Tensor out = Tensor::empty({4, 96}, DType::F32);
+  std::thread([&] {
+    try {
+      Tensor d = be.upload(x);
+      Tensor y = be.alloc({4, 96}, DType::F32);
+      be.add_inplace(y, d);  // 0 + x: a kernel launched from this thread
+      be.download(y, out.data);
+      cudaPointerAttributes attr{};
+      if (cudaPointerGetAttributes(&attr, y.data) == cudaSuccess) alloc_device = attr.device;
+      if (cudaPointerGetAttributes(&attr, d.data) == cudaSuccess) upload_device = attr.device;
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }).join();
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(alloc_device, device);
+  EXPECT_EQ(upload_device, device);
+  EXPECT_TRUE(close_to(out, x, 0.0)) << count << " visible GPUs";
+}
+
+// A fractional --kv-cache-memory is of the GPU's free memory on CUDA (the registry's
+// kv_memory_bytes), not the host's RAM; the CPU side is tests/cpp/engine/core.
+TEST(CudaMemory, KvMemoryFractionIsOfTheGpusFreeMemory) {
+  SKIP_WITHOUT_CUDA();
+  register_cuda_backend();
+  const BackendTraits traits = backend_traits("cuda");
+  ASSERT_TRUE(traits.kv_memory_bytes);
+  const size_t before = traits.kv_memory_bytes(0);
+  size_t free = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+  EXPECT_GT(before, 0u);
+  EXPECT_LE(before, total);
+  {
+    CudaBackend be;
+    Tensor big = be.alloc({int64_t{64} << 20}, DType::F32);  // 256 MiB
+    be.synchronize();
+    EXPECT_LE(cuda_free_memory_bytes(0) + (size_t{200} << 20), before);  // it sees them
+  }
+  int count = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+  EXPECT_THROW(cuda_free_memory_bytes(count), Error);
+}
+
 TEST(CudaMemory, DeviceAvailableDoesNotThrow) {
   EXPECT_NO_THROW(cuda_device_available());  // runs without a GPU too
 }
@@ -140,6 +203,45 @@ TEST(CudaOps, EmbeddingRejectsBadIdBeforeLaunch) {
     be.prepare_batch(batch);
     EXPECT_ANY_THROW(be.embedding(table, batch, out));
   }
+}
+
+// A malformed batch is refused before anything is written: the staging buffer is not
+// overrun (query_start [0, 8000, 4000] used to write 8000 seq_of_token entries into room for
+// 4000 before failing) and the batch prepared before it stays usable (its device metadata was
+// not replaced by a half-written, regrown buffer).
+TEST(CudaOps, PrepareBatchRefusesMalformedBatchesBeforeWriting) {
+  SKIP_WITHOUT_CUDA();
+  Backends be;
+  std::mt19937 rng(31);
+  Tensor table = random_host({50, 64}, DType::F32, rng);
+  Tensor table_d = be.gpu.upload(table);
+  const BatchMeta good = tokens_batch({7, 3, 49, 0});
+  be.gpu.prepare_batch(good);
+
+  std::vector<BatchMeta> bad;
+  std::vector<int32_t> many(4000, 1);
+  BatchMeta decreasing = tokens_batch(many);  // large, so the buffers would have to grow
+  decreasing.query_start = {0, 8000, 4000};
+  decreasing.context_len = {8000, 4000};
+  decreasing.block_tables = {{0}, {0}};
+  bad.push_back(decreasing);
+  BatchMeta past_t = tokens_batch({1, 2, 3});
+  past_t.query_start = {0, 4};
+  bad.push_back(past_t);
+  BatchMeta short_slots = tokens_batch({1, 2, 3});
+  short_slots.slot_mapping.pop_back();
+  bad.push_back(short_slots);
+  BatchMeta missing_table = tokens_batch({1, 2, 3});
+  missing_table.block_tables.clear();
+  bad.push_back(missing_table);
+  for (size_t i = 0; i < bad.size(); ++i)
+    EXPECT_ANY_THROW(be.gpu.prepare_batch(bad[i])) << "malformed batch " << i;
+
+  Tensor ref = Tensor::empty({4, 64}, DType::F32);
+  be.cpu.embedding(table, good, ref);
+  Tensor out = device_nan(be.gpu, {4, 64});
+  be.gpu.embedding(table_d, good, out);  // still the prepared batch: no re-prepare
+  EXPECT_TRUE(close_to(to_host(be.gpu, out), ref, 0.0));
 }
 
 // --- rms_norm, swiglu, add, gather ---
