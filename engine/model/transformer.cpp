@@ -163,7 +163,16 @@ Transformer::Transformer(const ModelConfig& config, const ModelWeights& weights,
   }
   weights_.embed_tokens = backend_.upload(weights.embed_tokens);
   weights_.final_norm = upload(weights.final_norm);
-  weights_.lm_head = upload(weights.lm_head);  // tied: the same memory as embed_tokens
+  // A tied LM head is the embedding's memory: upload it once (a second upload is a second
+  // copy on a GPU, 311 MB at 0.6B). Decode reads all of it, so it counts in weight_bytes_.
+  if (weights.lm_head.data == weights.embed_tokens.data &&
+      weights.lm_head.dtype == weights.embed_tokens.dtype &&
+      weights.lm_head.shape == weights.embed_tokens.shape) {
+    weights_.lm_head = weights_.embed_tokens;
+    weight_bytes_ += weights_.lm_head.nbytes();
+  } else {
+    weights_.lm_head = upload(weights.lm_head);
+  }
   for (const LayerWeights& src : weights.layers) {
     LayerWeights dst;
     for (auto [to, from] : {std::pair{&dst.input_norm, &src.input_norm},
