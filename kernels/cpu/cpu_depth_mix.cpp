@@ -26,9 +26,10 @@
 // scales out in place. Every write of out[i] follows the reads of p[i] and o[i], so out may
 // alias p. With no bank (m null: a plain pre-norm model, or an unmixed sublayer) h = p.
 // Newer bank entries (pushed after the group's Phase 1; the full-family modes' groups span
-// several sublayers whose banks share a prefix) are merged first, per token: their logits,
-// then a o + sum_k w_k b_k, in one register pass, into a per-thread row that stands in for
-// a o. Each token's pass prefetches the next token's rows.
+// several sublayers whose banks share a prefix) are merged per token: their logits in one
+// pass (one query load per vector for all k rows), then a o + sum_k w_k b_k formed in
+// registers inside pass 2, where a o stood. Each token's passes prefetch the next token's
+// rows.
 //
 // The open-attnres modes (ATTNRES.md §2d) are switches of the same two ops: Phase 1 may gate
 // every source by sigmoid(gate logits[t]) first (pre_gated: the gated row is formed in
@@ -298,34 +299,47 @@ namespace {
 // The bank side of token t's mix, the Phase-1 state (m, s, o) with the newer entries merged
 // in (ATTNRES.md §3's Phase 2, with k newer entries where the paper has one partial). The
 // caller adds the other sources: weight(l) = e^(l - big) / den of a logit l, and the bank
-// side's part of h_mix is scale * row[i]: o itself (scale e^(m - big) / den) when there are no
-// newer entries, else `merged`, the weighted sum written out.
+// side's part of h_mix is scale * at(i): o itself (scale e^(m - big) / den) when there are no
+// newer entries, else c o + sum_j w_j row_j (scale 1), formed in registers inside the
+// caller's one pass over the token (a merged row written out and read back cost a store and
+// a load per vector).
 struct BankSide {
   float den = 0.0f;  // the whole softmax denominator, in units of e^(x - big)
-  const float* row = nullptr;
   float scale = 1.0f;
-};
-
-// merged = c o + sum_j w_j rows_j over d elements, in one pass: every row is read once and
-// merged written once (an update per entry would re-read and re-write it k times).
-template <DType B>
-void merge_newer_rows(const float* o, float c, const BankT<B>* const* rows, const float* w, int k,
-                      int64_t d, float* merged) {
+  const float* o = nullptr;
+  int k = 0;  // newer rows
+  bool bf16 = false;
+  const void* rows[Backend::kMaxNewerSources] = {};
+  float c = 0.0f;                           // o's weight, k > 0
+  float w[Backend::kMaxNewerSources] = {};  // the rows' weights
+  VecF vc = cpu::vzero();
   VecF vw[Backend::kMaxNewerSources];
-  for (int j = 0; j < k; ++j) vw[j] = cpu::vset1(w[j]);
-  const VecF vc = cpu::vset1(c);
-  int64_t i = 0;
-  for (; i + kLanes <= d; i += kLanes) {
+
+  VecF at(int64_t i) const {
+    if (k == 0) return cpu::vload(o + i);
+    return bf16 ? merged<DType::BF16>(i) : merged<DType::F32>(i);
+  }
+  float at_scalar(int64_t i) const {
+    if (k == 0) return o[i];
+    return bf16 ? merged_scalar<DType::BF16>(i) : merged_scalar<DType::F32>(i);
+  }
+
+ private:
+  template <DType B>
+  VecF merged(int64_t i) const {
     VecF acc = cpu::vmul(vc, cpu::vload(o + i));
-    for (int j = 0; j < k; ++j) acc = cpu::vfma(vw[j], cpu::vload_w<B>(rows[j] + i), acc);
-    cpu::vstore(merged + i, acc);
+    for (int j = 0; j < k; ++j)
+      acc = cpu::vfma(vw[j], cpu::vload_w<B>(static_cast<const BankT<B>*>(rows[j]) + i), acc);
+    return acc;
   }
-  for (; i < d; ++i) {
+  template <DType B>
+  float merged_scalar(int64_t i) const {
     float acc = o[i] * c;
-    for (int j = 0; j < k; ++j) acc = std::fma(w[j], cpu::load_scalar<B>(rows[j] + i), acc);
-    merged[i] = acc;
+    for (int j = 0; j < k; ++j)
+      acc = std::fma(w[j], cpu::load_scalar<B>(static_cast<const BankT<B>*>(rows[j]) + i), acc);
+    return acc;
   }
-}
+};
 
 // The newer bank entries of a Phase 2 (f32 or bf16, like the bank).
 class NewerMerge {
@@ -348,27 +362,29 @@ class NewerMerge {
 
   // big must already cover m and every logit; den the other sources' terms.
   BankSide finish(int64_t t, float m, float s, const float* o, const float* logits, float big,
-                  float others_den, float* merged) const {
+                  float others_den) const {
     BankSide side;
     const float a = std::exp(m - big);
     float den = a * s + others_den;
     float w[Backend::kMaxNewerSources];
     for (int j = 0; j < k_; ++j) den += (w[j] = std::exp(logits[j] - big));
     side.den = den;
+    side.o = o;
     const float inv_den = 1.0f / den;
     if (k_ == 0) {
-      side.row = o;
       side.scale = a * inv_den;
       return side;
     }
-    for (int j = 0; j < k_; ++j) w[j] *= inv_den;
-    if (bf16_) {
-      merge_rows_of<DType::BF16>(t, o, a * inv_den, w, merged);
-    } else {
-      merge_rows_of<DType::F32>(t, o, a * inv_den, w, merged);
+    side.k = k_;
+    side.bf16 = bf16_;
+    side.c = a * inv_den;
+    side.vc = cpu::vset1(side.c);
+    for (int j = 0; j < k_; ++j) {
+      side.w[j] = w[j] * inv_den;
+      side.vw[j] = cpu::vset1(side.w[j]);
+      side.rows[j] = bf16_ ? static_cast<const void*>(row<DType::BF16>(j, t))
+                           : static_cast<const void*>(row<DType::F32>(j, t));
     }
-    side.row = merged;
-    side.scale = 1.0f;
     return side;
   }
 
@@ -406,12 +422,6 @@ class NewerMerge {
   int logits_of(int64_t t, float* logits) const {
     if (k_ > 0) logits_upto<Backend::kMaxNewerSources, B>(t, logits);
     return k_;
-  }
-  template <DType B>
-  void merge_rows_of(int64_t t, const float* o, float c, const float* w, float* merged) const {
-    const BankT<B>* rows[Backend::kMaxNewerSources];
-    for (int j = 0; j < k_; ++j) rows[j] = row<B>(j, t);
-    merge_newer_rows<B>(o, c, rows, w, k_, d_, merged);
   }
   const void* base_;
   bool bf16_;
@@ -477,7 +487,6 @@ void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& par
   const NewerMerge newer(mix.newer, qv, t_dim, d, mix.mix_eps);
   const bool parallel = threads_ > 1 && t_dim > 1;
   pool_->parallel_for(t_dim, parallel, [&](int64_t t) {
-    float* merged = cpu::thread_scratch(cpu::ScratchSlot::DepthMerged, static_cast<size_t>(d));
     const float* p = pp + t * d;
     float* h = outp + t * d;
     // Token t + 1's rows are prefetched while this token's are read: each row is a page of
@@ -489,22 +498,21 @@ void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& par
     float big = std::max(mp[t], q);
     for (int j = 0, k = newer.logits(t, logits); j < k; ++j) big = std::max(big, logits[j]);
     const float b = std::exp(q - big);
-    const BankSide bank = newer.finish(t, mp[t], sp[t], opp + t * d, logits, big, b, merged);
+    const BankSide bank = newer.finish(t, mp[t], sp[t], opp + t * d, logits, big, b);
     const float wb = b / bank.den;
     const VecF va = cpu::vset1(bank.scale), vb = cpu::vset1(wb);
-    const float* ot = bank.row;
     VecF hsq = cpu::vzero();
     int64_t i = 0;
     const float* o_next = has_next ? opp + (t + 1) * d : nullptr;
     for (; i + kLanes <= d; i += kLanes) {
       if (o_next) __builtin_prefetch(o_next + i, 0, 3);
-      const VecF hv = cpu::vfma(va, cpu::vload(ot + i), cpu::vmul(vb, cpu::vload(p + i)));
+      const VecF hv = cpu::vfma(va, bank.at(i), cpu::vmul(vb, cpu::vload(p + i)));
       hsq = cpu::vfma(hv, hv, hsq);
       cpu::vstore(h + i, hv);
     }
     float hss = cpu::hsum(hsq);
     for (; i < d; ++i) {
-      h[i] = bank.scale * ot[i] + wb * p[i];
+      h[i] = bank.scale * bank.at_scalar(i) + wb * p[i];
       hss += h[i] * h[i];
     }
     scale_by_rms(h, hss, gain.data(), d, norm_eps);
@@ -533,7 +541,6 @@ void CpuBackend::depth_phase2_general(const DepthMixArgs& mix, const Tensor& par
                          mix.mix_eps);
   const bool parallel = threads_ > 1 && t_dim > 1;
   pool_->parallel_for(t_dim, parallel, [&](int64_t t) {
-    float* merged = cpu::thread_scratch(cpu::ScratchSlot::DepthMerged, static_cast<size_t>(d));
     const float* p = pp + t * d;
     float* h = outp + t * d;
     float big = mp[t], q = 0.0f;
@@ -546,9 +553,8 @@ void CpuBackend::depth_phase2_general(const DepthMixArgs& mix, const Tensor& par
     if (nv) big = std::max(big, mix.null_logit);
     const float b = qv ? std::exp(q - big) : 0.0f;
     const float c = nv ? std::exp(mix.null_logit - big) : 0.0f;
-    const BankSide bank = newer.finish(t, mp[t], sp[t], opp + t * d, logits, big, b + c, merged);
+    const BankSide bank = newer.finish(t, mp[t], sp[t], opp + t * d, logits, big, b + c);
     const float wa = bank.scale, wb = b / bank.den, wc = c / bank.den;
-    const float* ot = bank.row;
     const float* glt = gl ? gl + t * d : nullptr;
     // Vectors first (the switches are the same for every element: the branches predict),
     // then the scalar tail.
@@ -566,7 +572,7 @@ void CpuBackend::depth_phase2_general(const DepthMixArgs& mix, const Tensor& par
         __builtin_prefetch(o_next + i, 0, 3);
       }
       const VecF x = cpu::vload(p + i);
-      VecF hm = cpu::vfma(vwa, cpu::vload(ot + i), cpu::vmul(vwb, x));
+      VecF hm = cpu::vfma(vwa, bank.at(i), cpu::vmul(vwb, x));
       if (nv) hm = cpu::vfma(vwc, cpu::vload(nv + i), hm);
       if (mix.adds_partial) hm = cpu::vadd(hm, x);
       VecF hv = hm;
@@ -582,7 +588,7 @@ void CpuBackend::depth_phase2_general(const DepthMixArgs& mix, const Tensor& par
     float hss = cpu::hsum(hsq);
     for (; i < d; ++i) {
       const float x = p[i];
-      float hm = wa * ot[i] + wb * x;
+      float hm = wa * bank.at_scalar(i) + wb * x;
       if (nv) hm += wc * nv[i];
       if (mix.adds_partial) hm += x;
       float hv = hm;

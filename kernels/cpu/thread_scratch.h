@@ -18,7 +18,6 @@ namespace attnres::cpu {
 enum class ScratchSlot {
   GemmPanel,
   GemmPartials,
-  DepthMerged,   // Phase 2: the bank side with the newer entries merged
   DepthLogits,   // Phase 1: a token's logits, then softmax weights
   DepthSigmoid,  // Phase 1, pre_gated: sigmoid(gate logits) of a token
   kCount

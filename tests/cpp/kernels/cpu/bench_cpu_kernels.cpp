@@ -7,7 +7,8 @@
 //   2 R K N / time.
 // - Depth mix (`full`'s ops for one 128-token prefill of the 0.6B shape: 56 mixing sublayers
 //   in 7 Phase-1 groups of 8, d 1024): ms per prefill for Phase 1 (all groups) and Phase 2
-//   (every step, with the newer entries its group's Phase 1 did not read), f32 and bf16 bank.
+//   (every step, with the newer entries its group's Phase 1 did not read), f32 and bf16 bank;
+//   Phase 2 also as `delta` runs it (the partial added, not a source: the general kernel).
 //   The bank (15-30 MB) stays in L3 between calls here; in a forward the GEMMs' weights pass
 //   through the cache between them.
 // Best of several repetitions; run it on an idle machine. `bench_cpu_kernels gemm` (or
@@ -89,7 +90,8 @@ Tensor random_f32(const Shape& shape, std::mt19937& rng, float scale) {
   return t;
 }
 
-// The depth table: `full`'s Phase 1 and Phase 2 over one prefill, per bank dtype.
+// The depth table: `full`'s Phase 1 and Phase 2 over one prefill, per bank dtype, and
+// `delta`'s Phase 2 (its Phase 1 is full's).
 void run_depth(Backend* be, std::mt19937& rng) {
   constexpr int64_t T = 128, d = 1024;
   constexpr int kGroups = 7, kSlots = 8, kEntries = 1 + kGroups * kSlots;  // 57
@@ -107,7 +109,7 @@ void run_depth(Backend* be, std::mt19937& rng) {
       for (int g = 0; g < kGroups; ++g)
         be->depth_phase1(queries, bank, 1 + kSlots * g, 1e-6f, m, s, o);
     };
-    auto phase2 = [&] {
+    auto phase2 = [&](bool delta) {
       for (int g = 0; g < kGroups; ++g) {
         const int first_newer = 1 + kSlots * g;
         for (int slot = 0; slot < kSlots; ++slot) {
@@ -119,25 +121,31 @@ void run_depth(Backend* be, std::mt19937& rng) {
           mix.o = &os;
           mix.query = &q;
           mix.newer = slot > 0 ? &newer : nullptr;
-          mix.bias = 0.1f;
+          mix.bias = delta ? 0.0f : 0.1f;
+          mix.partial_is_source = !delta;
+          mix.adds_partial = delta;
           be->depth_phase2_prenorm(mix, partial, gain, 1e-6f, out);
         }
       }
     };
-    double best1 = 1e30, best2 = 1e30;
+    double best1 = 1e30, best2 = 1e30, best2_delta = 1e30;
     phase1();  // warm-up (and the Phase-1 state Phase 2 reads)
     for (int r = 0; r < kReps; ++r) {
       double t0 = now_s();
       phase1();
       best1 = std::min(best1, now_s() - t0);
       t0 = now_s();
-      phase2();
+      phase2(false);
       best2 = std::min(best2, now_s() - t0);
+      t0 = now_s();
+      phase2(true);
+      best2_delta = std::min(best2_delta, now_s() - t0);
     }
     std::printf(
-        "depth (full, 0.6B shape, T %lld) %s bank: Phase 1 %.2f ms, Phase 2 %.2f ms per "
-        "prefill\n",
-        (long long)T, dtype == DType::BF16 ? "bf16" : "f32 ", best1 * 1e3, best2 * 1e3);
+        "depth (0.6B shape, T %lld) %s bank: Phase 1 %.2f ms, Phase 2 %.2f ms (delta's %.2f) "
+        "per prefill\n",
+        (long long)T, dtype == DType::BF16 ? "bf16" : "f32 ", best1 * 1e3, best2 * 1e3,
+        best2_delta * 1e3);
   }
   std::printf("\n");
 }

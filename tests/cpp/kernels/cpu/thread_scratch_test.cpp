@@ -34,10 +34,10 @@ TEST(ThreadScratch, KeepsItsBufferUntilAskedForMore) {
 TEST(ThreadScratch, SlotsAndThreadsDoNotShare) {
   float* panel = thread_scratch(ScratchSlot::GemmPanel, 256);
   float* partials = thread_scratch(ScratchSlot::GemmPartials, 256);
-  float* merged = thread_scratch(ScratchSlot::DepthMerged, 256);
+  float* logits = thread_scratch(ScratchSlot::DepthLogits, 256);
   EXPECT_NE(panel, partials);
-  EXPECT_NE(panel, merged);
-  EXPECT_NE(partials, merged);
+  EXPECT_NE(panel, logits);
+  EXPECT_NE(partials, logits);
   float* other = nullptr;
   std::thread([&] { other = thread_scratch(ScratchSlot::GemmPanel, 256); }).join();
   EXPECT_NE(other, panel);
