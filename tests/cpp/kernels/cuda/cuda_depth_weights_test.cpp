@@ -12,6 +12,7 @@
 #include "engine/model/kv_cache.h"
 #include "engine/model/random_weights.h"
 #include "engine/model/transformer.h"
+#include "tests/cpp/kernels/cuda/cuda_model_util.h"
 #include "tests/cpp/kernels/cuda/cuda_test_util.h"
 
 namespace attnres::test {
@@ -43,30 +44,11 @@ TEST(CudaOps, DepthWeights) {
   check_depth_weights(6, 5, 512, 0.2f, seed++);  // logits of tens: the softmax subtracts its max
 }
 
-ModelConfig small_attnres_config() {
-  nlohmann::json j = {{"model_type", "qwen3_attnres"},
-                      {"hidden_size", 64},
-                      {"intermediate_size", 96},
-                      {"num_hidden_layers", 4},
-                      {"num_attention_heads", 4},
-                      {"num_key_value_heads", 2},
-                      {"head_dim", 32},
-                      {"vocab_size", 101},
-                      {"max_position_embeddings", 256},
-                      {"rms_norm_eps", 1e-6},
-                      {"rope_theta", 10000.0},
-                      {"tie_word_embeddings", true},
-                      {"attnres_mode", "block"},
-                      {"attnres_num_blocks", 2},
-                      {"attnres_gate_type", "bias"}};
-  return ModelConfig::from_json(j, "cuda depth weights config");
-}
-
 TEST(CudaModel, DepthWeightsOfAForward) {
   SKIP_WITHOUT_CUDA();
   for (bool final_mix : {false, true}) {
     SCOPED_TRACE(final_mix ? "final mix (2b)" : "cumulative (2a)");
-    const ModelConfig config = small_attnres_config();
+    const ModelConfig config = small_config("block", 4, 2);
     RandomWeightOptions opt;
     opt.dtype = DType::F32;
     opt.seed = 9;
