@@ -1,6 +1,5 @@
 // Small models and step batches for the CUDA tests that run whole forwards (cuda_model_test,
-// cuda_depth_weights_test,
-// cuda_graph_test, cuda_batch_invariance_test).
+// cuda_depth_weights_test, cuda_graph_test, cuda_batch_invariance_test).
 #pragma once
 
 #include <algorithm>
