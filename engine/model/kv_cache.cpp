@@ -21,8 +21,8 @@ KvCache KvCache::allocate(Backend& backend, const ModelConfig& config, int num_b
                 " blocks of " + std::to_string(block_size) + " tokens)");
   }
   if (!backend.supports_kv_dtype(dtype)) {
-    throw Error("KV cache: the " + backend.name() + " backend has no " +
-                storage_dtype_name(dtype) + " KV cache");
+    throw Error("KV cache: the " + backend.name() + " backend has no " + storage_dtype_name(dtype) +
+                " KV cache");
   }
   KvCache cache;
   cache.num_blocks = num_blocks;

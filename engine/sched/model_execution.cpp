@@ -101,7 +101,8 @@ std::unique_ptr<ModelExecution> make_process_execution(const EngineArgs& args,
   auto exec = std::make_unique<ModelExecution>();
   exec->tensor_parallel_size = group.size();
   exec->kv_cache_dtype = storage_dtype_from_name(load.args.kv_cache_dtype, "--kv-cache-dtype");
-  exec->depth_bank_dtype = storage_dtype_from_name(load.args.depth_bank_dtype, "--depth-bank-dtype");
+  exec->depth_bank_dtype =
+      storage_dtype_from_name(load.args.depth_bank_dtype, "--depth-bank-dtype");
   auto runner = std::make_unique<ProcessGroupRunner>(group, load, model.config, model.weights,
                                                      process_rank_backend(args, group),
                                                      process_communicator(args.device, group));

@@ -40,9 +40,9 @@ TEST(TransformerUpload, ATiedLmHeadIsTheEmbeddingsUpload) {
     // The LM head is read whole every decode step, tied or not.
     size_t layers = 0;
     for (const LayerWeights& l : weights.layers) {
-      for (const Tensor* t : {&l.input_norm, &l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.q_norm,
-                              &l.k_norm, &l.post_attention_norm, &l.gate_proj, &l.up_proj,
-                              &l.down_proj}) {
+      for (const Tensor* t :
+           {&l.input_norm, &l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.q_norm, &l.k_norm,
+            &l.post_attention_norm, &l.gate_proj, &l.up_proj, &l.down_proj}) {
         if (t->defined()) layers += t->nbytes();
       }
     }
