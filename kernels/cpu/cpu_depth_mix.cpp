@@ -168,14 +168,24 @@ void weighted_sum(const TokenSources<B>& src, int n, const float* w, int64_t d, 
   }
 }
 
-// query . x / rms(x) over one row: a source's depth logit (before any bias). `next` (may be
-// null): a row to prefetch meanwhile, the next token's row of the same source.
-template <DType B = DType::F32>
-float row_logit(const float* query, int64_t d, const BankT<B>* x, float eps,
-                const BankT<B>* next = nullptr) {
-  float dot, ss;
-  dots_and_squares<1, 1, false, B>(query, d, &x, &dot, &ss, nullptr, &next);
-  return dot / std::sqrt(ss / static_cast<float>(d) + eps);
+// logits[r] = query . rows[r] / rms(rows[r]) for R rows in one pass (each query vector loaded
+// once for all of them): sources' depth logits before any bias. next[r] (may be null): rows to
+// prefetch meanwhile, the next token's rows of the same sources. Each row sees the same
+// operations whatever R, so its logit keeps its bits.
+template <int R, DType B>
+void rows_logit(const float* query, int64_t d, const BankT<B>* const* rows, float eps,
+                const BankT<B>* const* next, float* logits) {
+  float dots[R], ss[R];
+  dots_and_squares<R, 1, false, B>(query, d, rows, dots, ss, nullptr, next);
+  for (int r = 0; r < R; ++r) logits[r] = dots[r] / std::sqrt(ss[r] / static_cast<float>(d) + eps);
+}
+
+// The same for one f32 row (the partial).
+float row_logit(const float* query, int64_t d, const float* x, float eps,
+                const float* next = nullptr) {
+  float logit;
+  rows_logit<1, DType::F32>(query, d, &x, eps, &next, &logit);
+  return logit;
 }
 
 // The PreNorm's last pass over a token's h (d values, their sum of squares hss): h = h /
@@ -393,11 +403,10 @@ class NewerMerge {
   const BankT<B>* row(int j, int64_t t) const {
     return static_cast<const BankT<B>*>(base_) + (j * t_dim_ + t) * d_;
   }
-  // All k rows in one pass (dots_and_squares with R = k): the query vector is loaded once
-  // for every row rather than once per row, which made this pass load-bound (two loads per
-  // two FMAs). Each row sees row_logit's operations, so the logits keep their bits.
+  // All k rows in one pass (R = k): one row at a time loaded the query vector once per row,
+  // two loads per two FMAs, and this VM's cores take one 512-bit load per cycle.
   template <int R, DType B>
-  void rows_logits(int64_t t, float* logits) const {
+  void newer_logits(int64_t t, float* logits) const {
     const bool has_next = t + 1 < t_dim_;
     const BankT<B>* rows[R];
     const BankT<B>* next[R];
@@ -405,18 +414,15 @@ class NewerMerge {
       rows[j] = row<B>(j, t);
       next[j] = has_next ? row<B>(j, t + 1) : nullptr;
     }
-    float dots[R], ss[R];
-    dots_and_squares<R, 1, false, B>(query_, d_, rows, dots, ss, nullptr, next);
-    for (int j = 0; j < R; ++j)
-      logits[j] = dots[j] / std::sqrt(ss[j] / static_cast<float>(d_) + eps_);
+    rows_logit<R, B>(query_, d_, rows, eps_, next, logits);
   }
-  // rows_logits<k_>, for 1 <= k_ <= R.
+  // newer_logits<k_>, for 1 <= k_ <= R.
   template <int R, DType B>
   void logits_upto(int64_t t, float* logits) const {
     if constexpr (R > 1) {
       if (k_ < R) return logits_upto<R - 1, B>(t, logits);
     }
-    rows_logits<R, B>(t, logits);
+    newer_logits<R, B>(t, logits);
   }
   template <DType B>
   int logits_of(int64_t t, float* logits) const {

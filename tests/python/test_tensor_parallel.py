@@ -22,6 +22,7 @@ import pytest
 
 import attnres_ref as ref
 from checkpoint_cache import checkpoint_fixture
+from engine_cli import relative_error
 from make_checkpoint import TOKENIZER_VOCAB, VARIANTS
 from server_process import ServerProcess
 from openai import OpenAI
@@ -60,10 +61,6 @@ def engine_greedy(binary, model_dir, prompt, tp):
                    "--ignore-eos", "--json", "--tensor-parallel-size", tp,
                    "--sequence-parallel-min-tokens", 1)
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def relative_error(a, b):
-    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
 
 
 def prompt_ids(seed, n):
