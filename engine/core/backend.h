@@ -12,8 +12,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -52,6 +54,19 @@ struct DepthSourceSwitches {
   int width(int n) const { return n + (has_null ? 1 : 0) + (partial_is_source ? 1 : 0); }
 };
 
+// Work recorded once from a backend's queue and replayed (CUDA: a CUDA graph). A replay runs
+// exactly the recorded device work on the recorded buffers, reading the batch metadata last
+// staged by prepare_batch (one of the recorded layout) and nothing else of the host: none of
+// the ops' host-side checks run again. engine/sched/decode_graphs.h is the user.
+class StepGraph {
+ public:
+  virtual ~StepGraph() = default;
+  virtual void replay() = 0;
+  // True once no replay can run whatever batch is staged (CUDA: a larger batch regrew a
+  // staging buffer the graph's copies read): capture again.
+  virtual bool stale() const { return false; }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -83,6 +98,16 @@ class Backend {
   // that takes it: a device backend uploads the metadata (positions, slots, block tables)
   // here once instead of in every op. The CPU reads the host vectors directly.
   virtual void prepare_batch(const BatchMeta& batch) { (void)batch; }
+
+  // --- step graphs (optional: backends whose per-op launch cost is worth removing) ---
+  virtual bool supports_step_graphs() const { return false; }
+  // Records what `record` queues on this backend (nothing runs: replay it to run it). Warm up
+  // first: run the same step once eagerly so every buffer it allocates is cached. Throws
+  // where unsupported, or when `record` does something a graph cannot replay.
+  virtual std::unique_ptr<StepGraph> capture_step_graph(const std::function<void()>& record) {
+    (void)record;
+    throw std::logic_error(name() + ": this backend does not record step graphs");
+  }
 
   // --- ops ---
   // out[t] = table[ids[t]] widened to f32. table [V, d]; out [T, d].

@@ -324,6 +324,20 @@ Tensor Transformer::kept_view(Tensor& kept, const Shape& shape, DType dtype) {
 
 Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
                             std::span<const int32_t> logit_rows, const DepthWeightsRequest* depth) {
+  const Tensor hidden = forward_hidden(batch, cache, logit_rows, depth);
+  if (hidden.dim(0) == 0) return backend_.alloc({0, config_.vocab_size}, DType::F32);
+  return lm_head(hidden);
+}
+
+Tensor Transformer::lm_head(const Tensor& hidden) {
+  Tensor logits = backend_.alloc({hidden.dim(0), config_.vocab_size}, DType::F32);
+  backend_.linear(hidden, weights_.lm_head, nullptr, logits);
+  return logits;
+}
+
+Tensor Transformer::forward_hidden(const BatchMeta& batch, KvCache& cache,
+                                   std::span<const int32_t> logit_rows,
+                                   const DepthWeightsRequest* depth) {
   const int64_t T = batch.num_tokens;
   const int64_t d = config_.hidden_size;
   ATTNRES_CHECK(T > 0 && static_cast<int64_t>(batch.token_ids.size()) == T, "empty batch");
@@ -539,15 +553,17 @@ Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
   if (report_depth && depth->weights) download_depth_weights(depth_per_step, *depth);
 
   const int64_t rows = static_cast<int64_t>(logit_rows.size());
-  const int64_t vocab = config_.vocab_size;
   // A step made only of unfinished prefill chunks wants no logits: its work was the K/V.
-  if (rows == 0) return backend_.alloc({0, vocab}, DType::F32);
+  if (rows == 0) return backend_.alloc({0, d}, DType::F32);
   const Tensor all_hidden = gather_input(split, hidden, s.gathered);
+  // Every row, in order (a decode step): the rows themselves, with no gather (and so no row
+  // ids staged for the device, which a replayed step graph could not restage).
+  bool every_row_in_order = rows == T;
+  for (int64_t r = 0; every_row_in_order && r < rows; ++r) every_row_in_order = logit_rows[r] == r;
+  if (every_row_in_order) return all_hidden;
   Tensor selected = backend_.alloc({rows, d}, DType::F32);
   backend_.gather_rows(all_hidden, logit_rows, selected);
-  Tensor logits = backend_.alloc({rows, vocab}, DType::F32);
-  backend_.linear(selected, weights_.lm_head, nullptr, logits);
-  return logits;
+  return selected;
 }
 
 }  // namespace attnres

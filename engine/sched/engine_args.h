@@ -25,6 +25,9 @@ struct EngineArgs {
   // --depth-bank-dtype: the same choice for the AttnRes depth bank (model_execution.h:
   // depth_bank_dtype).
   std::string depth_bank_dtype = "auto";
+  // --enforce-eager: run every step op by op, never as a replayed step graph (graphs are
+  // used only where the backend records them: CUDA; engine/sched/decode_graphs.h).
+  bool enforce_eager = false;
 
   // --- the serving engine (attnres serve) ---
   size_t kv_cache_memory_bytes = size_t{1} << 30;  // --kv-cache-memory, per rank

@@ -1,5 +1,6 @@
 #include "engine/sched/model_execution.h"
 
+#include <algorithm>
 #include <functional>
 
 #include "engine/core/backend_registry.h"
@@ -223,8 +224,11 @@ std::unique_ptr<ModelExecution> make_model_execution(const EngineArgs& args,
     exec->backend = make_backend(args);
     exec->transformer = std::make_unique<Transformer>(model.config, model.weights, *exec->backend,
                                                       ParallelRole{}, exec->depth_bank_dtype);
-    exec->runner = std::make_unique<TransformerRunner>(*exec->transformer, num_kv_blocks,
-                                                       block_size, exec->kv_cache_dtype);
+    RunnerOptions runner;
+    runner.kv_dtype = exec->kv_cache_dtype;
+    runner.max_graph_batch = args.enforce_eager ? 0 : std::min(args.max_num_seqs, 256);
+    exec->runner =
+        std::make_unique<TransformerRunner>(*exec->transformer, num_kv_blocks, block_size, runner);
     exec->weight_bytes_per_rank = exec->transformer->weight_bytes();
     exec->description = exec->backend->name();
     return exec;

@@ -1,18 +1,31 @@
 // The ModelRunner the server plugs into EngineCore: the real Transformer forward over a paged
-// KvCache it owns, with the logits copied back to the host for sampling.
+// KvCache it owns, with the logits copied back to the host for sampling. On a backend that
+// records step graphs, decode steps replay graphs (decode_graphs.h) unless told not to.
 #pragma once
+
+#include <memory>
 
 #include "engine/model/kv_cache.h"
 #include "engine/model/transformer.h"
+#include "engine/sched/decode_graphs.h"
 #include "engine/sched/model_runner.h"
 
 namespace attnres {
 
+struct RunnerOptions {
+  DType kv_dtype = DType::F32;  // F32, or BF16 where the backend takes it (KvCache::allocate)
+  // Decode steps of up to this many sequences run as step graphs where the backend records
+  // them (Backend::supports_step_graphs); 0: every step eagerly (--enforce-eager).
+  int max_graph_batch = 256;
+};
+
 class TransformerRunner : public ModelRunner {
  public:
-  // Allocates num_blocks blocks of block_size tokens on the model's backend; give the engine
-  // the same numbers (EngineConfig::num_kv_blocks / block_size).
-  // kv_dtype: F32, or BF16 where the backend takes it (KvCache::allocate).
+  // Allocates num_blocks blocks of block_size tokens on the model's backend (and, with
+  // decode graphs, a few padding blocks past them that the engine never sees); give the
+  // engine the same numbers (EngineConfig::num_kv_blocks / block_size).
+  TransformerRunner(Transformer& model, int num_blocks, int block_size,
+                    const RunnerOptions& options);
   TransformerRunner(Transformer& model, int num_blocks, int block_size,
                     DType kv_dtype = DType::F32);
 
@@ -21,10 +34,13 @@ class TransformerRunner : public ModelRunner {
   DepthAttentionLayout depth_attention_layout() const override;
 
   const KvCache& cache() const { return cache_; }
+  // Null when decode steps run eagerly.
+  const DecodeGraphs* decode_graphs() const { return graphs_.get(); }
 
  private:
   Transformer& model_;
   KvCache cache_;
+  std::unique_ptr<DecodeGraphs> graphs_;
 };
 
 }  // namespace attnres

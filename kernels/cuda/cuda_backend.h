@@ -103,6 +103,9 @@ class CudaBackend : public Backend {
   // error instead of running once at capture time and being missing from every replay.
   // Throws what `record` threw, or attnres::Error; the backend stays usable either way.
   std::unique_ptr<CudaGraph> capture_graph(const std::function<void()>& record);
+  // The Backend's step graphs (engine/sched/decode_graphs.h) are these CUDA graphs.
+  bool supports_step_graphs() const override { return true; }
+  std::unique_ptr<StepGraph> capture_step_graph(const std::function<void()>& record) override;
 
   // The stream every op runs on (for timing with events).
   CUstream_st* stream() const;
@@ -142,16 +145,18 @@ class CudaBackend : public Backend {
 // graph lives: cuda_allocator.h) and the staging buffers its copies read. Everything else a
 // replay reads (weights, KV cache, the forward's kept workspaces) is the caller's to keep
 // alive. Destroy it before its backend (a replay uses the backend's stream and events).
-class CudaGraph {
+class CudaGraph : public StepGraph {
  public:
   struct Impl;
   explicit CudaGraph(std::unique_ptr<Impl> impl);
-  ~CudaGraph();
+  ~CudaGraph() override;
   CudaGraph(const CudaGraph&) = delete;
   CudaGraph& operator=(const CudaGraph&) = delete;
 
   // Queues one replay on the backend's stream (asynchronous, like every op).
-  void replay();
+  void replay() override;
+  // True once a staging buffer the graph's copies read was regrown (replay() refuses).
+  bool stale() const override;
 
  private:
   std::unique_ptr<Impl> impl_;

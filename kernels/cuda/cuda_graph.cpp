@@ -48,6 +48,12 @@ struct CudaGraph::Impl {
 CudaGraph::CudaGraph(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CudaGraph::~CudaGraph() = default;
 
+bool CudaGraph::stale() const {
+  const Impl& g = *impl_;
+  return (g.staged_meta && g.backend->meta_host != g.meta_host) ||
+         (g.staged_rows && g.backend->rows_host != g.rows_host);
+}
+
 void CudaGraph::replay() {
   Impl& g = *impl_;
   CudaBackend::Impl& im = *g.backend;
@@ -131,6 +137,10 @@ std::unique_ptr<CudaGraph> CudaBackend::capture_graph(const std::function<void()
   g->rows_staged = im.rows_staged;
   CUDA_CHECK(cudaGraphInstantiate(&g->exec, g->graph, 0));  // on a throw ~Impl cleans up
   return std::make_unique<CudaGraph>(std::move(g));
+}
+
+std::unique_ptr<StepGraph> CudaBackend::capture_step_graph(const std::function<void()>& record) {
+  return capture_graph(record);
 }
 
 }  // namespace attnres

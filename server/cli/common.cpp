@@ -28,6 +28,9 @@ std::vector<FlagSpec> model_flags() {
        "stores: bfloat16 takes half the memory (entries rounded to nearest even; the CPU "
        "backend only for now); auto = bfloat16 for a bf16 checkpoint on a backend that "
        "supports it, else float32 (default auto)"},
+      {"enforce-eager", "",
+       "run every step op by op: no replayed CUDA graphs for decode steps (graphs are "
+       "only used with --device cuda)"},
   };
 }
 
@@ -42,6 +45,7 @@ EngineArgs engine_args_from_flags(const Flags& flags) {
   args.sequence_parallel_min_tokens = flags.get_int("sequence-parallel-min-tokens", 128);
   args.kv_cache_dtype = flags.get("kv-cache-dtype", "auto");
   args.depth_bank_dtype = flags.get("depth-bank-dtype", "auto");
+  args.enforce_eager = flags.has("enforce-eager");
   return args;
 }
 
