@@ -174,8 +174,8 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
   // F32 into BF16: an entry entering a bf16 depth bank, rounded as f32_to_bf16 rounds it.
   const bool to_bf16 = src.dtype == DType::F32 && dst.dtype == DType::BF16;
   ATTNRES_CHECK(src.shape == dst.shape && (src.dtype == dst.dtype || to_bf16),
-                "copy " + shape_str(src.shape) + " " + std::string(dtype_name(src.dtype)) +
-                    " -> " + shape_str(dst.shape) + " " + std::string(dtype_name(dst.dtype)));
+                "copy " + shape_str(src.shape) + " " + std::string(dtype_name(src.dtype)) + " -> " +
+                    shape_str(dst.shape) + " " + std::string(dtype_name(dst.dtype)));
   ATTNRES_CHECK(src.device == Device::CUDA && dst.device == Device::CUDA,
                 "copy: both tensors must be on the CUDA device");
   const size_t src_bytes = src.nbytes(), dst_bytes = dst.nbytes();

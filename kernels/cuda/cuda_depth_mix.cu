@@ -302,9 +302,8 @@ void launch_phase1_group(const Phase1Launch& a) {
     const B* bank = static_cast<const B*>(a.bank);
     const unsigned grid = static_cast<unsigned>(a.T);
     if (vec) {
-      depth_phase1_kernel<S, kDepthVector, B>
-          <<<grid, depth_row_threads(a.d, true), 0, a.stream>>>(
-              a.queries, bank, a.n, a.T, a.d, a.eps, a.m, a.s, a.o, a.gate_logits);
+      depth_phase1_kernel<S, kDepthVector, B><<<grid, depth_row_threads(a.d, true), 0, a.stream>>>(
+          a.queries, bank, a.n, a.T, a.d, a.eps, a.m, a.s, a.o, a.gate_logits);
     } else {
       depth_phase1_kernel<S, 1, B><<<grid, depth_row_threads(a.d, false), 0, a.stream>>>(
           a.queries, bank, a.n, a.T, a.d, a.eps, a.m, a.s, a.o, a.gate_logits);
@@ -314,10 +313,9 @@ void launch_phase1_group(const Phase1Launch& a) {
 
 }  // namespace
 
-void launch_depth_phase1(const float* queries, int num_queries, const void* bank,
-                         DType bank_dtype, int n, int64_t num_tokens, int64_t d, float eps,
-                         float* m, float* s, float* o, const float* source_gate_logits,
-                         cudaStream_t stream) {
+void launch_depth_phase1(const float* queries, int num_queries, const void* bank, DType bank_dtype,
+                         int n, int64_t num_tokens, int64_t d, float eps, float* m, float* s,
+                         float* o, const float* source_gate_logits, cudaStream_t stream) {
   if (num_tokens == 0 || num_queries == 0) return;
   const int64_t T = num_tokens;
   for (int l0 = 0; l0 < num_queries; l0 += kMaxFusedQueries) {
@@ -381,9 +379,8 @@ void launch_depth_phase2_prenorm(const float* m, const float* s, const float* o,
 void launch_depth_phase2_general(const DepthPhase2Params& params, cudaStream_t stream) {
   if (params.num_tokens == 0 || params.d == 0) return;
   const int64_t d = params.d;
-  const bool vec =
-      rows_allow_vectors(d, {params.o, params.query, params.newer, params.null_source,
-                             params.gate_logits, params.partial, params.out});
+  const bool vec = rows_allow_vectors(d, {params.o, params.query, params.newer, params.null_source,
+                                          params.gate_logits, params.partial, params.out});
   const unsigned grid = static_cast<unsigned>(params.num_tokens);
   // Without newer entries the bank dtype is irrelevant: F32 keeps to one instantiation.
   const DType bank_dtype = params.newer ? params.newer_dtype : DType::F32;
@@ -395,7 +392,8 @@ void launch_depth_phase2_general(const DepthPhase2Params& params, cudaStream_t s
         depth_phase2_general_kernel<G, kDepthVector, B>
             <<<grid, depth_row_threads(d, true), 0, stream>>>(params);
       } else {
-        depth_phase2_general_kernel<G, 1, B><<<grid, depth_row_threads(d, false), 0, stream>>>(params);
+        depth_phase2_general_kernel<G, 1, B>
+            <<<grid, depth_row_threads(d, false), 0, stream>>>(params);
       }
     });
   });

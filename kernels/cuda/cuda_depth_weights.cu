@@ -22,8 +22,7 @@ namespace {
 // row), src gated by sigmoid(gate) when gate is non-null.
 template <int V, class R>
 __device__ __forceinline__ void row_dot_and_squares(const float* query, const R* row,
-                                                    const float* gate, int64_t d,
-                                                    float (&acc)[2]) {
+                                                    const float* gate, int64_t d, float (&acc)[2]) {
   for (int64_t i = static_cast<int64_t>(threadIdx.x) * V; i < d; i += blockDim.x * V) {
     float x[V], q[V];
     load_row<V>(row, i, x);
@@ -43,7 +42,8 @@ __device__ __forceinline__ void row_dot_and_squares(const float* query, const R*
 }
 
 template <int V, class B>
-__global__ void __launch_bounds__(depth_block_threads<V>(), 1) depth_weights_kernel(DepthWeightsParams p) {
+__global__ void __launch_bounds__(depth_block_threads<V>(), 1)
+    depth_weights_kernel(DepthWeightsParams p) {
   extern __shared__ float logits[];  // [width], written by thread 0
   const int64_t t = blockIdx.x, T = p.num_tokens, d = p.d;
   const int first = p.has_null ? 1 : 0;
@@ -83,8 +83,8 @@ void launch_depth_weights(const DepthWeightsParams& params, cudaStream_t stream)
   const int width = params.n + (params.has_null ? 1 : 0) + (params.partial ? 1 : 0);
   const size_t shared = static_cast<size_t>(width) * sizeof(float);
   const int64_t d = params.d;
-  const bool vec = rows_allow_vectors(
-      d, {params.query, params.bank, params.partial, params.source_gate_logits});
+  const bool vec =
+      rows_allow_vectors(d, {params.query, params.bank, params.partial, params.source_gate_logits});
   const unsigned grid = static_cast<unsigned>(params.num_tokens);
   dispatch_bank_dtype(params.bank_dtype, "depth_weights bank", [&](auto tag) {
     using B = decltype(tag);

@@ -82,8 +82,9 @@ __global__ void __launch_bounds__(kThreads, 1)
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float4 v = x[i];
     // Little-endian: the lower-addressed element is the low half of each 32-bit word.
-    out[i] = make_uint2(round_to_bf16_bits(v.x) | static_cast<uint32_t>(round_to_bf16_bits(v.y)) << 16,
-                        round_to_bf16_bits(v.z) | static_cast<uint32_t>(round_to_bf16_bits(v.w)) << 16);
+    out[i] =
+        make_uint2(round_to_bf16_bits(v.x) | static_cast<uint32_t>(round_to_bf16_bits(v.y)) << 16,
+                   round_to_bf16_bits(v.z) | static_cast<uint32_t>(round_to_bf16_bits(v.w)) << 16);
   }
 }
 

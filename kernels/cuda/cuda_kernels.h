@@ -80,10 +80,9 @@ constexpr int kMaxAttentionHeadDim = 256;
 // queries [S, d]; bank [>= n, T, d] of bank_dtype (F32 or BF16, widened when read); m, s
 // [S, T]; o [S, T, d]. source_gate_logits [T, d] or null (pre_gated: every source is
 // sigmoid(gate) * bank row first).
-void launch_depth_phase1(const float* queries, int num_queries, const void* bank,
-                         DType bank_dtype, int n, int64_t num_tokens, int64_t d, float eps,
-                         float* m, float* s, float* o, const float* source_gate_logits,
-                         cudaStream_t stream);
+void launch_depth_phase1(const float* queries, int num_queries, const void* bank, DType bank_dtype,
+                         int n, int64_t num_tokens, int64_t d, float eps, float* m, float* s,
+                         float* o, const float* source_gate_logits, cudaStream_t stream);
 // Phase 2 + PreNorm: see Backend::depth_phase2_prenorm (the mixing case; the caller runs
 // launch_rms_norm when there is no mix). m, s [T]; o, p, out [T, d] (out may alias p).
 void launch_depth_phase2_prenorm(const float* m, const float* s, const float* o, const float* query,
@@ -101,7 +100,7 @@ struct DepthPhase2Params {
   const float* o = nullptr;      // [T, d]
   const float* query = nullptr;  // [d]: the newer entries' and the partial's query
   bool partial_is_source = true;
-  const void* newer = nullptr;  // [num_newer, T, d]: bank entries Phase 1 did not read
+  const void* newer = nullptr;     // [num_newer, T, d]: bank entries Phase 1 did not read
   DType newer_dtype = DType::F32;  // the bank's: F32 or BF16
   int num_newer = 0;             // <= kMaxNewerSources (Backend's, asserted in cuda_ops.cpp)
   float bias = 0.0f, mix_eps = 1e-6f;

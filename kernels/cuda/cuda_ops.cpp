@@ -371,10 +371,9 @@ void CudaBackend::depth_phase1(const Tensor& queries, const Tensor& bank, int n,
     ATTNRES_CHECK(source_gate_logits->numel() == T * d,
                   "depth_phase1 source gate " + shape_str(source_gate_logits->shape));
   }
-  cuda::launch_depth_phase1(f32(queries), static_cast<int>(s_dim), bank.data, bank.dtype, n, T, d,
-                            eps, f32(m), f32(s), f32(o),
-                            source_gate_logits ? f32(*source_gate_logits) : nullptr,
-                            on_device().stream);
+  cuda::launch_depth_phase1(
+      f32(queries), static_cast<int>(s_dim), bank.data, bank.dtype, n, T, d, eps, f32(m), f32(s),
+      f32(o), source_gate_logits ? f32(*source_gate_logits) : nullptr, on_device().stream);
 }
 
 void CudaBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& partial,
