@@ -77,7 +77,7 @@ class Backend {
   virtual bool supports_kv_dtype(DType dtype) const { return dtype == DType::F32; }
   // Whether the depth ops (depth_phase1, the newer entries of depth_phase2_prenorm,
   // depth_weights) read a bank of this dtype, and copy() converts f32 into it. Every backend
-  // takes F32; the CPU also BF16 (rows widened in registers when read).
+  // takes F32; the CPU and CUDA backends also BF16 (rows widened in registers when read).
   virtual bool supports_depth_bank_dtype(DType dtype) const { return dtype == DType::F32; }
 
   // --- memory ---

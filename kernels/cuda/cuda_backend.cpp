@@ -3,7 +3,9 @@
 // Memory: alloc() draws from the caching allocator (cuda_allocator.h) and zero-fills with
 // cudaMemsetAsync on the backend stream; upload() makes an exact-size cudaMalloc copy
 // (weights are large and permanent, so they bypass the allocator's size rounding) and keeps
-// the dtype. Both are freed through Tensor::owner and never throw from the deleter.
+// the dtype. Both are freed through Tensor::owner and never throw from the deleter. copy()
+// is a device-to-device memcpy, or, F32 into BF16 (a bf16 depth bank's entry), a rounding
+// kernel bit-exact with f32_to_bf16.
 //
 // prepare_batch packs token_ids, positions, slot_mapping, seq_of_token (derived),
 // query_start, context_len and a [num_seqs, max_blocks] block table (rows padded with 0)
@@ -16,6 +18,7 @@
 
 #include "kernels/cuda/cuda_backend_internal.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_kernels.h"
 
 namespace attnres {
 
@@ -168,17 +171,26 @@ void CudaBackend::download(const Tensor& src, void* host_dst) {
 }
 
 void CudaBackend::copy(const Tensor& src, Tensor& dst) {
-  ATTNRES_CHECK(src.shape == dst.shape && src.dtype == dst.dtype,
-                "copy " + shape_str(src.shape) + " -> " + shape_str(dst.shape));
+  // F32 into BF16: an entry entering a bf16 depth bank, rounded as f32_to_bf16 rounds it.
+  const bool to_bf16 = src.dtype == DType::F32 && dst.dtype == DType::BF16;
+  ATTNRES_CHECK(src.shape == dst.shape && (src.dtype == dst.dtype || to_bf16),
+                "copy " + shape_str(src.shape) + " " + std::string(dtype_name(src.dtype)) + " -> " +
+                    shape_str(dst.shape) + " " + std::string(dtype_name(dst.dtype)));
   ATTNRES_CHECK(src.device == Device::CUDA && dst.device == Device::CUDA,
                 "copy: both tensors must be on the CUDA device");
-  const size_t bytes = src.nbytes();
-  if (bytes == 0 || src.data == dst.data) return;
+  const size_t src_bytes = src.nbytes(), dst_bytes = dst.nbytes();
+  if (src_bytes == 0 || (src.data == dst.data && !to_bf16)) return;
   const char* s = static_cast<const char*>(src.data);
   const char* d = static_cast<const char*>(dst.data);
-  ATTNRES_CHECK(s + bytes <= d || d + bytes <= s, "copy: overlapping source and destination");
-  CUDA_CHECK(
-      cudaMemcpyAsync(dst.data, src.data, bytes, cudaMemcpyDeviceToDevice, on_device().stream));
+  ATTNRES_CHECK(s + src_bytes <= d || d + dst_bytes <= s,
+                "copy: overlapping source and destination");
+  Impl& im = on_device();
+  if (to_bf16) {
+    cuda::launch_round_to_bf16(src.ptr<float>(), static_cast<uint16_t*>(dst.data), src.numel(),
+                               im.stream);
+    return;
+  }
+  CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src_bytes, cudaMemcpyDeviceToDevice, im.stream));
 }
 
 void CudaBackend::fill_zero(Tensor& dst) {

@@ -66,6 +66,14 @@ class CudaBackend : public Backend {
 
   Device device() const override { return Device::CUDA; }
   std::string name() const override;
+  // F32 and BF16 (copy rounds an entry to nearest even, as f32_to_bf16; the depth kernels
+  // widen bank rows in registers). The registration passes the static one as its trait.
+  static bool depth_bank_dtype_supported(DType dtype) {
+    return dtype == DType::F32 || dtype == DType::BF16;
+  }
+  bool supports_depth_bank_dtype(DType dtype) const override {
+    return depth_bank_dtype_supported(dtype);
+  }
 
   Tensor alloc(const Shape& shape, DType dtype) override;
   Tensor upload(const Tensor& host) override;

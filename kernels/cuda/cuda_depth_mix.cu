@@ -32,7 +32,14 @@
 // blends x and the mix with a scalar or per-element gate, in the same three passes. It also
 // merges the newer bank entries (pushed after the group's Phase 1 ran, where the bank grows
 // at every sublayer: full, delta, delta_v): their logits first, then their weighted rows.
+// The bank may be F32 or BF16 (B, a template parameter): rows are widened in registers where
+// they are read (Phase 1, the newer entries of Phase 2). Every row-wise loop reads V
+// consecutive elements per thread (cuda_depth_rows.cuh): V = 8 with 16-byte loads when d is
+// a multiple of 8 and every row pointer is 16-byte aligned (the launcher checks; the block
+// then has d / 8 threads' worth of warps), else V = 1. A thread owns the same elements in
+// every pass, so the aliasing and register arguments above hold for both.
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_depth_rows.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 
 namespace attnres::cuda {
@@ -40,31 +47,49 @@ namespace {
 
 constexpr int kMaxFusedQueries = 8;
 
-template <int S>
-__global__ void __launch_bounds__(kMaxRowThreads, 1)
-    depth_phase1_kernel(const float* __restrict__ queries, const float* __restrict__ bank, int n,
+// The source value of V elements from i of a bank row: the row widened to f32, gated by
+// sigmoid(gate logits) under pre_gated (gate non-null).
+template <int V, class B>
+__device__ __forceinline__ void load_source(const B* row, const float* gate, int64_t i,
+                                            float (&x)[V]) {
+  load_row<V>(row, i, x);
+  if (gate) {
+    float g[V];
+    load_row<V>(gate, i, g);
+#pragma unroll
+    for (int k = 0; k < V; ++k) x[k] = x[k] / (1.0f + expf(-g[k]));
+  }
+}
+
+template <int S, int V, class B>
+__global__ void __launch_bounds__(depth_block_threads<V>(), 1)
+    depth_phase1_kernel(const float* __restrict__ queries, const B* __restrict__ bank, int n,
                         int64_t T, int64_t d, float eps, float* __restrict__ m,
                         float* __restrict__ s, float* __restrict__ o,
                         const float* __restrict__ gate_logits) {
   const int64_t t = blockIdx.x;
+  const int64_t first = static_cast<int64_t>(threadIdx.x) * V, stride = blockDim.x * V;
   const float* gate = gate_logits ? gate_logits + t * d : nullptr;
-  // The source value at element i: the bank row, gated under pre_gated.
-  auto source = [gate](const float* row, int64_t i) {
-    return gate ? row[i] / (1.0f + expf(-gate[i])) : row[i];
-  };
   float m_run[S], s_run[S];
 #pragma unroll
   for (int l = 0; l < S; ++l) m_run[l] = s_run[l] = 0.0f;
   for (int j = 0; j < n; ++j) {
-    const float* row = bank + (static_cast<int64_t>(j) * T + t) * d;
+    const B* row = bank + (static_cast<int64_t>(j) * T + t) * d;
     float acc[S + 1];
 #pragma unroll
     for (int l = 0; l <= S; ++l) acc[l] = 0.0f;
-    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-      const float x = source(row, i);
-      acc[S] += x * x;
+    for (int64_t i = first; i < d; i += stride) {
+      float x[V];
+      load_source<V>(row, gate, i, x);
 #pragma unroll
-      for (int l = 0; l < S; ++l) acc[l] += queries[l * d + i] * x;
+      for (int k = 0; k < V; ++k) acc[S] += x[k] * x[k];
+#pragma unroll
+      for (int l = 0; l < S; ++l) {
+        float q[V];
+        load_row<V>(queries + l * d, i, q);
+#pragma unroll
+        for (int k = 0; k < V; ++k) acc[l] += q[k] * x[k];
+      }
     }
     block_sum_n<S + 1>(acc);
     const float inv_rms = 1.0f / sqrtf(acc[S] / static_cast<float>(d) + eps);
@@ -72,19 +97,32 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1)
     for (int l = 0; l < S; ++l) {
       const float logit = acc[l] * inv_rms;
       float* ol = o + (static_cast<int64_t>(l) * T + t) * d;
+      // o = o * keep + w * source: j == 0 starts o; a new max rescales what was accumulated.
+      float keep = 1.0f, w = 1.0f;
       if (j == 0) {
+        keep = 0.0f;
         m_run[l] = logit;
         s_run[l] = 1.0f;
-        for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ol[i] = source(row, i);
-      } else if (logit > m_run[l]) {  // new max: rescale what was accumulated
-        const float c = expf(m_run[l] - logit);
-        for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ol[i] = ol[i] * c + source(row, i);
-        s_run[l] = s_run[l] * c + 1.0f;
+      } else if (logit > m_run[l]) {
+        keep = expf(m_run[l] - logit);
+        s_run[l] = s_run[l] * keep + 1.0f;
         m_run[l] = logit;
       } else {
-        const float w = expf(logit - m_run[l]);
-        for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ol[i] = ol[i] + w * source(row, i);
+        w = expf(logit - m_run[l]);
         s_run[l] += w;
+      }
+      for (int64_t i = first; i < d; i += stride) {
+        float x[V], acc_o[V];
+        load_source<V>(row, gate, i, x);
+        if (j == 0) {
+#pragma unroll
+          for (int k = 0; k < V; ++k) acc_o[k] = x[k];
+        } else {
+          load_row<V>(ol, i, acc_o);
+#pragma unroll
+          for (int k = 0; k < V; ++k) acc_o[k] = acc_o[k] * keep + w * x[k];
+        }
+        store_row<V>(ol, i, acc_o);
       }
     }
   }
@@ -98,19 +136,24 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1)
 }
 
 // query . x / rms(x) over one row (rms with eps), reduced over the block with one
-// block_sum_n<2>: the same value in every thread.
-__device__ float block_row_logit(const float* __restrict__ query, const float* x, int64_t d,
+// block_sum_n<2>: the same value in every thread. x is f32 (the partial) or a bank row.
+template <int V, class R>
+__device__ float block_row_logit(const float* __restrict__ query, const R* x, int64_t d,
                                  float eps) {
   float acc[2] = {0.0f, 0.0f};  // query . x, x . x
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-    const float v = x[i];
-    acc[0] += query[i] * v;
-    acc[1] += v * v;
+  for (int64_t i = static_cast<int64_t>(threadIdx.x) * V; i < d; i += blockDim.x * V) {
+    float v[V], q[V];
+    load_row<V>(x, i, v);
+    load_row<V>(query, i, q);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      acc[0] += q[k] * v[k];
+      acc[1] += v[k] * v[k];
+    }
   }
   block_sum_n<2>(acc);
   return acc[0] / sqrtf(acc[1] / static_cast<float>(d) + eps);
 }
-
 template <class G>
 __global__ void __launch_bounds__(kMaxRowThreads, 1)
     depth_phase2_prenorm_kernel(const float* __restrict__ m, const float* __restrict__ s,
@@ -123,7 +166,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1)
   float* outr = out + t * d;
   const float inv_d = 1.0f / static_cast<float>(d);
 
-  const float q = block_row_logit(query, pr, d, mix_eps) + bias;
+  const float q = block_row_logit<1>(query, pr, d, mix_eps) + bias;
   const float mt = m[t];
   const float big = fmaxf(mt, q);
   const float a = expf(mt - big), b = expf(q - big);
@@ -148,28 +191,30 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1)
 // over newer entries run to the constant kMaxNewerSources (unrolled, guarded by num_newer):
 // indexed by a run-time k the two arrays went to a 64-byte local-memory frame instead
 // (ptxas -v); the guard is block-uniform, so the barriers inside block_row_logit are safe.
-template <class G>
-__global__ void __launch_bounds__(kMaxRowThreads, 1)
+template <class G, int V, class B>
+__global__ void __launch_bounds__(depth_block_threads<V>(), 1)
     depth_phase2_general_kernel(DepthPhase2Params p) {
   const int64_t t = blockIdx.x, d = p.d, T = p.num_tokens;
+  const int64_t first = static_cast<int64_t>(threadIdx.x) * V, stride = blockDim.x * V;
   const float* pr = p.partial + t * d;
   const float* orow = p.o + t * d;
   const float* gl = p.gate == 2 ? p.gate_logits + t * d : nullptr;
   const G* gain = static_cast<const G*>(p.gain);
+  const B* newer = static_cast<const B*>(p.newer);
   float* outr = p.out + t * d;
   const float inv_d = 1.0f / static_cast<float>(d);
-  auto newer_row = [&](int k) { return p.newer + (static_cast<int64_t>(k) * T + t) * d; };
+  auto newer_row = [&](int k) { return newer + (static_cast<int64_t>(k) * T + t) * d; };
 
   float big = p.m[t], q = 0.0f;
   float newer_logit[kMaxNewerSources];
 #pragma unroll
   for (int k = 0; k < kMaxNewerSources; ++k) {
     if (k >= p.num_newer) break;
-    newer_logit[k] = block_row_logit(p.query, newer_row(k), d, p.mix_eps);
+    newer_logit[k] = block_row_logit<V>(p.query, newer_row(k), d, p.mix_eps);
     big = fmaxf(big, newer_logit[k]);
   }
   if (p.partial_is_source) {
-    q = block_row_logit(p.query, pr, d, p.mix_eps) + p.bias;
+    q = block_row_logit<V>(p.query, pr, d, p.mix_eps) + p.bias;
     big = fmaxf(big, q);
   }
   if (p.null_source) big = fmaxf(big, p.null_logit);
@@ -188,74 +233,129 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1)
     if (k < p.num_newer) newer_w[k] *= inv_den;
 
   float hss = 0.0f;
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-    const float x = pr[i];
-    float hm = wa * orow[i] + wb * x;
+  for (int64_t i = first; i < d; i += stride) {
+    float x[V], hm[V];
+    load_row<V>(pr, i, x);
+    load_row<V>(orow, i, hm);
 #pragma unroll
-    for (int k = 0; k < kMaxNewerSources; ++k)
-      if (k < p.num_newer) hm += newer_w[k] * newer_row(k)[i];
-    if (p.null_source) hm += wc * p.null_source[i];
-    if (p.adds_partial) hm += x;
-    float h = hm;
-    if (p.gate == 1) {
-      h = x + p.gate_blend * (hm - x);
-    } else if (gl) {
-      h = x + (hm - x) / (1.0f + expf(-gl[i]));
+    for (int e = 0; e < V; ++e) hm[e] = wa * hm[e] + wb * x[e];
+#pragma unroll
+    for (int k = 0; k < kMaxNewerSources; ++k) {
+      if (k < p.num_newer) {
+        float v[V];
+        load_row<V>(newer_row(k), i, v);
+#pragma unroll
+        for (int e = 0; e < V; ++e) hm[e] += newer_w[k] * v[e];
+      }
     }
-    outr[i] = h;
-    hss += h * h;
+    if (p.null_source) {
+      float v[V];
+      load_row<V>(p.null_source, i, v);
+#pragma unroll
+      for (int e = 0; e < V; ++e) hm[e] += wc * v[e];
+    }
+    if (p.adds_partial) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) hm[e] += x[e];
+    }
+    if (p.gate == 1) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) hm[e] = x[e] + p.gate_blend * (hm[e] - x[e]);
+    } else if (gl) {
+      float g[V];
+      load_row<V>(gl, i, g);
+#pragma unroll
+      for (int e = 0; e < V; ++e) hm[e] = x[e] + (hm[e] - x[e]) / (1.0f + expf(-g[e]));
+    }
+    store_row<V>(outr, i, hm);  // h
+#pragma unroll
+    for (int e = 0; e < V; ++e) hss += hm[e] * hm[e];
   }
   hss = block_sum(hss);
   const float inv_rms = 1.0f / sqrtf(hss * inv_d + p.norm_eps);
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
-    outr[i] = outr[i] * inv_rms * to_f32(gain[i]);
+  for (int64_t i = first; i < d; i += stride) {
+    float h[V];
+    load_row<V>(outr, i, h);
+#pragma unroll
+    for (int e = 0; e < V; ++e) h[e] = h[e] * inv_rms * to_f32(gain[i + e]);
+    store_row<V>(outr, i, h);
+  }
 }
 
+struct Phase1Launch {
+  const float* queries;  // this group's
+  const void* bank;
+  DType bank_dtype;
+  int n;
+  int64_t T, d;
+  float eps;
+  float *m, *s, *o;  // this group's
+  const float* gate_logits;
+  cudaStream_t stream;
+};
+
 template <int S>
-void launch_phase1_group(const float* queries, const float* bank, int n, int64_t T, int64_t d,
-                         float eps, float* m, float* s, float* o, const float* gate_logits,
-                         cudaStream_t stream) {
-  depth_phase1_kernel<S><<<static_cast<unsigned>(T), row_block_threads(d), 0, stream>>>(
-      queries, bank, n, T, d, eps, m, s, o, gate_logits);
+void launch_phase1_group(const Phase1Launch& a) {
+  const bool vec = rows_allow_vectors(a.d, {a.bank, a.queries, a.o, a.gate_logits});
+  dispatch_bank_dtype(a.bank_dtype, "depth_phase1 bank", [&](auto tag) {
+    using B = decltype(tag);
+    const B* bank = static_cast<const B*>(a.bank);
+    const unsigned grid = static_cast<unsigned>(a.T);
+    if (vec) {
+      depth_phase1_kernel<S, kDepthVector, B><<<grid, depth_row_threads(a.d, true), 0, a.stream>>>(
+          a.queries, bank, a.n, a.T, a.d, a.eps, a.m, a.s, a.o, a.gate_logits);
+    } else {
+      depth_phase1_kernel<S, 1, B><<<grid, depth_row_threads(a.d, false), 0, a.stream>>>(
+          a.queries, bank, a.n, a.T, a.d, a.eps, a.m, a.s, a.o, a.gate_logits);
+    }
+  });
 }
 
 }  // namespace
 
-void launch_depth_phase1(const float* queries, int num_queries, const float* bank, int n,
-                         int64_t num_tokens, int64_t d, float eps, float* m, float* s, float* o,
-                         const float* source_gate_logits, cudaStream_t stream) {
+void launch_depth_phase1(const float* queries, int num_queries, const void* bank, DType bank_dtype,
+                         int n, int64_t num_tokens, int64_t d, float eps, float* m, float* s,
+                         float* o, const float* source_gate_logits, cudaStream_t stream) {
   if (num_tokens == 0 || num_queries == 0) return;
   const int64_t T = num_tokens;
   for (int l0 = 0; l0 < num_queries; l0 += kMaxFusedQueries) {
     const int group = num_queries - l0 < kMaxFusedQueries ? num_queries - l0 : kMaxFusedQueries;
-    const float* qg = queries + static_cast<int64_t>(l0) * d;
-    float* mg = m + static_cast<int64_t>(l0) * T;
-    float* sg = s + static_cast<int64_t>(l0) * T;
-    float* og = o + static_cast<int64_t>(l0) * T * d;
+    const Phase1Launch a{queries + static_cast<int64_t>(l0) * d,
+                         bank,
+                         bank_dtype,
+                         n,
+                         T,
+                         d,
+                         eps,
+                         m + static_cast<int64_t>(l0) * T,
+                         s + static_cast<int64_t>(l0) * T,
+                         o + static_cast<int64_t>(l0) * T * d,
+                         source_gate_logits,
+                         stream};
     switch (group) {
       case 1:
-        launch_phase1_group<1>(qg, bank, n, T, d, eps, mg, sg, og, source_gate_logits, stream);
+        launch_phase1_group<1>(a);
         break;
       case 2:
-        launch_phase1_group<2>(qg, bank, n, T, d, eps, mg, sg, og, source_gate_logits, stream);
+        launch_phase1_group<2>(a);
         break;
       case 3:
-        launch_phase1_group<3>(qg, bank, n, T, d, eps, mg, sg, og, source_gate_logits, stream);
+        launch_phase1_group<3>(a);
         break;
       case 4:
-        launch_phase1_group<4>(qg, bank, n, T, d, eps, mg, sg, og, source_gate_logits, stream);
+        launch_phase1_group<4>(a);
         break;
       case 5:
-        launch_phase1_group<5>(qg, bank, n, T, d, eps, mg, sg, og, source_gate_logits, stream);
+        launch_phase1_group<5>(a);
         break;
       case 6:
-        launch_phase1_group<6>(qg, bank, n, T, d, eps, mg, sg, og, source_gate_logits, stream);
+        launch_phase1_group<6>(a);
         break;
       case 7:
-        launch_phase1_group<7>(qg, bank, n, T, d, eps, mg, sg, og, source_gate_logits, stream);
+        launch_phase1_group<7>(a);
         break;
       default:
-        launch_phase1_group<8>(qg, bank, n, T, d, eps, mg, sg, og, source_gate_logits, stream);
+        launch_phase1_group<8>(a);
         break;
     }
     CUDA_CHECK_LAUNCH();
@@ -278,11 +378,24 @@ void launch_depth_phase2_prenorm(const float* m, const float* s, const float* o,
 
 void launch_depth_phase2_general(const DepthPhase2Params& params, cudaStream_t stream) {
   if (params.num_tokens == 0 || params.d == 0) return;
-  dispatch_float_dtype(params.gain_dtype, "depth_phase2 prenorm gain", [&](auto tag) {
-    using G = decltype(tag);
-    depth_phase2_general_kernel<G>
-        <<<static_cast<unsigned>(params.num_tokens), row_block_threads(params.d), 0, stream>>>(
-            params);
+  const int64_t d = params.d;
+  const bool vec = rows_allow_vectors(d, {params.o, params.query, params.newer, params.null_source,
+                                          params.gate_logits, params.partial, params.out});
+  const unsigned grid = static_cast<unsigned>(params.num_tokens);
+  // Without newer entries the bank dtype is irrelevant: F32 keeps to one instantiation.
+  const DType bank_dtype = params.newer ? params.newer_dtype : DType::F32;
+  dispatch_float_dtype(params.gain_dtype, "depth_phase2 prenorm gain", [&](auto gain_tag) {
+    using G = decltype(gain_tag);
+    dispatch_bank_dtype(bank_dtype, "depth_phase2 newer entries", [&](auto bank_tag) {
+      using B = decltype(bank_tag);
+      if (vec) {
+        depth_phase2_general_kernel<G, kDepthVector, B>
+            <<<grid, depth_row_threads(d, true), 0, stream>>>(params);
+      } else {
+        depth_phase2_general_kernel<G, 1, B>
+            <<<grid, depth_row_threads(d, false), 0, stream>>>(params);
+      }
+    });
   });
   CUDA_CHECK_LAUNCH();
 }

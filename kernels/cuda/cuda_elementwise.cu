@@ -1,11 +1,13 @@
 // Streaming kernels: embedding (gather + widen), swiglu, add_inplace, gather_rows, the f32 ->
-// bf16 / f16 conversion of activations before a cuBLAS GEMM, and the bias epilogue.
+// bf16 / f16 conversion of activations before a cuBLAS GEMM, the f32 -> bf16 rounding of an
+// entry entering a bf16 depth bank (bit for bit as the CPU's), and the bias epilogue.
 //
 // Layout: everything is contiguous row-major. The row-wise kernels (embedding, gather_rows,
 // add_bias) use one block per row and a stride loop over the columns, so consecutive threads
 // touch consecutive addresses (coalesced). The flat kernels (swiglu, add, convert) are grid-
 // stride loops over all elements. These are memory-bound and tiny next to the GEMMs; they
 // are written for clarity, not vector width (16-byte loads are a later optimisation).
+#include "kernels/cuda/cuda_bf16_round.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -69,6 +71,28 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = from_f32<W>(x[i]);
+}
+
+// Four elements per thread per iteration (one 16-byte load, one 8-byte store) over n4 groups
+// of four; the launcher passes the tail (n % 4, or everything when unaligned) to the scalar
+// kernel below.
+__global__ void __launch_bounds__(kThreads, 1)
+    round_to_bf16_vec4_kernel(const float4* __restrict__ x, uint2* __restrict__ out, int64_t n4) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n4;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float4 v = x[i];
+    // Little-endian: the lower-addressed element is the low half of each 32-bit word.
+    out[i] =
+        make_uint2(round_to_bf16_bits(v.x) | static_cast<uint32_t>(round_to_bf16_bits(v.y)) << 16,
+                   round_to_bf16_bits(v.z) | static_cast<uint32_t>(round_to_bf16_bits(v.w)) << 16);
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    round_to_bf16_kernel(const float* __restrict__ x, uint16_t* __restrict__ out, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = round_to_bf16_bits(x[i]);
 }
 
 template <class W>
@@ -136,6 +160,25 @@ void launch_convert_from_f32(const float* x, void* out, DType dtype, int64_t n,
                 std::string(dtype_name(dtype)));
   }
   CUDA_CHECK_LAUNCH();
+}
+
+void launch_round_to_bf16(const float* x, uint16_t* out, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  int64_t done = 0;
+  if (reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 8 == 0) {
+    const int64_t n4 = n / 4;
+    if (n4 > 0) {
+      round_to_bf16_vec4_kernel<<<elementwise_blocks(n4, kThreads), kThreads, 0, stream>>>(
+          reinterpret_cast<const float4*>(x), reinterpret_cast<uint2*>(out), n4);
+      CUDA_CHECK_LAUNCH();
+    }
+    done = n4 * 4;
+  }
+  if (done < n) {
+    round_to_bf16_kernel<<<elementwise_blocks(n - done, kThreads), kThreads, 0, stream>>>(
+        x + done, out + done, n - done);
+    CUDA_CHECK_LAUNCH();
+  }
 }
 
 void launch_add_bias(float* out, const void* bias, DType bias_dtype, int64_t rows, int64_t n,

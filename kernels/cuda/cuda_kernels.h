@@ -28,6 +28,9 @@ void launch_gather_rows(const void* x, const int32_t* rows, int64_t num_rows, si
 // out[i] = x[i] rounded to `dtype` (BF16 or F16; round to nearest even).
 void launch_convert_from_f32(const float* x, void* out, DType dtype, int64_t n,
                              cudaStream_t stream);
+// An entry entering a bf16 depth bank (CudaBackend::copy): out[i] = x[i] rounded to bf16
+// exactly as f32_to_bf16 (engine/core/dtype.h) rounds it, NaN payloads included.
+void launch_round_to_bf16(const float* x, uint16_t* out, int64_t n, cudaStream_t stream);
 // out[r, c] += bias[c] for r < rows, c < n.
 void launch_add_bias(float* out, const void* bias, DType bias_dtype, int64_t rows, int64_t n,
                      cudaStream_t stream);
@@ -74,11 +77,12 @@ constexpr int kMaxAttentionHeadDim = 256;
 
 // --- cuda_depth_mix.cu ---
 // Phase 1 for S query rows (any S; done in groups of 8): see Backend::depth_phase1.
-// queries [S, d]; bank [>= n, T, d]; m, s [S, T]; o [S, T, d]. source_gate_logits [T, d] or
-// null (pre_gated: every source is sigmoid(gate) * bank row first).
-void launch_depth_phase1(const float* queries, int num_queries, const float* bank, int n,
-                         int64_t num_tokens, int64_t d, float eps, float* m, float* s, float* o,
-                         const float* source_gate_logits, cudaStream_t stream);
+// queries [S, d]; bank [>= n, T, d] of bank_dtype (F32 or BF16, widened when read); m, s
+// [S, T]; o [S, T, d]. source_gate_logits [T, d] or null (pre_gated: every source is
+// sigmoid(gate) * bank row first).
+void launch_depth_phase1(const float* queries, int num_queries, const void* bank, DType bank_dtype,
+                         int n, int64_t num_tokens, int64_t d, float eps, float* m, float* s,
+                         float* o, const float* source_gate_logits, cudaStream_t stream);
 // Phase 2 + PreNorm: see Backend::depth_phase2_prenorm (the mixing case; the caller runs
 // launch_rms_norm when there is no mix). m, s [T]; o, p, out [T, d] (out may alias p).
 void launch_depth_phase2_prenorm(const float* m, const float* s, const float* o, const float* query,
@@ -96,7 +100,8 @@ struct DepthPhase2Params {
   const float* o = nullptr;      // [T, d]
   const float* query = nullptr;  // [d]: the newer entries' and the partial's query
   bool partial_is_source = true;
-  const float* newer = nullptr;  // [num_newer, T, d]: bank entries Phase 1 did not read
+  const void* newer = nullptr;     // [num_newer, T, d]: bank entries Phase 1 did not read
+  DType newer_dtype = DType::F32;  // the bank's: F32 or BF16
   int num_newer = 0;             // <= kMaxNewerSources (Backend's, asserted in cuda_ops.cpp)
   float bias = 0.0f, mix_eps = 1e-6f;
   bool adds_partial = false;
@@ -116,11 +121,12 @@ void launch_depth_phase2_general(const DepthPhase2Params& params, cudaStream_t s
 
 // --- cuda_depth_weights.cu ---
 // The depth-mix weights of one mixing step: see Backend::depth_weights. query [d];
-// bank [>= n, T, d]; partial [T, d] or null (not a source); out [T, width] with
+// bank [>= n, T, d] (F32 or BF16); partial [T, d] or null (not a source); out [T, width] with
 // width = n + (has_null) + (partial != null); source_gate_logits [T, d] or null (pre_gated).
 struct DepthWeightsParams {
   const float* query = nullptr;
-  const float* bank = nullptr;
+  const void* bank = nullptr;
+  DType bank_dtype = DType::F32;
   int n = 0;
   const float* partial = nullptr;
   float bias = 0.0f;

@@ -54,6 +54,17 @@ void check_float_vector(const Tensor& t, int64_t n, const char* what) {
                     " float values");
 }
 
+// A CUDA depth bank (or a view of its entries) whose last dimension is d, of a dtype the depth
+// kernels read (CudaBackend::depth_bank_dtype_supported: F32, BF16).
+void check_bank(const Tensor& t, int64_t d, const char* what) {
+  check_cuda(t, what);
+  ATTNRES_CHECK(CudaBackend::depth_bank_dtype_supported(t.dtype),
+                std::string(what) + " is " + std::string(dtype_name(t.dtype)) +
+                    ": the CUDA depth ops read an F32 or BF16 bank");
+  ATTNRES_CHECK(t.rank() >= 1 && t.dim(-1) == d, std::string(what) + " " + shape_str(t.shape) +
+                                                     ": last dim must be " + std::to_string(d));
+}
+
 float* f32(Tensor& t) { return t.ptr<float>(); }
 const float* f32(const Tensor& t) { return t.ptr<float>(); }
 
@@ -346,7 +357,7 @@ void CudaBackend::depth_phase1(const Tensor& queries, const Tensor& bank, int n,
   check_f32_rows(queries, d, "depth_phase1 queries");
   ATTNRES_CHECK(bank.rank() == 3 && n >= 1 && bank.dim(0) >= n,
                 "depth_phase1 bank " + shape_str(bank.shape) + " n " + std::to_string(n));
-  check_f32_rows(bank, d, "depth_phase1 bank");
+  check_bank(bank, d, "depth_phase1 bank");
   const int64_t T = bank.dim(1);
   check_cuda(m, "depth_phase1 m");
   check_cuda(s, "depth_phase1 s");
@@ -360,9 +371,9 @@ void CudaBackend::depth_phase1(const Tensor& queries, const Tensor& bank, int n,
     ATTNRES_CHECK(source_gate_logits->numel() == T * d,
                   "depth_phase1 source gate " + shape_str(source_gate_logits->shape));
   }
-  cuda::launch_depth_phase1(f32(queries), static_cast<int>(s_dim), f32(bank), n, T, d, eps, f32(m),
-                            f32(s), f32(o), source_gate_logits ? f32(*source_gate_logits) : nullptr,
-                            on_device().stream);
+  cuda::launch_depth_phase1(
+      f32(queries), static_cast<int>(s_dim), bank.data, bank.dtype, n, T, d, eps, f32(m), f32(s),
+      f32(o), source_gate_logits ? f32(*source_gate_logits) : nullptr, on_device().stream);
 }
 
 void CudaBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& partial,
@@ -383,7 +394,7 @@ void CudaBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& pa
     ATTNRES_CHECK(mix.query->numel() == d, "depth_phase2 query " + shape_str(mix.query->shape));
   }
   if (mix.newer) {
-    check_f32_rows(*mix.newer, d, "depth_phase2 newer entries");
+    check_bank(*mix.newer, d, "depth_phase2 newer entries");
     ATTNRES_CHECK(mix.newer->rank() == 3 && mix.newer->dim(0) >= 1 &&
                       mix.newer->dim(0) <= kMaxNewerSources && mix.newer->dim(1) == T,
                   "depth_phase2 newer entries " + shape_str(mix.newer->shape));
@@ -412,7 +423,8 @@ void CudaBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& pa
   p.query = mix.partial_is_source || mix.newer ? f32(*mix.query) : nullptr;
   p.partial_is_source = mix.partial_is_source;
   if (mix.newer) {
-    p.newer = f32(*mix.newer);
+    p.newer = mix.newer->data;
+    p.newer_dtype = mix.newer->dtype;
     p.num_newer = static_cast<int>(mix.newer->dim(0));
   }
   p.bias = mix.bias;
@@ -455,7 +467,7 @@ void CudaBackend::depth_weights(const Tensor& query, const Tensor& bank, int n,
   ATTNRES_CHECK(bank.rank() == 3 && n >= 1 && bank.dim(0) >= n && bank.dim(1) == T,
                 "depth_weights bank " + shape_str(bank.shape) + " n " + std::to_string(n) + " T " +
                     std::to_string(T));
-  check_f32_rows(bank, d, "depth_weights bank");
+  check_bank(bank, d, "depth_weights bank");
   check_f32_rows(out, sources.width(n), "depth_weights out");
   ATTNRES_CHECK(rows_of(out) == T, "depth_weights out " + shape_str(out.shape));
   cuda::DepthWeightsParams p;
@@ -466,7 +478,8 @@ void CudaBackend::depth_weights(const Tensor& query, const Tensor& bank, int n,
     p.source_gate_logits = f32(*sources.source_gate_logits);
   }
   p.query = f32(query);
-  p.bank = f32(bank);
+  p.bank = bank.data;
+  p.bank_dtype = bank.dtype;
   p.n = n;
   p.partial = sources.partial_is_source ? f32(partial) : nullptr;
   p.bias = bias;

@@ -209,6 +209,21 @@ TEST(EngineArgs, DepthBankDtypeFollowsTheCheckpointAndTheBackend) {
             DType::F32);
 }
 
+// In a CUDA build the CUDA registration says its depth ops read a bf16 bank, so `auto` picks
+// bf16 for a bf16 checkpoint there as on the CPU (asked before any GPU is touched).
+TEST(EngineArgs, CudaDepthBankFollowsTheCheckpoint) {
+  register_builtin_backends();
+  if (!has_backend("cuda")) GTEST_SKIP() << "a build without the CUDA backend";
+  EngineArgs args;
+  args.device = "cuda";
+  EXPECT_EQ(depth_bank_dtype(args, test_model(DType::BF16)), DType::BF16);
+  EXPECT_EQ(depth_bank_dtype(args, test_model(DType::F32)), DType::F32);
+  args.depth_bank_dtype = "bfloat16";
+  EXPECT_EQ(depth_bank_dtype(args, test_model(DType::F32)), DType::BF16);
+  args.depth_bank_dtype = "float32";
+  EXPECT_EQ(depth_bank_dtype(args, test_model(DType::BF16)), DType::F32);
+}
+
 TEST(EngineArgs, ABackendWithoutABf16CacheRefusesItAndAutoGivesF32) {
   register_builtin_backends();
   // Registered without traits: an f32 cache only (the Backend default).

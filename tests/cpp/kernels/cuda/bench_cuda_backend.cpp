@@ -62,12 +62,19 @@ double measure_copy_bandwidth() {
 void bench_model(const std::string& name, int context, int steps, double bandwidth) {
   LoadedModel lm = load_builtin_model(name);
   CudaBackend be(0);
-  Transformer model(lm.config, lm.weights, be);
+  // The depth bank `attnres serve` gives this checkpoint (--depth-bank-dtype auto): bf16 for
+  // bf16 weights (a plain model has no bank; the choice changes nothing there).
+  const DType bank_dtype =
+      lm.weights.dtype == DType::BF16 && be.supports_depth_bank_dtype(DType::BF16) ? DType::BF16
+                                                                                   : DType::F32;
+  Transformer model(lm.config, lm.weights, be, {}, bank_dtype);
   const ModelConfig& c = lm.config;
   const double floor_ms = static_cast<double>(model.weight_bytes()) / bandwidth * 1e3;
-  std::printf("%s: %s\n  weights read per step %.1f MB -> floor %.3f ms at %.0f GB/s\n",
-              name.c_str(), c.summary().c_str(), model.weight_bytes() / 1e6, floor_ms,
-              bandwidth / 1e9);
+  std::printf(
+      "%s: %s, %s depth bank\n  weights read per step %.1f MB -> floor %.3f ms at %.0f "
+      "GB/s\n",
+      name.c_str(), c.summary().c_str(), storage_dtype_name(bank_dtype).c_str(),
+      model.weight_bytes() / 1e6, floor_ms, bandwidth / 1e9);
   for (int batch_size : {1, 64}) {
     const int block_size = 16;
     const int blocks_per_seq = (context + 1 + block_size - 1) / block_size;

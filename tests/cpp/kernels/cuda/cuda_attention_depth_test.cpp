@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "tests/cpp/kernels/cuda/cuda_depth_bank_util.h"
 #include "tests/cpp/kernels/cuda/cuda_test_util.h"
 
 namespace attnres::test {
@@ -155,21 +156,32 @@ TEST(CudaOps, AttentionLargeLogits) {
 
 // --- depth attention ---
 
-void check_phase1(int S, int n, int64_t T, int64_t d, float q_scale, double tol, uint32_t seed) {
+// Phase 1 on a bank of bank_dtype (the CPU's and the GPU's hold the same rounded values).
+// misaligned: the bank is a view one element into its buffer, so the kernels take their scalar
+// path whatever d is.
+void check_phase1(int S, int n, int64_t T, int64_t d, float q_scale, double tol, uint32_t seed,
+                  DType bank_dtype, bool misaligned = false) {
   SCOPED_TRACE("S " + std::to_string(S) + " n " + std::to_string(n) + " T " + std::to_string(T) +
-               " d " + std::to_string(d) + " q_scale " + std::to_string(q_scale));
+               " d " + std::to_string(d) + " q_scale " + std::to_string(q_scale) + " bank " +
+               std::string(dtype_name(bank_dtype)) + (misaligned ? " misaligned" : ""));
   Backends be;
   std::mt19937 rng(seed);
   const int capacity = n + 1;
   Tensor queries = random_host({S, d}, DType::F32, rng, -q_scale, q_scale);
-  Tensor bank = random_host({capacity, T, d}, DType::F32, rng, -2.0f, 2.0f);
-  for (int64_t i = n * T * d; i < capacity * T * d; ++i) bank.ptr<float>()[i] = kNaN;  // dead
+  const int64_t skip = misaligned ? 1 : 0;
+  Tensor flat = random_host({skip + capacity * T * d}, DType::F32, rng, -2.0f, 2.0f);
+  for (int64_t i = skip + n * T * d; i < flat.numel(); ++i) flat.ptr<float>()[i] = kNaN;  // dead
+  const Tensor flat_cpu = bank_on(be.cpu, flat, bank_dtype);
+  const Tensor flat_gpu = bank_on(be.gpu, flat, bank_dtype);
+  ASSERT_TRUE(same_bank_bits(be.cpu, flat_cpu, be.gpu, flat_gpu));
+  const Tensor bank = flat_cpu.rows(skip, flat.numel()).reshape({capacity, T, d});
+  const Tensor bank_d = flat_gpu.rows(skip, flat.numel()).reshape({capacity, T, d});
   Tensor m = Tensor::empty({S, T}, DType::F32), s = Tensor::empty({S, T}, DType::F32);
   Tensor o = Tensor::empty({S, T, d}, DType::F32);
   be.cpu.depth_phase1(queries, bank, n, 1e-6f, m, s, o);
   Tensor md = device_nan(be.gpu, {S, T}), sd = device_nan(be.gpu, {S, T});
   Tensor od = device_nan(be.gpu, {S, T, d});
-  be.gpu.depth_phase1(be.gpu.upload(queries), be.gpu.upload(bank), n, 1e-6f, md, sd, od);
+  be.gpu.depth_phase1(be.gpu.upload(queries), bank_d, n, 1e-6f, md, sd, od);
   EXPECT_TRUE(close_to(to_host(be.gpu, md), m, tol)) << "m";
   EXPECT_TRUE(close_to(to_host(be.gpu, sd), s, tol)) << "s";
   EXPECT_TRUE(close_to(to_host(be.gpu, od), o, tol)) << "o";
@@ -177,17 +189,22 @@ void check_phase1(int S, int n, int64_t T, int64_t d, float q_scale, double tol,
 
 TEST(CudaOps, DepthPhase1) {
   SKIP_WITHOUT_CUDA();
-  uint32_t seed = 100;
-  for (int S = 1; S <= 4; ++S)
-    for (int n = 1; n <= 6; ++n) check_phase1(S, n, 3, 67, 1.0f, 2e-5, seed++);
-  check_phase1(2, 5, 7, 1024, 1.0f, 2e-5, seed++);
-  check_phase1(3, 4, 2, 8192, 1.0f, 2e-5, seed++);
-  check_phase1(9, 3, 4, 256, 1.0f, 2e-5, seed++);  // more than 8 queries: two groups
+  for (DType bank : kBankDtypes) {
+    uint32_t seed = 100;
+    for (int S = 1; S <= 4; ++S)
+      for (int n = 1; n <= 6; ++n) check_phase1(S, n, 3, 67, 1.0f, 2e-5, seed++, bank);
+    for (int S = 1; S <= 8; ++S) check_phase1(S, 3, 3, 1024, 1.0f, 2e-5, seed++, bank);  // 8-wide
+    check_phase1(2, 5, 7, 1024, 1.0f, 2e-5, seed++, bank);
+    check_phase1(3, 4, 2, 8192, 1.0f, 2e-5, seed++, bank);  // the 8-wide path loops over the row
+    check_phase1(9, 3, 4, 256, 1.0f, 2e-5, seed++, bank);   // more than 8 queries: two groups
+    check_phase1(3, 4, 3, 1024, 1.0f, 2e-5, seed++, bank, true);  // unaligned: scalar path
+  }
 }
 
 TEST(CudaOps, DepthPhase1LargeLogits) {
   SKIP_WITHOUT_CUDA();
-  check_phase1(4, 6, 5, 1024, 3.0f, 3e-4, 200);  // |logit| ~ 50
+  for (DType bank : kBankDtypes)
+    check_phase1(4, 6, 5, 1024, 3.0f, 3e-4, 200, bank);  // |logit| ~ 50
 }
 
 void check_phase2(int64_t T, int64_t d, bool mixing, bool alias, float q_scale, DType gain_dtype,
@@ -228,36 +245,42 @@ TEST(CudaOps, DepthPhase2Prenorm) {
   check_phase2(4, 1024, true, true, 3.0f, DType::F16, 3e-4, seed++);  // large partial logit
 }
 
-// Phase 1 then Phase 2 chained through device tensors, as the forward uses them.
+// Phase 1 then Phase 2 chained through device tensors, as the forward uses them (an f32 and a
+// bf16 bank).
 TEST(CudaOps, DepthPhasesChained) {
   SKIP_WITHOUT_CUDA();
-  Backends be;
-  std::mt19937 rng(400);
-  const int S = 3, n = 4;
-  const int64_t T = 6, d = 96;
-  Tensor queries = random_host({S, d}, DType::F32, rng);
-  Tensor bank = random_host({n, T, d}, DType::F32, rng, -2.0f, 2.0f);
-  Tensor partial = random_host({T, d}, DType::F32, rng, -2.0f, 2.0f);
-  Tensor gain = random_host({d}, DType::BF16, rng, 0.5f, 1.5f);
-  Tensor m = Tensor::empty({S, T}, DType::F32), s = Tensor::empty({S, T}, DType::F32);
-  Tensor o = Tensor::empty({S, T, d}, DType::F32);
-  be.cpu.depth_phase1(queries, bank, n, 1e-6f, m, s, o);
-  Tensor qd = be.gpu.upload(queries), bd = be.gpu.upload(bank), pd = be.gpu.upload(partial);
-  Tensor gd = be.gpu.upload(gain);
-  Tensor md = be.gpu.alloc({S, T}, DType::F32), sd = be.gpu.alloc({S, T}, DType::F32);
-  Tensor od = be.gpu.alloc({S, T, d}, DType::F32);
-  be.gpu.depth_phase1(qd, bd, n, 1e-6f, md, sd, od);
-  for (int l = 0; l < S; ++l) {
-    Tensor ml = m.row(l), sl = s.row(l), ol = o.row(l), ql = queries.row(l);
-    Tensor mld = md.row(l), sld = sd.row(l), old = od.row(l), qld = qd.row(l);
-    Backend::DepthMixArgs cm, gm;
-    cm.m = &ml, cm.s = &sl, cm.o = &ol, cm.query = &ql, cm.bias = 0.1f * l;
-    gm.m = &mld, gm.s = &sld, gm.o = &old, gm.query = &qld, gm.bias = 0.1f * l;
-    Tensor ref = Tensor::empty({T, d}, DType::F32);
-    be.cpu.depth_phase2_prenorm(cm, partial, gain, 1e-6f, ref);
-    Tensor out = device_nan(be.gpu, {T, d});
-    be.gpu.depth_phase2_prenorm(gm, pd, gd, 1e-6f, out);
-    EXPECT_TRUE(close_to(to_host(be.gpu, out), ref, 2e-5)) << "sublayer " << l;
+  for (DType bank_dtype : kBankDtypes) {
+    SCOPED_TRACE(std::string("bank ") + std::string(dtype_name(bank_dtype)));
+    Backends be;
+    std::mt19937 rng(400);
+    const int S = 3, n = 4;
+    const int64_t T = 6, d = 96;
+    Tensor queries = random_host({S, d}, DType::F32, rng);
+    const Tensor bank_host = random_host({n, T, d}, DType::F32, rng, -2.0f, 2.0f);
+    Tensor partial = random_host({T, d}, DType::F32, rng, -2.0f, 2.0f);
+    Tensor gain = random_host({d}, DType::BF16, rng, 0.5f, 1.5f);
+    const Tensor bank = bank_on(be.cpu, bank_host, bank_dtype);
+    Tensor m = Tensor::empty({S, T}, DType::F32), s = Tensor::empty({S, T}, DType::F32);
+    Tensor o = Tensor::empty({S, T, d}, DType::F32);
+    be.cpu.depth_phase1(queries, bank, n, 1e-6f, m, s, o);
+    Tensor qd = be.gpu.upload(queries), pd = be.gpu.upload(partial);
+    const Tensor bd = bank_on(be.gpu, bank_host, bank_dtype);
+    Tensor gd = be.gpu.upload(gain);
+    Tensor md = be.gpu.alloc({S, T}, DType::F32), sd = be.gpu.alloc({S, T}, DType::F32);
+    Tensor od = be.gpu.alloc({S, T, d}, DType::F32);
+    be.gpu.depth_phase1(qd, bd, n, 1e-6f, md, sd, od);
+    for (int l = 0; l < S; ++l) {
+      Tensor ml = m.row(l), sl = s.row(l), ol = o.row(l), ql = queries.row(l);
+      Tensor mld = md.row(l), sld = sd.row(l), old = od.row(l), qld = qd.row(l);
+      Backend::DepthMixArgs cm, gm;
+      cm.m = &ml, cm.s = &sl, cm.o = &ol, cm.query = &ql, cm.bias = 0.1f * l;
+      gm.m = &mld, gm.s = &sld, gm.o = &old, gm.query = &qld, gm.bias = 0.1f * l;
+      Tensor ref = Tensor::empty({T, d}, DType::F32);
+      be.cpu.depth_phase2_prenorm(cm, partial, gain, 1e-6f, ref);
+      Tensor out = device_nan(be.gpu, {T, d});
+      be.gpu.depth_phase2_prenorm(gm, pd, gd, 1e-6f, out);
+      EXPECT_TRUE(close_to(to_host(be.gpu, out), ref, 2e-5)) << "sublayer " << l;
+    }
   }
 }
 

@@ -1,14 +1,17 @@
 // The ATTNRES.md §2d switches of the depth ops on CUDA against the CPU backend (itself checked
 // against a direct double-precision softmax in tests/cpp/kernels/cpu/cpu_depth_modes_test.cpp):
 // Phase 1 with pre-gated sources, Phase 2 with every combination of partial-as-source,
-// residual base, null source and gate, and depth_weights' [null] + bank + [partial]. Skips
-// without a GPU. Tolerance: 2e-5 relative (f32; only the summation order differs).
+// residual base, null source and gate and 1 to 7 newer entries, and depth_weights' [null] +
+// bank + [partial], each on an F32 and a BF16 bank (both backends read the same rounded
+// values), at d 37 (the kernels' scalar path) and 1024 (16-byte loads). Skips without a GPU.
+// Tolerance: 2e-5 relative (f32 arithmetic either way; only the summation order differs).
 #include <gtest/gtest.h>
 
 #include <random>
 #include <vector>
 
 #include "tests/cpp/kernels/cpu/depth_modes_reference.h"
+#include "tests/cpp/kernels/cuda/cuda_depth_bank_util.h"
 #include "tests/cpp/kernels/cuda/cuda_test_util.h"
 
 namespace attnres::test {
@@ -20,63 +23,67 @@ TEST(CudaDepthModes, EverySwitchCombinationMatchesTheCpu) {
   CudaBackend gpu(0);
   std::mt19937 rng(21);
   const float eps = 1e-6f, norm_eps = 1e-5f;
-  // Every combination over all n sources in Phase 1; then, not pre-gated, with the last 3 or
-  // 7 of them merged by Phase 2 (newer entries).
+  // Every combination over all n sources in Phase 1; then, not pre-gated, with the last 1 to
+  // 7 of them merged by Phase 2 (newer entries; Phase 1 reads one or two before them).
   std::vector<std::pair<int, ModeCase>> cases;
   for (int n : {1, 4})
     for (const ModeCase& c : all_mode_cases()) cases.push_back({n, c});
-  for (auto [n, newer] : {std::pair{4, 3}, {8, 7}})
-    for (const ModeCase& c : newer_mode_cases(newer)) cases.push_back({n, c});
-  for (int64_t d : {37, 1024})
-    for (const auto& [n, c] : cases) {
-      SCOPED_TRACE(c.describe() + " n " + std::to_string(n) + " d " + std::to_string(d));
-      const int64_t t_dim = 5;
-      const ModeInputs in = ModeInputs::random(n, t_dim, d, rng);
-      ModeInputs dev;  // the same inputs on the GPU
-      for (auto [to, from] : {std::pair{&dev.bank, &in.bank},
-                              {&dev.partial, &in.partial},
-                              {&dev.query, &in.query},
-                              {&dev.gain, &in.gain},
-                              {&dev.null_source, &in.null_source},
-                              {&dev.gate_logits, &in.gate_logits}}) {
-        *to = gpu.upload(*from);
+  for (int newer = 1; newer < Backend::kMaxNewerSources; ++newer)
+    for (const ModeCase& c : newer_mode_cases(newer)) cases.push_back({newer + 1 + newer % 2, c});
+  for (DType bank_dtype : kBankDtypes)
+    for (int64_t d : {37, 1024})
+      for (const auto& [n, c] : cases) {
+        SCOPED_TRACE(c.describe() + " n " + std::to_string(n) + " d " + std::to_string(d) +
+                     " bank " + std::string(dtype_name(bank_dtype)));
+        const int64_t t_dim = 5;
+        ModeInputs in = ModeInputs::random(n, t_dim, d, rng);
+        ModeInputs dev;  // the same inputs on the GPU
+        dev.bank = bank_on(gpu, in.bank, bank_dtype);
+        in.bank = bank_on(cpu, in.bank, bank_dtype);
+        ASSERT_TRUE(same_bank_bits(cpu, in.bank, gpu, dev.bank));
+        for (auto [to, from] : {std::pair{&dev.partial, &in.partial},
+                                {&dev.query, &in.query},
+                                {&dev.gain, &in.gain},
+                                {&dev.null_source, &in.null_source},
+                                {&dev.gate_logits, &in.gate_logits}}) {
+          *to = gpu.upload(*from);
+        }
+        dev.bias = in.bias, dev.null_logit = in.null_logit, dev.gate_blend = in.gate_blend;
+
+        Tensor m = Tensor::empty({1, t_dim}, DType::F32), s = Tensor::empty({1, t_dim}, DType::F32);
+        Tensor o = Tensor::empty({1, t_dim, d}, DType::F32);
+        const int phase1_n = n - c.newer;
+        cpu.depth_phase1(in.query.reshape({1, d}), in.bank, phase1_n, eps, m, s, o,
+                         c.pre_gated ? &in.gate_logits : nullptr);
+        Tensor md = device_nan(gpu, {1, t_dim}), sd = device_nan(gpu, {1, t_dim});
+        Tensor od = device_nan(gpu, {1, t_dim, d});
+        gpu.depth_phase1(dev.query.reshape({1, d}), dev.bank, phase1_n, eps, md, sd, od,
+                         c.pre_gated ? &dev.gate_logits : nullptr);
+        const Tensor newer = in.bank.rows(phase1_n, n), newer_dev = dev.bank.rows(phase1_n, n);
+        EXPECT_TRUE(close_to(to_host(gpu, od), o, 2e-5)) << "phase 1 o";
+
+        Tensor ml = m.row(0), sl = s.row(0), ol = o.row(0);
+        Tensor ref = Tensor::empty({t_dim, d}, DType::F32);
+        cpu.depth_phase2_prenorm(mode_args(c, in, ml, sl, ol, eps, &newer), in.partial, in.gain,
+                                 norm_eps, ref);
+        Tensor mdl = md.row(0), sdl = sd.row(0), odl = od.row(0);
+        Tensor out = device_nan(gpu, {t_dim, d});
+        gpu.depth_phase2_prenorm(mode_args(c, dev, mdl, sdl, odl, eps, &newer_dev), dev.partial,
+                                 dev.gain, norm_eps, out);
+        EXPECT_TRUE(close_to(to_host(gpu, out), ref, 2e-5)) << "phase 2";
+
+        Backend::DepthSourceSwitches sw;
+        sw.partial_is_source = c.partial_is_source;
+        sw.has_null = c.null_source;
+        sw.null_logit = in.null_logit;
+        sw.source_gate_logits = c.pre_gated ? &in.gate_logits : nullptr;
+        Tensor wref = Tensor::empty({t_dim, sw.width(n)}, DType::F32);
+        cpu.depth_weights(in.query, in.bank, n, in.partial, in.bias, eps, wref, sw);
+        sw.source_gate_logits = c.pre_gated ? &dev.gate_logits : nullptr;
+        Tensor w = device_nan(gpu, {t_dim, sw.width(n)});
+        gpu.depth_weights(dev.query, dev.bank, n, dev.partial, dev.bias, eps, w, sw);
+        EXPECT_TRUE(close_to(to_host(gpu, w), wref, 2e-5)) << "depth weights";
       }
-      dev.bias = in.bias, dev.null_logit = in.null_logit, dev.gate_blend = in.gate_blend;
-
-      Tensor m = Tensor::empty({1, t_dim}, DType::F32), s = Tensor::empty({1, t_dim}, DType::F32);
-      Tensor o = Tensor::empty({1, t_dim, d}, DType::F32);
-      const int phase1_n = n - c.newer;
-      cpu.depth_phase1(in.query.reshape({1, d}), in.bank, phase1_n, eps, m, s, o,
-                       c.pre_gated ? &in.gate_logits : nullptr);
-      Tensor md = device_nan(gpu, {1, t_dim}), sd = device_nan(gpu, {1, t_dim});
-      Tensor od = device_nan(gpu, {1, t_dim, d});
-      gpu.depth_phase1(dev.query.reshape({1, d}), dev.bank, phase1_n, eps, md, sd, od,
-                       c.pre_gated ? &dev.gate_logits : nullptr);
-      const Tensor newer = in.bank.rows(phase1_n, n), newer_dev = dev.bank.rows(phase1_n, n);
-      EXPECT_TRUE(close_to(to_host(gpu, od), o, 2e-5)) << "phase 1 o";
-
-      Tensor ml = m.row(0), sl = s.row(0), ol = o.row(0);
-      Tensor ref = Tensor::empty({t_dim, d}, DType::F32);
-      cpu.depth_phase2_prenorm(mode_args(c, in, ml, sl, ol, eps, &newer), in.partial, in.gain,
-                               norm_eps, ref);
-      Tensor mdl = md.row(0), sdl = sd.row(0), odl = od.row(0);
-      Tensor out = device_nan(gpu, {t_dim, d});
-      gpu.depth_phase2_prenorm(mode_args(c, dev, mdl, sdl, odl, eps, &newer_dev), dev.partial,
-                               dev.gain, norm_eps, out);
-      EXPECT_TRUE(close_to(to_host(gpu, out), ref, 2e-5)) << "phase 2";
-
-      Backend::DepthSourceSwitches sw;
-      sw.partial_is_source = c.partial_is_source;
-      sw.has_null = c.null_source;
-      sw.null_logit = in.null_logit;
-      sw.source_gate_logits = c.pre_gated ? &in.gate_logits : nullptr;
-      Tensor wref = Tensor::empty({t_dim, sw.width(n)}, DType::F32);
-      cpu.depth_weights(in.query, in.bank, n, in.partial, in.bias, eps, wref, sw);
-      sw.source_gate_logits = c.pre_gated ? &dev.gate_logits : nullptr;
-      Tensor w = device_nan(gpu, {t_dim, sw.width(n)});
-      gpu.depth_weights(dev.query, dev.bank, n, dev.partial, dev.bias, eps, w, sw);
-      EXPECT_TRUE(close_to(to_host(gpu, w), wref, 2e-5)) << "depth weights";
-    }
 }
 
 }  // namespace

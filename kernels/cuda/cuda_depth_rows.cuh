@@ -1,0 +1,111 @@
+// Row access for the depth kernels (cuda_depth_mix.cu, cuda_depth_weights.cu): a thread reads
+// V consecutive elements of a row at a time, widened to f32 in registers. V = 8 is the vector
+// path: a bf16 bank row gives its 8 elements in one 16-byte load, an f32 row (the bank, o,
+// queries, the partial) in two. V = 1 is the scalar path, for rows whose length is not a
+// multiple of 8 or whose pointers are not 16-byte aligned (the launcher picks; see
+// rows_allow_vectors). Both paths give each element exactly its stored value (bf16 widens by
+// a shift), so a bf16 bank reads as an f32 bank of the rounded values.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace attnres::cuda {
+
+// Elements per thread per iteration on the vector path.
+constexpr int kDepthVector = 8;
+// The most threads a vector-path block has (its rows take d / 8 threads, looping past this):
+// the 8-wide registers need more than the 64 per thread a 1024-thread block leaves (ptxas
+// spilled depth_phase1_kernel<8> and the Phase-2 kernel at 64). Declared in the kernels'
+// __launch_bounds__ through depth_block_threads.
+constexpr int kMaxDepthVectorThreads = 256;
+
+// The __launch_bounds__ of a depth kernel reading V elements per thread.
+template <int V>
+constexpr int depth_block_threads() {
+  return V == 1 ? kMaxRowThreads : kMaxDepthVectorThreads;
+}
+
+// Threads per block for rows of d elements read V at a time.
+inline int depth_row_threads(int64_t d, bool vectors) {
+  return vectors ? row_block_threads(d / kDepthVector, kMaxDepthVectorThreads)
+                 : row_block_threads(d);
+}
+
+// x[k] = row[i + k] for k < V, widened to f32. row + i must be 16-byte aligned when V == 8.
+template <int V>
+__device__ __forceinline__ void load_row(const float* row, int64_t i, float (&x)[V]) {
+  if constexpr (V == 1) {
+    x[0] = row[i];
+  } else {
+    static_assert(V == 8, "rows are read 1 or 8 elements at a time");
+    const float4 a = *reinterpret_cast<const float4*>(row + i);
+    const float4 b = *reinterpret_cast<const float4*>(row + i + 4);
+    x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w;
+    x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+  }
+}
+
+template <int V>
+__device__ __forceinline__ void load_row(const __nv_bfloat16* row, int64_t i, float (&x)[V]) {
+  if constexpr (V == 1) {
+    x[0] = __bfloat162float(row[i]);
+  } else {
+    static_assert(V == 8, "rows are read 1 or 8 elements at a time");
+    // One 16-byte load; each 32-bit word holds two bf16, the lower-addressed one in the low
+    // half (little-endian). Widening is the bit pattern shifted into the high half.
+    const uint4 raw = *reinterpret_cast<const uint4*>(row + i);
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      x[2 * k] = __uint_as_float(w[k] << 16);
+      x[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+    }
+  }
+}
+
+// row[i + k] = x[k] for k < V (f32 rows: o, out). row + i 16-byte aligned when V == 8.
+template <int V>
+__device__ __forceinline__ void store_row(float* row, int64_t i, const float (&x)[V]) {
+  if constexpr (V == 1) {
+    row[i] = x[0];
+  } else {
+    static_assert(V == 8, "rows are written 1 or 8 elements at a time");
+    *reinterpret_cast<float4*>(row + i) = make_float4(x[0], x[1], x[2], x[3]);
+    *reinterpret_cast<float4*>(row + i + 4) = make_float4(x[4], x[5], x[6], x[7]);
+  }
+}
+
+// Whether the vector path may read rows of d elements: d a multiple of 8 and every base
+// pointer 16-byte aligned (then every row start and every 8-element chunk is, for f32 and bf16
+// alike: row offsets are multiples of d elements). Null pointers (absent inputs) pass.
+inline bool rows_allow_vectors(int64_t d, std::initializer_list<const void*> bases) {
+  if (d % kDepthVector != 0) return false;
+  for (const void* p : bases)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+
+// Calls f(B{}) with B the storage type of a depth bank: float or __nv_bfloat16 (the dtypes of
+// CudaBackend::depth_bank_dtype_supported; the ops refuse any other before launching).
+template <class F>
+void dispatch_bank_dtype(DType dtype, const char* what, F&& f) {
+  switch (dtype) {
+    case DType::F32:
+      f(float{});
+      return;
+    case DType::BF16:
+      f(__nv_bfloat16{});
+      return;
+    default:
+      throw Error(std::string(what) + ": a depth bank of " + std::string(dtype_name(dtype)) +
+                  " is not supported (F32, BF16)");
+  }
+}
+
+}  // namespace attnres::cuda
