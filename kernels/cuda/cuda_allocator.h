@@ -70,8 +70,9 @@ namespace attnres::cuda {
 // (Outside the class: a nested struct with default member initializers cannot be a default
 // argument of its enclosing class's constructors.)
 struct CachingAllocatorOptions {
-  // Reserved bytes may exceed the peak bytes in use by this factor before whole free
-  // segments are given back ahead of a new cudaMalloc (each give-back synchronizes).
+  // Reserved bytes may exceed the peak bytes ever requested at once by this factor before
+  // whole free segments are given back ahead of a new cudaMalloc (each cudaFree
+  // synchronizes). 1.5 measured best on the prefill workload (NOTES.md): 1.25 thrashes.
   double max_reserved_over_peak = 1.5;
 };
 
