@@ -112,6 +112,9 @@ CUstream_st* CudaBackend::stream() const { return impl_->stream; }
 int CudaBackend::device_index() const { return impl_->device; }
 size_t CudaBackend::allocated_bytes() const { return impl_->allocator->in_use_bytes(); }
 size_t CudaBackend::cached_free_bytes() const { return impl_->allocator->cached_free_bytes(); }
+cuda::CachingAllocator::Stats CudaBackend::allocator_stats() const {
+  return impl_->allocator->stats();
+}
 size_t CudaBackend::graph_pool_free_bytes() const {
   return impl_->allocator->graph_pool_free_bytes();
 }

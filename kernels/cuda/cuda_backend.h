@@ -10,8 +10,8 @@
 // - One CUDA stream per backend; every op is queued on it; synchronize() waits for it and
 //   download() copies to the host and waits. Any thread may drive the backend (one at a
 //   time): each call first makes the backend's device current on the calling thread.
-// - alloc() hands out zero-filled device memory from a caching allocator (free lists by
-//   size, reused across steps): Transformer::forward allocates its scratch every step and a
+// - alloc() hands out zero-filled device memory from a caching allocator (best fit over
+//   cached segments, cut and merged: cuda_allocator.h): Transformer::forward allocates its scratch every step and a
 //   cudaMalloc / cudaFree per step would dominate decode. Tensors own their memory through
 //   Tensor::owner and may outlive the backend.
 // - linear: up to 8 rows (decode) use a GEMV kernel with f32 activations (CPU-exact up to
@@ -37,6 +37,7 @@
 #include <string>
 
 #include "engine/core/backend.h"
+#include "kernels/cuda/cuda_allocator.h"
 
 struct CUstream_st;  // cudaStream_t is CUstream_st*
 
@@ -125,6 +126,8 @@ class CudaBackend : public Backend {
   size_t graph_pool_free_bytes() const;
   // Returns every cached free block to the driver (cudaFree).
   void release_cached_memory();
+  // The caching allocator's counters (reserved, peaks, segments, raw allocations / frees).
+  cuda::CachingAllocator::Stats allocator_stats() const;
 
   struct Impl;  // cuda_backend_internal.h
 
