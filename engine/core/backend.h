@@ -121,6 +121,29 @@ class Backend {
   // dtype) or null. out must not alias x.
   virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) = 0;
 
+  // Several linears of one input: outs[i] = x W_i^T (+ b_i), exactly as one linear() per
+  // target (the default). A device backend runs them as one launch (a layer's q, k and v
+  // projections of a decode step). Each out must not alias x.
+  struct LinearTarget {
+    const Tensor* w = nullptr;
+    const Tensor* bias = nullptr;
+    Tensor* out = nullptr;
+  };
+  virtual void linear_many(const Tensor& x, std::span<const LinearTarget> targets) {
+    for (const LinearTarget& t : targets) linear(x, *t.w, t.bias, *t.out);
+  }
+
+  // The MLP's input half: out = silu(x Wg^T (+ bg)) * (x Wu^T (+ bu)), exactly as the two
+  // linears into gate and up followed by swiglu (the default; gate and up [R, n] are its
+  // scratch). A device backend may skip the scratch and fuse it into one launch.
+  virtual void linear_swiglu(const Tensor& x, const Tensor& w_gate, const Tensor* b_gate,
+                             const Tensor& w_up, const Tensor* b_up, Tensor& gate, Tensor& up,
+                             Tensor& out) {
+    linear(x, w_gate, b_gate, gate);
+    linear(x, w_up, b_up, up);
+    swiglu(gate, up, out);
+  }
+
   // In place on q [T, Hq * hd] and k [T, Hkv * hd]: optional per-head RMSNorm (Qwen3's
   // q_norm / k_norm, gains [hd], null to skip), then rotary embedding in the rotate-half
   // (NeoX / HF Llama) layout at batch.positions with inverse frequencies inv_freq [hd / 2]

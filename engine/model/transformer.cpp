@@ -208,9 +208,13 @@ void Transformer::attention_sublayer(int layer, const Tensor& normed, const Tens
                                      Tensor& out) {
   const LayerWeights& w = weights_.layers[layer];
   auto bias = [](const Tensor& b) { return b.defined() ? &b : nullptr; };
-  backend_.linear(normed, w.q_proj, bias(w.q_bias), s.q);
-  backend_.linear(normed, w.k_proj, bias(w.k_bias), s.k);
-  backend_.linear(value_input, w.v_proj, bias(w.v_bias), s.v);
+  // q, k and v read one input (delta_v: v its own), so one call.
+  const Backend::LinearTarget qkv[] = {{&w.q_proj, bias(w.q_bias), &s.q},
+                                       {&w.k_proj, bias(w.k_bias), &s.k},
+                                       {&w.v_proj, bias(w.v_bias), &s.v}};
+  const bool shared_input = value_input.data == normed.data;
+  backend_.linear_many(normed, std::span(qkv, shared_input ? 3 : 2));
+  if (!shared_input) backend_.linear(value_input, w.v_proj, bias(w.v_bias), s.v);
   backend_.qk_norm_rope(s.q, s.k, config_.head_dim, bias(w.q_norm), bias(w.k_norm),
                         config_.rms_norm_eps, inv_freq_, batch);
   backend_.store_kv(s.k, s.v, batch, cache);
@@ -226,9 +230,8 @@ void Transformer::attention_sublayer(int layer, const Tensor& normed, const Tens
 void Transformer::mlp_sublayer(int layer, const Tensor& normed, Scratch& s, Tensor& out) {
   const LayerWeights& w = weights_.layers[layer];
   auto bias = [](const Tensor& b) { return b.defined() ? &b : nullptr; };
-  backend_.linear(normed, w.gate_proj, bias(w.gate_bias), s.gate);
-  backend_.linear(normed, w.up_proj, bias(w.up_bias), s.up);
-  backend_.swiglu(s.gate, s.up, s.act);
+  backend_.linear_swiglu(normed, w.gate_proj, bias(w.gate_bias), w.up_proj, bias(w.up_bias), s.gate,
+                         s.up, s.act);
   backend_.linear(s.act, w.down_proj, bias(w.down_bias), out);
 }
 

@@ -87,6 +87,12 @@ class CudaBackend : public Backend {
   void embedding(const Tensor& table, const BatchMeta& batch, Tensor& out) override;
   void rms_norm(const Tensor& x, const Tensor& gain, float eps, Tensor& out) override;
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
+  // Decode-sized (<= 8 rows): one GEMV launch for every target, and gate / up with SwiGLU as
+  // its epilogue; more rows take the Backend's defaults (cuBLAS per weight).
+  void linear_many(const Tensor& x, std::span<const LinearTarget> targets) override;
+  void linear_swiglu(const Tensor& x, const Tensor& w_gate, const Tensor* b_gate,
+                     const Tensor& w_up, const Tensor* b_up, Tensor& gate, Tensor& up,
+                     Tensor& out) override;
   void qk_norm_rope(Tensor& q, Tensor& k, int head_dim, const Tensor* q_gain, const Tensor* k_gain,
                     float eps, const Tensor& inv_freq, const BatchMeta& batch) override;
   void store_kv(const Tensor& k, const Tensor& v, const BatchMeta& batch,

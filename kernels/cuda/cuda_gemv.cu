@@ -12,6 +12,10 @@
 // Each weight vector is widened in registers and FMA'd against the R rows of x (f32, read
 // through L1 as float4). Then a warp_sum per row and lane 0 writes the R outputs.
 // Rows whose K or pointers do not allow 16-byte vectors use the scalar loop (lane-strided).
+//
+// Fusions for decode's launch count: several weights of one input in one launch (q, k, v:
+// gemv_kernel over segments), and the MLP's gate and up rows read by one warp with SwiGLU as
+// the epilogue (gemv_swiglu_kernel): per layer 6 launches become 2.
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -33,18 +37,10 @@ struct WeightVector {
   }
 };
 
+// acc[r] += (lane's share of) x[r] . wr, r < R: the warp's lanes split the row as above.
 template <class W, int R, bool kVectorized>
-__global__ void __launch_bounds__(kGemvWarps * 32)
-    gemv_kernel(const float* __restrict__ x, const W* __restrict__ w, const void* bias,
-                DType bias_dtype, int64_t K, int64_t N, float* __restrict__ out) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
-  if (o >= N) return;  // whole warp; no block barriers below
-  const W* wr = w + o * K;
-  float acc[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-
+__device__ __forceinline__ void row_dot(const float* __restrict__ x, const W* __restrict__ wr,
+                                        int64_t K, int lane, float (&acc)[R]) {
   if constexpr (kVectorized) {
     constexpr int kVec = WeightVector<W>::kVec;
 #pragma unroll 4
@@ -69,52 +65,135 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
       for (int r = 0; r < R; ++r) acc[r] += wk * x[r * K + k];
     }
   }
+}
 
-  const float b = bias ? load_float(bias, bias_dtype, o) : 0.0f;
+// One launch over the output rows of every segment in turn (a layer's q, k and v: one input,
+// several weights): warp o finds its segment, so a block may straddle two.
+template <class W, int R, bool kVectorized>
+__global__ void __launch_bounds__(kGemvWarps * 32)
+    gemv_kernel(const float* __restrict__ x, int64_t K, GemvSegments segments) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
+  // Constant indices only: a run-time index into the parameter struct copies it to local
+  // memory (a 128-byte stack frame).
+  GemvSegment seg;
+  bool found = false;
+#pragma unroll
+  for (int i = 0; i < kMaxGemvSegments; ++i) {
+    if (found || i >= segments.count) continue;
+    if (o < segments.seg[i].n) {
+      seg = segments.seg[i];
+      found = true;
+    } else {
+      o -= segments.seg[i].n;
+    }
+  }
+  if (!found) return;  // whole warp; no block barriers below
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  row_dot<W, R, kVectorized>(x, static_cast<const W*>(seg.w) + o * K, K, lane, acc);
+  const float b = seg.bias ? load_float(seg.bias, seg.bias_dtype, o) : 0.0f;
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const float total = warp_sum(acc[r]);
-    if (lane == 0) out[r * N + o] = total + b;
+    if (lane == 0) seg.out[r * seg.n + o] = total + b;
   }
 }
 
-template <class W, int R>
-void launch_gemv_rows(const float* x, const W* w, const void* bias, DType bias_dtype, int64_t K,
-                      int64_t N, float* out, cudaStream_t stream) {
+// out[r, o] = silu(x[r] . wg[o] + bg[o]) * (x[r] . wu[o] + bu[o]): warp o reads both rows, so
+// gate and up never leave registers (the eager path's two outputs and swiglu launch).
+template <class W, int R, bool kVectorized>
+__global__ void __launch_bounds__(kGemvWarps * 32)
+    gemv_swiglu_kernel(const float* __restrict__ x, int64_t K, GemvSegment gate, GemvSegment up,
+                       float* __restrict__ out) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
+  if (o >= gate.n) return;  // whole warp
+  float acc_g[R], acc_u[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc_g[r] = acc_u[r] = 0.0f;
+  row_dot<W, R, kVectorized>(x, static_cast<const W*>(gate.w) + o * K, K, lane, acc_g);
+  row_dot<W, R, kVectorized>(x, static_cast<const W*>(up.w) + o * K, K, lane, acc_u);
+  const float bg = gate.bias ? load_float(gate.bias, gate.bias_dtype, o) : 0.0f;
+  const float bu = up.bias ? load_float(up.bias, up.bias_dtype, o) : 0.0f;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float g = warp_sum(acc_g[r]) + bg, u = warp_sum(acc_u[r]) + bu;
+    if (lane == 0) out[r * gate.n + o] = g / (1.0f + expf(-g)) * u;  // as swiglu_kernel
+  }
+}
+
+// Whether every weight row and x allow 16-byte vectors.
+template <class W>
+bool vectorizable(const float* x, int64_t K, const GemvSegment* segs, int count) {
   constexpr int kVec = 16 / sizeof(W);
-  const bool vectorized = K % kVec == 0 && K % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-                          reinterpret_cast<uintptr_t>(w) % 16 == 0;
-  const unsigned grid = static_cast<unsigned>((N + kGemvWarps - 1) / kGemvWarps);
-  if (vectorized) {
-    gemv_kernel<W, R, true>
-        <<<grid, kGemvWarps * 32, 0, stream>>>(x, w, bias, bias_dtype, K, N, out);
+  bool ok = K % kVec == 0 && K % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  for (int s = 0; s < count; ++s) ok = ok && reinterpret_cast<uintptr_t>(segs[s].w) % 16 == 0;
+  return ok;
+}
+
+unsigned grid_for(int64_t rows) {
+  return static_cast<unsigned>((rows + kGemvWarps - 1) / kGemvWarps);
+}
+
+template <class W, int R>
+void launch_rows(const float* x, int64_t K, const GemvSegments& segments, float* swiglu_out,
+                 cudaStream_t stream) {
+  if (swiglu_out) {  // segments: gate then up
+    const bool vec = vectorizable<W>(x, K, segments.seg, 2);
+    const unsigned grid = grid_for(segments.seg[0].n);
+    if (vec) {
+      gemv_swiglu_kernel<W, R, true><<<grid, kGemvWarps * 32, 0, stream>>>(
+          x, K, segments.seg[0], segments.seg[1], swiglu_out);
+    } else {
+      gemv_swiglu_kernel<W, R, false><<<grid, kGemvWarps * 32, 0, stream>>>(
+          x, K, segments.seg[0], segments.seg[1], swiglu_out);
+    }
+    return;
+  }
+  int64_t total = 0;
+  for (int s = 0; s < segments.count; ++s) total += segments.seg[s].n;
+  const bool vec = vectorizable<W>(x, K, segments.seg, segments.count);
+  if (vec) {
+    gemv_kernel<W, R, true><<<grid_for(total), kGemvWarps * 32, 0, stream>>>(x, K, segments);
   } else {
-    gemv_kernel<W, R, false>
-        <<<grid, kGemvWarps * 32, 0, stream>>>(x, w, bias, bias_dtype, K, N, out);
+    gemv_kernel<W, R, false><<<grid_for(total), kGemvWarps * 32, 0, stream>>>(x, K, segments);
   }
 }
 
 template <class W>
-void launch_gemv_typed(const float* x, int64_t rows, const W* w, const void* bias, DType bias_dtype,
-                       int64_t K, int64_t N, float* out, cudaStream_t stream) {
+void launch_typed(const float* x, int64_t rows, int64_t K, const GemvSegments& segments,
+                  float* swiglu_out, cudaStream_t stream) {
   switch (rows) {
     case 1:
-      return launch_gemv_rows<W, 1>(x, w, bias, bias_dtype, K, N, out, stream);
+      return launch_rows<W, 1>(x, K, segments, swiglu_out, stream);
     case 2:
-      return launch_gemv_rows<W, 2>(x, w, bias, bias_dtype, K, N, out, stream);
+      return launch_rows<W, 2>(x, K, segments, swiglu_out, stream);
     case 3:
-      return launch_gemv_rows<W, 3>(x, w, bias, bias_dtype, K, N, out, stream);
+      return launch_rows<W, 3>(x, K, segments, swiglu_out, stream);
     case 4:
-      return launch_gemv_rows<W, 4>(x, w, bias, bias_dtype, K, N, out, stream);
+      return launch_rows<W, 4>(x, K, segments, swiglu_out, stream);
     case 5:
-      return launch_gemv_rows<W, 5>(x, w, bias, bias_dtype, K, N, out, stream);
+      return launch_rows<W, 5>(x, K, segments, swiglu_out, stream);
     case 6:
-      return launch_gemv_rows<W, 6>(x, w, bias, bias_dtype, K, N, out, stream);
+      return launch_rows<W, 6>(x, K, segments, swiglu_out, stream);
     case 7:
-      return launch_gemv_rows<W, 7>(x, w, bias, bias_dtype, K, N, out, stream);
+      return launch_rows<W, 7>(x, K, segments, swiglu_out, stream);
     default:
-      return launch_gemv_rows<W, 8>(x, w, bias, bias_dtype, K, N, out, stream);
+      return launch_rows<W, 8>(x, K, segments, swiglu_out, stream);
   }
+}
+
+void launch(const float* x, int64_t rows, int64_t K, DType w_dtype, const GemvSegments& segments,
+            float* swiglu_out, cudaStream_t stream) {
+  ATTNRES_CHECK(rows >= 1 && rows <= kMaxGemvRows, "gemv rows " + std::to_string(rows));
+  ATTNRES_CHECK(segments.count >= 1 && segments.count <= kMaxGemvSegments,
+                "gemv segments " + std::to_string(segments.count));
+  dispatch_float_dtype(w_dtype, "linear weight", [&](auto tag) {
+    launch_typed<decltype(tag)>(x, rows, K, segments, swiglu_out, stream);
+  });
+  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -122,12 +201,27 @@ void launch_gemv_typed(const float* x, int64_t rows, const W* w, const void* bia
 void launch_gemv(const float* x, int64_t rows, const void* w, DType w_dtype, const void* bias,
                  DType bias_dtype, int64_t K, int64_t N, float* out, cudaStream_t stream) {
   if (rows == 0 || N == 0) return;
-  ATTNRES_CHECK(rows <= kMaxGemvRows, "gemv rows " + std::to_string(rows));
-  dispatch_float_dtype(w_dtype, "linear weight", [&](auto tag) {
-    using W = decltype(tag);
-    launch_gemv_typed<W>(x, rows, static_cast<const W*>(w), bias, bias_dtype, K, N, out, stream);
-  });
-  CUDA_CHECK_LAUNCH();
+  GemvSegments one;
+  one.seg[0] = {w, bias, bias_dtype, N, out};
+  one.count = 1;
+  launch(x, rows, K, w_dtype, one, nullptr, stream);
+}
+
+void launch_gemv_many(const float* x, int64_t rows, int64_t K, DType w_dtype,
+                      const GemvSegments& segments, cudaStream_t stream) {
+  if (rows == 0) return;
+  launch(x, rows, K, w_dtype, segments, nullptr, stream);
+}
+
+void launch_gemv_swiglu(const float* x, int64_t rows, int64_t K, DType w_dtype,
+                        const GemvSegment& gate, const GemvSegment& up, float* out,
+                        cudaStream_t stream) {
+  if (rows == 0 || gate.n == 0) return;
+  GemvSegments both;
+  both.seg[0] = gate;
+  both.seg[1] = up;
+  both.count = 2;
+  launch(x, rows, K, w_dtype, both, out, stream);
 }
 
 }  // namespace attnres::cuda

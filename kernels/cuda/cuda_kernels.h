@@ -41,6 +41,27 @@ void launch_add_bias(float* out, const void* bias, DType bias_dtype, int64_t row
 constexpr int64_t kMaxGemvRows = 8;
 void launch_gemv(const float* x, int64_t rows, const void* w, DType w_dtype, const void* bias,
                  DType bias_dtype, int64_t K, int64_t N, float* out, cudaStream_t stream);
+// One weight of a fused GEMV: w [n, K] (the launch's dtype), bias [n] or null, out [rows, n].
+struct GemvSegment {
+  const void* w = nullptr;
+  const void* bias = nullptr;
+  DType bias_dtype = DType::F32;
+  int64_t n = 0;
+  float* out = nullptr;
+};
+constexpr int kMaxGemvSegments = 3;
+struct GemvSegments {
+  GemvSegment seg[kMaxGemvSegments];
+  int count = 0;
+};
+// Every segment's linear of the same x in one launch (weights of one dtype).
+void launch_gemv_many(const float* x, int64_t rows, int64_t K, DType w_dtype,
+                      const GemvSegments& segments, cudaStream_t stream);
+// out [rows, n] = silu(x gate.w^T + gate.bias) * (x up.w^T + up.bias); gate.n == up.n, their
+// out pointers unused.
+void launch_gemv_swiglu(const float* x, int64_t rows, int64_t K, DType w_dtype,
+                        const GemvSegment& gate, const GemvSegment& up, float* out,
+                        cudaStream_t stream);
 
 // --- cuda_norm_rope.cu ---
 // out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * gain. x, out [rows, n] (may alias).

@@ -16,6 +16,7 @@
 // the result match the CPU to bf16 precision (~1e-3 relative), not f32. The bias is a
 // separate small kernel (a cublasLt epilogue is a later optimisation).
 #include <algorithm>
+#include <optional>
 
 #include "kernels/cuda/cuda_backend_internal.h"
 #include "kernels/cuda/cuda_check.h"
@@ -149,6 +150,63 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
   if (bias) cuda::launch_add_bias(f32(out), bias->data, bias->dtype, r_dim, n_dim, im.stream);
+}
+
+namespace {
+
+// A decode-sized GEMV segment for linear_many / linear_swiglu, after the checks linear() does;
+// nullopt when the fused launch does not apply (more rows than the GEMV takes, an empty
+// reduction, or a weight dtype other than the first segment's).
+std::optional<cuda::GemvSegment> gemv_segment(const Tensor& x, const Tensor& w, const Tensor* bias,
+                                              Tensor& out, DType first_dtype) {
+  check_cuda(w, "linear w");
+  ATTNRES_CHECK(w.rank() == 2, "linear w " + shape_str(w.shape));
+  const int64_t n_dim = w.dim(0), k_dim = w.dim(1);
+  check_f32_rows(x, k_dim, "linear x");
+  check_f32_rows(out, n_dim, "linear out");
+  ATTNRES_CHECK(rows_of(out) == rows_of(x), "linear x " + shape_str(x.shape) + " out " +
+                                                shape_str(out.shape) + " w " + shape_str(w.shape));
+  ATTNRES_CHECK(x.data != out.data || rows_of(x) == 0, "linear: out must not alias x");
+  if (bias) check_float_vector(*bias, n_dim, "linear bias");
+  if (rows_of(x) > cuda::kMaxGemvRows || k_dim == 0 || w.dtype != first_dtype) return std::nullopt;
+  return cuda::GemvSegment{w.data, bias ? bias->data : nullptr, bias ? bias->dtype : DType::F32,
+                           n_dim, f32(out)};
+}
+
+}  // namespace
+
+void CudaBackend::linear_many(const Tensor& x, std::span<const LinearTarget> targets) {
+  Impl& im = on_device();
+  cuda::GemvSegments segments;
+  bool fused = !targets.empty() && targets.size() <= cuda::kMaxGemvSegments;
+  for (const LinearTarget& t : targets) {
+    const auto seg = gemv_segment(x, *t.w, t.bias, *t.out, targets[0].w->dtype);
+    fused = fused && seg.has_value();
+    if (fused) segments.seg[segments.count++] = *seg;
+  }
+  if (!fused || rows_of(x) == 0) {  // the prefill path: cuBLAS per target
+    Backend::linear_many(x, targets);
+    return;
+  }
+  cuda::launch_gemv_many(f32(x), rows_of(x), x.dim(-1), targets[0].w->dtype, segments, im.stream);
+}
+
+void CudaBackend::linear_swiglu(const Tensor& x, const Tensor& w_gate, const Tensor* b_gate,
+                                const Tensor& w_up, const Tensor* b_up, Tensor& gate, Tensor& up,
+                                Tensor& out) {
+  Impl& im = on_device();
+  const auto g = gemv_segment(x, w_gate, b_gate, gate, w_gate.dtype);
+  const auto u = gemv_segment(x, w_up, b_up, up, w_gate.dtype);
+  check_f32_rows(out, w_gate.dim(0), "linear_swiglu out");
+  ATTNRES_CHECK(rows_of(out) == rows_of(x) && w_up.dim(0) == w_gate.dim(0),
+                "linear_swiglu: gate " + shape_str(w_gate.shape) + " up " + shape_str(w_up.shape) +
+                    " out " + shape_str(out.shape));
+  if (!g || !u || rows_of(x) == 0) {  // the prefill path: two GEMMs and swiglu
+    Backend::linear_swiglu(x, w_gate, b_gate, w_up, b_up, gate, up, out);
+    return;
+  }
+  cuda::launch_gemv_swiglu(f32(x), rows_of(x), x.dim(-1), w_gate.dtype, *g, *u, f32(out),
+                           im.stream);
 }
 
 void CudaBackend::qk_norm_rope(Tensor& q, Tensor& k, int head_dim, const Tensor* q_gain,

@@ -350,5 +350,65 @@ TEST(CudaOps, Linear) {
   }
 }
 
+// linear_many (q, k, v in one GEMV launch) and linear_swiglu (gate and up with SwiGLU as the
+// epilogue) against the CPU's separate linears and swiglu, on the fused path (R <= 8, K that
+// allows 16-byte loads or not) and the fallback (R > 8: cuBLAS per weight). Tolerances as
+// Linear's: f32 x in the GEMV, 1e-5; cuBLAS with bf16 weights rounds x, 1e-2.
+TEST(CudaOps, LinearManyAndLinearSwiglu) {
+  SKIP_WITHOUT_CUDA();
+  Backends be;
+  std::mt19937 rng(8);
+  struct Case {
+    int64_t r, k, nq, nkv;
+  };
+  for (const Case& c : {Case{1, 1024, 2048, 1024}, Case{5, 64, 96, 32}, Case{8, 37, 40, 17},
+                        Case{3, 1024, 256, 128}, Case{12, 64, 96, 32}}) {
+    for (DType wdt : {DType::F32, DType::BF16}) {
+      for (bool with_bias : {false, true}) {
+        const std::string what = std::to_string(c.r) + "x" + std::to_string(c.k) + " " +
+                                 std::string(dtype_name(wdt)) + (with_bias ? " +bias" : "");
+        const double tol = wdt == DType::F32 || c.r <= 8 ? 1e-5 : 1e-2;
+        const DType bias_dtype = wdt == DType::F32 ? DType::F32 : DType::BF16;
+        Tensor x = random_host({c.r, c.k}, DType::F32, rng);
+        Tensor xd = be.gpu.upload(x);
+        // linear_many: three weights, the CPU's linear per weight as the reference.
+        const int64_t widths[3] = {c.nq, c.nkv, c.nkv};
+        std::vector<Tensor> w, b, wd, bd, ref, out;
+        for (int64_t n : widths) {
+          w.push_back(random_host({n, c.k}, wdt, rng));
+          b.push_back(random_host({n}, bias_dtype, rng));
+          ref.push_back(Tensor::empty({c.r, n}, DType::F32));
+          be.cpu.linear(x, w.back(), with_bias ? &b.back() : nullptr, ref.back());
+          wd.push_back(be.gpu.upload(w.back()));
+          bd.push_back(be.gpu.upload(b.back()));
+          out.push_back(device_nan(be.gpu, {c.r, n}));
+        }
+        std::vector<Backend::LinearTarget> targets;
+        for (int i = 0; i < 3; ++i) {
+          targets.push_back({&wd[i], with_bias ? &bd[i] : nullptr, &out[i]});
+        }
+        be.gpu.linear_many(xd, targets);
+        for (int i = 0; i < 3; ++i) {
+          EXPECT_TRUE(close_to(to_host(be.gpu, out[i]), ref[i], tol))
+              << "linear_many target " << i << " " << what;
+        }
+        // linear_swiglu: gate and up of width nq.
+        Tensor gate = Tensor::empty({c.r, c.nq}, DType::F32),
+               up = Tensor::empty({c.r, c.nq}, DType::F32),
+               want = Tensor::empty({c.r, c.nq}, DType::F32);
+        Tensor wu = random_host({c.nq, c.k}, wdt, rng), bu = random_host({c.nq}, bias_dtype, rng);
+        be.cpu.linear_swiglu(x, w[0], with_bias ? &b[0] : nullptr, wu, with_bias ? &bu : nullptr,
+                             gate, up, want);
+        Tensor wud = be.gpu.upload(wu), bud = be.gpu.upload(bu);
+        Tensor gd = device_nan(be.gpu, {c.r, c.nq}), ud = device_nan(be.gpu, {c.r, c.nq}),
+               got = device_nan(be.gpu, {c.r, c.nq});
+        be.gpu.linear_swiglu(xd, wd[0], with_bias ? &bd[0] : nullptr, wud,
+                             with_bias ? &bud : nullptr, gd, ud, got);
+        EXPECT_TRUE(close_to(to_host(be.gpu, got), want, tol)) << "linear_swiglu " << what;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace attnres::test
