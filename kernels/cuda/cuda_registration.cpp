@@ -13,16 +13,16 @@
 namespace attnres {
 
 void register_cuda_backend() {
-  // The KV cache and the depth bank stay F32 (the Backend default) until the CUDA attention and
-  // depth ops read bf16. A fractional --kv-cache-memory is of the GPU's free memory, not the
-  // host's RAM.
+  // The KV cache may be F32 or BF16 (so --kv-cache-dtype auto is bfloat16 for a bf16
+  // checkpoint); the depth bank stays F32 (the Backend default) until the CUDA depth ops read
+  // bf16. A fractional --kv-cache-memory is of the GPU's free memory, not the host's RAM.
   register_backend(
       "cuda",
       [](const BackendOptions& options) {
         if (!cuda_device_available()) throw Error("--device cuda: no CUDA device is visible");
         return make_cuda_backend(options.device_index);
       },
-      BackendTraits{"CUDA", nullptr, nullptr, &cuda_free_memory_bytes});
+      BackendTraits{"CUDA", &CudaBackend::kv_dtype_supported, nullptr, &cuda_free_memory_bytes});
 #ifdef ATTNRES_HAVE_NCCL
   register_communicator_group("cuda", [](int size) -> CommunicatorFactory {
     std::vector<int> devices(size);
