@@ -403,9 +403,8 @@ void launch_store_kv(const float* k, const float* v, const int32_t* slots, int64
           k, v, slots, row_elems, static_cast<float*>(k_cache), static_cast<float*>(v_cache));
       break;
     case DType::BF16:
-      store_kv_kernel<uint16_t><<<blocks, threads, 0, stream>>>(k, v, slots, row_elems,
-                                                                static_cast<uint16_t*>(k_cache),
-                                                                static_cast<uint16_t*>(v_cache));
+      store_kv_kernel<uint16_t><<<blocks, threads, 0, stream>>>(
+          k, v, slots, row_elems, static_cast<uint16_t*>(k_cache), static_cast<uint16_t*>(v_cache));
       break;
     default:
       throw Error("store_kv: the CUDA kv cache must be F32 or BF16, got " +
@@ -429,8 +428,8 @@ AttentionSplitPlan plan_attention_splits(int64_t num_tokens, int hq, int hkv, in
   const int64_t target = static_cast<int64_t>(kCtasPerSm) * std::max(sm_count, 1);
   if (ctas >= target) return plan;  // the batch alone fills the GPU
   int64_t splits = (target + ctas - 1) / ctas;
-  splits = std::min<int64_t>(splits, (max_context + kMinAttentionSplitLen - 1) /
-                                         kMinAttentionSplitLen);
+  splits =
+      std::min<int64_t>(splits, (max_context + kMinAttentionSplitLen - 1) / kMinAttentionSplitLen);
   splits = std::min<int64_t>(splits, kMaxAttentionSplits);
   if (splits <= 1) return plan;
   plan.split_len = static_cast<int>((max_context + splits - 1) / splits);

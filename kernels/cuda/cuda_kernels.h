@@ -65,7 +65,7 @@ struct PagedAttentionArgs {
   const float* q = nullptr;        // [T, hq * hd]
   const void* k_cache = nullptr;   // [num_blocks, block_size, hkv, hd] of kv_dtype
   const void* v_cache = nullptr;
-  DType kv_dtype = DType::F32;             // F32 or BF16
+  DType kv_dtype = DType::F32;            // F32 or BF16
   const int32_t* positions = nullptr;     // [T]
   const int32_t* seq_of_token = nullptr;  // [T]
   const int32_t* block_table = nullptr;   // [num_seqs, max_blocks] row-major, padded

@@ -272,8 +272,8 @@ void CudaBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Ba
   // block returns to the cache when `partials` dies, stream-ordered like every tensor).
   int max_context = 0;
   for (int32_t pos : batch.positions) max_context = std::max(max_context, pos + 1);
-  const cuda::AttentionSplitPlan plan = cuda::plan_attention_splits(
-      T, args.hq, args.hkv, max_context, im.sm_count);
+  const cuda::AttentionSplitPlan plan =
+      cuda::plan_attention_splits(T, args.hq, args.hkv, max_context, im.sm_count);
   args.num_splits = plan.num_splits;
   args.split_len = plan.split_len;
   std::shared_ptr<void> partials;

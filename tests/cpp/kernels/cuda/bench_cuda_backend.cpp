@@ -124,9 +124,10 @@ void bench_attention(double bandwidth) {
   CudaBackend be(0);
   int sms = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, be.device_index()));
-  std::printf("\nattention (Hq %d, Hkv %d, hd %d, block %d, decode rows), %d SMs; floor = K/V "
-              "bytes / copy bandwidth\n",
-              hq, hkv, hd, block_size, sms);
+  std::printf(
+      "\nattention (Hq %d, Hkv %d, hd %d, block %d, decode rows), %d SMs; floor = K/V "
+      "bytes / copy bandwidth\n",
+      hq, hkv, hd, block_size, sms);
   std::printf("  %-5s %5s %7s %6s %9s %9s %9s %9s %8s\n", "cache", "batch", "context", "splits",
               "eager us", "graph us", "KV MB", "GB/s", "of copy");
   for (DType dtype : {DType::BF16, DType::F32}) {
@@ -287,8 +288,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "%s\n", e.what());
         return 2;
       }
-    } else if (a == "--only" && i + 1 < argc && (std::string(argv[i + 1]) == "step" ||
-                                                 std::string(argv[i + 1]) == "attention")) {
+    } else if (a == "--only" && i + 1 < argc &&
+               (std::string(argv[i + 1]) == "step" || std::string(argv[i + 1]) == "attention")) {
       only = argv[++i];
     } else if (a == "--context" && i + 1 < argc) {
       context = std::atoi(argv[++i]);

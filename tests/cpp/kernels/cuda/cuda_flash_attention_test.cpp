@@ -173,8 +173,8 @@ AttentionProblem make_problem(int hq, int hkv, int hd, int block_size, DType cac
 double tolerance_for(int max_context) { return max_context > 1024 ? 4e-5 : 2e-5; }
 
 // store_kv on both backends (bit for bit), then attention (within tolerance_for).
-void check_against_cpu(DType cache_dtype, int hq, int hkv, int hd,
-                       const std::vector<SeqSpec>& seqs, uint32_t seed, int block_size = 16) {
+void check_against_cpu(DType cache_dtype, int hq, int hkv, int hd, const std::vector<SeqSpec>& seqs,
+                       uint32_t seed, int block_size = 16) {
   SCOPED_TRACE("hq " + std::to_string(hq) + " hkv " + std::to_string(hkv) + " hd " +
                std::to_string(hd) + " block " + std::to_string(block_size) + " cache " +
                std::string(dtype_name(cache_dtype)) + " seqs " + std::to_string(seqs.size()));
@@ -230,8 +230,8 @@ TEST(CudaFlashAttention, DecodeBatch64) {
 // rows: every query token attends to its own causal prefix through the block table.
 TEST(CudaFlashAttention, MixedPrefillAndDecode) {
   SKIP_WITHOUT_CUDA();
-  const std::vector<SeqSpec> seqs = {{1000, 37}, {4, 1},   {0, 37},   {1023, 1},
-                                     {4095, 1},  {16, 1},  {200, 37}, {63, 1}};
+  const std::vector<SeqSpec> seqs = {{1000, 37}, {4, 1},  {0, 37},   {1023, 1},
+                                     {4095, 1},  {16, 1}, {200, 37}, {63, 1}};
   for (DType dtype : kCacheDtypes) check_against_cpu(dtype, 16, 8, 128, seqs, 301);
 }
 
@@ -418,8 +418,7 @@ TEST(CudaFlashAttention, RefusesCachesItCannotRead) {
   Tensor k = gpu.alloc({1, 64}, DType::F32), q = gpu.alloc({1, 128}, DType::F32);
   Tensor out = gpu.alloc({1, 128}, DType::F32);
   KvCacheLayer f16{gpu.alloc({1, 16, 1, 64}, DType::F16), gpu.alloc({1, 16, 1, 64}, DType::F16)};
-  KvCacheLayer mixed{gpu.alloc({1, 16, 1, 64}, DType::F32),
-                     gpu.alloc({1, 16, 1, 64}, DType::BF16)};
+  KvCacheLayer mixed{gpu.alloc({1, 16, 1, 64}, DType::F32), gpu.alloc({1, 16, 1, 64}, DType::BF16)};
   for (KvCacheLayer* cache : {&f16, &mixed}) {
     EXPECT_THROW(gpu.store_kv(k, k, batch, *cache), Error);
     EXPECT_THROW(gpu.attention(q, *cache, batch, 64, 0.125f, out), Error);

@@ -102,9 +102,9 @@ inline ::testing::AssertionResult close_to(const Tensor& got, const Tensor& ref,
 // The same dtype, shape and bytes (stored values bit for bit, NaN payloads included).
 inline ::testing::AssertionResult same_bytes(const Tensor& got, const Tensor& ref) {
   if (got.dtype != ref.dtype || got.shape != ref.shape)
-    return ::testing::AssertionFailure() << "dtype / shape " << dtype_name(got.dtype) << " "
-                                         << shape_str(got.shape) << " vs "
-                                         << dtype_name(ref.dtype) << " " << shape_str(ref.shape);
+    return ::testing::AssertionFailure()
+           << "dtype / shape " << dtype_name(got.dtype) << " " << shape_str(got.shape) << " vs "
+           << dtype_name(ref.dtype) << " " << shape_str(ref.shape);
   const auto* g = static_cast<const unsigned char*>(got.data);
   const auto* r = static_cast<const unsigned char*>(ref.data);
   const size_t elem = dtype_size(ref.dtype);
