@@ -73,7 +73,8 @@ class Backend {
   virtual Device device() const = 0;
   virtual std::string name() const = 0;
   // Whether store_kv / attention take a KV cache of this dtype. Every backend takes F32; the
-  // CPU also BF16 (K/V rounded to nearest even when stored, widened in registers when read).
+  // CPU and CUDA backends also BF16 (K/V rounded to nearest even when stored, widened in
+  // registers when read).
   virtual bool supports_kv_dtype(DType dtype) const { return dtype == DType::F32; }
   // Whether the depth ops (depth_phase1, the newer entries of depth_phase2_prenorm,
   // depth_weights) read a bank of this dtype, and copy() converts f32 into it. Every backend

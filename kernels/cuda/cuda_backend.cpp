@@ -68,6 +68,7 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   im.device_name =
       std::string(prop.name) + ", sm_" + std::to_string(prop.major) + std::to_string(prop.minor);
+  im.sm_count = prop.multiProcessorCount;
   CUDA_CHECK(cudaStreamCreateWithFlags(&im.stream, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&im.meta_copied, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&im.rows_copied, cudaEventDisableTiming));

@@ -6,7 +6,8 @@
 //
 // Contract (same as the CPU backend, which is the reference):
 // - f32 activations on the device; weights F32 / BF16 / F16 read as stored. bf16 activations
-//   are a later optimisation.
+//   are a later optimisation. The KV cache is F32 or BF16 (supports_kv_dtype); the depth
+//   bank F32.
 // - One CUDA stream per backend; every op is queued on it; synchronize() waits for it and
 //   download() copies to the host and waits. Any thread may drive the backend (one at a
 //   time): each call first makes the backend's device current on the calling thread.
@@ -67,6 +68,12 @@ class CudaBackend : public Backend {
 
   Device device() const override { return Device::CUDA; }
   std::string name() const override;
+  // The KV cache may be F32 or BF16 (store_kv rounds to nearest even, as the CPU does;
+  // attention widens in registers). The registration's BackendTraits pass the same function.
+  static bool kv_dtype_supported(DType dtype) {
+    return dtype == DType::F32 || dtype == DType::BF16;
+  }
+  bool supports_kv_dtype(DType dtype) const override { return kv_dtype_supported(dtype); }
   // F32 and BF16 (copy rounds an entry to nearest even, as f32_to_bf16; the depth kernels
   // widen bank rows in registers). The registration passes the static one as its trait.
   static bool depth_bank_dtype_supported(DType dtype) {

@@ -17,6 +17,7 @@ namespace attnres {
 struct CudaBackend::Impl {
   int device = 0;
   std::string device_name;
+  int sm_count = 1;  // multiprocessors: how many CTAs fill the GPU (attention's context split)
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;
   void* cublas_workspace = nullptr;  // fixed workspace: no cuBLAS allocation inside a graph

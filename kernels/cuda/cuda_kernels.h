@@ -75,14 +75,21 @@ void launch_qk_norm_rope(float* q, float* k, int64_t num_tokens, int hq, int hkv
                          const int32_t* positions, cudaStream_t stream);
 
 // --- cuda_attention.cu ---
-// cache row slots[t] = k / v row t; rows of row_elems floats.
+// cache row slots[t] = k / v row t converted to the cache's dtype (F32 copied; BF16 rounded
+// to nearest even exactly as f32_to_bf16, NaN kept quiet); rows of row_elems values.
 void launch_store_kv(const float* k, const float* v, const int32_t* slots, int64_t num_tokens,
-                     int64_t row_elems, float* k_cache, float* v_cache, cudaStream_t stream);
+                     int64_t row_elems, void* k_cache, void* v_cache, DType cache_dtype,
+                     cudaStream_t stream);
+
+constexpr int kMaxAttentionHeadDim = 256;
+// The most context splits one token's attention is cut into (bounds the partials' scratch).
+constexpr int kMaxAttentionSplits = 128;
 
 struct PagedAttentionArgs {
   const float* q = nullptr;        // [T, hq * hd]
-  const float* k_cache = nullptr;  // [num_blocks, block_size, hkv, hd]
-  const float* v_cache = nullptr;
+  const void* k_cache = nullptr;   // [num_blocks, block_size, hkv, hd] of kv_dtype
+  const void* v_cache = nullptr;
+  DType kv_dtype = DType::F32;            // F32 or BF16
   const int32_t* positions = nullptr;     // [T]
   const int32_t* seq_of_token = nullptr;  // [T]
   const int32_t* block_table = nullptr;   // [num_seqs, max_blocks] row-major, padded
@@ -91,10 +98,34 @@ struct PagedAttentionArgs {
   int hq = 0, hkv = 0, head_dim = 0, block_size = 0;
   float scale = 1.0f;
   float* out = nullptr;  // [T, hq * hd]
+  // Split-K over positions (flash-decoding): split s of a token covers positions
+  // [s * split_len, (s + 1) * split_len), its last split running to the end of its context;
+  // a token uses ceil(context / split_len) splits, at most num_splits. With num_splits > 1,
+  // `partials` holds attention_partial_floats(args) floats of scratch.
+  int num_splits = 1;
+  int split_len = 1;
+  float* partials = nullptr;
 };
-// Causal GQA attention over the paged cache; head_dim <= 256.
+
+// How to split the context: enough CTAs (num_tokens x hkv x head chunks x splits) to fill
+// sm_count SMs several times over, no split shorter than kMinAttentionSplitLen positions
+// (except a single split), at most kMaxAttentionSplits. max_context: the longest context of
+// the batch (max positions[t] + 1). Pure host logic.
+struct AttentionSplitPlan {
+  int num_splits = 1;
+  int split_len = 1;
+};
+constexpr int kMinAttentionSplitLen = 32;
+AttentionSplitPlan plan_attention_splits(int64_t num_tokens, int hq, int hkv, int max_context,
+                                         int sm_count);
+// Query heads one CTA serves (all those of a KV head, up to 8): the CTAs per (token, split)
+// are num_tokens x hkv x ceil(group / attention_heads_per_cta(group)).
+int attention_heads_per_cta(int group);
+// Scratch floats the splits' partial results need (0 when num_splits == 1).
+int64_t attention_partial_floats(const PagedAttentionArgs& args);
+// Causal GQA attention over the paged cache (cuda_attention.cu's header says how);
+// head_dim <= kMaxAttentionHeadDim.
 void launch_paged_attention(const PagedAttentionArgs& args, cudaStream_t stream);
-constexpr int kMaxAttentionHeadDim = 256;
 
 // --- cuda_depth_mix.cu ---
 // Phase 1 for S query rows (any S; done in groups of 8): see Backend::depth_phase1.

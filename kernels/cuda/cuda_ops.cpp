@@ -242,8 +242,10 @@ namespace {
 void check_cache(const KvCacheLayer& cache) {
   ATTNRES_CHECK(cache.k.rank() == 4 && cache.k.shape == cache.v.shape,
                 "kv cache k " + shape_str(cache.k.shape) + " v " + shape_str(cache.v.shape));
-  ATTNRES_CHECK(cache.k.dtype == DType::F32 && cache.v.dtype == DType::F32,
-                "the CUDA kv cache must be F32");
+  ATTNRES_CHECK(cache.k.dtype == cache.v.dtype && CudaBackend::kv_dtype_supported(cache.k.dtype),
+                "the CUDA kv cache must be F32 or BF16 (k " +
+                    std::string(dtype_name(cache.k.dtype)) + ", v " +
+                    std::string(dtype_name(cache.v.dtype)) + ")");
   ATTNRES_CHECK(cache.k.device == Device::CUDA && cache.v.device == Device::CUDA,
                 "kv cache must be on the CUDA device");
 }
@@ -289,8 +291,8 @@ void CudaBackend::store_kv(const Tensor& k, const Tensor& v, const BatchMeta& ba
     im.validated_num_blocks = cache.k.dim(0);
     im.validated_block_size = cache.k.dim(1);
   }
-  cuda::launch_store_kv(f32(k), f32(v), im.slot_mapping, T, row, f32(cache.k), f32(cache.v),
-                        im.stream);
+  cuda::launch_store_kv(f32(k), f32(v), im.slot_mapping, T, row, cache.k.data, cache.v.data,
+                        cache.k.dtype, im.stream);
 }
 
 void CudaBackend::attention(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
@@ -320,8 +322,9 @@ void CudaBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Ba
   }
   cuda::PagedAttentionArgs args;
   args.q = f32(q);
-  args.k_cache = f32(cache.k);
-  args.v_cache = f32(cache.v);
+  args.k_cache = cache.k.data;
+  args.v_cache = cache.v.data;
+  args.kv_dtype = cache.k.dtype;
   args.positions = im.positions;
   args.seq_of_token = im.seq_of_token;
   args.block_table = im.block_table;
@@ -333,6 +336,20 @@ void CudaBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Ba
   args.block_size = static_cast<int>(cache.k.dim(1));
   args.scale = scale;
   args.out = f32(out);
+  // Split the context across CTAs when the batch alone cannot fill the GPU (decode at small
+  // batch); the partial results live in scratch until the merge kernel has read them (the
+  // block returns to the cache when `partials` dies, stream-ordered like every tensor).
+  int max_context = 0;
+  for (int32_t pos : batch.positions) max_context = std::max(max_context, pos + 1);
+  const cuda::AttentionSplitPlan plan =
+      cuda::plan_attention_splits(T, args.hq, args.hkv, max_context, im.sm_count);
+  args.num_splits = plan.num_splits;
+  args.split_len = plan.split_len;
+  std::shared_ptr<void> partials;
+  if (const int64_t floats = cuda::attention_partial_floats(args); floats > 0) {
+    partials = im.raw_alloc(static_cast<size_t>(floats) * sizeof(float));
+    args.partials = static_cast<float*>(partials.get());
+  }
   cuda::launch_paged_attention(args, im.stream);
 }
 

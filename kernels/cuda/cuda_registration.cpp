@@ -13,18 +13,18 @@
 namespace attnres {
 
 void register_cuda_backend() {
-  // The KV cache stays F32 (the Backend default, a null trait) until the CUDA attention reads
-  // bf16. The depth bank may be BF16 (CudaBackend::depth_bank_dtype_supported, the same
-  // function the backend answers with), so --depth-bank-dtype auto picks bf16 for a bf16
-  // checkpoint. A fractional --kv-cache-memory is of the GPU's free memory, not the host's RAM.
+  // The KV cache and the depth bank may be F32 or BF16 (CudaBackend::kv_dtype_supported and
+  // depth_bank_dtype_supported, the functions the backend answers with), so --kv-cache-dtype
+  // and --depth-bank-dtype auto pick bf16 for a bf16 checkpoint. A fractional
+  // --kv-cache-memory is of the GPU's free memory, not the host's RAM.
   register_backend(
       "cuda",
       [](const BackendOptions& options) {
         if (!cuda_device_available()) throw Error("--device cuda: no CUDA device is visible");
         return make_cuda_backend(options.device_index);
       },
-      BackendTraits{"CUDA", nullptr, &CudaBackend::depth_bank_dtype_supported,
-                    &cuda_free_memory_bytes});
+      BackendTraits{"CUDA", &CudaBackend::kv_dtype_supported,
+                    &CudaBackend::depth_bank_dtype_supported, &cuda_free_memory_bytes});
 #ifdef ATTNRES_HAVE_NCCL
   register_communicator_group("cuda", [](int size) -> CommunicatorFactory {
     std::vector<int> devices(size);

@@ -21,12 +21,12 @@ std::vector<FlagSpec> model_flags() {
        "bank along the sequence (default 128; 0 = never)"},
       {"kv-cache-dtype", "auto|bfloat16|float32",
        "what the KV cache stores: bfloat16 holds twice the tokens per byte (K/V rounded to "
-       "nearest even; the CPU backend only for now); auto = bfloat16 for a bf16 checkpoint "
+       "nearest even); auto = bfloat16 for a bf16 checkpoint "
        "on a backend that supports it, else float32 (default auto)"},
       {"depth-bank-dtype", "auto|bfloat16|float32",
        "what the AttnRes depth bank (the earlier layers' outputs the depth mixes read) "
-       "stores: bfloat16 takes half the memory (entries rounded to nearest even; the CPU "
-       "backend only for now); auto = bfloat16 for a bf16 checkpoint on a backend that "
+       "stores: bfloat16 takes half the memory (entries rounded to nearest even); "
+       "auto = bfloat16 for a bf16 checkpoint on a backend that "
        "supports it, else float32 (default auto)"},
       {"enforce-eager", "",
        "run every step op by op: no replayed CUDA graphs for decode steps (graphs are "

@@ -243,12 +243,12 @@ TEST(EngineArgs, ABackendWithoutABf16CacheRefusesItAndAutoGivesF32) {
             "--depth-bank-dtype bfloat16: the f32-cache-cpu backend's depth ops read an f32 bank "
             "(not yet bf16)");
   if (has_backend("cuda")) {  // a CUDA build: asked before any GPU is touched
+    // The CUDA attention reads a bf16 cache: auto follows the checkpoint, as on the CPU.
     args.device = "cuda";
-    EXPECT_EQ(error_of([&] { kv_cache_dtype(args, bf16_model); }),
-              "--kv-cache-dtype bfloat16: the CUDA backend's attention reads an f32 cache "
-              "(not yet bf16)");
+    EXPECT_EQ(kv_cache_dtype(args, bf16_model), DType::BF16);
     args.kv_cache_dtype = "auto";
-    EXPECT_EQ(kv_cache_dtype(args, bf16_model), DType::F32);
+    EXPECT_EQ(kv_cache_dtype(args, bf16_model), DType::BF16);
+    EXPECT_EQ(kv_cache_dtype(args, test_model(DType::F32)), DType::F32);
   }
 }
 

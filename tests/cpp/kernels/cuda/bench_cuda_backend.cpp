@@ -1,17 +1,25 @@
 // Not a test: times one decode step of the 0.6B shapes ("attnres-0.6b", "plain-0.6b",
 // random bf16 weights) on the CUDA backend at batch 1 and 64, against the floor set by
-// reading every weight once at the measured device copy bandwidth.
+// reading every weight once at the measured device copy bandwidth; and the attention op
+// alone against the floor of reading its K/V once.
 //
 //   bench_cuda_backend [--model NAME]... [--context N] [--steps N]
+//                      [--kv-dtype bfloat16|float32] [--only step|attention]
 //
-// Prints, per model and batch: median ms/step (CUDA events around Transformer::forward,
+// Step: prints, per model and batch: median ms/step (CUDA events around Transformer::forward,
 // host work of the step included), the weight-read floor, floor / measured, and the KV bytes
 // the step reads (not in the floor); then the same for the step captured once into a CUDA
-// graph and replayed (with a bit-exactness check against the eager logits). The bandwidth
-// is a 1 GiB cudaMemcpy device-to-device, counting bytes read + written.
+// graph and replayed (with a bit-exactness check against the eager logits). The KV cache is
+// --kv-dtype (default bfloat16, what --kv-cache-dtype auto gives a bf16 checkpoint).
+// Attention: the 0.6B layer's attention (16 query heads, 8 KV heads, hd 128, block 16) at
+// batch 1 and 64 decode rows, context 1024 and 4096, f32 and bf16 caches: microseconds per
+// call (eager: many calls between two events; graph: the calls captured once, replayed), the
+// K/V bytes a call reads, the achieved rate and its fraction of the copy bandwidth.
+// The bandwidth is a 1 GiB cudaMemcpy device-to-device, counting bytes read + written.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -23,6 +31,7 @@
 #include "engine/model/transformer.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_kernels.h"
 
 namespace attnres {
 namespace {
@@ -59,7 +68,117 @@ double measure_copy_bandwidth() {
   return 2.0 * static_cast<double>(bytes) / (median(ms) * 1e-3);
 }
 
-void bench_model(const std::string& name, int context, int steps, double bandwidth) {
+// Microseconds per call of `call`, `reps` calls between two events (after 3 warm-ups):
+// eager, host work and launch gaps included.
+template <class F>
+double eager_us_per_call(CudaBackend& be, int reps, F&& call) {
+  for (int i = 0; i < 3; ++i) call();
+  cudaEvent_t start, stop;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  CUDA_CHECK(cudaEventRecord(start, be.stream()));
+  for (int i = 0; i < reps; ++i) call();
+  CUDA_CHECK(cudaEventRecord(stop, be.stream()));
+  CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  CUDA_CHECK(cudaEventDestroy(start));
+  CUDA_CHECK(cudaEventDestroy(stop));
+  return ms * 1e3 / reps;
+}
+
+// The same with `per_graph` calls captured into one CUDA graph, replayed `replays` times
+// (the median replay): the GPU time of a call without launch gaps. 0 when capture fails.
+template <class F>
+double graph_us_per_call(CudaBackend& be, int per_graph, int replays, F&& call) {
+  try {
+    std::unique_ptr<CudaGraph> graph = be.capture_graph([&] {
+      for (int i = 0; i < per_graph; ++i) call();
+    });
+    cudaEvent_t start, stop;
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+    std::vector<double> us;
+    for (int i = 0; i < replays + 2; ++i) {
+      CUDA_CHECK(cudaEventRecord(start, be.stream()));
+      graph->replay();
+      CUDA_CHECK(cudaEventRecord(stop, be.stream()));
+      CUDA_CHECK(cudaEventSynchronize(stop));
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      if (i >= 2) us.push_back(ms * 1e3 / per_graph);
+    }
+    CUDA_CHECK(cudaEventDestroy(start));
+    CUDA_CHECK(cudaEventDestroy(stop));
+    return median(us);
+  } catch (const std::exception& e) {
+    cudaGetLastError();
+    std::printf("    (graph capture failed: %s)\n", e.what());
+    return 0.0;
+  }
+}
+
+// The attention op alone at the 0.6B layer's shape: decode rows, every sequence at `context`.
+void bench_attention(double bandwidth) {
+  const int hq = 16, hkv = 8, hd = 128, block_size = 16;
+  CudaBackend be(0);
+  int sms = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, be.device_index()));
+  std::printf(
+      "\nattention (Hq %d, Hkv %d, hd %d, block %d, decode rows), %d SMs; floor = K/V "
+      "bytes / copy bandwidth\n",
+      hq, hkv, hd, block_size, sms);
+  std::printf("  %-5s %5s %7s %6s %9s %9s %9s %9s %8s\n", "cache", "batch", "context", "splits",
+              "eager us", "graph us", "KV MB", "GB/s", "of copy");
+  for (DType dtype : {DType::BF16, DType::F32}) {
+    for (int batch_size : {1, 64}) {
+      for (int context : {1024, 4096}) {
+        const int blocks_per_seq = (context + block_size - 1) / block_size;
+        const int num_blocks = batch_size * blocks_per_seq;
+        KvCacheLayer cache{be.alloc({num_blocks, block_size, hkv, hd}, dtype),
+                           be.alloc({num_blocks, block_size, hkv, hd}, dtype)};
+        // Not zeros (0x3c3c...: ~0.0115 in both dtypes): no value takes a fast path.
+        CUDA_CHECK(cudaMemset(cache.k.data, 0x3c, cache.k.nbytes()));
+        CUDA_CHECK(cudaMemset(cache.v.data, 0x3c, cache.v.nbytes()));
+        BatchMeta batch;
+        batch.num_tokens = batch_size;
+        batch.query_start.push_back(0);
+        for (int s = 0; s < batch_size; ++s) {
+          std::vector<int32_t> table;
+          for (int b = 0; b < blocks_per_seq; ++b) table.push_back(s * blocks_per_seq + b);
+          batch.token_ids.push_back(1);
+          batch.positions.push_back(context - 1);
+          batch.slot_mapping.push_back(table[(context - 1) / block_size] * block_size +
+                                       (context - 1) % block_size);
+          batch.query_start.push_back(s + 1);
+          batch.context_len.push_back(context);
+          batch.block_tables.push_back(table);
+        }
+        Tensor q_host = Tensor::empty({batch_size, hq * hd}, DType::F32);
+        for (int64_t i = 0; i < q_host.numel(); ++i)
+          q_host.ptr<float>()[i] = static_cast<float>((i * 7919) % 2001 - 1000) * 1e-3f;
+        Tensor q = be.upload(q_host);
+        Tensor out = be.alloc({batch_size, hq * hd}, DType::F32);
+        be.prepare_batch(batch);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        auto call = [&] { be.attention(q, cache, batch, hd, scale, out); };
+        const double eager = eager_us_per_call(be, 200, call);
+        const double graph = graph_us_per_call(be, 50, 10, call);
+        const double kv_bytes = 2.0 * batch_size * context * hkv * hd * dtype_size(dtype);
+        const double best = graph > 0 ? graph : eager;
+        const double rate = kv_bytes / (best * 1e-6);
+        const cuda::AttentionSplitPlan plan =
+            cuda::plan_attention_splits(batch_size, hq, hkv, context, sms);
+        std::printf("  %-5s %5d %7d %6d %9.2f %9.2f %9.2f %9.0f %7.0f%%\n",
+                    std::string(dtype_name(dtype)).c_str(), batch_size, context, plan.num_splits,
+                    eager, graph, kv_bytes / 1e6, rate / 1e9, 100.0 * rate / bandwidth);
+      }
+    }
+  }
+}
+
+void bench_model(const std::string& name, int context, int steps, DType kv_dtype,
+                 double bandwidth) {
   LoadedModel lm = load_builtin_model(name);
   CudaBackend be(0);
   // The depth bank `attnres serve` gives this checkpoint (--depth-bank-dtype auto): bf16 for
@@ -78,7 +197,7 @@ void bench_model(const std::string& name, int context, int steps, double bandwid
   for (int batch_size : {1, 64}) {
     const int block_size = 16;
     const int blocks_per_seq = (context + 1 + block_size - 1) / block_size;
-    KvCache cache = KvCache::allocate(be, c, batch_size * blocks_per_seq, block_size);
+    KvCache cache = KvCache::allocate(be, c, batch_size * blocks_per_seq, block_size, kv_dtype);
     BatchMeta batch;
     batch.num_tokens = batch_size;
     batch.query_start.push_back(0);
@@ -108,13 +227,13 @@ void bench_model(const std::string& name, int context, int steps, double bandwid
       if (i >= 3) ms.push_back(t);  // three warm-ups (allocator, cuBLAS heuristics)
     }
     const double step_ms = median(ms);
-    const double kv_mb =
-        2.0 * c.num_layers * batch_size * (context + 1) * c.num_kv_heads * c.head_dim * 4 / 1e6;
+    const double kv_mb = 2.0 * c.num_layers * batch_size * (context + 1) * c.num_kv_heads *
+                         c.head_dim * dtype_size(kv_dtype) / 1e6;
     std::printf(
         "  batch %2d, context %d: eager %.3f ms/step (min %.3f), floor/measured %.2f, "
-        "KV read %.1f MB, allocator in use %.1f MB\n",
+        "KV read %.1f MB (%s), allocator in use %.1f MB\n",
         batch_size, context, step_ms, *std::min_element(ms.begin(), ms.end()), floor_ms / step_ms,
-        kv_mb, be.allocated_bytes() / 1e6);
+        kv_mb, storage_dtype_name(kv_dtype).c_str(), be.allocated_bytes() / 1e6);
 
     // The same step captured into a CUDA graph and replayed (launch gaps removed). The eager
     // steps above warmed the caching allocator and the staging buffers; the graph keeps its
@@ -163,16 +282,31 @@ int main(int argc, char** argv) {
   using namespace attnres;
   std::vector<std::string> models;
   int context = 256, steps = 20;
+  DType kv_dtype = DType::BF16;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--model" && i + 1 < argc) {
       models.push_back(argv[++i]);
+    } else if (a == "--kv-dtype" && i + 1 < argc) {
+      try {
+        kv_dtype = storage_dtype_from_name(argv[++i], "--kv-dtype");
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "%s\n", e.what());
+        return 2;
+      }
+    } else if (a == "--only" && i + 1 < argc &&
+               (std::string(argv[i + 1]) == "step" || std::string(argv[i + 1]) == "attention")) {
+      only = argv[++i];
     } else if (a == "--context" && i + 1 < argc) {
       context = std::atoi(argv[++i]);
     } else if (a == "--steps" && i + 1 < argc) {
       steps = std::max(1, std::atoi(argv[++i]));
     } else {
-      std::fprintf(stderr, "usage: %s [--model NAME]... [--context N] [--steps N]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--model NAME]... [--context N] [--steps N] "
+                   "[--kv-dtype bfloat16|float32] [--only step|attention]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -184,7 +318,9 @@ int main(int argc, char** argv) {
   try {
     const double bw = measure_copy_bandwidth();
     std::printf("device copy bandwidth (1 GiB D2D, read + written): %.0f GB/s\n", bw / 1e9);
-    for (const std::string& m : models) bench_model(m, context, steps, bw);
+    if (only != "attention")
+      for (const std::string& m : models) bench_model(m, context, steps, kv_dtype, bw);
+    if (only != "step") bench_attention(bw);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

@@ -74,10 +74,13 @@ struct SeqSpec {
   int chunk;   // tokens of this step
 };
 
-void check_attention(int hq, int hkv, int hd, int block_size, const std::vector<SeqSpec>& seqs,
-                     float q_scale, uint32_t seed) {
+// One case with a cache of `cache_dtype`: store_kv must write exactly the CPU's values (a bf16
+// cache: the same rounding, bit for bit), attention must match the CPU's over that cache.
+void check_attention_cache(DType cache_dtype, int hq, int hkv, int hd, int block_size,
+                           const std::vector<SeqSpec>& seqs, float q_scale, uint32_t seed) {
   SCOPED_TRACE("hq " + std::to_string(hq) + " hkv " + std::to_string(hkv) + " hd " +
-               std::to_string(hd) + " block " + std::to_string(block_size));
+               std::to_string(hd) + " block " + std::to_string(block_size) + " cache " +
+               std::string(dtype_name(cache_dtype)));
   Backends be;
   std::mt19937 rng(seed);
   const int num_blocks = 96, row = hkv * hd;
@@ -109,8 +112,8 @@ void check_attention(int hq, int hkv, int hd, int block_size, const std::vector<
 
   // Caches: random everywhere (so unwritten slots must stay as they were), identical on
   // both backends. The cached prefixes are "already there"; store_kv writes this step's rows.
-  Tensor kc = random_host({num_blocks, block_size, hkv, hd}, DType::F32, rng);
-  Tensor vc = random_host({num_blocks, block_size, hkv, hd}, DType::F32, rng);
+  Tensor kc = random_host({num_blocks, block_size, hkv, hd}, cache_dtype, rng);
+  Tensor vc = random_host({num_blocks, block_size, hkv, hd}, cache_dtype, rng);
   KvCacheLayer cpu_cache{kc, vc};
   KvCacheLayer gpu_cache{be.gpu.upload(kc), be.gpu.upload(vc)};
   Tensor k = random_host({T, row}, DType::F32, rng);
@@ -120,8 +123,8 @@ void check_attention(int hq, int hkv, int hd, int block_size, const std::vector<
   be.gpu.prepare_batch(batch);
   be.cpu.store_kv(k, v, batch, cpu_cache);
   be.gpu.store_kv(be.gpu.upload(k), be.gpu.upload(v), batch, gpu_cache);
-  EXPECT_TRUE(close_to(to_host(be.gpu, gpu_cache.k), cpu_cache.k, 0.0)) << "store_kv k";
-  EXPECT_TRUE(close_to(to_host(be.gpu, gpu_cache.v), cpu_cache.v, 0.0)) << "store_kv v";
+  EXPECT_TRUE(same_bytes(to_host(be.gpu, gpu_cache.k), cpu_cache.k)) << "store_kv k";
+  EXPECT_TRUE(same_bytes(to_host(be.gpu, gpu_cache.v), cpu_cache.v)) << "store_kv v";
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   Tensor ref = Tensor::empty({T, hq * hd}, DType::F32);
@@ -129,6 +132,12 @@ void check_attention(int hq, int hkv, int hd, int block_size, const std::vector<
   Tensor out = device_nan(be.gpu, {T, hq * hd});
   be.gpu.attention(be.gpu.upload(q), gpu_cache, batch, hd, scale, out);
   EXPECT_TRUE(close_to(to_host(be.gpu, out), ref, 2e-5)) << "attention";
+}
+
+void check_attention(int hq, int hkv, int hd, int block_size, const std::vector<SeqSpec>& seqs,
+                     float q_scale, uint32_t seed) {
+  for (DType cache_dtype : {DType::F32, DType::BF16})
+    check_attention_cache(cache_dtype, hq, hkv, hd, block_size, seqs, q_scale, seed);
 }
 
 TEST(CudaOps, AttentionPrefillMixed) {

@@ -99,6 +99,23 @@ inline ::testing::AssertionResult close_to(const Tensor& got, const Tensor& ref,
          << rtol << "); rel L2 error " << rel_l2;
 }
 
+// The same dtype, shape and bytes (stored values bit for bit, NaN payloads included).
+inline ::testing::AssertionResult same_bytes(const Tensor& got, const Tensor& ref) {
+  if (got.dtype != ref.dtype || got.shape != ref.shape)
+    return ::testing::AssertionFailure()
+           << "dtype / shape " << dtype_name(got.dtype) << " " << shape_str(got.shape) << " vs "
+           << dtype_name(ref.dtype) << " " << shape_str(ref.shape);
+  const auto* g = static_cast<const unsigned char*>(got.data);
+  const auto* r = static_cast<const unsigned char*>(ref.data);
+  const size_t elem = dtype_size(ref.dtype);
+  for (size_t i = 0; i < ref.nbytes(); ++i)
+    if (g[i] != r[i])
+      return ::testing::AssertionFailure()
+             << "element " << i / elem << " differs: got " << element_as_float(got, i / elem)
+             << " want " << element_as_float(ref, i / elem);
+  return ::testing::AssertionSuccess();
+}
+
 // ||got - ref|| / ||ref|| <= tol (for whole-model logits, where single elements near zero
 // carry no meaning).
 inline ::testing::AssertionResult rel_l2_close(const Tensor& got, const Tensor& ref, double tol) {
