@@ -90,7 +90,7 @@ struct SampleBatch {
 
 // What Backend::sample writes for a row the host path would refuse (the host's messages:
 // check_logits_row, engine/sched/sequence_output.h; TruncatedDistribution::build).
-inline constexpr int32_t kSampleNonFiniteLogit = -1;  // a NaN or +inf anywhere in the row
+inline constexpr int32_t kSampleNonFiniteLogit = -1;    // a NaN or +inf anywhere in the row
 inline constexpr int32_t kSampleNoDecodableLogit = -2;  // no finite logit among the decodable ids
 inline constexpr int32_t kSampleEveryLogitMasked = -3;  // random sampling with every logit -inf
 

@@ -14,8 +14,8 @@ std::span<const int32_t> id_range(std::span<const int32_t> ids, int32_t begin, i
                                   const char* what) {
   ATTNRES_CHECK(begin >= 0 && count >= 0 && static_cast<size_t>(begin) + count <= ids.size(),
                 std::string("sample: ") + what + " ids [" + std::to_string(begin) + ", +" +
-                    std::to_string(count) + ") outside the batch's " +
-                    std::to_string(ids.size()) + " ids");
+                    std::to_string(count) + ") outside the batch's " + std::to_string(ids.size()) +
+                    " ids");
   return ids.subspan(static_cast<size_t>(begin), static_cast<size_t>(count));
 }
 

@@ -345,8 +345,9 @@ std::optional<StepPlan> EngineCore::build_batch(const ScheduleOutput& scheduled)
   }
   try {
     auto on_device = [](const Sequence& seq) { return can_sample_on_device(seq.params); };
-    StepPlan plan = build_step_batch(scheduled, config_.block_size,
-                                     device_sampling_ ? on_device : std::function<bool(const Sequence&)>{});
+    StepPlan plan =
+        build_step_batch(scheduled, config_.block_size,
+                         device_sampling_ ? on_device : std::function<bool(const Sequence&)>{});
     output_processor_.add_device_rows(plan);
     return plan;
   } catch (const std::exception& e) {

@@ -93,8 +93,7 @@ StepOutputs OutputProcessor::process(const StepPlan& plan, StepResult& result) {
   }
   ATTNRES_CHECK(result.sampled_ids.size() == plan.device_samplers.size(),
                 "the model runner sampled " + std::to_string(result.sampled_ids.size()) +
-                    " rows on the device, expected " +
-                    std::to_string(plan.device_samplers.size()));
+                    " rows on the device, expected " + std::to_string(plan.device_samplers.size()));
   for (size_t i = 0; i < plan.device_samplers.size(); ++i) {
     Sequence* seq = plan.device_samplers[i];
     const int32_t depth_row = plan.device_sampler_depth_row[i];
@@ -166,8 +165,8 @@ RequestOutput OutputProcessor::sample(Sequence& seq, State& state, std::span<flo
   return token_output(seq, state, std::move(token), depth_row, now);
 }
 
-RequestOutput OutputProcessor::sampled_on_device(Sequence& seq, State& state,
-                                                 int32_t device_result, const float* depth_row,
+RequestOutput OutputProcessor::sampled_on_device(Sequence& seq, State& state, int32_t device_result,
+                                                 const float* depth_row,
                                                  EngineClock::time_point now, bool& sampled) {
   SampledToken token = state.output.next_sampled(device_result, seq.token_ids,
                                                  seq.num_prompt_tokens, context_, seq.request_id);

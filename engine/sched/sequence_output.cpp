@@ -95,9 +95,9 @@ SampledToken SequenceOutput::next_sampled(int32_t sampled, std::vector<int32_t>&
   });
   run_output_stage(OutputStage::Sample, request_id, hook, [&] {
     ATTNRES_CHECK(sampled != kSampleEveryLogitMasked, "every logit is -inf");
-    ATTNRES_CHECK(context.vocabulary.contains(sampled),
-                  "the device sampled token id " + std::to_string(sampled) +
-                      ", which the vocabulary cannot decode");
+    ATTNRES_CHECK(context.vocabulary.contains(sampled), "the device sampled token id " +
+                                                            std::to_string(sampled) +
+                                                            ", which the vocabulary cannot decode");
     token.id = sampled;
   });
   finish_token(token, token_ids, num_prompt_tokens, context, request_id);

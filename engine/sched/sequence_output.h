@@ -93,9 +93,8 @@ class SequenceOutput {
   // next() for a token sampled on the device: `sampled` is Backend::sample's answer for the
   // row add_device_row described (a token id, or a kSample* code, reported as the host path
   // reports the same row).
-  SampledToken next_sampled(int32_t sampled, std::vector<int32_t>& token_ids,
-                            int num_prompt_tokens, const OutputContext& context,
-                            std::string_view request_id);
+  SampledToken next_sampled(int32_t sampled, std::vector<int32_t>& token_ids, int num_prompt_tokens,
+                            const OutputContext& context, std::string_view request_id);
 
   const std::string& text() const { return text_; }
   const StopChecker& stop() const { return stop_; }

@@ -36,9 +36,9 @@ struct DepthPromptRows {
 struct StepPlan {
   // batch.logit_rows: first one per host sampler, then the prompt logprob rows (only for
   // sequences that ask for prompt logprobs). batch.sample_rows: one per device sampler (its
-  // batch.sampling is filled later, by OutputProcessor::add_device_rows). batch.depth_rows (empty unless a sequence asked): the
-  // prompt positions not yet in a sequence's mean, and the sampling rows of sequences that
-  // want per-token weights (a row may appear twice: once for each purpose).
+  // batch.sampling is filled later, by OutputProcessor::add_device_rows). batch.depth_rows (empty
+  // unless a sequence asked): the prompt positions not yet in a sequence's mean, and the sampling
+  // rows of sequences that want per-token weights (a row may appear twice: once for each purpose).
   StepBatch batch;
   std::vector<Sequence*> samplers;  // the sequence to sample for logit rows [0, samplers.size())
   std::vector<PromptLogprobRows> prompt_rows;

@@ -1,7 +1,7 @@
 // The CPU implementation of attnres::Backend (engine/core/backend.h): f32 activations,
-// F32 / BF16 / F16 weights read as stored, threads of its own cpu::WorkerPool. It is the reference every other
-// backend is tested against, so each op validates shapes and dtypes (ATTNRES_CHECK) before
-// running. The ops are defined across several files by theme:
+// F32 / BF16 / F16 weights read as stored, threads of its own cpu::WorkerPool. It is the reference
+// every other backend is tested against, so each op validates shapes and dtypes (ATTNRES_CHECK)
+// before running. The ops are defined across several files by theme:
 //   cpu_backend.cpp      memory ops, factory, thread count
 //   cpu_linear.cpp       linear: GEMV (decode, R <= 8) and packed GEMM (prefill)
 //   cpu_attention.cpp    store_kv, paged causal GQA attention

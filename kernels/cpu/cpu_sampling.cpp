@@ -17,9 +17,9 @@ void CpuBackend::sample(Tensor& logits, const SampleBatch& batch, std::span<int3
                 "sample: logits " + shape_str(logits.shape) + " for " + std::to_string(rows) +
                     " rows (expected F32 [>= rows, vocab])");
   cpu::check_f32_rows(logits, logits.dim(1), "sample: logits");
-  ATTNRES_CHECK(static_cast<int64_t>(out.size()) == rows,
-                "sample: " + std::to_string(out.size()) + " outputs for " + std::to_string(rows) +
-                    " rows");
+  ATTNRES_CHECK(
+      static_cast<int64_t>(out.size()) == rows,
+      "sample: " + std::to_string(out.size()) + " outputs for " + std::to_string(rows) + " rows");
   if (rows == 0) return;
   const int64_t vocab = logits.dim(1);
   float* data = logits.ptr<float>();

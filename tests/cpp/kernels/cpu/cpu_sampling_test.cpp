@@ -103,18 +103,16 @@ void check_batch(int vocab_rows, int decodable, int num_rows, int steps, uint64_
       const SamplingParams& p = cases[r].params;
       ASSERT_EQ(got[r], expected[r])
           << "vocab " << vocab_rows << " row " << r << " step " << step << ": temperature "
-          << p.temperature << " top_k " << p.top_k << " top_p " << p.top_p << " min_p "
-          << p.min_p << " penalties " << p.repetition_penalty << "/" << p.presence_penalty
-          << "/" << p.frequency_penalty << " min_tokens " << p.min_tokens << " outputs "
+          << p.temperature << " top_k " << p.top_k << " top_p " << p.top_p << " min_p " << p.min_p
+          << " penalties " << p.repetition_penalty << "/" << p.presence_penalty << "/"
+          << p.frequency_penalty << " min_tokens " << p.min_tokens << " outputs "
           << cases[r].output.size();
       cases[r].output.push_back(expected[r]);
     }
   }
 }
 
-TEST(CpuSample, MatchesTheHostSamplerAtTheRealVocabulary) {
-  check_batch(151936, 151669, 24, 3, 1);
-}
+TEST(CpuSample, MatchesTheHostSamplerAtTheRealVocabulary) { check_batch(151936, 151669, 24, 3, 1); }
 
 TEST(CpuSample, MatchesTheHostSamplerAtSmallVocabularies) {
   for (uint64_t seed = 0; seed < 40; ++seed) {
