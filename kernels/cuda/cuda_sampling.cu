@@ -49,7 +49,8 @@ struct Candidates {
   __device__ uint64_t key(int64_t i, float w) const {
     uint32_t hi;
     if (logit_order) {
-      const uint32_t bits = __float_as_uint(x[i]);
+      // -0 and +0 are one value to the host's comparisons (a tie, broken by id).
+      const uint32_t bits = x[i] == 0.0f ? 0u : __float_as_uint(x[i]);
       hi = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
     } else {
       hi = __float_as_uint(w);  // w >= 0: the bits order like the values
