@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "engine/core/error.h"
+#include "engine/sample/sample_row.h"
+
 namespace attnres {
 
 Sampler::Sampler(const SamplingParams& params, uint64_t fallback_seed)
@@ -17,7 +20,7 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt
 
   allow_only(logits, params_.allowed_token_ids, allowed_scratch_);
   apply_logit_bias(logits, params_.logit_bias);
-  if (output_ids.size() < static_cast<size_t>(std::max(params_.min_tokens, 0))) {
+  if (blocks_stop_ids(output_ids.size())) {
     block_tokens(logits, eos_ids);
     block_tokens(logits, params_.stop_token_ids);
   }
@@ -36,6 +39,41 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt
 
   if (want_logprobs) *logprob_out = compute_logprobs(raw_logits_, token, params_.logprobs);
   return token;
+}
+
+void Sampler::add_device_row(std::span<const int32_t> prompt_ids,
+                             std::span<const int32_t> output_ids, std::span<const int32_t> eos_ids,
+                             SampleBatch& batch) {
+  ATTNRES_CHECK(can_sample_on_device(params_), "a sequence that needs its logits on the host");
+  std::vector<int32_t>& ids = batch.token_ids;
+  auto append = [&](std::span<const int32_t> from, int32_t& begin, int32_t& count) {
+    begin = static_cast<int32_t>(ids.size());
+    count = static_cast<int32_t>(from.size());
+    ids.insert(ids.end(), from.begin(), from.end());
+  };
+  SampleRow row;
+  row.greedy = params_.greedy();
+  row.temperature = params_.temperature;
+  row.top_k = params_.top_k;
+  row.top_p = params_.top_p;
+  row.min_p = params_.min_p;
+  row.repetition_penalty = params_.repetition_penalty;
+  row.presence_penalty = params_.presence_penalty;
+  row.frequency_penalty = params_.frequency_penalty;
+  // Only the ids a processor reads travel (apply_penalties reads none when it is inactive, the
+  // prompt only for a repetition penalty).
+  if (params_.repetition_penalty != 1.0f) append(prompt_ids, row.prompt_begin, row.prompt_count);
+  if (PenaltyParams{row.repetition_penalty, row.presence_penalty, row.frequency_penalty}.active()) {
+    append(output_ids, row.output_begin, row.output_count);
+  }
+  if (blocks_stop_ids(output_ids.size())) {
+    row.blocked_begin = static_cast<int32_t>(ids.size());
+    ids.insert(ids.end(), eos_ids.begin(), eos_ids.end());
+    ids.insert(ids.end(), params_.stop_token_ids.begin(), params_.stop_token_ids.end());
+    row.blocked_count = static_cast<int32_t>(ids.size()) - row.blocked_begin;
+  }
+  if (!row.greedy) row.uniform = next_uniform();
+  batch.rows.push_back(row);
 }
 
 }  // namespace attnres

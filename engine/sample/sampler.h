@@ -3,11 +3,13 @@
 // inverse-CDF draw.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <span>
 #include <vector>
 
+#include "engine/core/backend.h"
 #include "engine/sample/logits_processors.h"
 #include "engine/sample/logprobs.h"
 #include "engine/sample/sampling_params.h"
@@ -30,12 +32,24 @@ class Sampler {
                  std::span<const int32_t> output_ids, std::span<const int32_t> eos_ids,
                  TokenLogprob* logprob_out);
 
+  // Device sampling (Backend::sample; requires can_sample_on_device(params), sample_row.h):
+  // appends to `batch` the row that makes the backend pick what sample() would for these ids,
+  // and draws its uniform now, exactly as sample() would (random sampling only: a greedy row
+  // draws nothing), so the sequence's RNG advances the same on either path.
+  void add_device_row(std::span<const int32_t> prompt_ids, std::span<const int32_t> output_ids,
+                      std::span<const int32_t> eos_ids, SampleBatch& batch);
+
   const SamplingParams& params() const { return params_; }
 
- private:
   // Uniform in [0, 1) from the top 53 bits: unlike std::uniform_real_distribution, whose
-  // algorithm the standard leaves open, this gives the same draw on every platform.
+  // algorithm the standard leaves open, this gives the same draw on every platform. One per
+  // randomly sampled token, on either path.
   double next_uniform();
+
+ private:
+  bool blocks_stop_ids(size_t num_output) const {
+    return num_output < static_cast<size_t>(std::max(params_.min_tokens, 0));
+  }
 
   SamplingParams params_;
   std::mt19937_64 rng_;

@@ -57,14 +57,13 @@ DecodeGraphs::DecodeGraphs(Transformer& model, KvCache& cache, int engine_blocks
                 "decode graphs: the cache has no padding blocks past the engine's");
 }
 
-bool DecodeGraphs::takes(const StepBatch& step) const {
-  const int S = step.meta.num_seqs();
-  if (S == 0 || S > max_batch_ || step.meta.num_tokens != S || step.wants_depth_weights()) {
-    return false;
-  }
-  if (static_cast<int>(step.logit_rows.size()) != S) return false;
+bool DecodeGraphs::takes(const BatchMeta& batch, std::span<const int32_t> head_rows,
+                         bool wants_depth_weights) const {
+  const int S = batch.num_seqs();
+  if (S == 0 || S > max_batch_ || batch.num_tokens != S || wants_depth_weights) return false;
+  if (static_cast<int>(head_rows.size()) != S) return false;
   for (int r = 0; r < S; ++r) {
-    if (step.logit_rows[r] != r) return false;
+    if (head_rows[r] != r) return false;
   }
   return true;
 }
@@ -105,10 +104,11 @@ Tensor DecodeGraphs::forward_padded(int rows) {
   return model_.forward_hidden(padded_, cache_, every_row);
 }
 
-Tensor DecodeGraphs::run(const StepBatch& step) {
-  ATTNRES_CHECK(takes(step), "decode graphs: not a decode step a graph can run");
-  const BatchMeta& batch = step.meta;
+Tensor DecodeGraphs::run(const BatchMeta& batch) {
   const int S = batch.num_seqs();
+  ATTNRES_CHECK(S >= 1 && S <= max_batch_, "decode graphs: a step of " + std::to_string(S) +
+                                               " sequences (at most " +
+                                               std::to_string(max_batch_) + ")");
   check_decode_batch(batch, model_.config().vocab_size, engine_blocks_, cache_.block_size);
   size_t longest = 1;
   for (const auto& table : batch.block_tables) longest = std::max(longest, table.size());

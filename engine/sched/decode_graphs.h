@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,13 +55,15 @@ class DecodeGraphs {
   // `cache` holds engine_blocks blocks for the engine, then padding_blocks(max_batch, ...).
   DecodeGraphs(Transformer& model, KvCache& cache, int engine_blocks, int max_batch);
 
-  // Whether the step runs as a graph: every sequence computes one token, its logit rows are
-  // every row in order, no depth weights, at most max_batch sequences.
-  bool takes(const StepBatch& step) const;
+  // Whether a step runs as a graph: every sequence computes one token, the rows its LM head
+  // reads (head_rows: sampled on the device, then copied back) are every row in order, no
+  // depth weights, at most max_batch sequences.
+  bool takes(const BatchMeta& batch, std::span<const int32_t> head_rows,
+             bool wants_depth_weights) const;
 
   // Runs a step takes() accepted (eagerly while its bucket warms up) and returns the final
   // hidden rows [num_seqs, d] on the device, a view valid until the next run().
-  Tensor run(const StepBatch& step);
+  Tensor run(const BatchMeta& batch);
 
   int max_batch() const { return max_batch_; }
   int graphs_captured() const { return captured_; }

@@ -8,6 +8,7 @@
 
 #include "engine/core/error.h"
 #include "engine/sample/logprobs.h"
+#include "engine/sample/sample_row.h"
 #include "engine/sample/sampler.h"
 #include "engine/sched/step_batch.h"
 
@@ -70,6 +71,7 @@ EngineCore::EngineCore(EngineConfig config, ModelRunner& runner)
       vocab_size_(runner.vocab_size()),
       depth_layout_(runner.depth_attention_layout()),
       vocabulary_(engine_vocabulary(config_, vocab_size_)),
+      device_sampling_(config_.device_sampling && runner.samples_on_device()),
       inbox_(std::make_shared<Inbox>()),
       scheduler_(config_.scheduler, BlockManager(config_.num_kv_blocks, config_.block_size,
                                                  config_.enable_prefix_caching)),
@@ -342,7 +344,12 @@ std::optional<StepPlan> EngineCore::build_batch(const ScheduleOutput& scheduled)
     inbox_->queued -= newly_scheduled;
   }
   try {
-    return build_step_batch(scheduled, config_.block_size);
+    auto on_device = [](const Sequence& seq) { return can_sample_on_device(seq.params); };
+    StepPlan plan =
+        build_step_batch(scheduled, config_.block_size,
+                         device_sampling_ ? on_device : std::function<bool(const Sequence&)>{});
+    output_processor_.add_device_rows(plan);
+    return plan;
   } catch (const std::exception& e) {
     fail_engine(e);
     return std::nullopt;
@@ -360,8 +367,8 @@ bool EngineCore::execute(const ScheduleOutput& scheduled, const StepPlan& plan) 
     ATTNRES_CHECK(step_result_.logits.size() ==
                       plan.batch.logit_rows.size() * static_cast<size_t>(vocab_size_),
                   "the model runner returned the wrong number of logits");
-    ATTNRES_CHECK(step_result_.sampled_ids.empty(),
-                  "the model runner sampled on the device, which this engine does not support yet");
+    ATTNRES_CHECK(step_result_.sampled_ids.size() == plan.batch.sample_rows.size(),
+                  "the model runner returned the wrong number of sampled token ids");
   } catch (const std::exception& e) {
     fail_engine(e);
     return false;

@@ -54,6 +54,10 @@ struct EngineConfig {
   // The ids requests may name and sequences may produce: the runner's rows, of which the
   // tokenizer decodes the first `decodable` (rows 0: every row of the runner's vocabulary).
   Vocabulary vocabulary;
+  // Sample on the device where the runner can (ModelRunner::samples_on_device) and the
+  // sequence allows (can_sample_on_device, engine/sample/sample_row.h); false: every row's
+  // logits come back and are sampled on the host. Same tokens either way.
+  bool device_sampling = true;
   // Tests only: injects a failure into one sequence's output path (sequence_output.h).
   OutputFaultHook output_fault_hook;
 };
@@ -191,6 +195,7 @@ class EngineCore {
   const int vocab_size_;
   const DepthAttentionLayout depth_layout_;
   const Vocabulary vocabulary_;  // what requests may name (immutable: any thread reads it)
+  const bool device_sampling_;   // config_.device_sampling and the runner samples on the device
 
   // Shared with front-end threads (guarded by inbox_->mutex).
   std::shared_ptr<Inbox> inbox_;

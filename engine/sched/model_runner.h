@@ -21,8 +21,13 @@ namespace attnres {
 // its rows come back to the host.
 struct StepBatch {
   BatchMeta meta;
-  // Rows of meta whose next-token logits are needed (sampling rows, then prompt-logprob rows).
+  // Rows of meta whose next-token logits come back to the host (sampling rows the host
+  // samples, then prompt-logprob rows).
   std::vector<int32_t> logit_rows;
+  // Rows of meta the runner samples itself (only when its samples_on_device()), with their
+  // parameters: sampling.rows[i] is sample_rows[i]'s. Their logits never leave the device.
+  std::vector<int32_t> sample_rows;
+  SampleBatch sampling;
   // Rows of meta whose depth-mix weights are needed (any order, repeats allowed). Empty (the
   // usual case) means no depth weights this step; the engine fills it only for a step where
   // some sequence asked, and only when the runner's depth_attention_layout() is not empty.
@@ -38,8 +43,8 @@ struct StepResult {
   // Row-major [depth_rows.size(), layout rows, layout cols], NaN in the cells a sublayer does
   // not have; empty when the batch asked for none.
   std::vector<float> depth_weights;
-  // Token ids a runner sampled on the device, one per sampling row. Empty today: the engine
-  // samples on the host from `logits` (the seam for device-side sampling).
+  // One per batch.sample_rows: the token the runner sampled on the device (Backend::sample),
+  // or a kSample* code (engine/core/backend.h) for a row the host path would have refused.
   std::vector<int32_t> sampled_ids;
 };
 
@@ -58,6 +63,11 @@ class ModelRunner {
   // depth-mix weight matrices; empty (the default) when the runner's model has no depth mixes
   // or the runner cannot report them, and then the engine refuses requests that ask.
   virtual DepthAttentionLayout depth_attention_layout() const { return {}; }
+
+  // Whether execute() samples batch.sample_rows on the device (docs/ENGINE_CONTRACT.md, "Where
+  // sampling happens"). False (the default): the engine never fills sample_rows and samples
+  // every row on the host from `logits`.
+  virtual bool samples_on_device() const { return false; }
 };
 
 // One per sequence: token ids in, text that became decodable out (UTF-8 completed).

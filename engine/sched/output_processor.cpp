@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <string>
 #include <utility>
 
 #include "engine/core/error.h"
@@ -90,6 +91,25 @@ StepOutputs OutputProcessor::process(const StepPlan& plan, StepResult& result) {
         &out.sampled);
     if (ok) outputs.sequences.push_back(std::move(out));
   }
+  ATTNRES_CHECK(result.sampled_ids.size() == plan.device_samplers.size(),
+                "the model runner sampled " + std::to_string(result.sampled_ids.size()) +
+                    " rows on the device, expected " + std::to_string(plan.device_samplers.size()));
+  for (size_t i = 0; i < plan.device_samplers.size(); ++i) {
+    Sequence* seq = plan.device_samplers[i];
+    const int32_t depth_row = plan.device_sampler_depth_row[i];
+    const float* depth =
+        depth_row < 0 ? nullptr : result.depth_weights.data() + depth_row * depth_cells_;
+    SequenceStepOutput out;
+    out.seq = seq;
+    const bool ok = guarded(
+        seq,
+        [&] {
+          out.output = sampled_on_device(*seq, state_of(*seq), result.sampled_ids[i], depth,
+                                         outputs.time, out.sampled);
+        },
+        &out.sampled);
+    if (ok) outputs.sequences.push_back(std::move(out));
+  }
   for (SequenceStepOutput& f : failed) outputs.sequences.push_back(std::move(f));
   return outputs;
 }
@@ -127,13 +147,35 @@ void OutputProcessor::add_depth_prompt_rows(Sequence& seq, State& state,
   });
 }
 
+void OutputProcessor::add_device_rows(StepPlan& plan) {
+  SampleBatch& batch = plan.batch.sampling;
+  batch.clear();
+  batch.decodable = context_.vocabulary.decodable;
+  for (Sequence* seq : plan.device_samplers) {
+    state_of(*seq).output.add_device_row(seq->token_ids, seq->num_prompt_tokens, context_, batch);
+  }
+}
+
 RequestOutput OutputProcessor::sample(Sequence& seq, State& state, std::span<float> logits,
                                       const float* depth_row, EngineClock::time_point now,
                                       bool& sampled) {
   SampledToken token =
       state.output.next(logits, seq.token_ids, seq.num_prompt_tokens, context_, seq.request_id);
   sampled = true;
+  return token_output(seq, state, std::move(token), depth_row, now);
+}
 
+RequestOutput OutputProcessor::sampled_on_device(Sequence& seq, State& state, int32_t device_result,
+                                                 const float* depth_row,
+                                                 EngineClock::time_point now, bool& sampled) {
+  SampledToken token = state.output.next_sampled(device_result, seq.token_ids,
+                                                 seq.num_prompt_tokens, context_, seq.request_id);
+  sampled = true;
+  return token_output(seq, state, std::move(token), depth_row, now);
+}
+
+RequestOutput OutputProcessor::token_output(Sequence& seq, State& state, SampledToken token,
+                                            const float* depth_row, EngineClock::time_point now) {
   RequestOutput out;
   out.choice_index = seq.choice_index;
   out.token_ids.push_back(token.id);

@@ -60,9 +60,14 @@ class OutputProcessor {
   // Forgets a retired sequence's state.
   void remove(const Sequence& seq);
 
+  // Device sampling: fills plan.batch.sampling with one row per plan.device_samplers (each
+  // sequence's uniform is drawn here, before the forward; docs/ENGINE_CONTRACT.md, "Where
+  // sampling happens").
+  void add_device_rows(StepPlan& plan);
+
   // The step's outputs: prompt logprob rows and depth prompt rows first (they are a sequence's
-  // history), then one sampled token per sampling row. result.logits rows are modified in
-  // place (logits processors, padding masks).
+  // history), then one sampled token per sampling row (host rows, then device rows).
+  // result.logits rows are modified in place (logits processors, padding masks).
   StepOutputs process(const StepPlan& plan, StepResult& result);
 
   // The sequence's detokenized output so far, text not yet released included.
@@ -95,6 +100,13 @@ class OutputProcessor {
   // null. Sets `sampled` once the token is appended; throws when the sequence's path fails.
   RequestOutput sample(Sequence& seq, State& state, std::span<float> logits, const float* depth_row,
                        EngineClock::time_point now, bool& sampled);
+  // The same for a token sampled on the device (device_result: StepResult::sampled_ids').
+  RequestOutput sampled_on_device(Sequence& seq, State& state, int32_t device_result,
+                                  const float* depth_row, EngineClock::time_point now,
+                                  bool& sampled);
+  // A sampled token's output: logprobs, prompt logprobs and depth weights when due.
+  RequestOutput token_output(Sequence& seq, State& state, SampledToken token,
+                             const float* depth_row, EngineClock::time_point now);
 
   const OutputContext context_;
   const DepthAttentionLayout depth_layout_;

@@ -68,6 +68,46 @@ SampledToken SequenceOutput::next(std::span<float> logits, std::vector<int32_t>&
       token.logprob = compute_logprobs(raw_logits_, token.id, top_k, context.vocabulary.decodable);
     }
   });
+  finish_token(token, token_ids, num_prompt_tokens, context, request_id);
+  return token;
+}
+
+void SequenceOutput::add_device_row(std::span<const int32_t> token_ids, int num_prompt_tokens,
+                                    const OutputContext& context, SampleBatch& batch) {
+  const auto prompt = token_ids.first(static_cast<size_t>(num_prompt_tokens));
+  const auto output = token_ids.subspan(static_cast<size_t>(num_prompt_tokens));
+  sampler_.add_device_row(prompt, output, context.eos_ids, batch);
+}
+
+SampledToken SequenceOutput::next_sampled(int32_t sampled, std::vector<int32_t>& token_ids,
+                                          int num_prompt_tokens, const OutputContext& context,
+                                          std::string_view request_id) {
+  const OutputFaultHook& hook = context.fault_hook;
+  SampledToken token;
+  run_output_stage(OutputStage::CheckLogits, request_id, hook, [&] {
+    // check_logits_row's messages, less the token id (the row stayed on the device).
+    if (sampled == kSampleNonFiniteLogit) {
+      throw Error("the model produced a non-finite logit (NaN or +inf; sampled on the device)");
+    }
+    if (sampled == kSampleNoDecodableLogit) {
+      throw Error("the model produced no finite logit for a token it can decode");
+    }
+  });
+  run_output_stage(OutputStage::Sample, request_id, hook, [&] {
+    ATTNRES_CHECK(sampled != kSampleEveryLogitMasked, "every logit is -inf");
+    ATTNRES_CHECK(context.vocabulary.contains(sampled), "the device sampled token id " +
+                                                            std::to_string(sampled) +
+                                                            ", which the vocabulary cannot decode");
+    token.id = sampled;
+  });
+  finish_token(token, token_ids, num_prompt_tokens, context, request_id);
+  return token;
+}
+
+void SequenceOutput::finish_token(SampledToken& token, std::vector<int32_t>& token_ids,
+                                  int num_prompt_tokens, const OutputContext& context,
+                                  std::string_view request_id) {
+  const OutputFaultHook& hook = context.fault_hook;
   token_ids.push_back(token.id);
   const int num_generated = static_cast<int>(token_ids.size()) - num_prompt_tokens;
   run_output_stage(OutputStage::Detokenize, request_id, hook, [&] {
@@ -88,7 +128,6 @@ SampledToken SequenceOutput::next(std::span<float> logits, std::vector<int32_t>&
     token.text = text_.substr(released_, ready - released_);
     released_ = ready;
   }
-  return token;
 }
 
 }  // namespace attnres

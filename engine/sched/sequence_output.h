@@ -86,10 +86,24 @@ class SequenceOutput {
                     int num_prompt_tokens, const OutputContext& context,
                     std::string_view request_id);
 
+  // Device sampling (docs/ENGINE_CONTRACT.md, "Where sampling happens"): appends this step's
+  // row to `batch` (Sampler::add_device_row: the uniform is drawn here).
+  void add_device_row(std::span<const int32_t> token_ids, int num_prompt_tokens,
+                      const OutputContext& context, SampleBatch& batch);
+  // next() for a token sampled on the device: `sampled` is Backend::sample's answer for the
+  // row add_device_row described (a token id, or a kSample* code, reported as the host path
+  // reports the same row).
+  SampledToken next_sampled(int32_t sampled, std::vector<int32_t>& token_ids, int num_prompt_tokens,
+                            const OutputContext& context, std::string_view request_id);
+
   const std::string& text() const { return text_; }
   const StopChecker& stop() const { return stop_; }
 
  private:
+  // The stages after sampling (detokenize, stop check, text release), shared by both paths.
+  void finish_token(SampledToken& token, std::vector<int32_t>& token_ids, int num_prompt_tokens,
+                    const OutputContext& context, std::string_view request_id);
+
   Sampler sampler_;
   StopChecker stop_;
   std::unique_ptr<TextDecoder> decoder_;

@@ -7,7 +7,8 @@
 
 namespace attnres {
 
-StepPlan build_step_batch(const ScheduleOutput& schedule, int block_size) {
+StepPlan build_step_batch(const ScheduleOutput& schedule, int block_size,
+                          const std::function<bool(const Sequence&)>& on_device) {
   StepPlan step;
   std::vector<int32_t> prompt_logit_rows;
   for (const ScheduledChunk& chunk : schedule.chunks) {
@@ -18,14 +19,20 @@ StepPlan build_step_batch(const ScheduleOutput& schedule, int block_size) {
                                      static_cast<size_t>(chunk.num_new_tokens));
     const int32_t row = add_to_batch(step.batch.meta, seq.blocks, tokens, block_size);
     if (chunk.produces_logits) {
-      step.batch.logit_rows.push_back(row);
-      step.samplers.push_back(&seq);
       int32_t depth_row = -1;
       if (seq.params.depth_attention_per_token) {
         depth_row = static_cast<int32_t>(step.batch.depth_rows.size());
         step.batch.depth_rows.push_back(row);
       }
-      step.sampler_depth_row.push_back(depth_row);
+      if (on_device && on_device(seq)) {
+        step.batch.sample_rows.push_back(row);
+        step.device_samplers.push_back(&seq);
+        step.device_sampler_depth_row.push_back(depth_row);
+      } else {
+        step.batch.logit_rows.push_back(row);
+        step.samplers.push_back(&seq);
+        step.sampler_depth_row.push_back(depth_row);
+      }
     }
     if (seq.needs_depth_prompt_rows()) {
       // Prompt positions [depth_prompt_end, num_prompt_tokens) that this chunk computes.

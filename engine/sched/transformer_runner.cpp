@@ -1,5 +1,9 @@
 #include "engine/sched/transformer_runner.h"
 
+#include <string>
+
+#include "engine/core/error.h"
+
 namespace attnres {
 namespace {
 
@@ -32,19 +36,30 @@ TransformerRunner::TransformerRunner(Transformer& model, int num_blocks, int blo
 int TransformerRunner::vocab_size() const { return model_.config().vocab_size; }
 
 void TransformerRunner::execute(const StepBatch& batch, StepResult& result) {
-  result.sampled_ids.clear();  // sampled on the host
   result.depth_weights.clear();
+  const DepthWeightsRequest depth{batch.depth_rows, &result.depth_weights};
+  // One LM head over both kinds of rows: the sampled ones first, so they are rows [0, S) of the
+  // logits Backend::sample reads, then the ones that come back.
+  head_rows_.assign(batch.sample_rows.begin(), batch.sample_rows.end());
+  head_rows_.insert(head_rows_.end(), batch.logit_rows.begin(), batch.logit_rows.end());
   Tensor device_logits;
-  if (graphs_ && graphs_->takes(batch)) {
-    device_logits = model_.lm_head(graphs_->run(batch));
+  if (graphs_ && graphs_->takes(batch.meta, head_rows_, batch.wants_depth_weights())) {
+    device_logits = model_.lm_head(graphs_->run(batch.meta));
   } else {
-    const DepthWeightsRequest depth{batch.depth_rows, &result.depth_weights};
-    device_logits = model_.forward(batch.meta, cache_, batch.logit_rows,
+    device_logits = model_.forward(batch.meta, cache_, head_rows_,
                                    batch.wants_depth_weights() ? &depth : nullptr);
   }
-  result.logits.resize(static_cast<size_t>(device_logits.numel()));
+  const int64_t sampled = static_cast<int64_t>(batch.sample_rows.size());
+  ATTNRES_CHECK(static_cast<int64_t>(batch.sampling.rows.size()) == sampled,
+                "a step with " + std::to_string(sampled) + " rows to sample and " +
+                    std::to_string(batch.sampling.rows.size()) + " rows of sampling parameters");
+  result.sampled_ids.resize(static_cast<size_t>(sampled));
+  // The host rows are rows [S, S + L): sample() only reads (and overwrites) rows [0, S).
+  const Tensor host_rows = device_logits.rows(sampled, device_logits.dim(0));
+  result.logits.resize(static_cast<size_t>(host_rows.numel()));
   // A step with only non-final prefill chunks asks for no logits.
-  if (!result.logits.empty()) model_.backend().download(device_logits, result.logits.data());
+  if (!result.logits.empty()) model_.backend().download(host_rows, result.logits.data());
+  if (sampled > 0) model_.backend().sample(device_logits, batch.sampling, result.sampled_ids);
 }
 
 DepthAttentionLayout TransformerRunner::depth_attention_layout() const {

@@ -1,9 +1,12 @@
 // The ModelRunner the server plugs into EngineCore: the real Transformer forward over a paged
-// KvCache it owns, with the logits copied back to the host for sampling. On a backend that
-// records step graphs, decode steps replay graphs (decode_graphs.h) unless told not to.
+// KvCache it owns. It samples batch.sample_rows on the model's backend (Backend::sample) and
+// copies back to the host only the logits of batch.logit_rows. On a backend that records step
+// graphs, decode steps replay graphs (decode_graphs.h) unless told not to.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "engine/model/kv_cache.h"
 #include "engine/model/transformer.h"
@@ -32,6 +35,7 @@ class TransformerRunner : public ModelRunner {
   int vocab_size() const override;
   void execute(const StepBatch& batch, StepResult& result) override;
   DepthAttentionLayout depth_attention_layout() const override;
+  bool samples_on_device() const override { return true; }
 
   const KvCache& cache() const { return cache_; }
   // Null when decode steps run eagerly.
@@ -41,6 +45,7 @@ class TransformerRunner : public ModelRunner {
   Transformer& model_;
   KvCache cache_;
   std::unique_ptr<DecodeGraphs> graphs_;
+  std::vector<int32_t> head_rows_;  // the LM head's rows: sample_rows, then logit_rows
 };
 
 }  // namespace attnres

@@ -1,7 +1,7 @@
 // The CPU implementation of attnres::Backend (engine/core/backend.h): f32 activations,
-// F32 / BF16 / F16 weights read as stored, threads of its own cpu::WorkerPool. It is the reference every other
-// backend is tested against, so each op validates shapes and dtypes (ATTNRES_CHECK) before
-// running. The ops are defined across several files by theme:
+// F32 / BF16 / F16 weights read as stored, threads of its own cpu::WorkerPool. It is the reference
+// every other backend is tested against, so each op validates shapes and dtypes (ATTNRES_CHECK)
+// before running. The ops are defined across several files by theme:
 //   cpu_backend.cpp      memory ops, factory, thread count
 //   cpu_linear.cpp       linear: GEMV (decode, R <= 8) and packed GEMM (prefill)
 //   cpu_attention.cpp    store_kv, paged causal GQA attention
@@ -9,6 +9,7 @@
 //   cpu_depth_mix.cpp    depth_phase1, depth_phase2_prenorm (ATTNRES.md §3)
 //   cpu_depth_weights.cpp  depth_weights (introspection, ATTNRES.md §5)
 //   cpu_elementwise.cpp  embedding, swiglu, add_inplace, gather_rows
+//   cpu_sampling.cpp     sample (the host Sampler's pipeline per row, engine/sample/sample_row.h)
 // Each op opens at most one parallel region on the backend's pool (worker_pool.h), all
 // threads_ or one: a backend, like its pool, is used by one thread at a time (the engine
 // thread or its tensor-parallel rank's); each backend has its own threads.
@@ -74,6 +75,7 @@ class CpuBackend : public Backend {
   void depth_weights(const Tensor& query, const Tensor& bank, int n, const Tensor& partial,
                      float bias, float eps, Tensor& out,
                      const DepthSourceSwitches& sources = {}) override;
+  void sample(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) override;
 
  private:
   // depth_phase2_prenorm with the ATTNRES.md §2d switches (cpu_depth_mix.cpp).

@@ -116,6 +116,8 @@ class CudaBackend : public Backend {
   void depth_weights(const Tensor& query, const Tensor& bank, int n, const Tensor& partial,
                      float bias, float eps, Tensor& out,
                      const DepthSourceSwitches& sources = {}) override;
+  // cuda_sampling.cu, launched from cuda_sampling_op.cpp; not inside a graph capture.
+  void sample(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) override;
 
   // Captures the work `record` queues on this backend's stream into a CUDA graph (see
   // CudaGraph). Warm up first: run the same step eagerly once, so that the caching allocator

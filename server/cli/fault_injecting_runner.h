@@ -24,6 +24,7 @@ class FaultInjectingRunner : public ModelRunner {
   DepthAttentionLayout depth_attention_layout() const override {
     return inner_->depth_attention_layout();
   }
+  bool samples_on_device() const override { return inner_->samples_on_device(); }
   void execute(const StepBatch& batch, StepResult& result) override {
     count_step();
     inner_->execute(batch, result);

@@ -107,6 +107,13 @@ struct Pair {
   TransformerRunner eager, graphs;
 };
 
+// What TransformerRunner asks: the LM head's rows are the sampled rows, then the logit rows.
+bool takes(const DecodeGraphs& graphs, const StepBatch& step) {
+  std::vector<int32_t> head_rows(step.sample_rows.begin(), step.sample_rows.end());
+  head_rows.insert(head_rows.end(), step.logit_rows.begin(), step.logit_rows.end());
+  return graphs.takes(step.meta, head_rows, step.wants_depth_weights());
+}
+
 class DecodeGraphsMatchEager : public ::testing::TestWithParam<const char*> {};
 
 // Decode steps of 1..9 sequences (max_graph_batch 8: 9 runs eagerly) whose contexts cross
@@ -219,7 +226,7 @@ TEST(DecodeGraphs, ABadBatchIsRefusedBeforeAnyReplay) {
     pair.graphs.execute(schedule.next(rounds), result);  // prefill, warm-up, capture, replay
   }
   const StepBatch good = schedule.next(rounds);
-  ASSERT_TRUE(pair.graphs.decode_graphs()->takes(good));
+  ASSERT_TRUE(takes(*pair.graphs.decode_graphs(), good));
   const int replays = pair.graph_backend.replays;
   auto refused = [&](const char* what, auto&& corrupt) {
     StepBatch bad = good;
@@ -254,16 +261,23 @@ TEST(DecodeGraphs, TakesOnlyPlainDecodeSteps) {
   test::DecodeSchedule schedule(config.vocab_size, 32, 4, 3, 2);
   const std::vector<std::vector<int>> rounds = {{0, 1}, {0, 1, 2}};
   const StepBatch prefill = schedule.next(rounds);
-  EXPECT_FALSE(graphs.takes(prefill));
+  EXPECT_FALSE(takes(graphs, prefill));
   const StepBatch two = schedule.next(rounds);
-  EXPECT_TRUE(graphs.takes(two));
+  EXPECT_TRUE(takes(graphs, two));
   StepBatch reordered = two;
   std::swap(reordered.logit_rows[0], reordered.logit_rows[1]);
-  EXPECT_FALSE(graphs.takes(reordered));
+  EXPECT_FALSE(takes(graphs, reordered));
   StepBatch depth = two;
   depth.depth_rows = {0};
-  EXPECT_FALSE(graphs.takes(depth));
-  EXPECT_FALSE(graphs.takes(schedule.next(rounds)));  // 3 sequences > max_batch 2
+  EXPECT_FALSE(takes(graphs, depth));
+  EXPECT_FALSE(takes(graphs, schedule.next(rounds)));  // 3 sequences > max_batch 2
+  // Rows sampled on the device come first in the LM head's rows: sample_rows then logit_rows.
+  StepBatch split = two;
+  split.sample_rows = {0};
+  split.logit_rows = {1};
+  EXPECT_TRUE(takes(graphs, split));
+  std::swap(split.sample_rows, split.logit_rows);
+  EXPECT_FALSE(takes(graphs, split));
 }
 
 }  // namespace

@@ -245,9 +245,9 @@ TEST(EngineCore, AFailingForwardEndsEveryRequestAndTheEngine) {
   EXPECT_EQ(later.status, SubmitStatus::Unavailable);
 }
 
-// StepResult::sampled_ids is the seam for sampling on the device. No runner fills it yet, and
-// the engine refuses a step that does (a failure of the step: the engine stops) rather than
-// sampling a second time on the host.
+// A runner that fills StepResult::sampled_ids although it does not sample on the device: the
+// engine refuses the step (a failure of the step: the engine stops) rather than guess which
+// rows the ids belong to. (Runners that do sample: device_sampling_test.cpp.)
 class DeviceSamplingRunner : public FakeRunner {
  public:
   using FakeRunner::FakeRunner;
@@ -257,7 +257,9 @@ class DeviceSamplingRunner : public FakeRunner {
   }
 };
 
-TEST(EngineCore, ARunnerThatSamplesOnTheDeviceIsRefusedForNow) {
+TEST(EngineCore, SampledIdsTheEngineDidNotAskForAreAForwardFailure) {
+  // The runner does not sample on the device (samples_on_device() is false), so the engine
+  // asks for no sampled ids: returning some is a broken runner, and the step fails.
   DeviceSamplingRunner runner(64, 4);
   EngineCore engine(engine_config({}), runner);
   SubmitResult r = engine.submit(greedy_request("r", iota_prompt(5, 1), 4));
@@ -265,7 +267,8 @@ TEST(EngineCore, ARunnerThatSamplesOnTheDeviceIsRefusedForNow) {
   Collected c = drain(*r.stream);
   EXPECT_TRUE(c.tokens[0].empty());
   EXPECT_EQ(c.last[0].finish_reason, FinishReason::Abort);
-  EXPECT_NE(c.last[0].error.find("sampled on the device"), std::string::npos) << c.last[0].error;
+  EXPECT_NE(c.last[0].error.find("wrong number of sampled token ids"), std::string::npos)
+      << c.last[0].error;
   EXPECT_FALSE(engine.stats().alive);
 }
 

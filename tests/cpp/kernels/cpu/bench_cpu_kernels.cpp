@@ -11,8 +11,11 @@
 //   Phase 2 also as `delta` runs it (the partial added, not a source: the general kernel).
 //   The bank (15-30 MB) stays in L3 between calls here; in a forward the GEMMs' weights pass
 //   through the cache between them.
+// - Sampling (`sample`: batch 64, vocabulary 151936, rows of random temperature / top-k /
+//   top-p / min-p / penalties): ms per step for the engine's host path (one Sampler after
+//   another, on one thread) and for CpuBackend::sample (the same rows on the worker pool).
 // Best of several repetitions; run it on an idle machine. `bench_cpu_kernels gemm` (or
-// `depth`) runs only that part.
+// `depth`, or `sample`) runs only that part.
 
 #include <algorithm>
 #include <chrono>
@@ -21,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/sample/sampler.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/memory_bandwidth.h"
 
@@ -150,6 +154,54 @@ void run_depth(Backend* be, std::mt19937& rng) {
   std::printf("\n");
 }
 
+// Host sampling (the engine's path before device sampling) against CpuBackend::sample.
+void run_sample(Backend& be, std::mt19937& rng) {
+  constexpr int kRows = 64, kVocab = 151936, kReps = 5;
+  std::normal_distribution<float> body(0.0f, 2.5f);
+  std::vector<float> logits(static_cast<size_t>(kRows) * kVocab);
+  for (float& l : logits) l = body(rng);
+  std::vector<SamplingParams> params(kRows);
+  std::vector<int32_t> prompt(512), output(64);
+  for (int32_t& id : prompt) id = static_cast<int32_t>(rng() % kVocab);
+  for (int32_t& id : output) id = static_cast<int32_t>(rng() % kVocab);
+  for (int r = 0; r < kRows; ++r) {
+    SamplingParams& p = params[r];
+    p.seed = r;
+    p.temperature = r % 8 == 0 ? 0.0f : 0.8f;
+    p.top_k = r % 3 == 0 ? 50 : 0;
+    p.top_p = r % 2 == 0 ? 0.95f : 1.0f;
+    p.min_p = r % 5 == 0 ? 0.05f : 0.0f;
+    p.repetition_penalty = r % 4 == 0 ? 1.1f : 1.0f;
+    p.frequency_penalty = r % 6 == 0 ? 0.2f : 0.0f;
+  }
+  const std::vector<int32_t> eos = {151645};
+  Tensor t = Tensor::empty({kRows, kVocab}, DType::F32);
+  double host_best = 1e30, op_best = 1e30;
+  for (int rep = 0; rep < kReps; ++rep) {
+    std::vector<float> scratch = logits;
+    auto start = std::chrono::steady_clock::now();
+    for (int r = 0; r < kRows; ++r) {
+      Sampler sampler(params[r], 1);
+      sampler.sample(std::span<float>(scratch.data() + static_cast<size_t>(r) * kVocab, kVocab),
+                     prompt, output, eos, nullptr);
+    }
+    host_best = std::min(
+        host_best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    std::copy(logits.begin(), logits.end(), t.ptr<float>());
+    SampleBatch batch;
+    batch.decodable = kVocab;
+    for (int r = 0; r < kRows; ++r)
+      Sampler(params[r], 1).add_device_row(prompt, output, eos, batch);
+    std::vector<int32_t> ids(kRows);
+    start = std::chrono::steady_clock::now();
+    be.sample(t, batch, ids);
+    op_best = std::min(
+        op_best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::printf("sample batch %d vocab %d: host Sampler %.2f ms, CpuBackend::sample %.2f ms\n", kRows,
+              kVocab, host_best * 1e3, op_best * 1e3);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -157,6 +209,10 @@ int main(int argc, char** argv) {
   auto be = make_cpu_backend(0);
   std::printf("backend: %s\n", be->name().c_str());
   std::mt19937 rng(1);
+  if (only == "sample") {
+    run_sample(*be, rng);
+    return 0;
+  }
   if (only.empty()) run_gemv(be.get(), rng);
   if (only.empty() || only == "depth") run_depth(be.get(), rng);
   if (only == "depth") return 0;

@@ -1,0 +1,64 @@
+#include "engine/sample/sample_row.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "engine/core/error.h"
+
+namespace attnres {
+namespace {
+
+std::span<const int32_t> id_range(std::span<const int32_t> ids, int32_t begin, int32_t count,
+                                  const char* what) {
+  ATTNRES_CHECK(begin >= 0 && count >= 0 && static_cast<size_t>(begin) + count <= ids.size(),
+                std::string("sample: ") + what + " ids [" + std::to_string(begin) + ", +" +
+                    std::to_string(count) + ") outside the batch's " + std::to_string(ids.size()) +
+                    " ids");
+  return ids.subspan(static_cast<size_t>(begin), static_cast<size_t>(count));
+}
+
+// check_logits_row's verdict (engine/sched/sequence_output.cpp) as a code: 0 when the row is fine.
+int32_t check_row(std::span<const float> logits, int32_t decodable) {
+  bool any_finite = false;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float x = logits[i];
+    if (std::isnan(x) || x == std::numeric_limits<float>::infinity()) return kSampleNonFiniteLogit;
+    any_finite = any_finite || (std::isfinite(x) && static_cast<int64_t>(i) < decodable);
+  }
+  return any_finite ? 0 : kSampleNoDecodableLogit;
+}
+
+}  // namespace
+
+bool can_sample_on_device(const SamplingParams& params) {
+  return params.logprobs < 0 && params.logit_bias.empty() && params.allowed_token_ids.empty();
+}
+
+int32_t sample_row(std::span<float> logits, const SampleRow& row,
+                   std::span<const int32_t> token_ids, int32_t decodable,
+                   SampleRowScratch& scratch) {
+  const auto prompt = id_range(token_ids, row.prompt_begin, row.prompt_count, "prompt");
+  const auto output = id_range(token_ids, row.output_begin, row.output_count, "output");
+  const auto blocked = id_range(token_ids, row.blocked_begin, row.blocked_count, "blocked");
+  if (const int32_t bad = check_row(logits, decodable); bad != 0) return bad;
+
+  // The host's order: padding mask (SequenceOutput::next), then Sampler::sample.
+  const size_t first_padding = std::min(logits.size(), static_cast<size_t>(std::max(decodable, 0)));
+  std::fill(logits.begin() + static_cast<std::ptrdiff_t>(first_padding), logits.end(),
+            -std::numeric_limits<float>::infinity());
+  block_tokens(logits, blocked);
+  apply_penalties(logits, prompt, output,
+                  {row.repetition_penalty, row.presence_penalty, row.frequency_penalty},
+                  scratch.penalties);
+  if (row.greedy) return argmax(logits);
+  apply_temperature(logits, row.temperature);
+  if (*std::max_element(logits.begin(), logits.end()) == -std::numeric_limits<float>::infinity()) {
+    return kSampleEveryLogitMasked;  // TruncatedDistribution::build would throw
+  }
+  scratch.distribution.build(logits, {row.top_k, row.top_p, row.min_p});
+  return scratch.distribution.sample(row.uniform);
+}
+
+}  // namespace attnres

@@ -1,0 +1,36 @@
+// One row of Backend::sample (engine/core/backend.h) on the host: the host Sampler's pipeline
+// (sampler.h) for a row described by a SampleRow, with the sequence's uniform given instead of
+// drawn. The CPU backend's sample op runs it on its workers, so device sampling on the CPU is
+// the host path bit for bit; the CUDA op is tested against it.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "engine/core/backend.h"
+#include "engine/sample/logits_processors.h"
+#include "engine/sample/sampling_params.h"
+#include "engine/sample/truncated_distribution.h"
+
+namespace attnres {
+
+// Whether a sequence's sampling rows can be sampled on the device. Not when the host needs
+// the raw logits (logprobs), nor for the processors only the host applies (logit_bias,
+// allowed_token_ids): those rows' logits come back to the host as before.
+bool can_sample_on_device(const SamplingParams& params);
+
+// Reused across rows by one thread: the penalties' marks (all zero between calls) and the
+// truncated distribution's candidate list.
+struct SampleRowScratch {
+  PenaltyScratch penalties;
+  TruncatedDistribution distribution;
+};
+
+// logits: the row [vocab], raw from the model; overwritten (scratch). token_ids: the batch's
+// SampleBatch::token_ids. Returns the token the host Sampler picks (after check_logits_row's
+// checks and the padding mask), or a kSample* code where the host path would throw.
+int32_t sample_row(std::span<float> logits, const SampleRow& row,
+                   std::span<const int32_t> token_ids, int32_t decodable,
+                   SampleRowScratch& scratch);
+
+}  // namespace attnres
