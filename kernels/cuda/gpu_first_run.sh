@@ -40,7 +40,10 @@ case "$mode" in
     export LD_LIBRARY_PATH="$PWD/$dev:/usr/local/cuda/lib64:${nccl_dir:+$nccl_dir:}${LD_LIBRARY_PATH:-}"
     export ATTNRES_ASSETS_DIR="$PWD/engine/model/assets"  # the bench's built-in models
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt" || true
-    # 1. Every op and the whole forward against the CPU backend; CUDA graphs (CudaGraph.*),
+    # 1. Every op and the whole forward against the CPU backend (bf16 KV cache and depth bank,
+    #    flash-decoding attention, fused q/k/v and gate/up GEMVs, sampling: CudaFlashAttention.*,
+    #    CudaDepthBankBf16.*, CudaOps.LinearManyAndLinearSwiglu, CudaSample*); decode steps
+    #    replayed as graphs through the runner (CudaDecodeGraphs.*); CUDA graphs (CudaGraph.*),
     #    the batch contract (CudaBatchInvariance.*, which prints whether 16 rows equal 1),
     #    the device guard from a second thread and the KV memory query (CudaMemory.*).
     "$dev/attnres_cuda_tests" 2>&1 | tee "$out/test.log" \
@@ -57,7 +60,11 @@ case "$mode" in
     "$dev/attnres_cuda_tensor_parallel_tests" 2>&1 | tee "$out/test_tp.log" \
       | grep -E "^\[  FAILED|^\[  PASSED|^\[  SKIPPED \] [0-9]+ tests|Failure|rror" || true
     # 4. Decode-step timing against the weight-read floor.
+    #    The decode step with a bf16 KV cache (the default) and an f32 one, and the attention
+    #    kernel alone against the copy bandwidth.
     "$dev/bench_cuda_backend" 2>&1 | tee "$out/bench.log" || echo "bench: FAILED"
+    "$dev/bench_cuda_backend" --only step --kv-dtype float32 2>&1 | tee "$out/bench_f32kv.log" \
+      || echo "bench (f32 KV): FAILED"
     ;;
   *)
     echo "usage: $0 stage|run" >&2

@@ -272,6 +272,14 @@ void bench_model(const std::string& name, int context, int steps, DType kv_dtype
     }
     CUDA_CHECK(cudaEventDestroy(start));
     CUDA_CHECK(cudaEventDestroy(stop));
+    // The caching allocator after the eager steps and the replays (cuda_allocator.h).
+    const cuda::CachingAllocator::Stats a = be.allocator_stats();
+    std::printf(
+        "  allocator: reserved %.1f MB (peak %.1f), in use %.1f, cached %.1f, graph pools %.1f, "
+        "peak requested %.1f MB; %zu segments, %zu cudaMalloc, %zu cudaFree\n",
+        a.reserved / 1e6, a.peak_reserved / 1e6, a.in_use / 1e6, a.cached / 1e6,
+        a.graph_pool_free / 1e6, a.peak_requested / 1e6, a.segments, a.raw_allocations,
+        a.raw_frees);
   }
 }
 
