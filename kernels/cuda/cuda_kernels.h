@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "engine/core/dtype.h"
+#include "engine/core/sample_row.h"
 
 namespace attnres::cuda {
 
@@ -192,30 +193,11 @@ struct DepthWeightsParams {
 void launch_depth_weights(const DepthWeightsParams& params, cudaStream_t stream);
 
 // --- cuda_sampling.cu ---
-// Backend::sample's row parameters (engine/core/backend.h SampleRow, copied field by field).
-struct SampleRowArgs {
-  int32_t greedy = 0;
-  float temperature = 1.0f;
-  int32_t top_k = 0;
-  float top_p = 1.0f;
-  float min_p = 0.0f;
-  double uniform = 0.0;
-  float repetition_penalty = 1.0f;
-  float presence_penalty = 0.0f;
-  float frequency_penalty = 0.0f;
-  int32_t prompt_begin = 0, prompt_count = 0;
-  int32_t output_begin = 0, output_count = 0;
-  int32_t blocked_begin = 0, blocked_count = 0;
-};
-// The kSample* codes of engine/core/backend.h (cuda_ops.cpp checks they agree).
-constexpr int32_t kSampleNonFiniteLogitCode = -1;
-constexpr int32_t kSampleNoDecodableLogitCode = -2;
-constexpr int32_t kSampleEveryLogitMaskedCode = -3;
 // Samples rows [0, rows) of logits [rows, vocab] (overwritten) into out [rows]. row_args
 // [rows] and token_ids on the device, ids validated; counts [rows, vocab] int32, all zero, left
 // zero (presence / frequency scratch).
 void launch_sample(float* logits, int64_t rows, int64_t vocab, int32_t decodable,
-                   const SampleRowArgs* row_args, const int32_t* token_ids, int32_t* counts,
+                   const SampleRow* row_args, const int32_t* token_ids, int32_t* counts,
                    int32_t* out, cudaStream_t stream);
 
 }  // namespace attnres::cuda

@@ -572,10 +572,6 @@ void CudaBackend::depth_weights(const Tensor& query, const Tensor& bank, int n,
 // Backend::sample (cuda_sampling.cu). The parameters and ids go up, the ids come back, and the
 // call waits for them (the engine reads them next). Not capturable: a graph would replay the
 // parameters of the step it captured.
-static_assert(cuda::kSampleNonFiniteLogitCode == kSampleNonFiniteLogit &&
-                  cuda::kSampleNoDecodableLogitCode == kSampleNoDecodableLogit &&
-                  cuda::kSampleEveryLogitMaskedCode == kSampleEveryLogitMasked,
-              "the sampling kernel's codes are Backend::sample's");
 void CudaBackend::sample(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) {
   const int64_t rows = static_cast<int64_t>(batch.rows.size());
   ATTNRES_CHECK(logits.rank() == 2 && logits.dim(0) >= rows,
@@ -596,7 +592,6 @@ void CudaBackend::sample(Tensor& logits, const SampleBatch& batch, std::span<int
     ATTNRES_CHECK(id >= 0 && id < vocab, "sample: token id " + std::to_string(id) +
                                              " outside vocab " + std::to_string(vocab));
   }
-  std::vector<cuda::SampleRowArgs> args(static_cast<size_t>(rows));
   bool needs_counts = false;
   for (int64_t r = 0; r < rows; ++r) {
     const SampleRow& row = batch.rows[r];
@@ -607,27 +602,11 @@ void CudaBackend::sample(Tensor& logits, const SampleBatch& batch, std::span<int
                     "sample: ids [" + std::to_string(begin) + ", +" + std::to_string(count) +
                         ") outside the batch's " + std::to_string(num_ids) + " ids");
     }
-    cuda::SampleRowArgs& a = args[r];
-    a.greedy = row.greedy ? 1 : 0;
-    a.temperature = row.temperature;
-    a.top_k = row.top_k;
-    a.top_p = row.top_p;
-    a.min_p = row.min_p;
-    a.uniform = row.uniform;
-    a.repetition_penalty = row.repetition_penalty;
-    a.presence_penalty = row.presence_penalty;
-    a.frequency_penalty = row.frequency_penalty;
-    a.prompt_begin = row.prompt_begin;
-    a.prompt_count = row.prompt_count;
-    a.output_begin = row.output_begin;
-    a.output_count = row.output_count;
-    a.blocked_begin = row.blocked_begin;
-    a.blocked_count = row.blocked_count;
     needs_counts = needs_counts || row.presence_penalty != 0.0f || row.frequency_penalty != 0.0f;
   }
   Impl& im = on_device();
   ATTNRES_CHECK(!im.capturing(), "sample: cannot run inside a CUDA graph capture");
-  const size_t args_bytes = args.size() * sizeof(cuda::SampleRowArgs);
+  const size_t args_bytes = batch.rows.size() * sizeof(SampleRow);
   const size_t ids_bytes = batch.token_ids.size() * sizeof(int32_t);
   const size_t out_bytes = static_cast<size_t>(rows) * sizeof(int32_t);
   const size_t counts_bytes =
@@ -636,18 +615,17 @@ void CudaBackend::sample(Tensor& logits, const SampleBatch& batch, std::span<int
   std::shared_ptr<void> ids_dev = im.raw_alloc(std::max<size_t>(ids_bytes, sizeof(int32_t)));
   std::shared_ptr<void> out_dev = im.raw_alloc(out_bytes);
   std::shared_ptr<void> counts_dev = im.raw_alloc(std::max<size_t>(counts_bytes, sizeof(int32_t)));
-  CUDA_CHECK(
-      cudaMemcpyAsync(args_dev.get(), args.data(), args_bytes, cudaMemcpyHostToDevice, im.stream));
+  CUDA_CHECK(cudaMemcpyAsync(args_dev.get(), batch.rows.data(), args_bytes, cudaMemcpyHostToDevice,
+                             im.stream));
   if (ids_bytes) {
     CUDA_CHECK(cudaMemcpyAsync(ids_dev.get(), batch.token_ids.data(), ids_bytes,
                                cudaMemcpyHostToDevice, im.stream));
   }
   if (counts_bytes) CUDA_CHECK(cudaMemsetAsync(counts_dev.get(), 0, counts_bytes, im.stream));
-  cuda::launch_sample(f32(logits), rows, vocab, batch.decodable,
-                      static_cast<const cuda::SampleRowArgs*>(args_dev.get()),
-                      static_cast<const int32_t*>(ids_dev.get()),
-                      static_cast<int32_t*>(counts_dev.get()), static_cast<int32_t*>(out_dev.get()),
-                      im.stream);
+  cuda::launch_sample(
+      f32(logits), rows, vocab, batch.decodable, static_cast<const SampleRow*>(args_dev.get()),
+      static_cast<const int32_t*>(ids_dev.get()), static_cast<int32_t*>(counts_dev.get()),
+      static_cast<int32_t*>(out_dev.get()), im.stream);
   CUDA_CHECK(
       cudaMemcpyAsync(out.data(), out_dev.get(), out_bytes, cudaMemcpyDeviceToHost, im.stream));
   // Also keeps the staging buffers alive until the copies that read them are done.

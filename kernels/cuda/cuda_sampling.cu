@@ -158,7 +158,7 @@ struct ArgMaxOp {
 };
 
 __global__ void __launch_bounds__(kSampleThreads, 1)
-    sample_kernel(float* logits, int64_t vocab, int32_t decodable, const SampleRowArgs* rows,
+    sample_kernel(float* logits, int64_t vocab, int32_t decodable, const SampleRow* rows,
                   const int32_t* token_ids, int32_t* counts, int32_t* out) {
   extern __shared__ unsigned int seen[];  // [(vocab + 31) / 32] repetition marks
   __shared__ union {
@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(kSampleThreads, 1)
   __shared__ float max_logit_shared;
 
   const int64_t r = blockIdx.x;
-  const SampleRowArgs& p = rows[r];  // read where used: fewer live registers
+  const SampleRow& p = rows[r];  // read where used: fewer live registers
   float* x = logits + r * vocab;
   const int tid = threadIdx.x, threads = blockDim.x;
 
@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(kSampleThreads, 1)
   non_finite = __syncthreads_or(non_finite);
   decodable_finite = __syncthreads_or(decodable_finite);
   if (non_finite || !decodable_finite) {
-    if (tid == 0) out[r] = non_finite ? kSampleNonFiniteLogitCode : kSampleNoDecodableLogitCode;
+    if (tid == 0) out[r] = non_finite ? kSampleNonFiniteLogit : kSampleNoDecodableLogit;
     return;
   }
 
@@ -255,7 +255,7 @@ __global__ void __launch_bounds__(kSampleThreads, 1)
   }
   const float max_logit = max_logit_shared;
   if (max_logit == -INFINITY) {
-    if (tid == 0) out[r] = kSampleEveryLogitMaskedCode;
+    if (tid == 0) out[r] = kSampleEveryLogitMasked;
     return;
   }
 
@@ -338,7 +338,7 @@ __global__ void __launch_bounds__(kSampleThreads, 1)
 }  // namespace
 
 void launch_sample(float* logits, int64_t rows, int64_t vocab, int32_t decodable,
-                   const SampleRowArgs* row_args, const int32_t* token_ids, int32_t* counts,
+                   const SampleRow* row_args, const int32_t* token_ids, int32_t* counts,
                    int32_t* out, cudaStream_t stream) {
   if (rows == 0) return;
   const size_t seen_bytes = static_cast<size_t>((vocab + 31) / 32) * sizeof(unsigned int);

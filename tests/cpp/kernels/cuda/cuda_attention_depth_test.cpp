@@ -9,6 +9,7 @@
 
 #include "tests/cpp/kernels/cuda/cuda_depth_bank_util.h"
 #include "tests/cpp/kernels/cuda/cuda_test_util.h"
+#include "tests/cpp/kernels/cuda/paged_batch_util.h"
 
 namespace attnres::test {
 namespace {
@@ -69,11 +70,6 @@ TEST(CudaOps, QkNormRope) {
 
 // --- store_kv + attention ---
 
-struct SeqSpec {
-  int cached;  // tokens already in the cache before the step
-  int chunk;   // tokens of this step
-};
-
 // One case with a cache of `cache_dtype`: store_kv must write exactly the CPU's values (a bf16
 // cache: the same rounding, bit for bit), attention must match the CPU's over that cache.
 void check_attention_cache(DType cache_dtype, int hq, int hkv, int hd, int block_size,
@@ -84,31 +80,8 @@ void check_attention_cache(DType cache_dtype, int hq, int hkv, int hd, int block
   Backends be;
   std::mt19937 rng(seed);
   const int num_blocks = 96, row = hkv * hd;
-  std::vector<int> free_blocks(num_blocks);
-  std::iota(free_blocks.begin(), free_blocks.end(), 0);
-  std::shuffle(free_blocks.begin(), free_blocks.end(), rng);  // non-contiguous tables
-
-  BatchMeta batch;
-  batch.query_start.push_back(0);
-  int T = 0;
-  for (const SeqSpec& s : seqs) {
-    const int len = s.cached + s.chunk;
-    std::vector<int32_t> table;
-    for (int b = 0; b < (len + block_size - 1) / block_size; ++b) {
-      table.push_back(free_blocks.back());
-      free_blocks.pop_back();
-    }
-    for (int p = s.cached; p < len; ++p) {
-      batch.token_ids.push_back(1);
-      batch.positions.push_back(p);
-      batch.slot_mapping.push_back(table[p / block_size] * block_size + p % block_size);
-    }
-    T += s.chunk;
-    batch.query_start.push_back(T);
-    batch.context_len.push_back(len);
-    batch.block_tables.push_back(table);
-  }
-  batch.num_tokens = T;
+  const BatchMeta batch = paged_batch(seqs, block_size, num_blocks, rng);
+  const int T = batch.num_tokens;
 
   // Caches: random everywhere (so unwritten slots must stay as they were), identical on
   // both backends. The cached prefixes are "already there"; store_kv writes this step's rows.

@@ -25,6 +25,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_registration.h"
 #include "tests/cpp/kernels/cuda/cuda_test_util.h"
+#include "tests/cpp/kernels/cuda/paged_batch_util.h"
 
 namespace attnres::test {
 namespace {
@@ -97,11 +98,6 @@ TEST(CudaAttentionPlan, TheCudaBackendTakesABf16Cache) {
 
 // --- problems at real shapes ---
 
-struct SeqSpec {
-  int cached;  // tokens already in the cache before the step
-  int chunk;   // tokens of this step (1: a decode row)
-};
-
 // Uniform(-1, 1) values stored as `dtype` (F32 or BF16, rounded as f32_to_bf16).
 Tensor random_cache(const Shape& shape, DType dtype, std::mt19937& rng) {
   Tensor t = Tensor::empty(shape, dtype);
@@ -136,32 +132,9 @@ AttentionProblem make_problem(int hq, int hkv, int hd, int block_size, DType cac
   std::mt19937 rng(seed);
   int num_blocks = 3;  // a few nobody uses
   for (const SeqSpec& s : seqs) num_blocks += (s.cached + s.chunk + block_size - 1) / block_size;
-  std::vector<int> free_blocks(num_blocks);
-  std::iota(free_blocks.begin(), free_blocks.end(), 0);
-  std::shuffle(free_blocks.begin(), free_blocks.end(), rng);
-
-  BatchMeta& batch = pb.batch;
-  batch.query_start.push_back(0);
-  int T = 0;
-  for (const SeqSpec& s : seqs) {
-    const int len = s.cached + s.chunk;
-    std::vector<int32_t> table;
-    for (int b = 0; b < (len + block_size - 1) / block_size; ++b) {
-      table.push_back(free_blocks.back());
-      free_blocks.pop_back();
-    }
-    for (int p = s.cached; p < len; ++p) {
-      batch.token_ids.push_back(1);
-      batch.positions.push_back(p);
-      batch.slot_mapping.push_back(table[p / block_size] * block_size + p % block_size);
-    }
-    T += s.chunk;
-    batch.query_start.push_back(T);
-    batch.context_len.push_back(len);
-    batch.block_tables.push_back(table);
-    pb.max_context = std::max(pb.max_context, len);
-  }
-  batch.num_tokens = T;
+  pb.batch = paged_batch(seqs, block_size, num_blocks, rng);
+  const int T = pb.batch.num_tokens;
+  for (const SeqSpec& s : seqs) pb.max_context = std::max(pb.max_context, s.cached + s.chunk);
   pb.cpu_cache.k = random_cache({num_blocks, block_size, hkv, hd}, cache_dtype, rng);
   pb.cpu_cache.v = random_cache({num_blocks, block_size, hkv, hd}, cache_dtype, rng);
   pb.k = random_host({T, hkv * hd}, DType::F32, rng);
