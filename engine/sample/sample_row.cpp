@@ -19,18 +19,19 @@ std::span<const int32_t> id_range(std::span<const int32_t> ids, int32_t begin, i
   return ids.subspan(static_cast<size_t>(begin), static_cast<size_t>(count));
 }
 
-// check_logits_row's verdict (engine/sched/sequence_output.cpp) as a code: 0 when the row is fine.
-int32_t check_row(std::span<const float> logits, int32_t decodable) {
+}  // namespace
+
+LogitsVerdict check_logits(std::span<const float> logits, int32_t decodable) {
   bool any_finite = false;
   for (size_t i = 0; i < logits.size(); ++i) {
     const float x = logits[i];
-    if (std::isnan(x) || x == std::numeric_limits<float>::infinity()) return kSampleNonFiniteLogit;
+    if (std::isnan(x) || x == std::numeric_limits<float>::infinity()) {
+      return {kSampleNonFiniteLogit, static_cast<int64_t>(i)};
+    }
     any_finite = any_finite || (std::isfinite(x) && static_cast<int64_t>(i) < decodable);
   }
-  return any_finite ? 0 : kSampleNoDecodableLogit;
+  return {any_finite ? 0 : kSampleNoDecodableLogit, -1};
 }
-
-}  // namespace
 
 bool can_sample_on_device(const SamplingParams& params) {
   return params.logprobs < 0 && params.logit_bias.empty() && params.allowed_token_ids.empty();
@@ -42,7 +43,7 @@ int32_t sample_row(std::span<float> logits, const SampleRow& row,
   const auto prompt = id_range(token_ids, row.prompt_begin, row.prompt_count, "prompt");
   const auto output = id_range(token_ids, row.output_begin, row.output_count, "output");
   const auto blocked = id_range(token_ids, row.blocked_begin, row.blocked_count, "blocked");
-  if (const int32_t bad = check_row(logits, decodable); bad != 0) return bad;
+  if (const int32_t bad = check_logits(logits, decodable).code; bad != 0) return bad;
 
   // The host's order: padding mask (SequenceOutput::next), then Sampler::sample.
   const size_t first_padding = std::min(logits.size(), static_cast<size_t>(std::max(decodable, 0)));

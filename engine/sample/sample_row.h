@@ -19,6 +19,16 @@ namespace attnres {
 // allowed_token_ids): those rows' logits come back to the host as before.
 bool can_sample_on_device(const SamplingParams& params);
 
+// The first reason a raw logits row cannot be sampled: kSampleNonFiniteLogit (a NaN or +inf;
+// `at` is its id) or kSampleNoDecodableLogit (no finite logit among ids [0, decodable)); code 0
+// when the row is fine. The host path (check_logits_row, engine/sched/sequence_output.h) turns
+// it into its error, the device path into a code.
+struct LogitsVerdict {
+  int32_t code = 0;
+  int64_t at = -1;
+};
+LogitsVerdict check_logits(std::span<const float> logits, int32_t decodable);
+
 // Reused across rows by one thread: the penalties' marks (all zero between calls) and the
 // truncated distribution's candidate list.
 struct SampleRowScratch {

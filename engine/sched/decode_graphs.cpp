@@ -23,24 +23,25 @@ void check_decode_batch(const BatchMeta& batch, int vocab, int num_blocks, int b
                 "decode batch: one token per sequence expected");
   const int64_t slots = static_cast<int64_t>(num_blocks) * block_size;
   for (int s = 0; s < S; ++s) {
-    const std::string where = "decode batch, sequence " + std::to_string(s) + ": ";
-    ATTNRES_CHECK(batch.query_start[s] == s, where + "query_start is not one token per sequence");
+    // Built only for a message: this runs for every sequence of every replayed step.
+    const auto where = [s] { return "decode batch, sequence " + std::to_string(s) + ": "; };
+    ATTNRES_CHECK(batch.query_start[s] == s, where() + "query_start is not one token per sequence");
     const int32_t id = batch.token_ids[s], pos = batch.positions[s], ctx = batch.context_len[s];
     const int32_t slot = batch.slot_mapping[s];
-    ATTNRES_CHECK(id >= 0 && id < vocab, where + "token id " + std::to_string(id) +
+    ATTNRES_CHECK(id >= 0 && id < vocab, where() + "token id " + std::to_string(id) +
                                              " outside the vocabulary of " + std::to_string(vocab));
-    ATTNRES_CHECK(slot >= 0 && slot < slots, where + "slot " + std::to_string(slot) +
+    ATTNRES_CHECK(slot >= 0 && slot < slots, where() + "slot " + std::to_string(slot) +
                                                  " outside the cache's " + std::to_string(slots));
-    ATTNRES_CHECK(pos >= 0 && pos < ctx, where + "position " + std::to_string(pos) +
+    ATTNRES_CHECK(pos >= 0 && pos < ctx, where() + "position " + std::to_string(pos) +
                                              " outside its context of " + std::to_string(ctx));
     const auto& table = batch.block_tables[s];
     ATTNRES_CHECK(static_cast<int64_t>(table.size()) * block_size >= ctx,
-                  where + "a context of " + std::to_string(ctx) + " tokens in " +
+                  where() + "a context of " + std::to_string(ctx) + " tokens in " +
                       std::to_string(table.size()) + " blocks");
     const size_t used = static_cast<size_t>((ctx + block_size - 1) / block_size);
     for (size_t b = 0; b < used; ++b) {
       ATTNRES_CHECK(table[b] >= 0 && table[b] < num_blocks,
-                    where + "block id " + std::to_string(table[b]) + " outside the cache's " +
+                    where() + "block id " + std::to_string(table[b]) + " outside the cache's " +
                         std::to_string(num_blocks));
     }
   }

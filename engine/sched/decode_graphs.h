@@ -41,10 +41,10 @@ namespace attnres {
 // The bucket sizes: the next power of two of n (n >= 1).
 int decode_graph_bucket(int n);
 
-// Throws attnres::Error naming the first entry of a decode batch (one token per sequence)
-// that the ops' host checks would refuse: a token id outside [0, vocab), a slot outside the
-// engine's blocks, a block id outside them, a position outside its context, a context longer
-// than the block table holds.
+// Fails (an internal error: the engine built a bad batch) naming the first entry of a decode
+// batch (one token per sequence) that the ops' host checks would refuse: a token id outside [0,
+// vocab), a slot outside the engine's blocks, a block id outside them, a position outside its
+// context, a context longer than the block table holds.
 void check_decode_batch(const BatchMeta& batch, int vocab, int num_blocks, int block_size);
 
 class DecodeGraphs {

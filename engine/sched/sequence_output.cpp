@@ -1,5 +1,7 @@
 #include "engine/sched/sequence_output.h"
 
+#include "engine/sample/sample_row.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -30,17 +32,16 @@ void rethrow_as_stage_error(OutputStage stage, const std::exception& e) {
 }
 
 void check_logits_row(std::span<const float> logits, const Vocabulary& vocabulary) {
-  bool any_finite = false;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    const float x = logits[i];
-    if (std::isnan(x) || x == INFINITY) {
-      throw Error("the model produced a non-finite logit (" +
-                  std::string(std::isnan(x) ? "NaN" : "+inf") + " for token id " +
-                  std::to_string(i) + ")");
-    }
-    any_finite = any_finite || (std::isfinite(x) && vocabulary.contains(static_cast<int32_t>(i)));
+  const LogitsVerdict verdict = check_logits(logits, vocabulary.decodable);
+  if (verdict.code == kSampleNonFiniteLogit) {
+    const float x = logits[static_cast<size_t>(verdict.at)];
+    throw Error("the model produced a non-finite logit (" +
+                std::string(std::isnan(x) ? "NaN" : "+inf") + " for token id " +
+                std::to_string(verdict.at) + ")");
   }
-  if (!any_finite) throw Error("the model produced no finite logit for a token it can decode");
+  if (verdict.code == kSampleNoDecodableLogit) {
+    throw Error("the model produced no finite logit for a token it can decode");
+  }
 }
 
 SequenceOutput::SequenceOutput(const SamplingParams& params, uint64_t fallback_seed,

@@ -209,19 +209,26 @@ TEST(EngineArgs, DepthBankDtypeFollowsTheCheckpointAndTheBackend) {
             DType::F32);
 }
 
-// In a CUDA build the CUDA registration says its depth ops read a bf16 bank, so `auto` picks
-// bf16 for a bf16 checkpoint there as on the CPU (asked before any GPU is touched).
-TEST(EngineArgs, CudaDepthBankFollowsTheCheckpoint) {
+// In a CUDA build the CUDA registration says its attention reads a bf16 KV cache and its depth
+// ops a bf16 bank, so `auto` picks bf16 for a bf16 checkpoint there as on the CPU (asked
+// before any GPU is touched); explicit choices are honoured.
+TEST(EngineArgs, CudaKvCacheAndDepthBankFollowTheCheckpoint) {
   register_builtin_backends();
   if (!has_backend("cuda")) GTEST_SKIP() << "a build without the CUDA backend";
+  const LoadedModel f32_model = test_model(DType::F32);
+  const LoadedModel bf16_model = test_model(DType::BF16);
   EngineArgs args;
   args.device = "cuda";
-  EXPECT_EQ(depth_bank_dtype(args, test_model(DType::BF16)), DType::BF16);
-  EXPECT_EQ(depth_bank_dtype(args, test_model(DType::F32)), DType::F32);
-  args.depth_bank_dtype = "bfloat16";
-  EXPECT_EQ(depth_bank_dtype(args, test_model(DType::F32)), DType::BF16);
-  args.depth_bank_dtype = "float32";
-  EXPECT_EQ(depth_bank_dtype(args, test_model(DType::BF16)), DType::F32);
+  EXPECT_EQ(kv_cache_dtype(args, bf16_model), DType::BF16);
+  EXPECT_EQ(kv_cache_dtype(args, f32_model), DType::F32);
+  EXPECT_EQ(depth_bank_dtype(args, bf16_model), DType::BF16);
+  EXPECT_EQ(depth_bank_dtype(args, f32_model), DType::F32);
+  args.kv_cache_dtype = args.depth_bank_dtype = "bfloat16";
+  EXPECT_EQ(kv_cache_dtype(args, f32_model), DType::BF16);
+  EXPECT_EQ(depth_bank_dtype(args, f32_model), DType::BF16);
+  args.kv_cache_dtype = args.depth_bank_dtype = "float32";
+  EXPECT_EQ(kv_cache_dtype(args, bf16_model), DType::F32);
+  EXPECT_EQ(depth_bank_dtype(args, bf16_model), DType::F32);
 }
 
 TEST(EngineArgs, ABackendWithoutABf16CacheRefusesItAndAutoGivesF32) {
@@ -242,14 +249,6 @@ TEST(EngineArgs, ABackendWithoutABf16CacheRefusesItAndAutoGivesF32) {
   EXPECT_EQ(error_of([&] { depth_bank_dtype(args, bf16_model); }),
             "--depth-bank-dtype bfloat16: the f32-cache-cpu backend's depth ops read an f32 bank "
             "(not yet bf16)");
-  if (has_backend("cuda")) {  // a CUDA build: asked before any GPU is touched
-    // The CUDA attention reads a bf16 cache: auto follows the checkpoint, as on the CPU.
-    args.device = "cuda";
-    EXPECT_EQ(kv_cache_dtype(args, bf16_model), DType::BF16);
-    args.kv_cache_dtype = "auto";
-    EXPECT_EQ(kv_cache_dtype(args, bf16_model), DType::BF16);
-    EXPECT_EQ(kv_cache_dtype(args, test_model(DType::F32)), DType::F32);
-  }
 }
 
 }  // namespace
