@@ -83,6 +83,7 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   CUBLAS_CHECK(cublasSetWorkspace(im.cublas, im.cublas_workspace, im.cublas_workspace_bytes));
   // CUBLAS_DEFAULT_MATH: no TF32 for f32 GEMMs (the compute type says 32F explicitly too).
   CUBLAS_CHECK(cublasSetMathMode(im.cublas, CUBLAS_DEFAULT_MATH));
+  im.lt_gemm = std::make_unique<cuda::LtGemm>(im.cublas_workspace, im.cublas_workspace_bytes);
 }
 
 CudaBackend::~CudaBackend() {
@@ -90,6 +91,7 @@ CudaBackend::~CudaBackend() {
   Impl& im = *impl_;
   cuda::ScopedDevice on_device(im.device);
   if (im.stream) cudaStreamSynchronize(im.stream);
+  im.lt_gemm.reset();
   if (im.cublas) cublasDestroy(im.cublas);
   if (im.cublas_workspace) cudaFree(im.cublas_workspace);
   im.meta_host.reset();  // (a live CudaGraph may still hold them)

@@ -11,6 +11,7 @@
 #include "kernels/cuda/cuda_allocator.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_lt_gemm.h"
 
 namespace attnres {
 
@@ -59,6 +60,8 @@ struct CudaBackend::Impl {
   // --- linear: activations converted to the weight dtype ---
   std::shared_ptr<void> act_scratch;
   size_t act_scratch_bytes = 0;
+  // The prefill GEMMs, bias in the epilogue (cuda_lt_gemm.h); shares cublas_workspace.
+  std::unique_ptr<cuda::LtGemm> lt_gemm;
 
   // --- CUDA graph capture (cuda_graph.cpp) ---
   // True while the stream is being captured (capture_graph): the staging events are then

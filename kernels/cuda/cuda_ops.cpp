@@ -13,8 +13,9 @@
 // rounding. BF16 / F16 weights: cuBLAS needs A and B of one type, so x is first rounded to
 // the weight dtype into a scratch buffer (launch_convert_from_f32); the GEMM accumulates
 // in f32 and writes f32. That rounding of the activations (the CPU keeps them f32) makes
-// the result match the CPU to bf16 precision (~1e-3 relative), not f32. The bias is a
-// separate small kernel (a cublasLt epilogue is a later optimisation).
+// the result match the CPU to bf16 precision (~1e-3 relative), not f32. The GEMM is
+// cuBLASLt's (cuda_lt_gemm.h) with an f32 bias in its epilogue; a bias of another dtype is a
+// separate small kernel (the model widens its biases to f32 at load, so that is rare).
 #include <algorithm>
 #include <optional>
 #include <utility>
@@ -147,9 +148,18 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
       ATTNRES_CHECK(w.dtype == DType::F32,
                     "linear w dtype " + std::string(dtype_name(w.dtype)) + " is not supported");
     }
-    CUBLAS_CHECK(cublasGemmEx(im.cublas, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w.data, ab_type,
-                              k, b_ptr, ab_type, k, &beta, out.data, CUDA_R_32F, m,
-                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    // cuBLASLt, an f32 bias in its epilogue; cublasGemmEx where it has no algorithm.
+    const float* epilogue_bias =
+        bias && bias->dtype == DType::F32 ? static_cast<const float*>(bias->data) : nullptr;
+    const cuda::LtGemmArgs gemm{r_dim, k_dim,         n_dim,   ab_type, w.data,
+                                b_ptr, epilogue_bias, nullptr, f32(out)};
+    if (im.lt_gemm->run(gemm, im.stream)) {
+      if (epilogue_bias) return;
+    } else {
+      CUBLAS_CHECK(cublasGemmEx(im.cublas, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w.data,
+                                ab_type, k, b_ptr, ab_type, k, &beta, out.data, CUDA_R_32F, m,
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
   }
   if (bias) cuda::launch_add_bias(f32(out), bias->data, bias->dtype, r_dim, n_dim, im.stream);
 }

@@ -42,7 +42,8 @@ case "$mode" in
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt" || true
     # 1. Every op and the whole forward against the CPU backend (bf16 KV cache and depth bank,
     #    flash-decoding attention, fused q/k/v and gate/up GEMVs, sampling: CudaFlashAttention.*,
-    #    CudaDepthBankBf16.*, CudaOps.LinearManyAndLinearSwiglu, CudaSample*); decode steps
+    #    CudaDepthBankBf16.*, CudaOps.LinearManyAndLinearSwiglu, CudaSample*, the cuBLASLt prefill
+#    GEMM with bias / residual epilogues: CudaLtGemm.*); decode steps
     #    replayed as graphs through the runner (CudaDecodeGraphs.*); CUDA graphs (CudaGraph.*),
     #    the batch contract (CudaBatchInvariance.*, which prints whether 16 rows equal 1),
     #    the device guard from a second thread and the KV memory query (CudaMemory.*).
