@@ -22,9 +22,10 @@ case "$mode" in
     export PATH=$PATH:/usr/local/cuda/bin
     # Portable CPU code: the device machine's CPU may lack this one's ISA extensions.
     cmake -S . -B "$build" -G Ninja -DATTNRES_CPU_ARCH=x86-64-v3 > /dev/null
-    ninja -C "$build" -j"${JOBS:-1}" attnres_cuda_tests bench_cuda_backend attnres_cuda_tensor_parallel_tests
+    ninja -C "$build" -j"${JOBS:-1}" attnres_cuda_tests bench_cuda_backend bench_cuda_prefill attnres_cuda_tensor_parallel_tests
     mkdir -p "$dev"
     cp "$build"/tests/cpp/kernels/cuda/attnres_cuda_tests "$build"/tests/cpp/kernels/cuda/bench_cuda_backend \
+       "$build"/tests/cpp/kernels/cuda/bench_cuda_prefill \
        "$build"/tests/cpp/kernels/cuda/attnres_cuda_tensor_parallel_tests "$dev/"
     # libnccl is too large to carry (~200 MB): the run uses the GPU machine's own (PyTorch's
     # nvidia-nccl wheel or the CUDA toolkit's).

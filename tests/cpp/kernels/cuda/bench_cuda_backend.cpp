@@ -3,7 +3,7 @@
 // reading every weight once at the measured device copy bandwidth; and the attention op
 // alone against the floor of reading its K/V once.
 //
-//   bench_cuda_backend [--model NAME]... [--context N] [--steps N]
+//   bench_cuda_backend [--model NAME|DIR]... [--context N] [--steps N]
 //                      [--kv-dtype bfloat16|float32] [--only step|attention]
 //
 // Step: prints, per model and batch: median ms/step (CUDA events around Transformer::forward,
@@ -179,7 +179,9 @@ void bench_attention(double bandwidth) {
 
 void bench_model(const std::string& name, int context, int steps, DType kv_dtype,
                  double bandwidth) {
-  LoadedModel lm = load_builtin_model(name);
+  // A built-in shape, or a Hugging Face directory (the checkpoint transformers is timed on).
+  LoadedModel lm =
+      name.find('/') != std::string::npos ? load_model(name) : load_builtin_model(name);
   CudaBackend be(0);
   // The depth bank `attnres serve` gives this checkpoint (--depth-bank-dtype auto): bf16 for
   // bf16 weights (a plain model has no bank; the choice changes nothing there).
