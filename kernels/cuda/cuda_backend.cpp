@@ -235,7 +235,7 @@ void CudaBackend::prepare_batch(const BatchMeta& batch) {
 
   // Which attention kernel computes which rows: planned once here for every layer's call.
   cuda::AttentionDispatch dispatch = cuda::plan_attention_dispatch(
-      batch.query_start, std::span<const int32_t>(batch.positions.data(), T));
+      batch.query_start, std::span<const int32_t>(batch.positions.data(), T), im.prefill_min_rows);
   const int64_t num_decode_rows = static_cast<int64_t>(dispatch.decode_rows.size());
   const int64_t tile_words = static_cast<int64_t>(dispatch.tiles.size()) *
                              static_cast<int64_t>(sizeof(cuda::PrefillTile) / sizeof(int32_t));
@@ -320,6 +320,12 @@ void CudaBackend::prepare_batch(const BatchMeta& batch) {
   im.prefill_tiles = tile_words ? reinterpret_cast<cuda::PrefillTile*>(d + off_tiles) : nullptr;
   im.attention_dispatch = std::move(dispatch);
   im.validated_num_blocks = im.validated_block_size = -1;
+}
+
+void CudaBackend::set_prefill_min_rows(int rows) {
+  ATTNRES_CHECK(rows >= 1, "set_prefill_min_rows: " + std::to_string(rows) + " (must be >= 1)");
+  impl_->prefill_min_rows = rows;
+  impl_->prepared = nullptr;  // the next op re-plans the batch
 }
 
 std::shared_ptr<void> CudaBackend::Impl::pinned_host(size_t bytes) const {

@@ -49,6 +49,7 @@ struct CudaBackend::Impl {
   // Which attention kernel takes which rows (cuda_attention_dispatch.h): the host plan, and
   // on the device its row list (null when every row is flash-decoding's) and tiles.
   cuda::AttentionDispatch attention_dispatch;
+  int prefill_min_rows = cuda::kPrefillMinRows;
   int32_t* decode_rows = nullptr;
   cuda::PrefillTile* prefill_tiles = nullptr;
   // The (num_blocks, block_size) the prepared batch was last validated against.

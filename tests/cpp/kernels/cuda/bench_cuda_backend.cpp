@@ -19,12 +19,15 @@
 // chunk of 1K and 8K tokens from scratch, and 1K after a 4K cached prefix (the tensor-core
 // kernel, cuda_prefill_attention.cu), hd 128 and 64, bf16 and f32 caches: microseconds per
 // call (eager) and TFLOP/s of the causal work, 4 hd Hq (T P + T^2 / 2) for a chunk of T after
-// P cached tokens, to compare with the measured bf16 GEMM rate (PERF.md).
+// P cached tokens, to compare with the measured bf16 GEMM rate (PERF.md); beside it the same
+// rows by flash-decoding, and short chunks (16..128 rows after 4K) to place the dispatch's
+// threshold (kPrefillMinRows).
 // The bandwidth is a 1 GiB cudaMemcpy device-to-device, counting bytes read + written.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -34,6 +37,7 @@
 #include "engine/model/kv_cache.h"
 #include "engine/model/loaded_model.h"
 #include "engine/model/transformer.h"
+#include "kernels/cuda/cuda_attention_dispatch.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -188,14 +192,15 @@ void bench_prefill_attention() {
   CudaBackend be(0);
   std::printf("\nprefill attention (Hq %d, Hkv %d, block %d, one chunk, causal)\n", hq, hkv,
               block_size);
-  std::printf("  %-5s %4s %6s %6s %10s %9s %8s\n", "cache", "hd", "chunk", "prefix", "us", "GFLOP",
-              "TFLOP/s");
+  std::printf("  %-5s %4s %6s %6s %10s %9s %8s %12s %8s\n", "cache", "hd", "chunk", "prefix", "us",
+              "GFLOP", "TFLOP/s", "flash-dec us", "speedup");
   struct Shape2 {
     int chunk, prefix;
   };
   for (DType dtype : {DType::BF16, DType::F32}) {
     for (int hd : {128, 64}) {
-      for (const Shape2 c : {Shape2{1024, 0}, Shape2{8192, 0}, Shape2{1024, 4096}}) {
+      for (const Shape2 c : {Shape2{1024, 0}, Shape2{8192, 0}, Shape2{1024, 4096}, Shape2{16, 4096},
+                             Shape2{32, 4096}, Shape2{64, 4096}, Shape2{128, 4096}}) {
         const int context = c.prefix + c.chunk;
         const int num_blocks = (context + block_size - 1) / block_size;
         KvCacheLayer cache{be.alloc({num_blocks, block_size, hkv, hd}, dtype),
@@ -218,16 +223,24 @@ void bench_prefill_attention() {
           q_host.ptr<float>()[i] = static_cast<float>((i * 7919) % 2001 - 1000) * 1e-3f;
         Tensor q = be.upload(q_host);
         Tensor out = be.alloc({c.chunk, hq * hd}, DType::F32);
-        be.prepare_batch(batch);
         const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-        const double us = eager_us_per_call(be, c.chunk >= 8192 ? 5 : 20,
-                                            [&] { be.attention(q, cache, batch, hd, scale, out); });
+        // Every row through one kernel: the tensor-core one (threshold 1), then flash-decoding
+        // (a threshold never reached), to place kPrefillMinRows.
+        auto time_with = [&](int min_rows) {
+          be.set_prefill_min_rows(min_rows);
+          be.prepare_batch(batch);
+          return eager_us_per_call(be, c.chunk >= 8192 ? 5 : 20,
+                                   [&] { be.attention(q, cache, batch, hd, scale, out); });
+        };
+        const double us = time_with(1);
+        const double flash_us = time_with(INT32_MAX);
+        be.set_prefill_min_rows(cuda::kPrefillMinRows);
         const double flops = 4.0 * hd * hq *
                              (static_cast<double>(c.chunk) * c.prefix +
                               static_cast<double>(c.chunk) * c.chunk / 2.0);
-        std::printf("  %-5s %4d %6d %6d %10.1f %9.1f %8.1f\n",
+        std::printf("  %-5s %4d %6d %6d %10.1f %9.1f %8.1f %12.1f %7.2fx\n",
                     std::string(dtype_name(dtype)).c_str(), hd, c.chunk, c.prefix, us, flops / 1e9,
-                    flops / (us * 1e-6) / 1e12);
+                    flops / (us * 1e-6) / 1e12, flash_us, flash_us / us);
       }
     }
   }

@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -267,10 +268,11 @@ std::string describe(const PrefillProblem& pb) {
 // The backend's attention op (the real dispatch) on one step; prefill rows against the
 // rounded oracle, the others against the exact one. A second run must give the same bits.
 void check_step(int hq, int hkv, int hd, DType dtype, const std::vector<SeqSpec>& seqs,
-                uint32_t seed, int block_size = 16) {
+                uint32_t seed, int block_size = 16, int min_rows = cuda::kPrefillMinRows) {
   const PrefillProblem pb(hq, hkv, hd, block_size, dtype, seqs, seed);
   SCOPED_TRACE(describe(pb));
   CudaBackend gpu(0);
+  gpu.set_prefill_min_rows(min_rows);
   KvCacheLayer cache{gpu.upload(pb.cache_k), gpu.upload(pb.cache_v)};
   gpu.prepare_batch(pb.batch);
   gpu.store_kv(gpu.upload(pb.k), gpu.upload(pb.v), pb.batch, cache);
@@ -281,7 +283,7 @@ void check_step(int hq, int hkv, int hd, DType dtype, const std::vector<SeqSpec>
   const Tensor got = to_host(gpu, out);
 
   const cuda::AttentionDispatch plan =
-      cuda::plan_attention_dispatch(pb.batch.query_start, pb.batch.positions);
+      cuda::plan_attention_dispatch(pb.batch.query_start, pb.batch.positions, min_rows);
   const bool prefill_kernel = !plan.tiles.empty() && cuda::prefill_attention_supports(
                                                          hd, dtype, cache.k.data, cache.v.data);
   std::vector<int32_t> prefill_rows = prefill_kernel ? tile_rows(plan) : std::vector<int32_t>{};
@@ -329,6 +331,9 @@ TEST(CudaPrefillAttention, MixedDecodeAndPrefillBatch) {
   for (DType dtype : kCacheDtypes) {
     check_step(16, 8, 128, dtype, seqs, 21);
     check_step(16, 8, 64, dtype, seqs, 22);
+    // The backend's threshold: every row on tensor cores, then every row on flash-decoding.
+    check_step(16, 8, 128, dtype, seqs, 23, 16, 1);
+    check_step(16, 8, 128, dtype, seqs, 24, 16, INT32_MAX);
   }
 }
 
