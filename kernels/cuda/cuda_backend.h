@@ -90,6 +90,10 @@ class CudaBackend : public Backend {
   void fill_zero(Tensor& dst) override;
   void synchronize() override;
   void prepare_batch(const BatchMeta& batch) override;
+  // Query rows a sequence needs for the tensor-core prefill attention (cuda_attention_dispatch.h;
+  // default kPrefillMinRows). For benchmarks and tests: INT32_MAX keeps every row on
+  // flash-decoding, 1 sends every row to the prefill kernel. Applies from the next prepare_batch.
+  void set_prefill_min_rows(int rows);
 
   void embedding(const Tensor& table, const BatchMeta& batch, Tensor& out) override;
   void rms_norm(const Tensor& x, const Tensor& gain, float eps, Tensor& out) override;

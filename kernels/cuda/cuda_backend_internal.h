@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "kernels/cuda/cuda_allocator.h"
+#include "kernels/cuda/cuda_attention_dispatch.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_lt_gemm.h"
@@ -46,6 +47,12 @@ struct CudaBackend::Impl {
   int32_t* query_start = nullptr;   // [S + 1]
   int32_t* context_len = nullptr;   // [S]
   int32_t* block_table = nullptr;   // [S, max_blocks], padded with 0
+  // Which attention kernel takes which rows (cuda_attention_dispatch.h): the host plan, and
+  // on the device its row list (null when every row is flash-decoding's) and tiles.
+  cuda::AttentionDispatch attention_dispatch;
+  int prefill_min_rows = cuda::kPrefillMinRows;
+  int32_t* decode_rows = nullptr;
+  cuda::PrefillTile* prefill_tiles = nullptr;
   // The (num_blocks, block_size) the prepared batch was last validated against.
   int64_t validated_num_blocks = -1, validated_block_size = -1;
 

@@ -95,7 +95,10 @@ struct PagedAttentionArgs {
   const int32_t* seq_of_token = nullptr;  // [T]
   const int32_t* block_table = nullptr;   // [num_seqs, max_blocks] row-major, padded
   int max_blocks = 0;
+  // Rows this launch computes: row i is token rows[i] of q / out, or token i when rows is
+  // null (every row). A step with prefill chunks gives flash-decoding only its other rows.
   int64_t num_tokens = 0;
+  const int32_t* rows = nullptr;  // [num_tokens] or null
   int hq = 0, hkv = 0, head_dim = 0, block_size = 0;
   float scale = 1.0f;
   float* out = nullptr;  // [T, hq * hd]
@@ -127,6 +130,40 @@ int64_t attention_partial_floats(const PagedAttentionArgs& args);
 // Causal GQA attention over the paged cache (cuda_attention.cu's header says how);
 // head_dim <= kMaxAttentionHeadDim.
 void launch_paged_attention(const PagedAttentionArgs& args, cudaStream_t stream);
+
+// --- cuda_prefill_attention.cu ---
+// Causal GQA attention of prefill chunks on tensor cores (FlashAttention-2 style), over the
+// same paged cache as launch_paged_attention. A tile is up to kPrefillTileRows consecutive
+// query rows of one sequence (cuda_attention_dispatch.h plans them); row t attends to
+// positions 0..positions[t] of its sequence.
+constexpr int kPrefillTileRows = 64;
+struct PrefillTile {
+  int32_t first_row = 0;     // its first query row (token index of q / out)
+  int32_t num_rows = 0;      // 1..kPrefillTileRows
+  int32_t seq = 0;           // its block table row
+  int32_t key_end = 0;       // max position of its rows + 1: the keys it reads
+  int32_t min_position = 0;  // min position of its rows: keys up to it need no mask
+};
+static_assert(sizeof(PrefillTile) == 5 * sizeof(int32_t), "staged as int32 words");
+struct PrefillAttentionArgs {
+  const float* q = nullptr;  // [T, hq * hd]
+  const void* k_cache = nullptr;
+  const void* v_cache = nullptr;  // [num_blocks, block_size, hkv, hd] of kv_dtype
+  DType kv_dtype = DType::F32;
+  const int32_t* positions = nullptr;    // [T]
+  const int32_t* block_table = nullptr;  // [num_seqs, max_blocks]
+  int max_blocks = 0;
+  const PrefillTile* tiles = nullptr;  // [num_tiles]
+  int num_tiles = 0;
+  int hq = 0, hkv = 0, head_dim = 0, block_size = 0;
+  float scale = 1.0f;
+  float* out = nullptr;  // [T, hq * hd]: the tiles' rows are written
+};
+// Whether the prefill kernel takes this shape: head_dim 64 or 128, F32 or BF16, both caches
+// 16-byte aligned (rows are then whole 16-byte vectors). Otherwise flash-decoding does it all.
+bool prefill_attention_supports(int head_dim, DType kv_dtype, const void* k_cache,
+                                const void* v_cache);
+void launch_prefill_attention(const PrefillAttentionArgs& args, cudaStream_t stream);
 
 // --- cuda_depth_mix.cu ---
 // Phase 1 for S query rows (any S; done in groups of 8): see Backend::depth_phase1.

@@ -332,6 +332,35 @@ void CudaBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Ba
     im.validated_num_blocks = cache.k.dim(0);
     im.validated_block_size = cache.k.dim(1);
   }
+  // Prefill chunks (a sequence with at least kPrefillMinRows rows) on tensor cores, every
+  // other row by flash-decoding; the prepared batch holds the plan (cuda_attention_dispatch.h).
+  // A shape the prefill kernel does not take leaves every row to flash-decoding.
+  const cuda::AttentionDispatch& dispatch = im.attention_dispatch;
+  const bool use_prefill = !dispatch.tiles.empty() &&
+                           cuda::prefill_attention_supports(static_cast<int>(hd), cache.k.dtype,
+                                                            cache.k.data, cache.v.data) &&
+                           reinterpret_cast<uintptr_t>(q.data) % 8 == 0 &&
+                           reinterpret_cast<uintptr_t>(out.data) % 8 == 0;
+  if (use_prefill) {
+    cuda::PrefillAttentionArgs pre;
+    pre.q = f32(q);
+    pre.k_cache = cache.k.data;
+    pre.v_cache = cache.v.data;
+    pre.kv_dtype = cache.k.dtype;
+    pre.positions = im.positions;
+    pre.block_table = im.block_table;
+    pre.max_blocks = im.max_blocks;
+    pre.tiles = im.prefill_tiles;
+    pre.num_tiles = static_cast<int>(dispatch.tiles.size());
+    pre.hq = static_cast<int>(hq);
+    pre.hkv = static_cast<int>(hkv);
+    pre.head_dim = static_cast<int>(hd);
+    pre.block_size = static_cast<int>(cache.k.dim(1));
+    pre.scale = scale;
+    pre.out = f32(out);
+    cuda::launch_prefill_attention(pre, im.stream);
+    if (dispatch.decode_rows.empty()) return;
+  }
   cuda::PagedAttentionArgs args;
   args.q = f32(q);
   args.k_cache = cache.k.data;
@@ -341,7 +370,8 @@ void CudaBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Ba
   args.seq_of_token = im.seq_of_token;
   args.block_table = im.block_table;
   args.max_blocks = im.max_blocks;
-  args.num_tokens = T;
+  args.num_tokens = use_prefill ? static_cast<int64_t>(dispatch.decode_rows.size()) : T;
+  args.rows = use_prefill ? im.decode_rows : nullptr;
   args.hq = static_cast<int>(hq);
   args.hkv = static_cast<int>(hkv);
   args.head_dim = static_cast<int>(hd);
@@ -352,9 +382,13 @@ void CudaBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Ba
   // batch); the partial results live in scratch until the merge kernel has read them (the
   // block returns to the cache when `partials` dies, stream-ordered like every tensor).
   int max_context = 0;
-  for (int32_t pos : batch.positions) max_context = std::max(max_context, pos + 1);
+  if (use_prefill) {
+    max_context = dispatch.decode_max_context;
+  } else {
+    for (int32_t pos : batch.positions) max_context = std::max(max_context, pos + 1);
+  }
   const cuda::AttentionSplitPlan plan =
-      cuda::plan_attention_splits(T, args.hq, args.hkv, max_context, im.sm_count);
+      cuda::plan_attention_splits(args.num_tokens, args.hq, args.hkv, max_context, im.sm_count);
   args.num_splits = plan.num_splits;
   args.split_len = plan.split_len;
   std::shared_ptr<void> partials;
