@@ -22,10 +22,9 @@ case "$mode" in
     export PATH=$PATH:/usr/local/cuda/bin
     # Portable CPU code: the device machine's CPU may lack this one's ISA extensions.
     cmake -S . -B "$build" -G Ninja -DATTNRES_CPU_ARCH=x86-64-v3 > /dev/null
-    ninja -C "$build" -j"${JOBS:-1}" attnres_cuda_tests bench_cuda_backend bench_cuda_prefill attnres_cuda_tensor_parallel_tests
+    ninja -C "$build" -j"${JOBS:-1}" attnres_cuda_tests bench_cuda_backend attnres_cuda_tensor_parallel_tests
     mkdir -p "$dev"
     cp "$build"/tests/cpp/kernels/cuda/attnres_cuda_tests "$build"/tests/cpp/kernels/cuda/bench_cuda_backend \
-       "$build"/tests/cpp/kernels/cuda/bench_cuda_prefill \
        "$build"/tests/cpp/kernels/cuda/attnres_cuda_tensor_parallel_tests "$dev/"
     # libnccl is too large to carry (~200 MB): the run uses the GPU machine's own (PyTorch's
     # nvidia-nccl wheel or the CUDA toolkit's).
@@ -67,6 +66,29 @@ case "$mode" in
     "$dev/bench_cuda_backend" 2>&1 | tee "$out/bench.log" || echo "bench: FAILED"
     "$dev/bench_cuda_backend" --only step --kv-dtype float32 2>&1 | tee "$out/bench_f32kv.log" \
       || echo "bench (f32 KV): FAILED"
+    # 5. Issue #13's acceptance shape: the twins' decode at context 1024.
+    "$dev/bench_cuda_backend" --only step --context 1024 2>&1 | tee "$out/bench_ctx1024.log" \
+      || echo "bench (context 1024): FAILED"
+    # 6. Prefill (issue #14): the attention kernels on prefill chunks, then 1K and 8K-token
+    #    prompts of the twins against the bf16 GEMM rate of the same run.
+    "$dev/bench_cuda_backend" --only prefill-attention 2>&1 | tee "$out/bench_prefill_attention.log" \
+      || echo "bench (prefill attention): FAILED"
+    "$dev/bench_cuda_backend" --only prefill --steps 5 2>&1 | tee "$out/bench_prefill.log" \
+      || echo "bench (prefill): FAILED"
+    # 7. The peer, same GPU, same run (issues #13, #14): a Qwen3-0.6B-shape checkpoint written
+    #    by transformers, under our engine and under transformers (static cache, compiled).
+    #    PEER=0 skips it (it compiles for minutes).
+    if [ "${PEER:-1}" != 0 ]; then
+      peer=/tmp/attnres-peer-0.6b
+      [ -f "$peer/model.safetensors" ] || python3 clients/bench/transformers/make_peer_model.py "$peer"
+      "$dev/bench_cuda_backend" --model "$peer" --only step --context 1024 2>&1 \
+        | tee "$out/bench_peer_ours.log" || echo "bench (peer, ours): FAILED"
+      "$dev/bench_cuda_backend" --model "$peer" --only prefill --steps 5 2>&1 \
+        | tee -a "$out/bench_peer_ours.log" || echo "bench (peer prefill, ours): FAILED"
+      python3 clients/bench/transformers/bench_transformers.py "$peer" --json "$out/transformers.json" \
+        2>&1 | grep -v -i warn | tee "$out/bench_peer_transformers.log" \
+        || echo "bench (peer, transformers): FAILED"
+    fi
     ;;
   *)
     echo "usage: $0 stage|run" >&2

@@ -6,10 +6,10 @@ same GPU, in the same run as our CUDA benches (kernels/cuda/gpu_first_run.sh, "a
                           [--prefill 1024 8192] [--device cuda] [--json FILE] [--no-compile]
 
 Decode (transformers at its best for decode: a static KV cache and a compiled forward, what
-`generate(cache_implementation="static")` sets up): for each batch size, B random prompts of
---context tokens, then generate() with a fixed number of new tokens twice, N and N + 64 (greedy,
-EOS ignored); ms per step = the difference of the two times / 64, so the prefill and the
-per-call setup cancel. Each generate() runs twice first (compilation and warm-up).
+`generate(cache_implementation="static")` sets up on a GPU): for each batch size, B random
+prompts of --context tokens, generate() of --new-tokens tokens (greedy, EOS ignored) with a
+streamer that notes when each step's tokens reach the host; ms per step = the median interval
+between steps over two calls, after two unmeasured calls (compilation and warm-up).
 Prefill: the forward of one random prompt of T tokens (no cache, only the last row's logits),
 median of 5 after 2 warm-ups; tokens/s.
 
@@ -29,7 +29,7 @@ def parse_args(argv):
     p.add_argument("model_dir")
     p.add_argument("--batch", type=int, nargs="+", default=[1, 64])
     p.add_argument("--context", type=int, default=1024)
-    p.add_argument("--new-tokens", type=int, default=64, help="the shorter generate()'s length")
+    p.add_argument("--new-tokens", type=int, default=64, help="tokens per generate() call")
     p.add_argument("--prefill", type=int, nargs="*", default=[1024, 8192])
     p.add_argument("--device", default="cuda")
     p.add_argument("--json", help="also write the figures here")
@@ -58,27 +58,41 @@ def load(torch, transformers, model_dir, device):
     return model.to(device=device, dtype=torch.bfloat16).eval()
 
 
+class TokenClock:
+    """A generate() streamer that only notes when each step's tokens reach the host (generate
+    copies them with .cpu(), a synchronisation, before handing them over)."""
+
+    def __init__(self):
+        self.times = []
+
+    def put(self, value):
+        self.times.append(time.perf_counter())
+
+    def end(self):
+        pass
+
+
 def decode_ms_per_step(torch, model, device, batch, context, new_tokens, compile_forward):
     vocab = model.config.vocab_size
     generator = torch.Generator().manual_seed(batch)
     prompts = torch.randint(0, vocab, (batch, context), generator=generator).to(device)
     mask = torch.ones_like(prompts)
     # min_new_tokens = max_new_tokens: EOS cannot end a row early.
-    config = dict(do_sample=False, cache_implementation="static", pad_token_id=0)
+    config = dict(do_sample=False, cache_implementation="static", pad_token_id=0,
+                  max_new_tokens=new_tokens, min_new_tokens=new_tokens)
     if not compile_forward:
         config["disable_compile"] = True
 
-    def run(n):
-        return timed(torch, device, lambda: model.generate(
-            input_ids=prompts, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, **config))
+    def steps_ms():
+        clock = TokenClock()
+        model.generate(input_ids=prompts, attention_mask=mask, streamer=clock, **config)
+        # times[0]: the prompt handed over; times[1]: the first token (prefill); then one
+        # per decode step.
+        return [(b - a) * 1e3 for a, b in zip(clock.times[1:], clock.times[2:])]
 
-    extra = 64
-    for n in (new_tokens, new_tokens + extra):  # compilation, cache allocation, warm-up
-        run(n)
-        run(n)
-    short = statistics.median(run(new_tokens) for _ in range(3))
-    long = statistics.median(run(new_tokens + extra) for _ in range(3))
-    return (long - short) / extra * 1e3
+    for _ in range(2):  # compilation, cache allocation, warm-up
+        steps_ms()
+    return statistics.median(steps_ms() + steps_ms())
 
 
 def prefill_tokens_per_s(torch, model, device, tokens):

@@ -5,6 +5,8 @@
 //
 //   bench_cuda_backend [--model NAME|DIR]... [--context N] [--steps N]
 //                      [--kv-dtype bfloat16|float32] [--only step|attention|prefill-attention]
+//   bench_cuda_backend --only prefill [--model NAME|DIR]... [--tokens T]... [--chunk N]
+//                      (bench_cuda_prefill.cpp)
 //
 // Step: prints, per model and batch: median ms/step (CUDA events around Transformer::forward,
 // host work of the step included), the weight-read floor, floor / measured, and the KV bytes
@@ -41,6 +43,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "tests/cpp/kernels/cuda/bench_cuda_prefill.h"
 
 namespace attnres {
 namespace {
@@ -249,8 +252,7 @@ void bench_prefill_attention() {
 void bench_model(const std::string& name, int context, int steps, DType kv_dtype,
                  double bandwidth) {
   // A built-in shape, or a Hugging Face directory (the checkpoint transformers is timed on).
-  LoadedModel lm =
-      name.find('/') != std::string::npos ? load_model(name) : load_builtin_model(name);
+  LoadedModel lm = load_bench_model(name);
   CudaBackend be(0);
   // The depth bank `attnres serve` gives this checkpoint (--depth-bank-dtype auto): bf16 for
   // bf16 weights (a plain model has no bank; the choice changes nothing there).
@@ -363,6 +365,8 @@ int main(int argc, char** argv) {
   int context = 256, steps = 20;
   DType kv_dtype = DType::BF16;
   std::string only;
+  std::vector<int> prefill_tokens;
+  int chunk = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--model" && i + 1 < argc) {
@@ -376,17 +380,24 @@ int main(int argc, char** argv) {
       }
     } else if (a == "--only" && i + 1 < argc &&
                (std::string(argv[i + 1]) == "step" || std::string(argv[i + 1]) == "attention" ||
-                std::string(argv[i + 1]) == "prefill-attention")) {
+                std::string(argv[i + 1]) == "prefill-attention" ||
+                std::string(argv[i + 1]) == "prefill")) {
       only = argv[++i];
+    } else if (a == "--tokens" && i + 1 < argc) {
+      prefill_tokens.push_back(std::max(1, std::atoi(argv[++i])));
+    } else if (a == "--chunk" && i + 1 < argc) {
+      chunk = std::max(0, std::atoi(argv[++i]));
     } else if (a == "--context" && i + 1 < argc) {
       context = std::atoi(argv[++i]);
     } else if (a == "--steps" && i + 1 < argc) {
       steps = std::max(1, std::atoi(argv[++i]));
     } else {
-      std::fprintf(stderr,
-                   "usage: %s [--model NAME]... [--context N] [--steps N] "
-                   "[--kv-dtype bfloat16|float32] [--only step|attention|prefill-attention]\n",
-                   argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--model NAME|DIR]... [--context N] [--steps N] "
+          "[--kv-dtype bfloat16|float32] [--only step|attention|prefill-attention|prefill] "
+          "[--tokens T]... [--chunk N]\n",
+          argv[0]);
       return 2;
     }
   }
@@ -400,6 +411,11 @@ int main(int argc, char** argv) {
     std::printf("device copy bandwidth (1 GiB D2D, read + written): %.0f GB/s\n", bw / 1e9);
     if (only == "prefill-attention") {
       bench_prefill_attention();
+      return 0;
+    }
+    if (only == "prefill") {
+      if (prefill_tokens.empty()) prefill_tokens = {1024, 8192};
+      for (const std::string& m : models) bench_prefill(m, prefill_tokens, chunk, steps);
       return 0;
     }
     if (only != "attention")

@@ -1,4 +1,5 @@
-// Not a test: prefill on the CUDA backend (issue #14's acceptance figures). For each model and
+// bench_cuda_backend --only prefill: prefill on the CUDA backend (issue #14's acceptance
+// figures; part of that binary, so the GPU session carries one bench). For each model and
 // prompt length T: the forward of a T-token prompt (one sequence, no cached prefix; in chunks
 // of --chunk tokens like the server's chunked prefill when given), timed with CUDA events
 // (median of --iters after two warm-ups), as tokens/s and as a FLOP rate against the bf16
@@ -6,10 +7,11 @@
 // (its forward, the LM head of the last row included, without sampling or the server): the
 // 1024-token row.
 //
-//   bench_cuda_prefill [--model NAME|DIR]... [--tokens T]... [--chunk N] [--iters N]
+//   bench_cuda_backend --only prefill [--model NAME|DIR]... [--tokens T]... [--chunk N]
+//                      [--steps N (iterations)]
 //
 // NAME: a built-in shape (plain-0.6b, attnres-0.6b, ...); DIR: a Hugging Face directory.
-// Defaults: plain-0.6b and attnres-0.6b, T = 1024 and 8192, whole prompts, 5 iterations.
+// Defaults: the bench's models, T = 1024 and 8192, whole prompts.
 // FLOPs counted: the linears, 2 * T * (weights of every projection), and the causal attention,
 // 2 * 2 * (T^2 / 2) * head_dim * query heads per layer (QK^T and PV over the lower triangle);
 // the LM head of the last row and everything elementwise are left out. The GEMM rate is
@@ -29,6 +31,7 @@
 #include "engine/model/transformer.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
+#include "tests/cpp/kernels/cuda/bench_cuda_prefill.h"
 
 namespace attnres {
 namespace {
@@ -96,10 +99,6 @@ double measure_gemm_rate(int m, int k, int n) {
   return 2.0 * m * k * n / (median(ms) * 1e-3);
 }
 
-LoadedModel load(const std::string& arg) {
-  return arg.find('/') != std::string::npos ? load_model(arg) : load_builtin_model(arg);
-}
-
 // One sequence's prompt of `tokens` tokens in chunks of `chunk` (0: whole): the batches of
 // the successive forwards, positions continuing, each attending over what came before.
 std::vector<BatchMeta> prompt_chunks(const ModelConfig& c, int tokens, int chunk, int block_size) {
@@ -124,8 +123,14 @@ std::vector<BatchMeta> prompt_chunks(const ModelConfig& c, int tokens, int chunk
   return chunks;
 }
 
+}  // namespace
+
+LoadedModel load_bench_model(const std::string& arg) {
+  return arg.find('/') != std::string::npos ? load_model(arg) : load_builtin_model(arg);
+}
+
 void bench_prefill(const std::string& name, const std::vector<int>& lengths, int chunk, int iters) {
-  LoadedModel lm = load(name);
+  LoadedModel lm = load_bench_model(name);
   CudaBackend be(0);
   const DType bank_dtype =
       lm.weights.dtype == DType::BF16 && be.supports_depth_bank_dtype(DType::BF16) ? DType::BF16
@@ -167,42 +172,4 @@ void bench_prefill(const std::string& name, const std::vector<int>& lengths, int
   }
 }
 
-}  // namespace
 }  // namespace attnres
-
-int main(int argc, char** argv) {
-  using namespace attnres;
-  std::vector<std::string> models;
-  std::vector<int> lengths;
-  int chunk = 0, iters = 5;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--model" && i + 1 < argc) {
-      models.push_back(argv[++i]);
-    } else if (a == "--tokens" && i + 1 < argc) {
-      lengths.push_back(std::max(1, std::atoi(argv[++i])));
-    } else if (a == "--chunk" && i + 1 < argc) {
-      chunk = std::max(0, std::atoi(argv[++i]));
-    } else if (a == "--iters" && i + 1 < argc) {
-      iters = std::max(1, std::atoi(argv[++i]));
-    } else {
-      std::fprintf(stderr,
-                   "usage: %s [--model NAME|DIR]... [--tokens T]... [--chunk N] [--iters N]\n",
-                   argv[0]);
-      return 2;
-    }
-  }
-  if (models.empty()) models = {"plain-0.6b", "attnres-0.6b"};
-  if (lengths.empty()) lengths = {1024, 8192};
-  if (!cuda_device_available()) {
-    std::fprintf(stderr, "no CUDA device: nothing to measure\n");
-    return 1;
-  }
-  try {
-    for (const std::string& m : models) bench_prefill(m, lengths, chunk, iters);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
-  return 0;
-}
