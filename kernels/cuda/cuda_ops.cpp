@@ -646,15 +646,13 @@ void CudaBackend::sample(Tensor& logits, const SampleBatch& batch, std::span<int
     std::memcpy(host + layout.ids_offset, batch.token_ids.data(),
                 static_cast<size_t>(num_ids) * sizeof(int32_t));
   }
-  CUDA_CHECK(
-      cudaMemcpyAsync(device, host, layout.upload_bytes, cudaMemcpyHostToDevice, im.stream));
+  CUDA_CHECK(cudaMemcpyAsync(device, host, layout.upload_bytes, cudaMemcpyHostToDevice, im.stream));
   // Null until a call has a penalty row: only such rows read counts.
   int32_t* counts = static_cast<int32_t*>(im.sample_counts.get());
-  cuda::launch_sample(f32(logits), rows, vocab, batch.decodable,
-                      reinterpret_cast<const SampleRow*>(device),
-                      reinterpret_cast<const int32_t*>(device + layout.ids_offset), counts,
-                      reinterpret_cast<int32_t*>(device + layout.out_offset), ctas_per_row,
-                      im.stream);
+  cuda::launch_sample(
+      f32(logits), rows, vocab, batch.decodable, reinterpret_cast<const SampleRow*>(device),
+      reinterpret_cast<const int32_t*>(device + layout.ids_offset), counts,
+      reinterpret_cast<int32_t*>(device + layout.out_offset), ctas_per_row, im.stream);
   const size_t out_bytes = static_cast<size_t>(rows) * sizeof(int32_t);
   CUDA_CHECK(cudaMemcpyAsync(host + layout.out_offset, device + layout.out_offset, out_bytes,
                              cudaMemcpyDeviceToHost, im.stream));

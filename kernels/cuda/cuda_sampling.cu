@@ -215,7 +215,8 @@ __device__ __noinline__ bool select_first_above(const Candidates& c, unsigned lo
       __syncthreads();
       publish<kCtas>(x, phase, s.key);  // 0 from the CTAs without it (a key is never 0)
       unsigned long long key = 0;
-      for (unsigned rank = 0; rank < kCtas; ++rank) key = max(key, published<kCtas>(x, phase, rank, 0));
+      for (unsigned rank = 0; rank < kCtas; ++rank)
+        key = max(key, published<kCtas>(x, phase, rank, 0));
       ++phase;
       out_key = key;
       return true;
@@ -256,8 +257,7 @@ using BlockArgMax = cub::BlockReduce<ArgMax, kSampleThreads>;
 template <int kCtas>
 __global__ void __cluster_dims__(kCtas, 1, 1) __launch_bounds__(kSampleThreads, 1)
     sample_kernel(float* logits, int64_t vocab, int64_t slice, int32_t decodable,
-                  const SampleRow* rows, const int32_t* token_ids, int32_t* counts,
-                  int32_t* out) {
+                  const SampleRow* rows, const int32_t* token_ids, int32_t* counts, int32_t* out) {
   using Cluster = RowCluster<kCtas>;
   extern __shared__ unsigned int seen[];  // [(slice + 31) / 32] repetition marks
   __shared__ union {
@@ -295,7 +295,8 @@ __global__ void __cluster_dims__(kCtas, 1, 1) __launch_bounds__(kSampleThreads, 
   }
   ++phase;
   if (non_finite || !decodable_finite) {
-    if (rank == 0 && tid == 0) out[r] = non_finite ? kSampleNonFiniteLogit : kSampleNoDecodableLogit;
+    if (rank == 0 && tid == 0)
+      out[r] = non_finite ? kSampleNonFiniteLogit : kSampleNoDecodableLogit;
     Cluster::finish();
     return;
   }
@@ -366,8 +367,9 @@ __global__ void __cluster_dims__(kCtas, 1, 1) __launch_bounds__(kSampleThreads, 
   best = BlockArgMax(temp.argmax).Reduce(best, ArgMaxOp());
   publish<kCtas>(exchange, phase, __float_as_uint(best.value), static_cast<uint32_t>(best.id));
   for (unsigned k = 0; k < kCtas; ++k) {
-    const ArgMax other{__uint_as_float(static_cast<uint32_t>(published<kCtas>(exchange, phase, k, 0))),
-                       static_cast<int32_t>(published<kCtas>(exchange, phase, k, 1))};
+    const ArgMax other{
+        __uint_as_float(static_cast<uint32_t>(published<kCtas>(exchange, phase, k, 0))),
+        static_cast<int32_t>(published<kCtas>(exchange, phase, k, 1))};
     best = k == 0 ? other : ArgMaxOp()(best, other);
   }
   ++phase;
@@ -478,7 +480,8 @@ __global__ void __cluster_dims__(kCtas, 1, 1) __launch_bounds__(kSampleThreads, 
     // The last positive element.
     select_first_above<kCtas>(c, total - 1, false, select, temp.scan, exchange, phase, key);
   }
-  if (rank == 0 && tid == 0) out[r] = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(key));
+  if (rank == 0 && tid == 0)
+    out[r] = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(key));
   Cluster::finish();
 }
 

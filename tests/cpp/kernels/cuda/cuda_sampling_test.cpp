@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "cuda_test_util.h"
-#include "kernels/cuda/cuda_kernels.h"
 #include "engine/sample/logits_processors.h"
 #include "engine/sample/sampler.h"
 #include "engine/sample/truncated_distribution.h"
+#include "kernels/cuda/cuda_kernels.h"
 
 namespace attnres::test {
 namespace {
@@ -276,9 +276,9 @@ TEST(CudaSample, RowsTheHostWouldRefuseGetTheirCodes) {
 
 // Host logic: the split plan and the staging layout (no GPU needed).
 TEST(CudaSamplePlan, SplitsRowsOverSmsWhenFew) {
-  for (auto [rows, ctas] : {std::pair{1, 8}, std::pair{4, 8}, std::pair{16, 8}, std::pair{17, 4},
-                            std::pair{33, 4}, std::pair{34, 2}, std::pair{66, 2},
-                            std::pair{67, 1}, std::pair{256, 1}}) {
+  for (auto [rows, ctas] :
+       {std::pair{1, 8}, std::pair{4, 8}, std::pair{16, 8}, std::pair{17, 4}, std::pair{33, 4},
+        std::pair{34, 2}, std::pair{66, 2}, std::pair{67, 1}, std::pair{256, 1}}) {
     EXPECT_EQ(cuda::plan_sample_ctas_per_row(rows, kVocab, kH100Sms), ctas) << rows << " rows";
   }
   // Small vocabularies stay whole: a slice keeps kMinSampleSliceIds ids.
