@@ -99,11 +99,14 @@ CudaBackend::~CudaBackend() {
   if (im.cublas_workspace) cudaFree(im.cublas_workspace);
   im.meta_host.reset();  // (a live CudaGraph may still hold them)
   im.rows_host.reset();
+  im.sample_host.reset();
   if (im.meta_copied) cudaEventDestroy(im.meta_copied);
   if (im.rows_copied) cudaEventDestroy(im.rows_copied);
   im.meta_device.reset();
   im.rows_device.reset();
   im.act_scratch.reset();
+  im.sample_device.reset();
+  im.sample_counts.reset();
   if (im.stream) cudaStreamDestroy(im.stream);
   // The allocator lives on while tensors from alloc() do (their deleters hold it).
 }

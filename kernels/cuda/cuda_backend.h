@@ -122,6 +122,9 @@ class CudaBackend : public Backend {
                      const DepthSourceSwitches& sources = {}) override;
   // cuda_sampling.cu, launched from cuda_sampling_op.cpp; not inside a graph capture.
   void sample(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) override;
+  // The same with ctas_per_row CTAs per row (1, 2, 4 or 8; 0: cuda::plan_sample_ctas_per_row
+  // picks, as the override does), so tests can compare the splits.
+  void sample(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out, int ctas_per_row);
 
   // Captures the work `record` queues on this backend's stream into a CUDA graph (see
   // CudaGraph). Warm up first: run the same step eagerly once, so that the caching allocator

@@ -64,6 +64,19 @@ struct CudaBackend::Impl {
   size_t rows_device_count = 0;
   cudaEvent_t rows_copied = nullptr;
 
+  // --- sample (cuda_ops.cpp): persistent staging, grown when a call needs more ---
+  // sample_host (pinned) and sample_device share cuda::sample_staging_layout: the rows'
+  // parameters and ids go up in one copy, the ids come back into the same buffer. sample()
+  // synchronizes before it returns, so the next call may rewrite both.
+  std::shared_ptr<void> sample_host;  // pinned_host()
+  size_t sample_host_bytes = 0;
+  std::shared_ptr<void> sample_device;
+  size_t sample_device_bytes = 0;
+  // Presence / frequency scratch, [rows, vocab] int32 for the largest call with such a
+  // penalty: zeroed once when allocated, left zero by every launch.
+  std::shared_ptr<void> sample_counts;
+  size_t sample_counts_bytes = 0;
+
   // --- linear: activations converted to the weight dtype ---
   std::shared_ptr<void> act_scratch;
   size_t act_scratch_bytes = 0;

@@ -230,11 +230,38 @@ struct DepthWeightsParams {
 void launch_depth_weights(const DepthWeightsParams& params, cudaStream_t stream);
 
 // --- cuda_sampling.cu ---
+// A row is sampled by a cluster of ctas_per_row CTAs (1, 2, 4 or 8); CTA k takes ids
+// [k * slice, (k + 1) * slice), slice = sample_slice_ids(vocab, ctas_per_row). The result does
+// not depend on the split (every merge is exact). Pure host logic below, up to launch_sample.
+constexpr int kMaxSampleCtasPerRow = 8;  // the portable cluster size
+// A slice's repetition-penalty bitmap (slice / 8 bytes) must fit in shared memory: 32 KB.
+constexpr int64_t kMaxSampleSliceIds = int64_t{1} << 18;
+// Below this a CTA's 512 threads have under 16 ids each: the merges cost more than they save.
+constexpr int64_t kMinSampleSliceIds = 8192;
+// ceil(vocab / ctas_per_row), rounded up to 32 ids (whole 128-byte lines).
+int64_t sample_slice_ids(int64_t vocab, int ctas_per_row);
+// How many CTAs per row: the fewest whose slices fit kMaxSampleSliceIds, then doubled while
+// rows x CTAs still fit one CTA per SM and slices keep kMinSampleSliceIds ids. Qwen3's vocab
+// (151936) on 132 SMs: 8 up to 16 rows, 4 up to 33, 2 up to 66, then 1.
+int plan_sample_ctas_per_row(int64_t rows, int64_t vocab, int sm_count);
+// CudaBackend::sample's staging, one buffer laid out the same on the host (pinned) and on the
+// device: [rows] SampleRow, token ids from ids_offset (the two go up in one copy of
+// upload_bytes), out [rows] int32 from out_offset (comes back). Offsets 256-byte aligned.
+struct SampleStagingLayout {
+  size_t ids_offset = 0;
+  size_t upload_bytes = 0;
+  size_t out_offset = 0;
+  size_t total_bytes = 0;
+};
+SampleStagingLayout sample_staging_layout(int64_t rows, int64_t num_ids);
+// A persistent buffer's new capacity for a call that needs `needed` bytes: unchanged when it
+// fits, else at least doubled (a growing batch regrows O(log) times, then never).
+size_t grown_staging_bytes(size_t capacity, size_t needed);
 // Samples rows [0, rows) of logits [rows, vocab] (overwritten) into out [rows]. row_args
 // [rows] and token_ids on the device, ids validated; counts [rows, vocab] int32, all zero, left
-// zero (presence / frequency scratch).
+// zero (presence / frequency scratch). Throws when a slice exceeds kMaxSampleSliceIds.
 void launch_sample(float* logits, int64_t rows, int64_t vocab, int32_t decodable,
                    const SampleRow* row_args, const int32_t* token_ids, int32_t* counts,
-                   int32_t* out, cudaStream_t stream);
+                   int32_t* out, int ctas_per_row, cudaStream_t stream);
 
 }  // namespace attnres::cuda

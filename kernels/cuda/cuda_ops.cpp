@@ -17,6 +17,7 @@
 // cuBLASLt's (cuda_lt_gemm.h) with an f32 bias in its epilogue; a bias of another dtype is a
 // separate small kernel (the model widens its biases to f32 at load, so that is rare).
 #include <algorithm>
+#include <cstring>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -613,10 +614,17 @@ void CudaBackend::depth_weights(const Tensor& query, const Tensor& bank, int n,
   cuda::launch_depth_weights(p, on_device().stream);
 }
 
-// Backend::sample (cuda_sampling.cu). The parameters and ids go up, the ids come back, and the
-// call waits for them (the engine reads them next). Not capturable: a graph would replay the
-// parameters of the step it captured.
+// Backend::sample (cuda_sampling.cu). The parameters and ids go up in one copy from the
+// persistent pinned staging, the ids come back into it, and the call waits for them (the
+// engine reads them next). No allocation once the staging has grown to the batch.
+// Not capturable, and not meant to be (kernels/cuda/NOTES.md, "Sampling"): the decode graphs
+// end before the LM head, and a graph would replay the parameters of the step it captured.
 void CudaBackend::sample(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) {
+  sample(logits, batch, out, 0);
+}
+
+void CudaBackend::sample(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out,
+                         int ctas_per_row) {
   const int64_t rows = static_cast<int64_t>(batch.rows.size());
   ATTNRES_CHECK(logits.rank() == 2 && logits.dim(0) >= rows,
                 "sample: logits " + shape_str(logits.shape) + " for " + std::to_string(rows) +
@@ -650,30 +658,50 @@ void CudaBackend::sample(Tensor& logits, const SampleBatch& batch, std::span<int
   }
   Impl& im = on_device();
   ATTNRES_CHECK(!im.capturing(), "sample: cannot run inside a CUDA graph capture");
-  const size_t args_bytes = batch.rows.size() * sizeof(SampleRow);
-  const size_t ids_bytes = batch.token_ids.size() * sizeof(int32_t);
-  const size_t out_bytes = static_cast<size_t>(rows) * sizeof(int32_t);
+  if (ctas_per_row == 0) ctas_per_row = cuda::plan_sample_ctas_per_row(rows, vocab, im.sm_count);
+
+  // Staging: grown (rarely), never shrunk. The last call synchronized, so nothing still reads it.
+  const cuda::SampleStagingLayout layout = cuda::sample_staging_layout(rows, num_ids);
+  if (layout.total_bytes > im.sample_host_bytes) {
+    const size_t grown = cuda::grown_staging_bytes(im.sample_host_bytes, layout.total_bytes);
+    im.sample_host.reset();  // freed first: the peak is the new one alone
+    im.sample_host_bytes = 0;
+    im.sample_host = im.pinned_host(grown);
+    im.sample_host_bytes = grown;
+  }
+  if (layout.total_bytes > im.sample_device_bytes) {
+    const size_t grown = cuda::grown_staging_bytes(im.sample_device_bytes, layout.total_bytes);
+    im.sample_device = im.raw_alloc(grown);  // the old block returns to the cache
+    im.sample_device_bytes = grown;
+  }
   const size_t counts_bytes =
       needs_counts ? static_cast<size_t>(rows * vocab) * sizeof(int32_t) : 0;
-  std::shared_ptr<void> args_dev = im.raw_alloc(args_bytes);
-  std::shared_ptr<void> ids_dev = im.raw_alloc(std::max<size_t>(ids_bytes, sizeof(int32_t)));
-  std::shared_ptr<void> out_dev = im.raw_alloc(out_bytes);
-  std::shared_ptr<void> counts_dev = im.raw_alloc(std::max<size_t>(counts_bytes, sizeof(int32_t)));
-  CUDA_CHECK(cudaMemcpyAsync(args_dev.get(), batch.rows.data(), args_bytes, cudaMemcpyHostToDevice,
-                             im.stream));
-  if (ids_bytes) {
-    CUDA_CHECK(cudaMemcpyAsync(ids_dev.get(), batch.token_ids.data(), ids_bytes,
-                               cudaMemcpyHostToDevice, im.stream));
+  if (counts_bytes > im.sample_counts_bytes) {
+    const size_t grown = cuda::grown_staging_bytes(im.sample_counts_bytes, counts_bytes);
+    im.sample_counts = im.raw_alloc(grown);
+    im.sample_counts_bytes = grown;
+    CUDA_CHECK(cudaMemsetAsync(im.sample_counts.get(), 0, grown, im.stream));
   }
-  if (counts_bytes) CUDA_CHECK(cudaMemsetAsync(counts_dev.get(), 0, counts_bytes, im.stream));
+
+  char* host = static_cast<char*>(im.sample_host.get());
+  char* device = static_cast<char*>(im.sample_device.get());
+  std::memcpy(host, batch.rows.data(), batch.rows.size() * sizeof(SampleRow));
+  if (num_ids) {
+    std::memcpy(host + layout.ids_offset, batch.token_ids.data(),
+                static_cast<size_t>(num_ids) * sizeof(int32_t));
+  }
+  CUDA_CHECK(cudaMemcpyAsync(device, host, layout.upload_bytes, cudaMemcpyHostToDevice, im.stream));
+  // Null until a call has a penalty row: only such rows read counts.
+  int32_t* counts = static_cast<int32_t*>(im.sample_counts.get());
   cuda::launch_sample(
-      f32(logits), rows, vocab, batch.decodable, static_cast<const SampleRow*>(args_dev.get()),
-      static_cast<const int32_t*>(ids_dev.get()), static_cast<int32_t*>(counts_dev.get()),
-      static_cast<int32_t*>(out_dev.get()), im.stream);
-  CUDA_CHECK(
-      cudaMemcpyAsync(out.data(), out_dev.get(), out_bytes, cudaMemcpyDeviceToHost, im.stream));
-  // Also keeps the staging buffers alive until the copies that read them are done.
+      f32(logits), rows, vocab, batch.decodable, reinterpret_cast<const SampleRow*>(device),
+      reinterpret_cast<const int32_t*>(device + layout.ids_offset), counts,
+      reinterpret_cast<int32_t*>(device + layout.out_offset), ctas_per_row, im.stream);
+  const size_t out_bytes = static_cast<size_t>(rows) * sizeof(int32_t);
+  CUDA_CHECK(cudaMemcpyAsync(host + layout.out_offset, device + layout.out_offset, out_bytes,
+                             cudaMemcpyDeviceToHost, im.stream));
   CUDA_CHECK(cudaStreamSynchronize(im.stream));
+  std::memcpy(out.data(), host + layout.out_offset, out_bytes);
 }
 
 }  // namespace attnres
