@@ -94,6 +94,10 @@ class CudaBackend : public Backend {
   void embedding(const Tensor& table, const BatchMeta& batch, Tensor& out) override;
   void rms_norm(const Tensor& x, const Tensor& gain, float eps, Tensor& out) override;
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
+  // Decode-sized (<= 8 rows): the residual add in the GEMV's epilogue, the bits of linear then
+  // add_inplace; more rows take the Backend's default (cuBLAS, then the add).
+  void linear_residual(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& residual,
+                       Tensor& out) override;
   // Decode-sized (<= 8 rows): one GEMV launch for every target, and gate / up with SwiGLU as
   // its epilogue; more rows take the Backend's defaults (cuBLAS per weight).
   void linear_many(const Tensor& x, std::span<const LinearTarget> targets) override;

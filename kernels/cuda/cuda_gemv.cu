@@ -15,7 +15,8 @@
 //
 // Fusions for decode's launch count: several weights of one input in one launch (q, k, v:
 // gemv_kernel over segments), and the MLP's gate and up rows read by one warp with SwiGLU as
-// the epilogue (gemv_swiglu_kernel): per layer 6 launches become 2.
+// the epilogue (gemv_swiglu_kernel): per layer 6 launches become 2. And the residual add as
+// gemv_kernel's epilogue (launch_gemv_residual: o_proj and down_proj into the partial sum).
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -97,7 +98,13 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const float total = warp_sum(acc[r]);
-    if (lane == 0) seg.out[r * seg.n + o] = total + b;
+    if (lane == 0) {
+      // The bias first, then the residual: the rounding of linear then add_inplace. The
+      // same lane reads residual[i] before it writes out[i], so out may be the residual.
+      float y = total + b;
+      if (seg.residual) y += seg.residual[r * seg.n + o];
+      seg.out[r * seg.n + o] = y;
+    }
   }
 }
 
@@ -203,6 +210,16 @@ void launch_gemv(const float* x, int64_t rows, const void* w, DType w_dtype, con
   if (rows == 0 || N == 0) return;
   GemvSegments one;
   one.seg[0] = {w, bias, bias_dtype, N, out};
+  one.count = 1;
+  launch(x, rows, K, w_dtype, one, nullptr, stream);
+}
+
+void launch_gemv_residual(const float* x, int64_t rows, const void* w, DType w_dtype,
+                          const void* bias, DType bias_dtype, int64_t K, int64_t N,
+                          const float* residual, float* out, cudaStream_t stream) {
+  if (rows == 0 || N == 0) return;
+  GemvSegments one;
+  one.seg[0] = {w, bias, bias_dtype, N, out, residual};
   one.count = 1;
   launch(x, rows, K, w_dtype, one, nullptr, stream);
 }
