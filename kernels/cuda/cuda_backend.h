@@ -25,13 +25,15 @@
 //
 // Files: cuda_backend.cpp (memory, batch metadata, factory), cuda_ops.cpp (op validation
 // and dispatch, linear through cuBLAS), cuda_allocator.cpp (caching allocator and CUDA graph
-// memory pools), cuda_graph.cpp (capture_graph, CudaGraph), and the
+// memory pools), cuda_graph.cpp (capture_graph, CudaGraph), cuda_launch.cpp (programmatic
+// dependent launch switch, launch counts; the launch itself: cuda_common.cuh), and the
 // kernels: cuda_elementwise.cu, cuda_gemv.cu, cuda_norm_rope.cu, cuda_attention.cu,
 // cuda_depth_mix.cu, cuda_depth_weights.cu. gpu_first_run.sh: the first commands to run on a
 // GPU machine.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
@@ -134,6 +136,21 @@ class CudaBackend : public Backend {
   // The Backend's step graphs (engine/sched/decode_graphs.h) are these CUDA graphs.
   bool supports_step_graphs() const override { return true; }
   std::unique_ptr<StepGraph> capture_step_graph(const std::function<void()>& record) override;
+
+  // Programmatic dependent launch (kernels/cuda/cuda_launch.h): each kernel may be scheduled
+  // while the one ahead of it finishes, and waits for it on the GPU. On by default where the
+  // device has it (compute capability 9.0+) unless ATTNRES_CUDA_PDL=0; set_programmatic_launch
+  // switches it for launches (and graph captures) from now on; asking for it on an older
+  // device leaves it off. Results are the same bits either way.
+  void set_programmatic_launch(bool on);
+  bool programmatic_launch() const;
+  // Launches so far: kernels of kernels/cuda (a captured launch counts once, at capture; a
+  // graph replay adds none), and calls into cuBLAS (each runs one or more kernels of its own).
+  struct LaunchCounts {
+    uint64_t kernels = 0;
+    uint64_t cublas_calls = 0;
+  };
+  LaunchCounts launch_counts() const;
 
   // The stream every op runs on (for timing with events).
   CUstream_st* stream() const;

@@ -67,6 +67,7 @@ __global__ void __launch_bounds__(depth_block_threads<V>(), 1)
                         int64_t T, int64_t d, float eps, float* __restrict__ m,
                         float* __restrict__ s, float* __restrict__ o,
                         const float* __restrict__ gate_logits) {
+  wait_for_previous_kernel();
   const int64_t t = blockIdx.x;
   const int64_t first = static_cast<int64_t>(threadIdx.x) * V, stride = blockDim.x * V;
   const float* gate = gate_logits ? gate_logits + t * d : nullptr;
@@ -160,6 +161,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1)
                                 const float* __restrict__ o, const float* __restrict__ query,
                                 float bias, float mix_eps, const float* p,
                                 const G* __restrict__ gain, float norm_eps, int64_t d, float* out) {
+  wait_for_previous_kernel();
   const int64_t t = blockIdx.x;
   const float* pr = p + t * d;
   const float* orow = o + t * d;
@@ -194,6 +196,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1)
 template <class G, int V, class B>
 __global__ void __launch_bounds__(depth_block_threads<V>(), 1)
     depth_phase2_general_kernel(DepthPhase2Params p) {
+  wait_for_previous_kernel();
   const int64_t t = blockIdx.x, d = p.d, T = p.num_tokens;
   const int64_t first = static_cast<int64_t>(threadIdx.x) * V, stride = blockDim.x * V;
   const float* pr = p.partial + t * d;
@@ -302,11 +305,11 @@ void launch_phase1_group(const Phase1Launch& a) {
     const B* bank = static_cast<const B*>(a.bank);
     const unsigned grid = static_cast<unsigned>(a.T);
     if (vec) {
-      depth_phase1_kernel<S, kDepthVector, B><<<grid, depth_row_threads(a.d, true), 0, a.stream>>>(
-          a.queries, bank, a.n, a.T, a.d, a.eps, a.m, a.s, a.o, a.gate_logits);
+      launch_kernel(depth_phase1_kernel<S, kDepthVector, B>, grid, depth_row_threads(a.d, true), 0,
+                    a.stream, a.queries, bank, a.n, a.T, a.d, a.eps, a.m, a.s, a.o, a.gate_logits);
     } else {
-      depth_phase1_kernel<S, 1, B><<<grid, depth_row_threads(a.d, false), 0, a.stream>>>(
-          a.queries, bank, a.n, a.T, a.d, a.eps, a.m, a.s, a.o, a.gate_logits);
+      launch_kernel(depth_phase1_kernel<S, 1, B>, grid, depth_row_threads(a.d, false), 0, a.stream,
+                    a.queries, bank, a.n, a.T, a.d, a.eps, a.m, a.s, a.o, a.gate_logits);
     }
   });
 }
@@ -369,9 +372,9 @@ void launch_depth_phase2_prenorm(const float* m, const float* s, const float* o,
   if (num_tokens == 0 || d == 0) return;
   dispatch_float_dtype(gain_dtype, "depth_phase2 prenorm gain", [&](auto tag) {
     using G = decltype(tag);
-    depth_phase2_prenorm_kernel<G>
-        <<<static_cast<unsigned>(num_tokens), row_block_threads(d), 0, stream>>>(
-            m, s, o, query, bias, mix_eps, partial, static_cast<const G*>(gain), norm_eps, d, out);
+    launch_kernel(depth_phase2_prenorm_kernel<G>, static_cast<unsigned>(num_tokens),
+                  row_block_threads(d), 0, stream, m, s, o, query, bias, mix_eps, partial,
+                  static_cast<const G*>(gain), norm_eps, d, out);
   });
   CUDA_CHECK_LAUNCH();
 }
@@ -389,11 +392,11 @@ void launch_depth_phase2_general(const DepthPhase2Params& params, cudaStream_t s
     dispatch_bank_dtype(bank_dtype, "depth_phase2 newer entries", [&](auto bank_tag) {
       using B = decltype(bank_tag);
       if (vec) {
-        depth_phase2_general_kernel<G, kDepthVector, B>
-            <<<grid, depth_row_threads(d, true), 0, stream>>>(params);
+        launch_kernel(depth_phase2_general_kernel<G, kDepthVector, B>, grid,
+                      depth_row_threads(d, true), 0, stream, params);
       } else {
-        depth_phase2_general_kernel<G, 1, B>
-            <<<grid, depth_row_threads(d, false), 0, stream>>>(params);
+        launch_kernel(depth_phase2_general_kernel<G, 1, B>, grid, depth_row_threads(d, false), 0,
+                      stream, params);
       }
     });
   });

@@ -73,6 +73,7 @@ __device__ __forceinline__ void row_dot(const float* __restrict__ x, const W* __
 template <class W, int R, bool kVectorized>
 __global__ void __launch_bounds__(kGemvWarps * 32)
     gemv_kernel(const float* __restrict__ x, int64_t K, GemvSegments segments) {
+  wait_for_previous_kernel();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
   // Constant indices only: a run-time index into the parameter struct copies it to local
@@ -114,6 +115,7 @@ template <class W, int R, bool kVectorized>
 __global__ void __launch_bounds__(kGemvWarps * 32)
     gemv_swiglu_kernel(const float* __restrict__ x, int64_t K, GemvSegment gate, GemvSegment up,
                        float* __restrict__ out) {
+  wait_for_previous_kernel();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
   if (o >= gate.n) return;  // whole warp
@@ -151,11 +153,11 @@ void launch_rows(const float* x, int64_t K, const GemvSegments& segments, float*
     const bool vec = vectorizable<W>(x, K, segments.seg, 2);
     const unsigned grid = grid_for(segments.seg[0].n);
     if (vec) {
-      gemv_swiglu_kernel<W, R, true><<<grid, kGemvWarps * 32, 0, stream>>>(
-          x, K, segments.seg[0], segments.seg[1], swiglu_out);
+      launch_kernel(gemv_swiglu_kernel<W, R, true>, grid, kGemvWarps * 32, 0, stream, x, K,
+                    segments.seg[0], segments.seg[1], swiglu_out);
     } else {
-      gemv_swiglu_kernel<W, R, false><<<grid, kGemvWarps * 32, 0, stream>>>(
-          x, K, segments.seg[0], segments.seg[1], swiglu_out);
+      launch_kernel(gemv_swiglu_kernel<W, R, false>, grid, kGemvWarps * 32, 0, stream, x, K,
+                    segments.seg[0], segments.seg[1], swiglu_out);
     }
     return;
   }
@@ -163,9 +165,11 @@ void launch_rows(const float* x, int64_t K, const GemvSegments& segments, float*
   for (int s = 0; s < segments.count; ++s) total += segments.seg[s].n;
   const bool vec = vectorizable<W>(x, K, segments.seg, segments.count);
   if (vec) {
-    gemv_kernel<W, R, true><<<grid_for(total), kGemvWarps * 32, 0, stream>>>(x, K, segments);
+    launch_kernel(gemv_kernel<W, R, true>, grid_for(total), kGemvWarps * 32, 0, stream, x, K,
+                  segments);
   } else {
-    gemv_kernel<W, R, false><<<grid_for(total), kGemvWarps * 32, 0, stream>>>(x, K, segments);
+    launch_kernel(gemv_kernel<W, R, false>, grid_for(total), kGemvWarps * 32, 0, stream, x, K,
+                  segments);
   }
 }
 

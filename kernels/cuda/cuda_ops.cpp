@@ -147,6 +147,7 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
       ATTNRES_CHECK(w.dtype == DType::F32,
                     "linear w dtype " + std::string(dtype_name(w.dtype)) + " is not supported");
     }
+    im.launch->cublas_calls.fetch_add(1, std::memory_order_relaxed);
     CUBLAS_CHECK(cublasGemmEx(im.cublas, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w.data, ab_type,
                               k, b_ptr, ab_type, k, &beta, out.data, CUDA_R_32F, m,
                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));

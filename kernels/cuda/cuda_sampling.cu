@@ -160,6 +160,7 @@ struct ArgMaxOp {
 __global__ void __launch_bounds__(kSampleThreads, 1)
     sample_kernel(float* logits, int64_t vocab, int32_t decodable, const SampleRow* rows,
                   const int32_t* token_ids, int32_t* counts, int32_t* out) {
+  wait_for_previous_kernel();
   extern __shared__ unsigned int seen[];  // [(vocab + 31) / 32] repetition marks
   __shared__ union {
     BlockSum::TempStorage sum;
@@ -342,8 +343,8 @@ void launch_sample(float* logits, int64_t rows, int64_t vocab, int32_t decodable
                    int32_t* out, cudaStream_t stream) {
   if (rows == 0) return;
   const size_t seen_bytes = static_cast<size_t>((vocab + 31) / 32) * sizeof(unsigned int);
-  sample_kernel<<<static_cast<unsigned>(rows), kSampleThreads, seen_bytes, stream>>>(
-      logits, vocab, decodable, row_args, token_ids, counts, out);
+  launch_kernel(sample_kernel, static_cast<unsigned>(rows), kSampleThreads, seen_bytes, stream,
+                logits, vocab, decodable, row_args, token_ids, counts, out);
   CUDA_CHECK(cudaGetLastError());
 }
 
