@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/error.h"
 #include "engine/core/sample_row.h"
 #include "engine/core/tensor.h"
 
@@ -133,6 +134,26 @@ class Backend {
   // out = x W^T (+ bias). x [R, in] f32; w [out, in] any dtype; bias [out] (any float
   // dtype) or null. out must not alias x.
   virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) = 0;
+
+  // A sublayer's last linear with the residual add as its epilogue:
+  //   out = (x W^T (+ bias)) + residual
+  // the bias added first, exactly as linear() into a scratch and then add_inplace (the
+  // default, so the CPU's bits are those of the separate ops; fp addition commutes, so
+  // residual + y and y + residual are the same bits). residual, out [R, out] f32; out may be
+  // residual itself (the partial sum updated in place) or not overlap it at all; neither may
+  // alias x. A device backend fuses the add into the linear's launch (CUDA: <= 8 rows).
+  virtual void linear_residual(const Tensor& x, const Tensor& w, const Tensor* bias,
+                               const Tensor& residual, Tensor& out) {
+    check_residual_operands(x, residual, out);
+    if (out.data == residual.data) {
+      Tensor y = alloc(out.shape, DType::F32);
+      linear(x, w, bias, y);
+      add_inplace(out, y);
+    } else {
+      linear(x, w, bias, out);
+      add_inplace(out, residual);
+    }
+  }
 
   // Several linears of one input: outs[i] = x W_i^T (+ b_i), exactly as one linear() per
   // target (the default). A device backend runs them as one launch (a layer's q, k and v
@@ -263,6 +284,26 @@ class Backend {
   virtual void depth_weights(const Tensor& query, const Tensor& bank, int n, const Tensor& partial,
                              float bias, float eps, Tensor& out,
                              const DepthSourceSwitches& sources = {}) = 0;
+
+ protected:
+  // linear_residual's operand rules (every implementation checks them): residual and out of
+  // one shape and F32, out either residual itself or apart from it, x apart from both.
+  static void check_residual_operands(const Tensor& x, const Tensor& residual, const Tensor& out) {
+    ATTNRES_CHECK(
+        residual.shape == out.shape && residual.dtype == DType::F32 && out.dtype == DType::F32,
+        "linear_residual: residual " + shape_str(residual.shape) + " " +
+            std::string(dtype_name(residual.dtype)) + " and out " + shape_str(out.shape) + " " +
+            std::string(dtype_name(out.dtype)) + " must be F32 of one shape");
+    auto apart = [](const Tensor& a, const Tensor& b) {
+      const auto* a0 = static_cast<const char*>(a.data);
+      const auto* b0 = static_cast<const char*>(b.data);
+      return a.nbytes() == 0 || b.nbytes() == 0 || a0 + a.nbytes() <= b0 || b0 + b.nbytes() <= a0;
+    };
+    ATTNRES_CHECK(out.data == residual.data || apart(out, residual),
+                  "linear_residual: out must be the residual itself or not overlap it");
+    ATTNRES_CHECK(apart(x, out) && apart(x, residual),
+                  "linear_residual: x must not overlap out or the residual");
+  }
 };
 
 }  // namespace attnres

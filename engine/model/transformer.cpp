@@ -209,7 +209,7 @@ Transformer::Transformer(const ModelConfig& config, const ModelWeights& weights,
 
 void Transformer::attention_sublayer(int layer, const Tensor& normed, const Tensor& value_input,
                                      const BatchMeta& batch, KvCacheLayer& cache, Scratch& s,
-                                     Tensor& out) {
+                                     Tensor& out, const Tensor* residual) {
   const LayerWeights& w = weights_.layers[layer];
   auto bias = [](const Tensor& b) { return b.defined() ? &b : nullptr; };
   // q, k and v read one input (delta_v: v its own), so one call.
@@ -228,15 +228,26 @@ void Transformer::attention_sublayer(int layer, const Tensor& normed, const Tens
   const float scale =
       attention_factor * attention_factor / std::sqrt(static_cast<float>(config_.head_dim));
   backend_.attention(s.q, cache, batch, config_.head_dim, scale, s.attn);
-  backend_.linear(s.attn, w.o_proj, bias(w.o_bias), out);
+  output_linear(s.attn, w.o_proj, w.o_bias, out, residual);
 }
 
-void Transformer::mlp_sublayer(int layer, const Tensor& normed, Scratch& s, Tensor& out) {
+void Transformer::mlp_sublayer(int layer, const Tensor& normed, Scratch& s, Tensor& out,
+                               const Tensor* residual) {
   const LayerWeights& w = weights_.layers[layer];
   auto bias = [](const Tensor& b) { return b.defined() ? &b : nullptr; };
   backend_.linear_swiglu(normed, w.gate_proj, bias(w.gate_bias), w.up_proj, bias(w.up_bias), s.gate,
                          s.up, s.act);
-  backend_.linear(s.act, w.down_proj, bias(w.down_bias), out);
+  output_linear(s.act, w.down_proj, w.down_bias, out, residual);
+}
+
+void Transformer::output_linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
+                                const Tensor* residual) {
+  const Tensor* b = bias.defined() ? &bias : nullptr;
+  if (residual) {
+    backend_.linear_residual(x, w, b, *residual, out);
+  } else {
+    backend_.linear(x, w, b, out);
+  }
 }
 
 Transformer::RowSplit Transformer::split_rows(const BatchMeta& batch) const {
@@ -513,25 +524,35 @@ Tensor Transformer::forward_hidden(const BatchMeta& batch, KvCache& cache,
     const bool output_into_bank = step.push_output_after && !split.sharded && f32_bank;
     // The cumulative modes' pushed sum, likewise (see take_back_partial).
     const bool sum_into_bank = step.push_after && !split.sharded && !output_into_bank && f32_bank;
-    Tensor step_out =
-        output_into_bank || sum_into_bank ? bank.row(bank_size).reshape({L, d}) : sublayer_out;
+    // The residual add as the sublayer's last linear's epilogue, where the output is read
+    // only through that add: not where it is first summed over the ranks (tensor or sequence
+    // parallelism), nor where it is itself a bank entry (delta modes, first_layer's layer 0)
+    // or summed into the open entry (delta_block).
+    const bool fuse_residual =
+        !parallel_.comm && !split.sharded && !step.push_output_after && !step.accumulate_output;
+    if (fuse_residual && !sum_into_bank) take_back_partial(true);  // updated in place below
+    Tensor step_out = output_into_bank || sum_into_bank ? bank.row(bank_size).reshape({L, d})
+                      : fuse_residual                   ? partial
+                                                        : sublayer_out;
+    const Tensor* residual = fuse_residual ? &partial : nullptr;
     if (step.kind == SublayerKind::Attention) {
       const Tensor value_input =
           step.value_slot >= 0 ? gather_input(split, normed_v, s.gathered_v) : input;
       attention_sublayer(step.layer, input, value_input, batch, cache.layers[step.layer], s,
-                         step_out);
+                         step_out, residual);
     } else {
-      mlp_sublayer(step.layer, input, s, step_out);
+      mlp_sublayer(step.layer, input, s, step_out, residual);
     }
-    const Tensor out = reduce_output(split, s, step_out);
+    const Tensor out = fuse_residual ? Tensor() : reduce_output(split, s, step_out);
     if (sum_into_bank) {
       Tensor entry = bank.row(bank_size++).reshape({L, d});
-      backend_.add_inplace(entry, partial);  // out + partial: the same bits as partial + out
+      // out + partial: the same bits as partial + out
+      if (!fuse_residual) backend_.add_inplace(entry, partial);
       partial = entry;
       partial_in_bank = true;
     } else {
       take_back_partial(true);
-      backend_.add_inplace(partial, out);
+      if (!fuse_residual) backend_.add_inplace(partial, out);
       if (step.push_after) push_partial();
     }
     if (step.push_output_after) {  // delta modes: the sublayer output itself is a source

@@ -109,11 +109,16 @@ class Transformer {
   // the step is not sharded; the result is the summed output (`written` itself then).
   Tensor reduce_output(const RowSplit& split, Scratch& scratch, Tensor& written);
   // `value_input` feeds v_proj: the same tensor as `normed` except under delta_v, whose V
-  // stream has its own depth mix (ATTNRES.md §2d).
+  // stream has its own depth mix (ATTNRES.md §2d). With a `residual`, out = sublayer output +
+  // residual, the add fused into the last linear (Backend::linear_residual).
   void attention_sublayer(int layer, const Tensor& normed, const Tensor& value_input,
                           const BatchMeta& batch, KvCacheLayer& cache, Scratch& scratch,
-                          Tensor& out);
-  void mlp_sublayer(int layer, const Tensor& normed, Scratch& scratch, Tensor& out);
+                          Tensor& out, const Tensor* residual);
+  void mlp_sublayer(int layer, const Tensor& normed, Scratch& scratch, Tensor& out,
+                    const Tensor* residual);
+  // The sublayer's last linear, into out or (residual given) added to the residual.
+  void output_linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
+                     const Tensor* residual);
   Tensor upload(const Tensor& t);
   // Depth introspection: one mix's weights (plan step i, query row `slot` of its group) for
   // the requested rows ([rows, sources], on the device), and the download of every mix's

@@ -105,6 +105,7 @@ __global__ void __launch_bounds__(kStoreThreads, 1)
     store_kv_kernel(const float* __restrict__ k, const float* __restrict__ v,
                     const int32_t* __restrict__ slots, int64_t row_elems, S* __restrict__ k_cache,
                     S* __restrict__ v_cache) {
+  wait_for_previous_kernel();
   const int64_t t = blockIdx.x;
   const int64_t dst = static_cast<int64_t>(slots[t]) * row_elems;
   const int64_t src = t * row_elems;
@@ -146,6 +147,7 @@ __device__ __forceinline__ int splits_of(int context, int split_len, int num_spl
 template <class S, int kVec, int kChunks, int kHeads>
 __global__ void __launch_bounds__(kAttentionThreads, kHeads <= 4 ? kCtasPerSm : 2)
     paged_attention_kernel(const PagedAttentionArgs a, int lanes_per_key, int head_chunks) {
+  wait_for_previous_kernel();
   constexpr int kElems = kVec * kChunks;
   const int64_t r = blockIdx.x;              // the launch's row: indexes the split partials
   const int64_t t = a.rows ? a.rows[r] : r;  // the token: q, out, positions
@@ -320,6 +322,7 @@ __global__ void __launch_bounds__(kAttentionThreads, kHeads <= 4 ? kCtasPerSm : 
 // split order. One CTA per (row blockIdx.x, query head blockIdx.y), a thread per element.
 __global__ void __launch_bounds__(kMergeThreads, 1)
     merge_attention_splits_kernel(const PagedAttentionArgs a) {
+  wait_for_previous_kernel();
   const int64_t r = blockIdx.x;
   const int64_t t = a.rows ? a.rows[r] : r;
   const int hd = a.head_dim;
@@ -357,20 +360,20 @@ void launch_for_heads(const PagedAttentionArgs& args, int lanes_per_key, cudaStr
                   static_cast<unsigned>(args.num_splits));
   switch (heads) {
     case 1:
-      paged_attention_kernel<S, kVec, kChunks, 1>
-          <<<grid, kAttentionThreads, 0, stream>>>(args, lanes_per_key, head_chunks);
+      launch_kernel(paged_attention_kernel<S, kVec, kChunks, 1>, grid, kAttentionThreads, 0, stream,
+                    args, lanes_per_key, head_chunks);
       break;
     case 2:
-      paged_attention_kernel<S, kVec, kChunks, 2>
-          <<<grid, kAttentionThreads, 0, stream>>>(args, lanes_per_key, head_chunks);
+      launch_kernel(paged_attention_kernel<S, kVec, kChunks, 2>, grid, kAttentionThreads, 0, stream,
+                    args, lanes_per_key, head_chunks);
       break;
     case 4:
-      paged_attention_kernel<S, kVec, kChunks, 4>
-          <<<grid, kAttentionThreads, 0, stream>>>(args, lanes_per_key, head_chunks);
+      launch_kernel(paged_attention_kernel<S, kVec, kChunks, 4>, grid, kAttentionThreads, 0, stream,
+                    args, lanes_per_key, head_chunks);
       break;
     default:
-      paged_attention_kernel<S, kVec, kChunks, kMaxHeadsPerCta>
-          <<<grid, kAttentionThreads, 0, stream>>>(args, lanes_per_key, head_chunks);
+      launch_kernel(paged_attention_kernel<S, kVec, kChunks, kMaxHeadsPerCta>, grid,
+                    kAttentionThreads, 0, stream, args, lanes_per_key, head_chunks);
       break;
   }
 }
@@ -405,12 +408,12 @@ void launch_store_kv(const float* k, const float* v, const int32_t* slots, int64
   const int threads = row_block_threads(row_elems, kStoreThreads);
   switch (cache_dtype) {
     case DType::F32:
-      store_kv_kernel<float><<<blocks, threads, 0, stream>>>(
-          k, v, slots, row_elems, static_cast<float*>(k_cache), static_cast<float*>(v_cache));
+      launch_kernel(store_kv_kernel<float>, blocks, threads, 0, stream, k, v, slots, row_elems,
+                    static_cast<float*>(k_cache), static_cast<float*>(v_cache));
       break;
     case DType::BF16:
-      store_kv_kernel<uint16_t><<<blocks, threads, 0, stream>>>(
-          k, v, slots, row_elems, static_cast<uint16_t*>(k_cache), static_cast<uint16_t*>(v_cache));
+      launch_kernel(store_kv_kernel<uint16_t>, blocks, threads, 0, stream, k, v, slots, row_elems,
+                    static_cast<uint16_t*>(k_cache), static_cast<uint16_t*>(v_cache));
       break;
     default:
       throw Error("store_kv: the CUDA kv cache must be F32 or BF16, got " +
@@ -476,8 +479,8 @@ void launch_paged_attention(const PagedAttentionArgs& args, cudaStream_t stream)
   CUDA_CHECK_LAUNCH();
   if (args.num_splits > 1) {
     const dim3 grid(static_cast<unsigned>(args.num_tokens), static_cast<unsigned>(args.hq));
-    merge_attention_splits_kernel<<<grid, row_block_threads(args.head_dim, kMergeThreads), 0,
-                                    stream>>>(args);
+    launch_kernel(merge_attention_splits_kernel, grid,
+                  row_block_threads(args.head_dim, kMergeThreads), 0, stream, args);
     CUDA_CHECK_LAUNCH();
   }
 }

@@ -72,6 +72,9 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   im.device_name =
       std::string(prop.name) + ", sm_" + std::to_string(prop.major) + std::to_string(prop.minor);
   im.sm_count = prop.multiProcessorCount;
+  im.programmatic_launch_supported = prop.major >= 9;
+  im.launch->programmatic =
+      im.programmatic_launch_supported && cuda::programmatic_launch_wanted_by_env();
   CUDA_CHECK(cudaStreamCreateWithFlags(&im.stream, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&im.meta_copied, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&im.rows_copied, cudaEventDisableTiming));
@@ -113,7 +116,16 @@ CudaBackend::~CudaBackend() {
 
 CudaBackend::Impl& CudaBackend::on_device() {
   impl_->use_device();
+  cuda::make_launch_context_current(impl_->launch);
   return *impl_;
+}
+
+void CudaBackend::set_programmatic_launch(bool on) {
+  impl_->launch->programmatic = on && impl_->programmatic_launch_supported;
+}
+bool CudaBackend::programmatic_launch() const { return impl_->launch->programmatic; }
+CudaBackend::LaunchCounts CudaBackend::launch_counts() const {
+  return {impl_->launch->kernels.load(), impl_->launch->cublas_calls.load()};
 }
 
 std::string CudaBackend::name() const { return "cuda(" + impl_->device_name + ")"; }

@@ -25,13 +25,15 @@
 //
 // Files: cuda_backend.cpp (memory, batch metadata, factory), cuda_ops.cpp (op validation
 // and dispatch, linear through cuBLAS), cuda_allocator.cpp (caching allocator and CUDA graph
-// memory pools), cuda_graph.cpp (capture_graph, CudaGraph), and the
+// memory pools), cuda_graph.cpp (capture_graph, CudaGraph), cuda_launch.cpp (programmatic
+// dependent launch switch, launch counts; the launch itself: cuda_common.cuh), and the
 // kernels: cuda_elementwise.cu, cuda_gemv.cu, cuda_norm_rope.cu, cuda_attention.cu,
 // cuda_depth_mix.cu, cuda_depth_weights.cu. gpu_first_run.sh: the first commands to run on a
 // GPU machine.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
@@ -98,6 +100,10 @@ class CudaBackend : public Backend {
   void embedding(const Tensor& table, const BatchMeta& batch, Tensor& out) override;
   void rms_norm(const Tensor& x, const Tensor& gain, float eps, Tensor& out) override;
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
+  // Decode-sized (<= 8 rows): the residual add in the GEMV's epilogue, the bits of linear then
+  // add_inplace; more rows take the Backend's default (cuBLAS, then the add).
+  void linear_residual(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& residual,
+                       Tensor& out) override;
   // Decode-sized (<= 8 rows): one GEMV launch for every target, and gate / up with SwiGLU as
   // its epilogue; more rows take the Backend's defaults (cuBLAS per weight).
   void linear_many(const Tensor& x, std::span<const LinearTarget> targets) override;
@@ -137,6 +143,21 @@ class CudaBackend : public Backend {
   // The Backend's step graphs (engine/sched/decode_graphs.h) are these CUDA graphs.
   bool supports_step_graphs() const override { return true; }
   std::unique_ptr<StepGraph> capture_step_graph(const std::function<void()>& record) override;
+
+  // Programmatic dependent launch (kernels/cuda/cuda_launch.h): each kernel may be scheduled
+  // while the one ahead of it finishes, and waits for it on the GPU. On by default where the
+  // device has it (compute capability 9.0+) unless ATTNRES_CUDA_PDL=0; set_programmatic_launch
+  // switches it for launches (and graph captures) from now on; asking for it on an older
+  // device leaves it off. Results are the same bits either way.
+  void set_programmatic_launch(bool on);
+  bool programmatic_launch() const;
+  // Launches so far: kernels of kernels/cuda (a captured launch counts once, at capture; a
+  // graph replay adds none), and calls into cuBLAS (each runs one or more kernels of its own).
+  struct LaunchCounts {
+    uint64_t kernels = 0;
+    uint64_t cublas_calls = 0;
+  };
+  LaunchCounts launch_counts() const;
 
   // The stream every op runs on (for timing with events).
   CUstream_st* stream() const;

@@ -13,6 +13,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_lt_gemm.h"
+#include "kernels/cuda/cuda_launch.h"
 
 namespace attnres {
 
@@ -25,6 +26,9 @@ struct CudaBackend::Impl {
   void* cublas_workspace = nullptr;  // fixed workspace: no cuBLAS allocation inside a graph
   size_t cublas_workspace_bytes = 0;
   std::shared_ptr<cuda::CachingAllocator> allocator;
+  // PDL on / off and the launch counts (cuda_launch.h); current on the thread during an op.
+  std::shared_ptr<cuda::LaunchContext> launch = std::make_shared<cuda::LaunchContext>();
+  bool programmatic_launch_supported = false;  // compute capability 9.0+
 
   // --- the prepared batch (prepare_batch) ---
   // One pinned staging buffer packs every metadata array; one cudaMemcpyAsync moves it to

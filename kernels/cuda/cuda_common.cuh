@@ -6,14 +6,61 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "engine/core/dtype.h"
 #include "engine/core/error.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_launch.h"
 
 namespace attnres::cuda {
+
+// --- programmatic dependent launch (cuda_launch.h) ---
+// Every kernel calls this first, before it reads or writes global memory. griddepcontrol.wait
+// returns once the kernel ahead in the stream has completed and its writes are visible (at
+// once for a launch without the PDL attribute, or after a memcpy / memset / cuBLAS kernel,
+// which the runtime serialises as before). launch_dependents then lets the next kernel be
+// scheduled already: its blocks run only up to their own wait meanwhile, so whatever this
+// kernel writes after the trigger is complete before any of them reads it or overwrites what
+// this kernel reads. A dependent is scheduled only once every block of this grid has
+// triggered, i.e. is resident or done, so its waiting blocks never keep ours off the SMs.
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Launches kernel<<<grid, block, shared_bytes, stream>>>(args...) with the PDL attribute when
+// the current backend's launch context asks for it, and counts the launch. Every launch site
+// of kernels/cuda goes through here; the kernel must begin with wait_for_previous_kernel().
+// Works inside stream capture (the launch becomes a kernel node with a programmatic edge).
+template <class... Params, class... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+                   cudaStream_t stream, Args&&... args) {
+  LaunchContext* context = current_launch_context();
+  cudaLaunchAttribute programmatic[1] = {};
+  programmatic[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  programmatic[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  if (context && context->programmatic.load(std::memory_order_relaxed)) {
+    config.attrs = programmatic;
+    config.numAttrs = 1;
+  }
+  if (context) context->kernels.fetch_add(1, std::memory_order_relaxed);
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // reported here, not again by the launcher's CUDA_CHECK_LAUNCH
+    throw_cuda_error(err, "cudaLaunchKernelEx", __FILE__, __LINE__);
+  }
+}
 
 // A stored element widened to f32 (bf16: exact shift; f16: exact).
 __device__ __forceinline__ float to_f32(float v) { return v; }

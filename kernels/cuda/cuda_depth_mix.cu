@@ -76,6 +76,7 @@ __global__ void __launch_bounds__(depth_block_threads<V>(), 1)
                         int64_t T, int64_t d, float eps, float* __restrict__ m,
                         float* __restrict__ s, float* __restrict__ o,
                         const float* __restrict__ gate_logits) {
+  wait_for_previous_kernel();
   constexpr int kHeld = C > 0 ? C : 1;  // chunks whose source (and o) a thread keeps
   const int64_t t = blockIdx.x;
   const int64_t first = static_cast<int64_t>(threadIdx.x) * V, stride = blockDim.x * V;
@@ -206,6 +207,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1)
                                 const float* __restrict__ o, const float* __restrict__ query,
                                 float bias, float mix_eps, const float* p,
                                 const G* __restrict__ gain, float norm_eps, int64_t d, float* out) {
+  wait_for_previous_kernel();
   const int64_t t = blockIdx.x;
   const float* pr = p + t * d;
   const float* orow = o + t * d;
@@ -240,6 +242,7 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1)
 template <class G, int V, class B>
 __global__ void __launch_bounds__(depth_block_threads<V>(), 1)
     depth_phase2_general_kernel(DepthPhase2Params p) {
+  wait_for_previous_kernel();
   const int64_t t = blockIdx.x, d = p.d, T = p.num_tokens;
   const int64_t first = static_cast<int64_t>(threadIdx.x) * V, stride = blockDim.x * V;
   const float* pr = p.partial + t * d;
@@ -352,8 +355,8 @@ inline int phase1_held_chunks(int64_t d, int V, int threads) {
 
 template <int S, int V, class B, int C>
 void launch_phase1_kernel(const Phase1Launch& a, const B* bank, int threads) {
-  depth_phase1_kernel<S, V, B, C><<<static_cast<unsigned>(a.T), threads, 0, a.stream>>>(
-      a.queries, bank, a.n, a.T, a.d, a.eps, a.m, a.s, a.o, a.gate_logits);
+  launch_kernel(depth_phase1_kernel<S, V, B, C>, dim3(static_cast<unsigned>(a.T)), dim3(threads), 0,
+                a.stream, a.queries, bank, a.n, a.T, a.d, a.eps, a.m, a.s, a.o, a.gate_logits);
 }
 
 template <int S, int V, class B>
@@ -445,9 +448,9 @@ void launch_depth_phase2_prenorm(const float* m, const float* s, const float* o,
   if (num_tokens == 0 || d == 0) return;
   dispatch_float_dtype(gain_dtype, "depth_phase2 prenorm gain", [&](auto tag) {
     using G = decltype(tag);
-    depth_phase2_prenorm_kernel<G>
-        <<<static_cast<unsigned>(num_tokens), row_block_threads(d), 0, stream>>>(
-            m, s, o, query, bias, mix_eps, partial, static_cast<const G*>(gain), norm_eps, d, out);
+    launch_kernel(depth_phase2_prenorm_kernel<G>, static_cast<unsigned>(num_tokens),
+                  row_block_threads(d), 0, stream, m, s, o, query, bias, mix_eps, partial,
+                  static_cast<const G*>(gain), norm_eps, d, out);
   });
   CUDA_CHECK_LAUNCH();
 }
@@ -465,11 +468,11 @@ void launch_depth_phase2_general(const DepthPhase2Params& params, cudaStream_t s
     dispatch_bank_dtype(bank_dtype, "depth_phase2 newer entries", [&](auto bank_tag) {
       using B = decltype(bank_tag);
       if (vec) {
-        depth_phase2_general_kernel<G, kDepthVector, B>
-            <<<grid, depth_row_threads(d, true), 0, stream>>>(params);
+        launch_kernel(depth_phase2_general_kernel<G, kDepthVector, B>, grid,
+                      depth_row_threads(d, true), 0, stream, params);
       } else {
-        depth_phase2_general_kernel<G, 1, B>
-            <<<grid, depth_row_threads(d, false), 0, stream>>>(params);
+        launch_kernel(depth_phase2_general_kernel<G, 1, B>, grid, depth_row_threads(d, false), 0,
+                      stream, params);
       }
     });
   });

@@ -44,6 +44,7 @@ __device__ __forceinline__ void row_dot_and_squares(const float* query, const R*
 template <int V, class B>
 __global__ void __launch_bounds__(depth_block_threads<V>(), 1)
     depth_weights_kernel(DepthWeightsParams p) {
+  wait_for_previous_kernel();
   extern __shared__ float logits[];  // [width], written by thread 0
   const int64_t t = blockIdx.x, T = p.num_tokens, d = p.d;
   const int first = p.has_null ? 1 : 0;
@@ -89,10 +90,11 @@ void launch_depth_weights(const DepthWeightsParams& params, cudaStream_t stream)
   dispatch_bank_dtype(params.bank_dtype, "depth_weights bank", [&](auto tag) {
     using B = decltype(tag);
     if (vec) {
-      depth_weights_kernel<kDepthVector, B>
-          <<<grid, depth_row_threads(d, true), shared, stream>>>(params);
+      launch_kernel(depth_weights_kernel<kDepthVector, B>, grid, depth_row_threads(d, true), shared,
+                    stream, params);
     } else {
-      depth_weights_kernel<1, B><<<grid, depth_row_threads(d, false), shared, stream>>>(params);
+      launch_kernel(depth_weights_kernel<1, B>, grid, depth_row_threads(d, false), shared, stream,
+                    params);
     }
   });
   CUDA_CHECK_LAUNCH();

@@ -20,6 +20,7 @@ template <class W>
 __global__ void __launch_bounds__(kThreads, 1)
     embedding_kernel(const W* __restrict__ table, const int32_t* __restrict__ ids, int64_t d,
                      float* __restrict__ out) {
+  wait_for_previous_kernel();
   const int64_t t = blockIdx.x;
   const W* row = table + static_cast<int64_t>(ids[t]) * d;
   float* dst = out + t * d;
@@ -29,6 +30,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 __global__ void __launch_bounds__(kThreads, 1)
     swiglu_kernel(const float* __restrict__ gate, const float* __restrict__ up,
                   float* __restrict__ out, int64_t n) {
+  wait_for_previous_kernel();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float g = gate[i];
@@ -38,6 +40,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 __global__ void __launch_bounds__(kThreads, 1)
     add_kernel(float* __restrict__ x, const float* __restrict__ y, int64_t n) {
+  wait_for_previous_kernel();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     x[i] += y[i];
@@ -48,6 +51,7 @@ template <class Word>
 __global__ void __launch_bounds__(kThreads, 1)
     gather_rows_kernel(const Word* __restrict__ x, const int32_t* __restrict__ rows,
                        int64_t row_words, Word* __restrict__ out) {
+  wait_for_previous_kernel();
   const int64_t i = blockIdx.x;
   const Word* src = x + static_cast<int64_t>(rows[i]) * row_words;
   Word* dst = out + i * row_words;
@@ -68,6 +72,7 @@ __device__ __forceinline__ __half from_f32<__half>(float v) {
 template <class W>
 __global__ void __launch_bounds__(kThreads, 1)
     convert_kernel(const float* __restrict__ x, W* __restrict__ out, int64_t n) {
+  wait_for_previous_kernel();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = from_f32<W>(x[i]);
@@ -78,6 +83,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 // kernel below.
 __global__ void __launch_bounds__(kThreads, 1)
     round_to_bf16_vec4_kernel(const float4* __restrict__ x, uint2* __restrict__ out, int64_t n4) {
+  wait_for_previous_kernel();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n4;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float4 v = x[i];
@@ -90,6 +96,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 __global__ void __launch_bounds__(kThreads, 1)
     round_to_bf16_kernel(const float* __restrict__ x, uint16_t* __restrict__ out, int64_t n) {
+  wait_for_previous_kernel();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = round_to_bf16_bits(x[i]);
@@ -98,6 +105,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 template <class W>
 __global__ void __launch_bounds__(kThreads, 1)
     add_bias_kernel(float* __restrict__ out, const W* __restrict__ bias, int64_t n) {
+  wait_for_previous_kernel();
   float* row = out + static_cast<int64_t>(blockIdx.x) * n;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) row[i] += to_f32(bias[i]);
 }
@@ -109,22 +117,23 @@ void launch_embedding(const void* table, DType table_dtype, const int32_t* ids, 
   if (num_tokens == 0 || d == 0) return;
   dispatch_float_dtype(table_dtype, "embedding table", [&](auto tag) {
     using W = decltype(tag);
-    embedding_kernel<W>
-        <<<static_cast<unsigned>(num_tokens), row_block_threads(d, kThreads), 0, stream>>>(
-            static_cast<const W*>(table), ids, d, out);
+    launch_kernel(embedding_kernel<W>, static_cast<unsigned>(num_tokens),
+                  row_block_threads(d, kThreads), 0, stream, static_cast<const W*>(table), ids, d,
+                  out);
   });
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  swiglu_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, stream>>>(gate, up, out, n);
+  launch_kernel(swiglu_kernel, elementwise_blocks(n, kThreads), kThreads, 0, stream, gate, up, out,
+                n);
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_add_inplace(float* x, const float* y, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  add_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, stream>>>(x, y, n);
+  launch_kernel(add_kernel, elementwise_blocks(n, kThreads), kThreads, 0, stream, x, y, n);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -136,12 +145,12 @@ void launch_gather_rows(const void* x, const int32_t* rows, int64_t num_rows, si
   const unsigned grid = static_cast<unsigned>(num_rows);
   if (words) {
     const int64_t n = static_cast<int64_t>(row_bytes / 4);
-    gather_rows_kernel<uint32_t><<<grid, row_block_threads(n, kThreads), 0, stream>>>(
-        static_cast<const uint32_t*>(x), rows, n, static_cast<uint32_t*>(out));
+    launch_kernel(gather_rows_kernel<uint32_t>, grid, row_block_threads(n, kThreads), 0, stream,
+                  static_cast<const uint32_t*>(x), rows, n, static_cast<uint32_t*>(out));
   } else {
     const int64_t n = static_cast<int64_t>(row_bytes);
-    gather_rows_kernel<uint8_t><<<grid, row_block_threads(n, kThreads), 0, stream>>>(
-        static_cast<const uint8_t*>(x), rows, n, static_cast<uint8_t*>(out));
+    launch_kernel(gather_rows_kernel<uint8_t>, grid, row_block_threads(n, kThreads), 0, stream,
+                  static_cast<const uint8_t*>(x), rows, n, static_cast<uint8_t*>(out));
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -151,10 +160,11 @@ void launch_convert_from_f32(const float* x, void* out, DType dtype, int64_t n,
   if (n == 0) return;
   const unsigned grid = elementwise_blocks(n, kThreads);
   if (dtype == DType::BF16) {
-    convert_kernel<__nv_bfloat16>
-        <<<grid, kThreads, 0, stream>>>(x, static_cast<__nv_bfloat16*>(out), n);
+    launch_kernel(convert_kernel<__nv_bfloat16>, grid, kThreads, 0, stream, x,
+                  static_cast<__nv_bfloat16*>(out), n);
   } else if (dtype == DType::F16) {
-    convert_kernel<__half><<<grid, kThreads, 0, stream>>>(x, static_cast<__half*>(out), n);
+    launch_kernel(convert_kernel<__half>, grid, kThreads, 0, stream, x, static_cast<__half*>(out),
+                  n);
   } else {
     throw Error("convert_from_f32: target must be BF16 or F16, got " +
                 std::string(dtype_name(dtype)));
@@ -168,15 +178,15 @@ void launch_round_to_bf16(const float* x, uint16_t* out, int64_t n, cudaStream_t
   if (reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 8 == 0) {
     const int64_t n4 = n / 4;
     if (n4 > 0) {
-      round_to_bf16_vec4_kernel<<<elementwise_blocks(n4, kThreads), kThreads, 0, stream>>>(
-          reinterpret_cast<const float4*>(x), reinterpret_cast<uint2*>(out), n4);
+      launch_kernel(round_to_bf16_vec4_kernel, elementwise_blocks(n4, kThreads), kThreads, 0,
+                    stream, reinterpret_cast<const float4*>(x), reinterpret_cast<uint2*>(out), n4);
       CUDA_CHECK_LAUNCH();
     }
     done = n4 * 4;
   }
   if (done < n) {
-    round_to_bf16_kernel<<<elementwise_blocks(n - done, kThreads), kThreads, 0, stream>>>(
-        x + done, out + done, n - done);
+    launch_kernel(round_to_bf16_kernel, elementwise_blocks(n - done, kThreads), kThreads, 0, stream,
+                  x + done, out + done, n - done);
     CUDA_CHECK_LAUNCH();
   }
 }
@@ -186,8 +196,8 @@ void launch_add_bias(float* out, const void* bias, DType bias_dtype, int64_t row
   if (rows == 0 || n == 0) return;
   dispatch_float_dtype(bias_dtype, "linear bias", [&](auto tag) {
     using W = decltype(tag);
-    add_bias_kernel<W><<<static_cast<unsigned>(rows), row_block_threads(n, kThreads), 0, stream>>>(
-        out, static_cast<const W*>(bias), n);
+    launch_kernel(add_bias_kernel<W>, static_cast<unsigned>(rows), row_block_threads(n, kThreads),
+                  0, stream, out, static_cast<const W*>(bias), n);
   });
   CUDA_CHECK_LAUNCH();
 }

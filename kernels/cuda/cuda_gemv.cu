@@ -15,7 +15,8 @@
 //
 // Fusions for decode's launch count: several weights of one input in one launch (q, k, v:
 // gemv_kernel over segments), and the MLP's gate and up rows read by one warp with SwiGLU as
-// the epilogue (gemv_swiglu_kernel): per layer 6 launches become 2.
+// the epilogue (gemv_swiglu_kernel): per layer 6 launches become 2. And the residual add as
+// gemv_kernel's epilogue (launch_gemv_residual: o_proj and down_proj into the partial sum).
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -72,6 +73,7 @@ __device__ __forceinline__ void row_dot(const float* __restrict__ x, const W* __
 template <class W, int R, bool kVectorized>
 __global__ void __launch_bounds__(kGemvWarps * 32)
     gemv_kernel(const float* __restrict__ x, int64_t K, GemvSegments segments) {
+  wait_for_previous_kernel();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
   // Constant indices only: a run-time index into the parameter struct copies it to local
@@ -97,7 +99,13 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const float total = warp_sum(acc[r]);
-    if (lane == 0) seg.out[r * seg.n + o] = total + b;
+    if (lane == 0) {
+      // The bias first, then the residual: the rounding of linear then add_inplace. The
+      // same lane reads residual[i] before it writes out[i], so out may be the residual.
+      float y = total + b;
+      if (seg.residual) y += seg.residual[r * seg.n + o];
+      seg.out[r * seg.n + o] = y;
+    }
   }
 }
 
@@ -107,6 +115,7 @@ template <class W, int R, bool kVectorized>
 __global__ void __launch_bounds__(kGemvWarps * 32)
     gemv_swiglu_kernel(const float* __restrict__ x, int64_t K, GemvSegment gate, GemvSegment up,
                        float* __restrict__ out) {
+  wait_for_previous_kernel();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
   if (o >= gate.n) return;  // whole warp
@@ -144,11 +153,11 @@ void launch_rows(const float* x, int64_t K, const GemvSegments& segments, float*
     const bool vec = vectorizable<W>(x, K, segments.seg, 2);
     const unsigned grid = grid_for(segments.seg[0].n);
     if (vec) {
-      gemv_swiglu_kernel<W, R, true><<<grid, kGemvWarps * 32, 0, stream>>>(
-          x, K, segments.seg[0], segments.seg[1], swiglu_out);
+      launch_kernel(gemv_swiglu_kernel<W, R, true>, grid, kGemvWarps * 32, 0, stream, x, K,
+                    segments.seg[0], segments.seg[1], swiglu_out);
     } else {
-      gemv_swiglu_kernel<W, R, false><<<grid, kGemvWarps * 32, 0, stream>>>(
-          x, K, segments.seg[0], segments.seg[1], swiglu_out);
+      launch_kernel(gemv_swiglu_kernel<W, R, false>, grid, kGemvWarps * 32, 0, stream, x, K,
+                    segments.seg[0], segments.seg[1], swiglu_out);
     }
     return;
   }
@@ -156,9 +165,11 @@ void launch_rows(const float* x, int64_t K, const GemvSegments& segments, float*
   for (int s = 0; s < segments.count; ++s) total += segments.seg[s].n;
   const bool vec = vectorizable<W>(x, K, segments.seg, segments.count);
   if (vec) {
-    gemv_kernel<W, R, true><<<grid_for(total), kGemvWarps * 32, 0, stream>>>(x, K, segments);
+    launch_kernel(gemv_kernel<W, R, true>, grid_for(total), kGemvWarps * 32, 0, stream, x, K,
+                  segments);
   } else {
-    gemv_kernel<W, R, false><<<grid_for(total), kGemvWarps * 32, 0, stream>>>(x, K, segments);
+    launch_kernel(gemv_kernel<W, R, false>, grid_for(total), kGemvWarps * 32, 0, stream, x, K,
+                  segments);
   }
 }
 
@@ -203,6 +214,16 @@ void launch_gemv(const float* x, int64_t rows, const void* w, DType w_dtype, con
   if (rows == 0 || N == 0) return;
   GemvSegments one;
   one.seg[0] = {w, bias, bias_dtype, N, out};
+  one.count = 1;
+  launch(x, rows, K, w_dtype, one, nullptr, stream);
+}
+
+void launch_gemv_residual(const float* x, int64_t rows, const void* w, DType w_dtype,
+                          const void* bias, DType bias_dtype, int64_t K, int64_t N,
+                          const float* residual, float* out, cudaStream_t stream) {
+  if (rows == 0 || N == 0) return;
+  GemvSegments one;
+  one.seg[0] = {w, bias, bias_dtype, N, out, residual};
   one.count = 1;
   launch(x, rows, K, w_dtype, one, nullptr, stream);
 }

@@ -42,13 +42,20 @@ void launch_add_bias(float* out, const void* bias, DType bias_dtype, int64_t row
 constexpr int64_t kMaxGemvRows = 8;
 void launch_gemv(const float* x, int64_t rows, const void* w, DType w_dtype, const void* bias,
                  DType bias_dtype, int64_t K, int64_t N, float* out, cudaStream_t stream);
-// One weight of a fused GEMV: w [n, K] (the launch's dtype), bias [n] or null, out [rows, n].
+// out [rows, N] = (x w^T (+ bias)) + residual [rows, N]: the residual add as the epilogue,
+// the same bits as launch_gemv then launch_add_inplace. out may be residual itself.
+void launch_gemv_residual(const float* x, int64_t rows, const void* w, DType w_dtype,
+                          const void* bias, DType bias_dtype, int64_t K, int64_t N,
+                          const float* residual, float* out, cudaStream_t stream);
+// One weight of a fused GEMV: w [n, K] (the launch's dtype), bias [n] or null, out [rows, n],
+// residual [rows, n] or null (added last; may be out).
 struct GemvSegment {
   const void* w = nullptr;
   const void* bias = nullptr;
   DType bias_dtype = DType::F32;
   int64_t n = 0;
   float* out = nullptr;
+  const float* residual = nullptr;
 };
 constexpr int kMaxGemvSegments = 3;
 struct GemvSegments {

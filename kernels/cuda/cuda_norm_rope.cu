@@ -22,6 +22,7 @@ namespace {
 template <class G>
 __global__ void __launch_bounds__(kMaxRowThreads, 1)
     rms_norm_kernel(const float* x, const G* __restrict__ gain, float eps, int64_t n, float* out) {
+  wait_for_previous_kernel();
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * n;
   float* outr = out + static_cast<int64_t>(blockIdx.x) * n;
   float ss = 0.0f;
@@ -37,6 +38,7 @@ __global__ void __launch_bounds__(kRopeThreads, 1)
     qk_norm_rope_kernel(float* q, float* k, int hq, int hkv, int hd, const void* q_gain,
                         DType q_gain_dtype, const void* k_gain, DType k_gain_dtype, float eps,
                         const float* __restrict__ inv_freq, const int32_t* __restrict__ positions) {
+  wait_for_previous_kernel();
   extern __shared__ float table[];  // cos [half], then sin [half]
   const int half = hd / 2;
   float* cos_t = table;
@@ -85,8 +87,8 @@ void launch_rms_norm(const float* x, const void* gain, DType gain_dtype, float e
   if (rows == 0 || n == 0) return;
   dispatch_float_dtype(gain_dtype, "rms_norm gain", [&](auto tag) {
     using G = decltype(tag);
-    rms_norm_kernel<G><<<static_cast<unsigned>(rows), row_block_threads(n), 0, stream>>>(
-        x, static_cast<const G*>(gain), eps, n, out);
+    launch_kernel(rms_norm_kernel<G>, static_cast<unsigned>(rows), row_block_threads(n), 0, stream,
+                  x, static_cast<const G*>(gain), eps, n, out);
   });
   CUDA_CHECK_LAUNCH();
 }
@@ -97,9 +99,9 @@ void launch_qk_norm_rope(float* q, float* k, int64_t num_tokens, int hq, int hkv
                          const int32_t* positions, cudaStream_t stream) {
   if (num_tokens == 0) return;
   const size_t smem = static_cast<size_t>(head_dim) * sizeof(float);  // cos + sin, hd/2 each
-  qk_norm_rope_kernel<<<static_cast<unsigned>(num_tokens), kRopeThreads, smem, stream>>>(
-      q, k, hq, hkv, head_dim, q_gain, q_gain_dtype, k_gain, k_gain_dtype, eps, inv_freq,
-      positions);
+  launch_kernel(qk_norm_rope_kernel, static_cast<unsigned>(num_tokens), kRopeThreads, smem, stream,
+                q, k, hq, hkv, head_dim, q_gain, q_gain_dtype, k_gain, k_gain_dtype, eps, inv_freq,
+                positions);
   CUDA_CHECK_LAUNCH();
 }
 

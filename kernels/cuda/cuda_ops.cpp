@@ -154,6 +154,7 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
         bias && bias->dtype == DType::F32 ? static_cast<const float*>(bias->data) : nullptr;
     const cuda::LtGemmArgs gemm{r_dim, k_dim,         n_dim,   ab_type, w.data,
                                 b_ptr, epilogue_bias, nullptr, f32(out)};
+    im.launch->cublas_calls.fetch_add(1, std::memory_order_relaxed);
     if (im.lt_gemm->run(gemm, im.stream)) {
       if (epilogue_bias) return;
     } else {
@@ -163,6 +164,31 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
     }
   }
   if (bias) cuda::launch_add_bias(f32(out), bias->data, bias->dtype, r_dim, n_dim, im.stream);
+}
+
+void CudaBackend::linear_residual(const Tensor& x, const Tensor& w, const Tensor* bias,
+                                  const Tensor& residual, Tensor& out) {
+  Impl& im = on_device();
+  check_cuda(residual, "linear_residual residual");
+  check_cuda(out, "linear_residual out");
+  check_cuda(x, "linear_residual x");
+  check_residual_operands(x, residual, out);
+  check_cuda(w, "linear w");
+  ATTNRES_CHECK(w.rank() == 2, "linear w " + shape_str(w.shape));
+  const int64_t n_dim = w.dim(0), k_dim = w.dim(1);
+  check_f32_rows(x, k_dim, "linear x");
+  check_f32_rows(out, n_dim, "linear out");
+  const int64_t r_dim = rows_of(x);
+  ATTNRES_CHECK(rows_of(out) == r_dim, "linear x " + shape_str(x.shape) + " out " +
+                                           shape_str(out.shape) + " w " + shape_str(w.shape));
+  if (bias) check_float_vector(*bias, n_dim, "linear bias");
+  if (r_dim > cuda::kMaxGemvRows || k_dim == 0) {  // prefill: cuBLAS, then the add
+    Backend::linear_residual(x, w, bias, residual, out);
+    return;
+  }
+  cuda::launch_gemv_residual(f32(x), r_dim, w.data, w.dtype, bias ? bias->data : nullptr,
+                             bias ? bias->dtype : DType::F32, k_dim, n_dim, f32(residual), f32(out),
+                             im.stream);
 }
 
 namespace {
@@ -182,8 +208,9 @@ std::optional<cuda::GemvSegment> gemv_segment(const Tensor& x, const Tensor& w, 
   ATTNRES_CHECK(x.data != out.data || rows_of(x) == 0, "linear: out must not alias x");
   if (bias) check_float_vector(*bias, n_dim, "linear bias");
   if (rows_of(x) > cuda::kMaxGemvRows || k_dim == 0 || w.dtype != first_dtype) return std::nullopt;
-  return cuda::GemvSegment{w.data, bias ? bias->data : nullptr, bias ? bias->dtype : DType::F32,
-                           n_dim, f32(out)};
+  return cuda::GemvSegment{
+      w.data, bias ? bias->data : nullptr, bias ? bias->dtype : DType::F32, n_dim, f32(out),
+      nullptr};
 }
 
 }  // namespace

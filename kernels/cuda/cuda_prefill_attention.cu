@@ -132,6 +132,7 @@ __device__ __forceinline__ float quad_sum(float v) {
 template <class S, int HD>
 __global__ void __launch_bounds__(kPrefillThreads, 2)
     prefill_attention_kernel(const PrefillAttentionArgs a) {
+  wait_for_previous_kernel();
   constexpr int kStride = HD + 8;            // bf16 per smem row: +16 bytes against conflicts
   constexpr int kDimSteps = HD / 16;         // k-steps of S = Q K^T
   constexpr int kKeyCols = kTileKeys / 8;    // 8-key accumulators of S
@@ -296,9 +297,9 @@ template <class S>
 void launch_for_head_dim(const PrefillAttentionArgs& args, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(args.hq), static_cast<unsigned>(args.num_tiles));
   if (args.head_dim == 64) {
-    prefill_attention_kernel<S, 64><<<grid, kPrefillThreads, 0, stream>>>(args);
+    launch_kernel(prefill_attention_kernel<S, 64>, grid, dim3(kPrefillThreads), 0, stream, args);
   } else {
-    prefill_attention_kernel<S, 128><<<grid, kPrefillThreads, 0, stream>>>(args);
+    launch_kernel(prefill_attention_kernel<S, 128>, grid, dim3(kPrefillThreads), 0, stream, args);
   }
 }
 

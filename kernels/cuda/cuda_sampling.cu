@@ -260,6 +260,7 @@ __global__ void __cluster_dims__(kCtas, 1, 1) __launch_bounds__(kSampleThreads, 
                   const SampleRow* rows, const int32_t* token_ids, int32_t* counts, int32_t* out) {
   using Cluster = RowCluster<kCtas>;
   extern __shared__ unsigned int seen[];  // [(slice + 31) / 32] repetition marks
+  wait_for_previous_kernel();
   __shared__ union {
     BlockSum::TempStorage sum;
     BlockScanU64::TempStorage scan;
@@ -491,8 +492,10 @@ void launch_sample_kernel(float* logits, int64_t rows, int64_t vocab, int32_t de
                           int32_t* out, cudaStream_t stream) {
   const int64_t slice = sample_slice_ids(vocab, kCtas);
   const size_t seen_bytes = static_cast<size_t>((slice + 31) / 32) * sizeof(unsigned int);
-  sample_kernel<kCtas><<<static_cast<unsigned>(rows * kCtas), kSampleThreads, seen_bytes, stream>>>(
-      logits, vocab, slice, decodable, row_args, token_ids, counts, out);
+  // The grid is a whole number of clusters (__cluster_dims__ fixes kCtas at compile time).
+  launch_kernel(sample_kernel<kCtas>, dim3(static_cast<unsigned>(rows * kCtas)),
+                dim3(kSampleThreads), seen_bytes, stream, logits, vocab, slice, decodable, row_args,
+                token_ids, counts, out);
 }
 
 }  // namespace

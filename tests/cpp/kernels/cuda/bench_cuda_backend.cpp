@@ -5,6 +5,7 @@
 //
 //   bench_cuda_backend [--model NAME|DIR]... [--context N] [--steps N]
 //                      [--kv-dtype bfloat16|float32] [--only step|attention|prefill-attention]
+//                      [--pdl on|off]
 //   bench_cuda_backend --only prefill [--model NAME|DIR]... [--tokens T]... [--chunk N]
 //                      (bench_cuda_prefill.cpp)
 //
@@ -13,6 +14,9 @@
 // the step reads (not in the floor); then the same for the step captured once into a CUDA
 // graph and replayed (with a bit-exactness check against the eager logits). The KV cache is
 // --kv-dtype (default bfloat16, what --kv-cache-dtype auto gives a bf16 checkpoint).
+// Also the launches of one eager step (CudaBackend::launch_counts: our kernels, and calls into
+// cuBLAS), and whether they used programmatic dependent launch (--pdl; default: the backend's,
+// on for compute capability 9.0+ unless ATTNRES_CUDA_PDL=0).
 // Attention: the 0.6B layer's attention (16 query heads, 8 KV heads, hd 128, block 16) at
 // batch 1 and 64 decode rows, context 1024 and 4096, f32 and bf16 caches: microseconds per
 // call (eager: many calls between two events; graph: the calls captured once, replayed), the
@@ -249,11 +253,12 @@ void bench_prefill_attention() {
   }
 }
 
-void bench_model(const std::string& name, int context, int steps, DType kv_dtype,
-                 double bandwidth) {
+void bench_model(const std::string& name, int context, int steps, DType kv_dtype, double bandwidth,
+                 const std::string& pdl) {
   // A built-in shape, or a Hugging Face directory (the checkpoint transformers is timed on).
   LoadedModel lm = load_bench_model(name);
   CudaBackend be(0);
+  if (!pdl.empty()) be.set_programmatic_launch(pdl == "on");
   // The depth bank `attnres serve` gives this checkpoint (--depth-bank-dtype auto): bf16 for
   // bf16 weights (a plain model has no bank; the choice changes nothing there).
   const DType bank_dtype =
@@ -290,9 +295,12 @@ void bench_model(const std::string& name, int context, int steps, DType kv_dtype
     CUDA_CHECK(cudaEventCreate(&start));
     CUDA_CHECK(cudaEventCreate(&stop));
     std::vector<double> ms;
+    CudaBackend::LaunchCounts before, after;
     for (int i = 0; i < steps + 3; ++i) {
       CUDA_CHECK(cudaEventRecord(start, be.stream()));
+      before = be.launch_counts();
       Tensor logits = model.forward(batch, cache, rows);
+      after = be.launch_counts();
       CUDA_CHECK(cudaEventRecord(stop, be.stream()));
       CUDA_CHECK(cudaEventSynchronize(stop));
       float t = 0;
@@ -307,6 +315,16 @@ void bench_model(const std::string& name, int context, int steps, DType kv_dtype
         "KV read %.1f MB (%s), allocator in use %.1f MB\n",
         batch_size, context, step_ms, *std::min_element(ms.begin(), ms.end()), floor_ms / step_ms,
         kv_mb, storage_dtype_name(kv_dtype).c_str(), be.allocated_bytes() / 1e6);
+    // The last eager step's launches (the LM head included; memsets and copies not counted).
+    const uint64_t kernels = after.kernels - before.kernels;
+    const uint64_t cublas = after.cublas_calls - before.cublas_calls;
+    std::printf(
+        "  batch %2d: kernel launches per decode step %llu (%llu ours + %llu calls into cuBLAS), "
+        "%.1f per layer; programmatic dependent launch %s\n",
+        batch_size, static_cast<unsigned long long>(kernels + cublas),
+        static_cast<unsigned long long>(kernels), static_cast<unsigned long long>(cublas),
+        static_cast<double>(kernels + cublas) / c.num_layers,
+        be.programmatic_launch() ? "on" : "off");
 
     // The same step captured into a CUDA graph and replayed (launch gaps removed). The eager
     // steps above warmed the caching allocator and the staging buffers; the graph keeps its
@@ -364,7 +382,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> models;
   int context = 256, steps = 20;
   DType kv_dtype = DType::BF16;
-  std::string only;
+  std::string only, pdl;
   std::vector<int> prefill_tokens;
   int chunk = 0;
   for (int i = 1; i < argc; ++i) {
@@ -387,6 +405,9 @@ int main(int argc, char** argv) {
       prefill_tokens.push_back(std::max(1, std::atoi(argv[++i])));
     } else if (a == "--chunk" && i + 1 < argc) {
       chunk = std::max(0, std::atoi(argv[++i]));
+    } else if (a == "--pdl" && i + 1 < argc &&
+               (std::string(argv[i + 1]) == "on" || std::string(argv[i + 1]) == "off")) {
+      pdl = argv[++i];
     } else if (a == "--context" && i + 1 < argc) {
       context = std::atoi(argv[++i]);
     } else if (a == "--steps" && i + 1 < argc) {
@@ -396,7 +417,7 @@ int main(int argc, char** argv) {
           stderr,
           "usage: %s [--model NAME|DIR]... [--context N] [--steps N] "
           "[--kv-dtype bfloat16|float32] [--only step|attention|prefill-attention|prefill] "
-          "[--tokens T]... [--chunk N]\n",
+          "[--tokens T]... [--chunk N] [--pdl on|off]\n",
           argv[0]);
       return 2;
     }
@@ -419,7 +440,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (only != "attention")
-      for (const std::string& m : models) bench_model(m, context, steps, kv_dtype, bw);
+      for (const std::string& m : models) bench_model(m, context, steps, kv_dtype, bw, pdl);
     if (only != "step") bench_attention(bw);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
