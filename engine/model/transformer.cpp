@@ -209,8 +209,8 @@ void Transformer::project_input(const DepthStep& step, const Tensor& normed,
                                 const Tensor& value_input, Scratch& s) {
   const LayerWeights& w = weights_.layers[step.layer];
   if (step.kind == SublayerKind::Mlp) {
-    backend_.linear_swiglu(normed, w.gate_proj, bias_of(w.gate_bias), w.up_proj,
-                           bias_of(w.up_bias), s.gate, s.up, s.act);
+    backend_.linear_swiglu(normed, w.gate_proj, bias_of(w.gate_bias), w.up_proj, bias_of(w.up_bias),
+                           s.gate, s.up, s.act);
     return;
   }
   // q, k and v read one input (delta_v: v its own), so one call.
@@ -236,11 +236,11 @@ void Transformer::project_prenormed(const DepthStep& step, const Backend::Prenor
   backend_.prenorm_linear_many(prenorm, qkv);
 }
 
-void Transformer::attention_rest(int layer, const BatchMeta& batch, KvCacheLayer& cache,
-                                 Scratch& s, Tensor& out) {
+void Transformer::attention_rest(int layer, const BatchMeta& batch, KvCacheLayer& cache, Scratch& s,
+                                 Tensor& out) {
   const LayerWeights& w = weights_.layers[layer];
-  backend_.qk_norm_rope_store(s.q, s.k, s.v, config_.head_dim, bias_of(w.q_norm),
-                              bias_of(w.k_norm), config_.rms_norm_eps, inv_freq_, batch, cache);
+  backend_.qk_norm_rope_store(s.q, s.k, s.v, config_.head_dim, bias_of(w.q_norm), bias_of(w.k_norm),
+                              config_.rms_norm_eps, inv_freq_, batch, cache);
   // yarn multiplies cos and sin by an attention factor, which scales both q and k: the
   // same as scaling the attention logits by its square, so the rope op stays unscaled.
   const float attention_factor = config_.rope_attention_factor();

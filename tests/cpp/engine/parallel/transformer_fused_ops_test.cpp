@@ -118,7 +118,8 @@ TEST_P(TransformerFusedOps, CalledWhereTheNormedRowsAreNotReadAgain) {
   auto plain_backend = make_cpu_backend(1);
   Transformer plain(config, weights, *plain_backend);
   TransformerRunner plain_runner(plain, blocks, block_size);
-  const std::vector<float> want = test::run_prefill_then_decode(plain_runner, ids, prefill, block_size);
+  const std::vector<float> want =
+      test::run_prefill_then_decode(plain_runner, ids, prefill, block_size);
 
   OpCountingBackend counting;
   Transformer model(config, weights, counting);
