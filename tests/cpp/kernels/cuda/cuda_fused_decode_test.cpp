@@ -63,7 +63,10 @@ Tensor inv_freq_host(int hd) {
 // A quiet NaN with a payload in some v elements: the cache must keep the CPU's bits for it.
 void plant_nans(Tensor& v) {
   const uint32_t bits[] = {0x7fc12345u, 0xffa00001u, 0x7f800001u};  // quiet, negative, signalling
-  for (int i = 0; i < 3; ++i) std::memcpy(v.ptr<float>() + 7 + 131 * i, &bits[i], 4);
+  for (int i = 0; i < 3; ++i) {
+    const int64_t at = (7 + 131 * i) % v.numel();
+    std::memcpy(v.ptr<float>() + at, &bits[i], 4);
+  }
 }
 
 // --- qk_norm_rope_store ---
@@ -75,7 +78,7 @@ void check_rope_store(DType cache_dtype, const std::vector<SeqSpec>& seqs, int h
                std::to_string(seqs.size()) + " sequences");
   Backends be;
   std::mt19937 rng(seed);
-  const int block_size = 16, num_blocks = 64;
+  const int block_size = 16, num_blocks = 128;  // 8 decode rows take 71 blocks
   const BatchMeta batch = paged_batch(seqs, block_size, num_blocks, rng);
   const int T = batch.num_tokens;
   Tensor q = random_host({T, hq * hd}, DType::F32, rng, -2.0f, 2.0f);
