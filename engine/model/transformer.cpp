@@ -184,18 +184,22 @@ Transformer::Transformer(const ModelConfig& config, const ModelWeights& weights,
                             {&dst.o_proj, &src.o_proj},
                             {&dst.q_norm, &src.q_norm},
                             {&dst.k_norm, &src.k_norm},
-                            {&dst.q_bias, &src.q_bias},
-                            {&dst.k_bias, &src.k_bias},
-                            {&dst.v_bias, &src.v_bias},
-                            {&dst.o_bias, &src.o_bias},
                             {&dst.post_attention_norm, &src.post_attention_norm},
                             {&dst.gate_proj, &src.gate_proj},
                             {&dst.up_proj, &src.up_proj},
-                            {&dst.down_proj, &src.down_proj},
+                            {&dst.down_proj, &src.down_proj}}) {
+      *to = upload(*from);
+    }
+    // Biases in f32 (exact: a linear adds the bias widened to f32 anyway), the type a GEMM
+    // epilogue takes (kernels/cuda/cuda_lt_gemm.h).
+    for (auto [to, from] : {std::pair{&dst.q_bias, &src.q_bias},
+                            {&dst.k_bias, &src.k_bias},
+                            {&dst.v_bias, &src.v_bias},
+                            {&dst.o_bias, &src.o_bias},
                             {&dst.gate_bias, &src.gate_bias},
                             {&dst.up_bias, &src.up_bias},
                             {&dst.down_bias, &src.down_bias}}) {
-      *to = upload(*from);
+      if (from->defined()) *to = upload(widened(*from));
     }
     weights_.layers.push_back(std::move(dst));
   }

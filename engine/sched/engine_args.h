@@ -37,8 +37,9 @@ struct EngineArgs {
   int max_num_batched_tokens = 2048;  // --max-num-batched-tokens
   int max_queued_requests = 1024;     // --max-queued-requests
   bool enable_prefix_caching = true;  // --[no-]enable-prefix-caching
-  // Sample on the device where the runner can (EngineConfig::device_sampling); the same
-  // tokens either way, so off only to compare or to debug a backend's sample op.
+  // --no-device-sampling turns it off: sample on the device where the runner can
+  // (EngineConfig::device_sampling); the same tokens either way, so off only to compare or to
+  // debug a backend's sample op. Every command that runs the engine takes it.
   bool device_sampling = true;
 };
 

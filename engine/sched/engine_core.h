@@ -128,6 +128,9 @@ class EngineCore {
   // The rows and columns of the depth-attention matrices in RequestOutput (fixed at
   // construction, so any thread may read it); empty when the model cannot report them.
   const DepthAttentionLayout& depth_attention_layout() const { return depth_layout_; }
+  // Whether rows that allow it are sampled on the device (EngineConfig::device_sampling and
+  // ModelRunner::samples_on_device; fixed at construction, so any thread may read it).
+  bool samples_on_device() const { return device_sampling_; }
 
   // --- lifecycle (the owning thread) ---
   // Runs the loop on a new engine thread.

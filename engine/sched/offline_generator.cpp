@@ -76,6 +76,7 @@ std::vector<GenerationResult> OfflineGenerator::generate(
   config.num_kv_blocks = options_.num_kv_blocks;
   config.block_size = options_.block_size;
   config.max_queued_requests = count;
+  config.device_sampling = options_.device_sampling;
   config.eos_ids = context_.eos_ids;
   config.vocabulary = context_.vocabulary;
   config.output_fault_hook = context_.fault_hook;

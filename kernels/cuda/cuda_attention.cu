@@ -11,7 +11,9 @@
 // cache rounds to nearest even with the CPU's integer formula (f32_to_bf16), so a stored
 // value is bit for bit the CPU's.
 //
-// attention, one kernel for every row (decode or prefill), split three ways:
+// attention (flash-decoding) for the rows cuda_attention_dispatch.h gives it: decode rows and
+// short chunks, or every row where the tensor-core prefill kernel (cuda_prefill_attention.cu)
+// does not take the shape; a row list maps the launch's rows to tokens. Split three ways:
 // - GQA: a CTA serves one KV head and up to 8 of its query heads (attention_heads_per_cta),
 //   so each K / V byte is read once per group, not once per query head.
 // - split-K (flash-decoding): the CTAs of a (token, KV head) each take a contiguous split of
@@ -135,16 +137,18 @@ __device__ __forceinline__ int splits_of(int context, int split_len, int num_spl
   return min((context + split_len - 1) / split_len, num_splits);
 }
 
-// One CTA: token blockIdx.x; KV head blockIdx.y / head_chunks with its query heads
-// [chunk * kHeads, ...) of the group (chunk = blockIdx.y % head_chunks); split blockIdx.z.
-// S: float or uint16_t (bf16 bits). kVec: elements per load (16 bytes, or 1); kChunks: loads
-// per lane per row (a lane holds kVec * kChunks elements of hd: chunk c at vector
-// c * L + lane-in-group). kHeads: query heads per CTA (a power of two; `heads` of them live).
+// One CTA: row blockIdx.x (token a.rows[blockIdx.x], or blockIdx.x without a row list); KV head
+// blockIdx.y / head_chunks with its query heads [chunk * kHeads, ...) of the group (chunk =
+// blockIdx.y % head_chunks); split blockIdx.z. S: float or uint16_t (bf16 bits). kVec: elements per
+// load (16 bytes, or 1); kChunks: loads per lane per row (a lane holds kVec * kChunks elements of
+// hd: chunk c at vector c * L + lane-in-group). kHeads: query heads per CTA (a power of two;
+// `heads` of them live).
 template <class S, int kVec, int kChunks, int kHeads>
 __global__ void __launch_bounds__(kAttentionThreads, kHeads <= 4 ? kCtasPerSm : 2)
     paged_attention_kernel(const PagedAttentionArgs a, int lanes_per_key, int head_chunks) {
   constexpr int kElems = kVec * kChunks;
-  const int64_t t = blockIdx.x;
+  const int64_t r = blockIdx.x;              // the launch's row: indexes the split partials
+  const int64_t t = a.rows ? a.rows[r] : r;  // the token: q, out, positions
   const int split = blockIdx.z;
   const int context = a.positions[t] + 1;  // causal: positions 0..positions[t]
   const int begin = split * a.split_len;
@@ -299,8 +303,9 @@ __global__ void __launch_bounds__(kAttentionThreads, kHeads <= 4 ? kCtasPerSm : 
     if (direct) {
       a.out[head_row * hd + d] = acc_all * (1.0f / l_all);
     } else {
-      // partials: [T * hq, num_splits] records of (m, l) after T * hq * num_splits * hd accs
-      const int64_t record = head_row * a.num_splits + split;
+      // partials: [rows * hq, num_splits] records of (m, l) after rows * hq * num_splits * hd
+      // accs
+      const int64_t record = (r * a.hq + head0 + h) * a.num_splits + split;
       a.partials[record * hd + d] = acc_all;
       if (d == 0) {
         float* ml = a.partials + a.num_tokens * a.hq * a.num_splits * hd;
@@ -312,14 +317,15 @@ __global__ void __launch_bounds__(kAttentionThreads, kHeads <= 4 ? kCtasPerSm : 
 }
 
 // out for the tokens that used more than one split: their splits' (m, l, acc) combined in
-// split order. One CTA per (token blockIdx.x, query head blockIdx.y), a thread per element.
+// split order. One CTA per (row blockIdx.x, query head blockIdx.y), a thread per element.
 __global__ void __launch_bounds__(kMergeThreads, 1)
     merge_attention_splits_kernel(const PagedAttentionArgs a) {
-  const int64_t t = blockIdx.x;
+  const int64_t r = blockIdx.x;
+  const int64_t t = a.rows ? a.rows[r] : r;
   const int hd = a.head_dim;
   const int used_splits = splits_of(a.positions[t] + 1, a.split_len, a.num_splits);
   if (used_splits <= 1) return;  // written directly by the attention kernel
-  const int64_t first = (t * a.hq + blockIdx.y) * a.num_splits;
+  const int64_t first = (r * a.hq + blockIdx.y) * a.num_splits;
   const float* ml = a.partials + a.num_tokens * a.hq * a.num_splits * hd;
   float m_all = -INFINITY;
   for (int s = 0; s < used_splits; ++s) m_all = fmaxf(m_all, ml[2 * (first + s)]);

@@ -8,13 +8,16 @@
 // kernel bit-exact with f32_to_bf16.
 //
 // prepare_batch packs token_ids, positions, slot_mapping, seq_of_token (derived),
-// query_start, context_len and a [num_seqs, max_blocks] block table (rows padded with 0)
-// into one pinned buffer and sends it with a single cudaMemcpyAsync. Host-side facts the
-// ops validate against (token id range) are kept on the host.
+// query_start, context_len, a [num_seqs, max_blocks] block table (rows padded with 0) and
+// attention's dispatch (flash-decoding's row list, the prefill tiles) into one pinned buffer
+// and sends it with a single cudaMemcpyAsync. Host-side facts the ops validate against (token
+// id range) are kept on the host.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstring>
+#include <span>
+#include <utility>
 
 #include "kernels/cuda/cuda_backend_internal.h"
 #include "kernels/cuda/cuda_check.h"
@@ -83,6 +86,7 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   CUBLAS_CHECK(cublasSetWorkspace(im.cublas, im.cublas_workspace, im.cublas_workspace_bytes));
   // CUBLAS_DEFAULT_MATH: no TF32 for f32 GEMMs (the compute type says 32F explicitly too).
   CUBLAS_CHECK(cublasSetMathMode(im.cublas, CUBLAS_DEFAULT_MATH));
+  im.lt_gemm = std::make_unique<cuda::LtGemm>(im.cublas_workspace, im.cublas_workspace_bytes);
 }
 
 CudaBackend::~CudaBackend() {
@@ -90,15 +94,19 @@ CudaBackend::~CudaBackend() {
   Impl& im = *impl_;
   cuda::ScopedDevice on_device(im.device);
   if (im.stream) cudaStreamSynchronize(im.stream);
+  im.lt_gemm.reset();
   if (im.cublas) cublasDestroy(im.cublas);
   if (im.cublas_workspace) cudaFree(im.cublas_workspace);
   im.meta_host.reset();  // (a live CudaGraph may still hold them)
   im.rows_host.reset();
+  im.sample_host.reset();
   if (im.meta_copied) cudaEventDestroy(im.meta_copied);
   if (im.rows_copied) cudaEventDestroy(im.rows_copied);
   im.meta_device.reset();
   im.rows_device.reset();
   im.act_scratch.reset();
+  im.sample_device.reset();
+  im.sample_counts.reset();
   if (im.stream) cudaStreamDestroy(im.stream);
   // The allocator lives on while tensors from alloc() do (their deleters hold it).
 }
@@ -230,10 +238,19 @@ void CudaBackend::prepare_batch(const BatchMeta& batch) {
   for (const auto& table : batch.block_tables)
     max_blocks = std::max(max_blocks, static_cast<int>(table.size()));
 
+  // Which attention kernel computes which rows: planned once here for every layer's call.
+  cuda::AttentionDispatch dispatch = cuda::plan_attention_dispatch(
+      batch.query_start, std::span<const int32_t>(batch.positions.data(), T), im.prefill_min_rows);
+  const int64_t num_decode_rows = static_cast<int64_t>(dispatch.decode_rows.size());
+  const int64_t tile_words = static_cast<int64_t>(dispatch.tiles.size()) *
+                             static_cast<int64_t>(sizeof(cuda::PrefillTile) / sizeof(int32_t));
+
   // Layout of the packed int32 buffer (offsets in elements).
   const int64_t off_ids = 0, off_pos = T, off_slot = 2 * T, off_seq = 3 * T, off_qs = 4 * T;
   const int64_t off_ctx = off_qs + S + 1, off_tab = off_ctx + S;
-  const int64_t total = off_tab + static_cast<int64_t>(S) * max_blocks;
+  const int64_t off_decode = off_tab + static_cast<int64_t>(S) * max_blocks;
+  const int64_t off_tiles = off_decode + num_decode_rows;
+  const int64_t total = off_tiles + tile_words;
   const size_t bytes = static_cast<size_t>(std::max<int64_t>(total, 1)) * sizeof(int32_t);
 
   if (im.capturing()) {
@@ -284,6 +301,9 @@ void CudaBackend::prepare_batch(const BatchMeta& batch) {
     std::copy(table.begin(), table.end(), row);
   }
 
+  std::copy(dispatch.decode_rows.begin(), dispatch.decode_rows.end(), h + off_decode);
+  if (tile_words) std::memcpy(h + off_tiles, dispatch.tiles.data(), tile_words * sizeof(int32_t));
+
   int32_t* d = static_cast<int32_t*>(im.meta_device.get());
   CUDA_CHECK(cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, im.stream));
   if (!im.capturing()) CUDA_CHECK(cudaEventRecord(im.meta_copied, im.stream));  // not in a graph
@@ -301,7 +321,16 @@ void CudaBackend::prepare_batch(const BatchMeta& batch) {
   im.query_start = d + off_qs;
   im.context_len = d + off_ctx;
   im.block_table = d + off_tab;
+  im.decode_rows = num_decode_rows ? d + off_decode : nullptr;
+  im.prefill_tiles = tile_words ? reinterpret_cast<cuda::PrefillTile*>(d + off_tiles) : nullptr;
+  im.attention_dispatch = std::move(dispatch);
   im.validated_num_blocks = im.validated_block_size = -1;
+}
+
+void CudaBackend::set_prefill_min_rows(int rows) {
+  ATTNRES_CHECK(rows >= 1, "set_prefill_min_rows: " + std::to_string(rows) + " (must be >= 1)");
+  impl_->prefill_min_rows = rows;
+  impl_->prepared = nullptr;  // the next op re-plans the batch
 }
 
 std::shared_ptr<void> CudaBackend::Impl::pinned_host(size_t bytes) const {

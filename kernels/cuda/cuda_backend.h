@@ -90,6 +90,10 @@ class CudaBackend : public Backend {
   void fill_zero(Tensor& dst) override;
   void synchronize() override;
   void prepare_batch(const BatchMeta& batch) override;
+  // Query rows a sequence needs for the tensor-core prefill attention (cuda_attention_dispatch.h;
+  // default kPrefillMinRows). For benchmarks and tests: INT32_MAX keeps every row on
+  // flash-decoding, 1 sends every row to the prefill kernel. Applies from the next prepare_batch.
+  void set_prefill_min_rows(int rows);
 
   void embedding(const Tensor& table, const BatchMeta& batch, Tensor& out) override;
   void rms_norm(const Tensor& x, const Tensor& gain, float eps, Tensor& out) override;
@@ -128,6 +132,9 @@ class CudaBackend : public Backend {
                      const DepthSourceSwitches& sources = {}) override;
   // cuda_sampling.cu, launched from cuda_sampling_op.cpp; not inside a graph capture.
   void sample(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) override;
+  // The same with ctas_per_row CTAs per row (1, 2, 4 or 8; 0: cuda::plan_sample_ctas_per_row
+  // picks, as the override does), so tests can compare the splits.
+  void sample(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out, int ctas_per_row);
 
   // Captures the work `record` queues on this backend's stream into a CUDA graph (see
   // CudaGraph). Warm up first: run the same step eagerly once, so that the caching allocator

@@ -9,8 +9,10 @@
 #include <memory>
 
 #include "kernels/cuda/cuda_allocator.h"
+#include "kernels/cuda/cuda_attention_dispatch.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_lt_gemm.h"
 
 namespace attnres {
 
@@ -45,6 +47,12 @@ struct CudaBackend::Impl {
   int32_t* query_start = nullptr;   // [S + 1]
   int32_t* context_len = nullptr;   // [S]
   int32_t* block_table = nullptr;   // [S, max_blocks], padded with 0
+  // Which attention kernel takes which rows (cuda_attention_dispatch.h): the host plan, and
+  // on the device its row list (null when every row is flash-decoding's) and tiles.
+  cuda::AttentionDispatch attention_dispatch;
+  int prefill_min_rows = cuda::kPrefillMinRows;
+  int32_t* decode_rows = nullptr;
+  cuda::PrefillTile* prefill_tiles = nullptr;
   // The (num_blocks, block_size) the prepared batch was last validated against.
   int64_t validated_num_blocks = -1, validated_block_size = -1;
   // The host-side checks of the prepared batch against a cache of this shape (slots, block
@@ -59,9 +67,24 @@ struct CudaBackend::Impl {
   size_t rows_device_count = 0;
   cudaEvent_t rows_copied = nullptr;
 
+  // --- sample (cuda_ops.cpp): persistent staging, grown when a call needs more ---
+  // sample_host (pinned) and sample_device share cuda::sample_staging_layout: the rows'
+  // parameters and ids go up in one copy, the ids come back into the same buffer. sample()
+  // synchronizes before it returns, so the next call may rewrite both.
+  std::shared_ptr<void> sample_host;  // pinned_host()
+  size_t sample_host_bytes = 0;
+  std::shared_ptr<void> sample_device;
+  size_t sample_device_bytes = 0;
+  // Presence / frequency scratch, [rows, vocab] int32 for the largest call with such a
+  // penalty: zeroed once when allocated, left zero by every launch.
+  std::shared_ptr<void> sample_counts;
+  size_t sample_counts_bytes = 0;
+
   // --- linear: activations converted to the weight dtype ---
   std::shared_ptr<void> act_scratch;
   size_t act_scratch_bytes = 0;
+  // The prefill GEMMs, bias in the epilogue (cuda_lt_gemm.h); shares cublas_workspace.
+  std::unique_ptr<cuda::LtGemm> lt_gemm;
 
   // --- CUDA graph capture (cuda_graph.cpp) ---
   // True while the stream is being captured (capture_graph): the staging events are then

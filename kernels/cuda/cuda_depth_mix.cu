@@ -10,11 +10,15 @@
 // i = tid, tid + blockDim, ...). For each bank entry j the block makes ONE pass over the row
 // computing the sum of squares and the S dot products together, reduced with a single
 // block_sum_n<S + 1> (one pair of barriers for all S + 1 values); then every thread applies
-// the S online-softmax updates to its own elements of o (re-reading the row from L1/L2).
-// The reduced logits are bitwise identical in every thread (xor-butterfly sums are
-// symmetric), so the running m / s live in registers and the max branch is block-uniform.
-// S is a template parameter (1..8, registers indexed by constants); more queries are done
-// in groups of 8 by the launcher, like the CPU.
+// the S online-softmax updates to its own elements of o. Where a thread owns at most two
+// chunks of the row (one on the vector path: d <= 2048 at up to 256 threads; two on the
+// scalar one: d <= 2048 at up to 1024 threads), o stays in its registers for the whole bank and the
+// source chunk it loaded for the dots is reused: the bank is read once and o written once per
+// group. Otherwise o is updated in memory after each entry, re-reading the row from L1/L2. The
+// reduced logits are bitwise identical in every thread (xor-butterfly sums are symmetric), so the
+// running m / s live in registers and the max branch is block-uniform. S is a template parameter
+// (1..8, registers indexed by constants); more queries are done in groups of 8 by the launcher,
+// like the CPU.
 //
 // Phase 2 fused with the sublayer's PreNorm, per token (p = partial row, m / s / o this
 // sublayer's Phase-1 rows): ONE kernel, one block per token:
@@ -62,16 +66,23 @@ __device__ __forceinline__ void load_source(const B* row, const float* gate, int
   }
 }
 
-template <int S, int V, class B>
+// C > 0: each thread owns at most C chunks of V elements (d <= C * V * blockDim), so its
+// share of o for all S queries stays in registers across the whole bank and is stored once
+// at the end, and each source chunk is loaded (and gated) once per entry. C == 0: any d; o
+// is updated in memory after every entry (S * d floats read and written per entry, from
+// L1/L2). Both apply the same operations in the same order, so they give the same bits.
+template <int S, int V, class B, int C>
 __global__ void __launch_bounds__(depth_block_threads<V>(), 1)
     depth_phase1_kernel(const float* __restrict__ queries, const B* __restrict__ bank, int n,
                         int64_t T, int64_t d, float eps, float* __restrict__ m,
                         float* __restrict__ s, float* __restrict__ o,
                         const float* __restrict__ gate_logits) {
+  constexpr int kHeld = C > 0 ? C : 1;  // chunks whose source (and o) a thread keeps
   const int64_t t = blockIdx.x;
   const int64_t first = static_cast<int64_t>(threadIdx.x) * V, stride = blockDim.x * V;
   const float* gate = gate_logits ? gate_logits + t * d : nullptr;
   float m_run[S], s_run[S];
+  float o_acc[kHeld][S][V];  // C > 0: this thread's share of o
 #pragma unroll
   for (int l = 0; l < S; ++l) m_run[l] = s_run[l] = 0.0f;
   for (int j = 0; j < n; ++j) {
@@ -79,9 +90,8 @@ __global__ void __launch_bounds__(depth_block_threads<V>(), 1)
     float acc[S + 1];
 #pragma unroll
     for (int l = 0; l <= S; ++l) acc[l] = 0.0f;
-    for (int64_t i = first; i < d; i += stride) {
-      float x[V];
-      load_source<V>(row, gate, i, x);
+    float held[kHeld][V];  // C > 0: the source chunks, kept for the update below
+    auto add_dots = [&](const float(&x)[V], int64_t i) {
 #pragma unroll
       for (int k = 0; k < V; ++k) acc[S] += x[k] * x[k];
 #pragma unroll
@@ -91,13 +101,28 @@ __global__ void __launch_bounds__(depth_block_threads<V>(), 1)
 #pragma unroll
         for (int k = 0; k < V; ++k) acc[l] += q[k] * x[k];
       }
+    };
+    if constexpr (C > 0) {
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+        const int64_t i = first + c * stride;
+        if (i < d) {
+          load_source<V>(row, gate, i, held[c]);
+          add_dots(held[c], i);
+        }
+      }
+    } else {
+      for (int64_t i = first; i < d; i += stride) {
+        float x[V];
+        load_source<V>(row, gate, i, x);
+        add_dots(x, i);
+      }
     }
     block_sum_n<S + 1>(acc);
     const float inv_rms = 1.0f / sqrtf(acc[S] / static_cast<float>(d) + eps);
 #pragma unroll
     for (int l = 0; l < S; ++l) {
       const float logit = acc[l] * inv_rms;
-      float* ol = o + (static_cast<int64_t>(l) * T + t) * d;
       // o = o * keep + w * source: j == 0 starts o; a new max rescales what was accumulated.
       float keep = 1.0f, w = 1.0f;
       if (j == 0) {
@@ -112,18 +137,39 @@ __global__ void __launch_bounds__(depth_block_threads<V>(), 1)
         w = expf(logit - m_run[l]);
         s_run[l] += w;
       }
-      for (int64_t i = first; i < d; i += stride) {
-        float x[V], acc_o[V];
-        load_source<V>(row, gate, i, x);
-        if (j == 0) {
+      if constexpr (C > 0) {
 #pragma unroll
-          for (int k = 0; k < V; ++k) acc_o[k] = x[k];
-        } else {
-          load_row<V>(ol, i, acc_o);
+        for (int c = 0; c < C; ++c) {
 #pragma unroll
-          for (int k = 0; k < V; ++k) acc_o[k] = acc_o[k] * keep + w * x[k];
+          for (int k = 0; k < V; ++k)
+            o_acc[c][l][k] = j == 0 ? held[c][k] : o_acc[c][l][k] * keep + w * held[c][k];
         }
-        store_row<V>(ol, i, acc_o);
+      } else {
+        float* ol = o + (static_cast<int64_t>(l) * T + t) * d;
+        for (int64_t i = first; i < d; i += stride) {
+          float x[V], acc_o[V];
+          load_source<V>(row, gate, i, x);
+          if (j == 0) {
+#pragma unroll
+            for (int k = 0; k < V; ++k) acc_o[k] = x[k];
+          } else {
+            load_row<V>(ol, i, acc_o);
+#pragma unroll
+            for (int k = 0; k < V; ++k) acc_o[k] = acc_o[k] * keep + w * x[k];
+          }
+          store_row<V>(ol, i, acc_o);
+        }
+      }
+    }
+  }
+  if constexpr (C > 0) {
+#pragma unroll
+    for (int l = 0; l < S; ++l) {
+      float* ol = o + (static_cast<int64_t>(l) * T + t) * d;
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+        const int64_t i = first + c * stride;
+        if (i < d) store_row<V>(ol, i, o_acc[c][l]);
       }
     }
   }
@@ -292,19 +338,49 @@ struct Phase1Launch {
   cudaStream_t stream;
 };
 
+// The C of depth_phase1_kernel for rows of d read V at a time by `threads` threads: the
+// chunks each thread owns, when its share of o fits in registers (0 otherwise). Two chunks
+// only on the scalar path: at V = 8 they need 2 * S * 8 accumulators, which spill at S >= 7
+// (nvcc 13, sm_90a, -Xptxas -v).
+inline int phase1_held_chunks(int64_t d, int V, int threads) {
+  const int64_t per_pass = static_cast<int64_t>(V) * threads;
+  const int64_t chunks = (d + per_pass - 1) / per_pass;
+  return chunks <= (V == 1 ? 2 : 1) ? static_cast<int>(chunks) : 0;
+}
+
+template <int S, int V, class B, int C>
+void launch_phase1_kernel(const Phase1Launch& a, const B* bank, int threads) {
+  depth_phase1_kernel<S, V, B, C><<<static_cast<unsigned>(a.T), threads, 0, a.stream>>>(
+      a.queries, bank, a.n, a.T, a.d, a.eps, a.m, a.s, a.o, a.gate_logits);
+}
+
+template <int S, int V, class B>
+void launch_phase1_vector_width(const Phase1Launch& a, const B* bank) {
+  const int threads = depth_row_threads(a.d, V > 1);
+  const int held = phase1_held_chunks(a.d, V, threads);
+  if (held == 1) {
+    launch_phase1_kernel<S, V, B, 1>(a, bank, threads);
+  } else if constexpr (V == 1) {
+    if (held == 2) {
+      launch_phase1_kernel<S, V, B, 2>(a, bank, threads);
+    } else {
+      launch_phase1_kernel<S, V, B, 0>(a, bank, threads);
+    }
+  } else {
+    launch_phase1_kernel<S, V, B, 0>(a, bank, threads);
+  }
+}
+
 template <int S>
 void launch_phase1_group(const Phase1Launch& a) {
   const bool vec = rows_allow_vectors(a.d, {a.bank, a.queries, a.o, a.gate_logits});
   dispatch_bank_dtype(a.bank_dtype, "depth_phase1 bank", [&](auto tag) {
     using B = decltype(tag);
     const B* bank = static_cast<const B*>(a.bank);
-    const unsigned grid = static_cast<unsigned>(a.T);
     if (vec) {
-      depth_phase1_kernel<S, kDepthVector, B><<<grid, depth_row_threads(a.d, true), 0, a.stream>>>(
-          a.queries, bank, a.n, a.T, a.d, a.eps, a.m, a.s, a.o, a.gate_logits);
+      launch_phase1_vector_width<S, kDepthVector, B>(a, bank);
     } else {
-      depth_phase1_kernel<S, 1, B><<<grid, depth_row_threads(a.d, false), 0, a.stream>>>(
-          a.queries, bank, a.n, a.T, a.d, a.eps, a.m, a.s, a.o, a.gate_logits);
+      launch_phase1_vector_width<S, 1, B>(a, bank);
     }
   });
 }

@@ -149,7 +149,10 @@ struct PagedAttentionArgs {
   const int32_t* seq_of_token = nullptr;  // [T]
   const int32_t* block_table = nullptr;   // [num_seqs, max_blocks] row-major, padded
   int max_blocks = 0;
+  // Rows this launch computes: row i is token rows[i] of q / out, or token i when rows is
+  // null (every row). A step with prefill chunks gives flash-decoding only its other rows.
   int64_t num_tokens = 0;
+  const int32_t* rows = nullptr;  // [num_tokens] or null
   int hq = 0, hkv = 0, head_dim = 0, block_size = 0;
   float scale = 1.0f;
   float* out = nullptr;  // [T, hq * hd]
@@ -181,6 +184,40 @@ int64_t attention_partial_floats(const PagedAttentionArgs& args);
 // Causal GQA attention over the paged cache (cuda_attention.cu's header says how);
 // head_dim <= kMaxAttentionHeadDim.
 void launch_paged_attention(const PagedAttentionArgs& args, cudaStream_t stream);
+
+// --- cuda_prefill_attention.cu ---
+// Causal GQA attention of prefill chunks on tensor cores (FlashAttention-2 style), over the
+// same paged cache as launch_paged_attention. A tile is up to kPrefillTileRows consecutive
+// query rows of one sequence (cuda_attention_dispatch.h plans them); row t attends to
+// positions 0..positions[t] of its sequence.
+constexpr int kPrefillTileRows = 64;
+struct PrefillTile {
+  int32_t first_row = 0;     // its first query row (token index of q / out)
+  int32_t num_rows = 0;      // 1..kPrefillTileRows
+  int32_t seq = 0;           // its block table row
+  int32_t key_end = 0;       // max position of its rows + 1: the keys it reads
+  int32_t min_position = 0;  // min position of its rows: keys up to it need no mask
+};
+static_assert(sizeof(PrefillTile) == 5 * sizeof(int32_t), "staged as int32 words");
+struct PrefillAttentionArgs {
+  const float* q = nullptr;  // [T, hq * hd]
+  const void* k_cache = nullptr;
+  const void* v_cache = nullptr;  // [num_blocks, block_size, hkv, hd] of kv_dtype
+  DType kv_dtype = DType::F32;
+  const int32_t* positions = nullptr;    // [T]
+  const int32_t* block_table = nullptr;  // [num_seqs, max_blocks]
+  int max_blocks = 0;
+  const PrefillTile* tiles = nullptr;  // [num_tiles]
+  int num_tiles = 0;
+  int hq = 0, hkv = 0, head_dim = 0, block_size = 0;
+  float scale = 1.0f;
+  float* out = nullptr;  // [T, hq * hd]: the tiles' rows are written
+};
+// Whether the prefill kernel takes this shape: head_dim 64 or 128, F32 or BF16, both caches
+// 16-byte aligned (rows are then whole 16-byte vectors). Otherwise flash-decoding does it all.
+bool prefill_attention_supports(int head_dim, DType kv_dtype, const void* k_cache,
+                                const void* v_cache);
+void launch_prefill_attention(const PrefillAttentionArgs& args, cudaStream_t stream);
 
 // --- cuda_depth_mix.cu ---
 // Phase 1 for S query rows (any S; done in groups of 8): see Backend::depth_phase1.
@@ -247,11 +284,38 @@ struct DepthWeightsParams {
 void launch_depth_weights(const DepthWeightsParams& params, cudaStream_t stream);
 
 // --- cuda_sampling.cu ---
+// A row is sampled by a cluster of ctas_per_row CTAs (1, 2, 4 or 8); CTA k takes ids
+// [k * slice, (k + 1) * slice), slice = sample_slice_ids(vocab, ctas_per_row). The result does
+// not depend on the split (every merge is exact). Pure host logic below, up to launch_sample.
+constexpr int kMaxSampleCtasPerRow = 8;  // the portable cluster size
+// A slice's repetition-penalty bitmap (slice / 8 bytes) must fit in shared memory: 32 KB.
+constexpr int64_t kMaxSampleSliceIds = int64_t{1} << 18;
+// Below this a CTA's 512 threads have under 16 ids each: the merges cost more than they save.
+constexpr int64_t kMinSampleSliceIds = 8192;
+// ceil(vocab / ctas_per_row), rounded up to 32 ids (whole 128-byte lines).
+int64_t sample_slice_ids(int64_t vocab, int ctas_per_row);
+// How many CTAs per row: the fewest whose slices fit kMaxSampleSliceIds, then doubled while
+// rows x CTAs still fit one CTA per SM and slices keep kMinSampleSliceIds ids. Qwen3's vocab
+// (151936) on 132 SMs: 8 up to 16 rows, 4 up to 33, 2 up to 66, then 1.
+int plan_sample_ctas_per_row(int64_t rows, int64_t vocab, int sm_count);
+// CudaBackend::sample's staging, one buffer laid out the same on the host (pinned) and on the
+// device: [rows] SampleRow, token ids from ids_offset (the two go up in one copy of
+// upload_bytes), out [rows] int32 from out_offset (comes back). Offsets 256-byte aligned.
+struct SampleStagingLayout {
+  size_t ids_offset = 0;
+  size_t upload_bytes = 0;
+  size_t out_offset = 0;
+  size_t total_bytes = 0;
+};
+SampleStagingLayout sample_staging_layout(int64_t rows, int64_t num_ids);
+// A persistent buffer's new capacity for a call that needs `needed` bytes: unchanged when it
+// fits, else at least doubled (a growing batch regrows O(log) times, then never).
+size_t grown_staging_bytes(size_t capacity, size_t needed);
 // Samples rows [0, rows) of logits [rows, vocab] (overwritten) into out [rows]. row_args
 // [rows] and token_ids on the device, ids validated; counts [rows, vocab] int32, all zero, left
-// zero (presence / frequency scratch).
+// zero (presence / frequency scratch). Throws when a slice exceeds kMaxSampleSliceIds.
 void launch_sample(float* logits, int64_t rows, int64_t vocab, int32_t decodable,
                    const SampleRow* row_args, const int32_t* token_ids, int32_t* counts,
-                   int32_t* out, cudaStream_t stream);
+                   int32_t* out, int ctas_per_row, cudaStream_t stream);
 
 }  // namespace attnres::cuda

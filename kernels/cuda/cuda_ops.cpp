@@ -13,9 +13,11 @@
 // rounding. BF16 / F16 weights: cuBLAS needs A and B of one type, so x is first rounded to
 // the weight dtype into a scratch buffer (launch_convert_from_f32); the GEMM accumulates
 // in f32 and writes f32. That rounding of the activations (the CPU keeps them f32) makes
-// the result match the CPU to bf16 precision (~1e-3 relative), not f32. The bias is a
-// separate small kernel (a cublasLt epilogue is a later optimisation).
+// the result match the CPU to bf16 precision (~1e-3 relative), not f32. The GEMM is
+// cuBLASLt's (cuda_lt_gemm.h) with an f32 bias in its epilogue; a bias of another dtype is a
+// separate small kernel (the model widens its biases to f32 at load, so that is rare).
 #include <algorithm>
+#include <cstring>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -147,9 +149,18 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
       ATTNRES_CHECK(w.dtype == DType::F32,
                     "linear w dtype " + std::string(dtype_name(w.dtype)) + " is not supported");
     }
-    CUBLAS_CHECK(cublasGemmEx(im.cublas, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w.data, ab_type,
-                              k, b_ptr, ab_type, k, &beta, out.data, CUDA_R_32F, m,
-                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    // cuBLASLt, an f32 bias in its epilogue; cublasGemmEx where it has no algorithm.
+    const float* epilogue_bias =
+        bias && bias->dtype == DType::F32 ? static_cast<const float*>(bias->data) : nullptr;
+    const cuda::LtGemmArgs gemm{r_dim, k_dim,         n_dim,   ab_type, w.data,
+                                b_ptr, epilogue_bias, nullptr, f32(out)};
+    if (im.lt_gemm->run(gemm, im.stream)) {
+      if (epilogue_bias) return;
+    } else {
+      CUBLAS_CHECK(cublasGemmEx(im.cublas, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w.data,
+                                ab_type, k, b_ptr, ab_type, k, &beta, out.data, CUDA_R_32F, m,
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
   }
   if (bias) cuda::launch_add_bias(f32(out), bias->data, bias->dtype, r_dim, n_dim, im.stream);
 }
@@ -467,6 +478,35 @@ void CudaBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Ba
   ATTNRES_CHECK(q.data != out.data || T == 0, "attention: out must not alias q");
   im.ensure_prepared(*this, batch);
   im.validate_against_cache(batch, cache);
+  // Prefill chunks (a sequence with at least kPrefillMinRows rows) on tensor cores, every
+  // other row by flash-decoding; the prepared batch holds the plan (cuda_attention_dispatch.h).
+  // A shape the prefill kernel does not take leaves every row to flash-decoding.
+  const cuda::AttentionDispatch& dispatch = im.attention_dispatch;
+  const bool use_prefill = !dispatch.tiles.empty() &&
+                           cuda::prefill_attention_supports(static_cast<int>(hd), cache.k.dtype,
+                                                            cache.k.data, cache.v.data) &&
+                           reinterpret_cast<uintptr_t>(q.data) % 8 == 0 &&
+                           reinterpret_cast<uintptr_t>(out.data) % 8 == 0;
+  if (use_prefill) {
+    cuda::PrefillAttentionArgs pre;
+    pre.q = f32(q);
+    pre.k_cache = cache.k.data;
+    pre.v_cache = cache.v.data;
+    pre.kv_dtype = cache.k.dtype;
+    pre.positions = im.positions;
+    pre.block_table = im.block_table;
+    pre.max_blocks = im.max_blocks;
+    pre.tiles = im.prefill_tiles;
+    pre.num_tiles = static_cast<int>(dispatch.tiles.size());
+    pre.hq = static_cast<int>(hq);
+    pre.hkv = static_cast<int>(hkv);
+    pre.head_dim = static_cast<int>(hd);
+    pre.block_size = static_cast<int>(cache.k.dim(1));
+    pre.scale = scale;
+    pre.out = f32(out);
+    cuda::launch_prefill_attention(pre, im.stream);
+    if (dispatch.decode_rows.empty()) return;
+  }
   cuda::PagedAttentionArgs args;
   args.q = f32(q);
   args.k_cache = cache.k.data;
@@ -476,7 +516,8 @@ void CudaBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Ba
   args.seq_of_token = im.seq_of_token;
   args.block_table = im.block_table;
   args.max_blocks = im.max_blocks;
-  args.num_tokens = T;
+  args.num_tokens = use_prefill ? static_cast<int64_t>(dispatch.decode_rows.size()) : T;
+  args.rows = use_prefill ? im.decode_rows : nullptr;
   args.hq = static_cast<int>(hq);
   args.hkv = static_cast<int>(hkv);
   args.head_dim = static_cast<int>(hd);
@@ -487,9 +528,13 @@ void CudaBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Ba
   // batch); the partial results live in scratch until the merge kernel has read them (the
   // block returns to the cache when `partials` dies, stream-ordered like every tensor).
   int max_context = 0;
-  for (int32_t pos : batch.positions) max_context = std::max(max_context, pos + 1);
+  if (use_prefill) {
+    max_context = dispatch.decode_max_context;
+  } else {
+    for (int32_t pos : batch.positions) max_context = std::max(max_context, pos + 1);
+  }
   const cuda::AttentionSplitPlan plan =
-      cuda::plan_attention_splits(T, args.hq, args.hkv, max_context, im.sm_count);
+      cuda::plan_attention_splits(args.num_tokens, args.hq, args.hkv, max_context, im.sm_count);
   args.num_splits = plan.num_splits;
   args.split_len = plan.split_len;
   std::shared_ptr<void> partials;
@@ -712,10 +757,17 @@ void CudaBackend::depth_weights(const Tensor& query, const Tensor& bank, int n,
   cuda::launch_depth_weights(p, on_device().stream);
 }
 
-// Backend::sample (cuda_sampling.cu). The parameters and ids go up, the ids come back, and the
-// call waits for them (the engine reads them next). Not capturable: a graph would replay the
-// parameters of the step it captured.
+// Backend::sample (cuda_sampling.cu). The parameters and ids go up in one copy from the
+// persistent pinned staging, the ids come back into it, and the call waits for them (the
+// engine reads them next). No allocation once the staging has grown to the batch.
+// Not capturable, and not meant to be (kernels/cuda/NOTES.md, "Sampling"): the decode graphs
+// end before the LM head, and a graph would replay the parameters of the step it captured.
 void CudaBackend::sample(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) {
+  sample(logits, batch, out, 0);
+}
+
+void CudaBackend::sample(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out,
+                         int ctas_per_row) {
   const int64_t rows = static_cast<int64_t>(batch.rows.size());
   ATTNRES_CHECK(logits.rank() == 2 && logits.dim(0) >= rows,
                 "sample: logits " + shape_str(logits.shape) + " for " + std::to_string(rows) +
@@ -749,30 +801,50 @@ void CudaBackend::sample(Tensor& logits, const SampleBatch& batch, std::span<int
   }
   Impl& im = on_device();
   ATTNRES_CHECK(!im.capturing(), "sample: cannot run inside a CUDA graph capture");
-  const size_t args_bytes = batch.rows.size() * sizeof(SampleRow);
-  const size_t ids_bytes = batch.token_ids.size() * sizeof(int32_t);
-  const size_t out_bytes = static_cast<size_t>(rows) * sizeof(int32_t);
+  if (ctas_per_row == 0) ctas_per_row = cuda::plan_sample_ctas_per_row(rows, vocab, im.sm_count);
+
+  // Staging: grown (rarely), never shrunk. The last call synchronized, so nothing still reads it.
+  const cuda::SampleStagingLayout layout = cuda::sample_staging_layout(rows, num_ids);
+  if (layout.total_bytes > im.sample_host_bytes) {
+    const size_t grown = cuda::grown_staging_bytes(im.sample_host_bytes, layout.total_bytes);
+    im.sample_host.reset();  // freed first: the peak is the new one alone
+    im.sample_host_bytes = 0;
+    im.sample_host = im.pinned_host(grown);
+    im.sample_host_bytes = grown;
+  }
+  if (layout.total_bytes > im.sample_device_bytes) {
+    const size_t grown = cuda::grown_staging_bytes(im.sample_device_bytes, layout.total_bytes);
+    im.sample_device = im.raw_alloc(grown);  // the old block returns to the cache
+    im.sample_device_bytes = grown;
+  }
   const size_t counts_bytes =
       needs_counts ? static_cast<size_t>(rows * vocab) * sizeof(int32_t) : 0;
-  std::shared_ptr<void> args_dev = im.raw_alloc(args_bytes);
-  std::shared_ptr<void> ids_dev = im.raw_alloc(std::max<size_t>(ids_bytes, sizeof(int32_t)));
-  std::shared_ptr<void> out_dev = im.raw_alloc(out_bytes);
-  std::shared_ptr<void> counts_dev = im.raw_alloc(std::max<size_t>(counts_bytes, sizeof(int32_t)));
-  CUDA_CHECK(cudaMemcpyAsync(args_dev.get(), batch.rows.data(), args_bytes, cudaMemcpyHostToDevice,
-                             im.stream));
-  if (ids_bytes) {
-    CUDA_CHECK(cudaMemcpyAsync(ids_dev.get(), batch.token_ids.data(), ids_bytes,
-                               cudaMemcpyHostToDevice, im.stream));
+  if (counts_bytes > im.sample_counts_bytes) {
+    const size_t grown = cuda::grown_staging_bytes(im.sample_counts_bytes, counts_bytes);
+    im.sample_counts = im.raw_alloc(grown);
+    im.sample_counts_bytes = grown;
+    CUDA_CHECK(cudaMemsetAsync(im.sample_counts.get(), 0, grown, im.stream));
   }
-  if (counts_bytes) CUDA_CHECK(cudaMemsetAsync(counts_dev.get(), 0, counts_bytes, im.stream));
+
+  char* host = static_cast<char*>(im.sample_host.get());
+  char* device = static_cast<char*>(im.sample_device.get());
+  std::memcpy(host, batch.rows.data(), batch.rows.size() * sizeof(SampleRow));
+  if (num_ids) {
+    std::memcpy(host + layout.ids_offset, batch.token_ids.data(),
+                static_cast<size_t>(num_ids) * sizeof(int32_t));
+  }
+  CUDA_CHECK(cudaMemcpyAsync(device, host, layout.upload_bytes, cudaMemcpyHostToDevice, im.stream));
+  // Null until a call has a penalty row: only such rows read counts.
+  int32_t* counts = static_cast<int32_t*>(im.sample_counts.get());
   cuda::launch_sample(
-      f32(logits), rows, vocab, batch.decodable, static_cast<const SampleRow*>(args_dev.get()),
-      static_cast<const int32_t*>(ids_dev.get()), static_cast<int32_t*>(counts_dev.get()),
-      static_cast<int32_t*>(out_dev.get()), im.stream);
-  CUDA_CHECK(
-      cudaMemcpyAsync(out.data(), out_dev.get(), out_bytes, cudaMemcpyDeviceToHost, im.stream));
-  // Also keeps the staging buffers alive until the copies that read them are done.
+      f32(logits), rows, vocab, batch.decodable, reinterpret_cast<const SampleRow*>(device),
+      reinterpret_cast<const int32_t*>(device + layout.ids_offset), counts,
+      reinterpret_cast<int32_t*>(device + layout.out_offset), ctas_per_row, im.stream);
+  const size_t out_bytes = static_cast<size_t>(rows) * sizeof(int32_t);
+  CUDA_CHECK(cudaMemcpyAsync(host + layout.out_offset, device + layout.out_offset, out_bytes,
+                             cudaMemcpyDeviceToHost, im.stream));
   CUDA_CHECK(cudaStreamSynchronize(im.stream));
+  std::memcpy(out.data(), host + layout.out_offset, out_bytes);
 }
 
 }  // namespace attnres

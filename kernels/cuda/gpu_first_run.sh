@@ -10,7 +10,8 @@
 #                                         # build-cuda/device carried: tests, sanitizers, bench;
 #                                         # logs under $OUT (or /tmp)
 #
-# Through the device tool: run(command="bash kernels/cuda/gpu_first_run.sh run",
+# Through the device tool (STEPS="1 2 3" etc. to fit the 10-minute command limit):
+# run(command="bash kernels/cuda/gpu_first_run.sh run",
 #                              carry=["build-cuda/device"])
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -40,31 +41,71 @@ case "$mode" in
     export LD_LIBRARY_PATH="$PWD/$dev:/usr/local/cuda/lib64:${nccl_dir:+$nccl_dir:}${LD_LIBRARY_PATH:-}"
     export ATTNRES_ASSETS_DIR="$PWD/engine/model/assets"  # the bench's built-in models
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt" || true
-    # 1. Every op and the whole forward against the CPU backend (bf16 KV cache and depth bank,
-    #    flash-decoding attention, fused q/k/v and gate/up GEMVs, sampling: CudaFlashAttention.*,
-    #    CudaDepthBankBf16.*, CudaOps.LinearManyAndLinearSwiglu, CudaSample*); decode steps
-    #    replayed as graphs through the runner (CudaDecodeGraphs.*); CUDA graphs (CudaGraph.*),
-    #    the batch contract (CudaBatchInvariance.*, which prints whether 16 rows equal 1),
-    #    the device guard from a second thread and the KV memory query (CudaMemory.*).
-    "$dev/attnres_cuda_tests" 2>&1 | tee "$out/test.log" \
-      | grep -E "^\[  FAILED|^\[  PASSED|^\[  SKIPPED \] [0-9]+ tests|Failure|rror|batch-mates:" || true
-    # 2. Out-of-bounds accesses and shared-memory races (ops, memory and graphs; the graph
-    #    tests' tiny model runs a few forwards; the bigger model tests are slow under it).
-    compute-sanitizer --tool memcheck --error-exitcode 9 "$dev/attnres_cuda_tests" \
-      --gtest_filter='CudaOps.*:CudaMemory.*:CudaGraph.*:*CudaDecodeGraphs.*' > "$out/memcheck.log" 2>&1 \
-      && echo "memcheck: clean" || echo "memcheck: FAILED (see memcheck.log)"
-    compute-sanitizer --tool racecheck --error-exitcode 9 "$dev/attnres_cuda_tests" \
-      --gtest_filter='CudaOps.RmsNorm:CudaOps.DepthPhase*:CudaOps.DepthWeights:CudaOps.QkNormRope' \
-      > "$out/racecheck.log" 2>&1 && echo "racecheck: clean" || echo "racecheck: FAILED (see racecheck.log)"
-    # 3. Tensor parallelism's NCCL path with one GPU (TP = 1) against the CPU forward.
-    "$dev/attnres_cuda_tensor_parallel_tests" 2>&1 | tee "$out/test_tp.log" \
-      | grep -E "^\[  FAILED|^\[  PASSED|^\[  SKIPPED \] [0-9]+ tests|Failure|rror" || true
-    # 4. Decode-step timing against the weight-read floor.
-    #    The decode step with a bf16 KV cache (the default) and an f32 one, and the attention
-    #    kernel alone against the copy bandwidth.
-    "$dev/bench_cuda_backend" 2>&1 | tee "$out/bench.log" || echo "bench: FAILED"
-    "$dev/bench_cuda_backend" --only step --kv-dtype float32 2>&1 | tee "$out/bench_f32kv.log" \
-      || echo "bench (f32 KV): FAILED"
+    # STEPS picks the numbered steps below (default all); one device command may run 10
+    # minutes, so a session runs e.g. STEPS="1 2 3" and then STEPS="4 5 6 7".
+    steps=" ${STEPS:-1 2 3 4 5 6 7} "
+    want() { [[ "$steps" == *" $1 "* ]]; }
+    if want 1; then
+      # 1. Every op and the whole forward against the CPU backend (bf16 KV cache and depth bank,
+      #    flash-decoding attention, fused q/k/v and gate/up GEMVs, sampling: CudaFlashAttention.*,
+      #    CudaDepthBankBf16.*, CudaOps.LinearManyAndLinearSwiglu, CudaSample*, the cuBLASLt prefill
+      #    GEMM with bias / residual epilogues: CudaLtGemm.*); decode steps
+      #    replayed as graphs through the runner (CudaDecodeGraphs.*); CUDA graphs (CudaGraph.*),
+      #    the batch contract (CudaBatchInvariance.*, which prints whether 16 rows equal 1),
+      #    the device guard from a second thread and the KV memory query (CudaMemory.*).
+      "$dev/attnres_cuda_tests" 2>&1 | tee "$out/test.log" \
+        | grep -E "^\[  FAILED|^\[  PASSED|^\[  SKIPPED \] [0-9]+ tests|Failure|rror|batch-mates:" || true
+    fi
+    if want 2; then
+      # 2. Out-of-bounds accesses and shared-memory races (ops, memory and graphs; the graph
+      #    tests' tiny model runs a few forwards; the bigger model tests are slow under it).
+      compute-sanitizer --tool memcheck --error-exitcode 9 "$dev/attnres_cuda_tests" \
+        --gtest_filter='CudaOps.*:CudaMemory.*:CudaGraph.*:*CudaDecodeGraphs.*' > "$out/memcheck.log" 2>&1 \
+        && echo "memcheck: clean" || echo "memcheck: FAILED (see memcheck.log)"
+      compute-sanitizer --tool racecheck --error-exitcode 9 "$dev/attnres_cuda_tests" \
+        --gtest_filter='CudaOps.RmsNorm:CudaOps.DepthPhase*:CudaOps.DepthWeights:CudaOps.QkNormRope' \
+        > "$out/racecheck.log" 2>&1 && echo "racecheck: clean" || echo "racecheck: FAILED (see racecheck.log)"
+    fi
+    if want 3; then
+      # 3. Tensor parallelism's NCCL path with one GPU (TP = 1) against the CPU forward.
+      "$dev/attnres_cuda_tensor_parallel_tests" 2>&1 | tee "$out/test_tp.log" \
+        | grep -E "^\[  FAILED|^\[  PASSED|^\[  SKIPPED \] [0-9]+ tests|Failure|rror" || true
+    fi
+    if want 4; then
+      # 4. Decode-step timing against the weight-read floor.
+      #    The decode step with a bf16 KV cache (the default) and an f32 one, and the attention
+      #    kernel alone against the copy bandwidth.
+      "$dev/bench_cuda_backend" 2>&1 | tee "$out/bench.log" || echo "bench: FAILED"
+      "$dev/bench_cuda_backend" --only step --kv-dtype float32 2>&1 | tee "$out/bench_f32kv.log" \
+        || echo "bench (f32 KV): FAILED"
+    fi
+    if want 5; then
+      # 5. Issue #13's acceptance shape: the twins' decode at context 1024.
+      "$dev/bench_cuda_backend" --only step --context 1024 2>&1 | tee "$out/bench_ctx1024.log" \
+        || echo "bench (context 1024): FAILED"
+    fi
+    if want 6; then
+      # 6. Prefill (issue #14): the attention kernels on prefill chunks, then 1K and 8K-token
+      #    prompts of the twins against the bf16 GEMM rate of the same run.
+      "$dev/bench_cuda_backend" --only prefill-attention 2>&1 | tee "$out/bench_prefill_attention.log" \
+        || echo "bench (prefill attention): FAILED"
+      "$dev/bench_cuda_backend" --only prefill --steps 5 2>&1 | tee "$out/bench_prefill.log" \
+        || echo "bench (prefill): FAILED"
+    fi
+    if want 7; then
+      # 7. The peer, same GPU, same run (issues #13, #14): a Qwen3-0.6B-shape checkpoint written
+      #    by transformers, under our engine and under transformers (static cache, compiled for
+      #    minutes).
+      peer=/tmp/attnres-peer-0.6b
+      [ -f "$peer/model.safetensors" ] || python3 clients/bench/transformers/make_peer_model.py "$peer"
+      "$dev/bench_cuda_backend" --model "$peer" --only step --context 1024 2>&1 \
+        | tee "$out/bench_peer_ours.log" || echo "bench (peer, ours): FAILED"
+      "$dev/bench_cuda_backend" --model "$peer" --only prefill --steps 5 2>&1 \
+        | tee -a "$out/bench_peer_ours.log" || echo "bench (peer prefill, ours): FAILED"
+      python3 clients/bench/transformers/bench_transformers.py "$peer" --json "$out/transformers.json" \
+        2>&1 | grep -v -i warn | tee "$out/bench_peer_transformers.log" \
+        || echo "bench (peer, transformers): FAILED"
+    fi
     ;;
   *)
     echo "usage: $0 stage|run" >&2

@@ -225,6 +225,11 @@ int run_serve(const std::vector<std::string>& args) {
   exec->runner = FaultInjectingRunner::wrap_if_requested(std::move(exec->runner));
   std::cerr << "attnres serve: running on " << exec->description << "\n";
   EngineCore engine(engine_config, *exec->runner);
+  std::cerr << "attnres serve: sampling "
+            << (engine.samples_on_device()
+                    ? "on the device (rows without logprobs, logit_bias or allowed_token_ids)"
+                    : "on the host")
+            << "\n";
   engine.start();
 
   server::ServeOptions options;

@@ -31,6 +31,9 @@ std::vector<FlagSpec> model_flags() {
       {"enforce-eager", "",
        "run every step op by op: no replayed CUDA graphs for decode steps (graphs are "
        "only used with --device cuda)"},
+      {"no-device-sampling", "",
+       "sample every token on the host from downloaded logits instead of with the "
+       "backend's sample op (the same tokens either way; to compare or to debug)"},
   };
 }
 
@@ -46,6 +49,7 @@ EngineArgs engine_args_from_flags(const Flags& flags) {
   args.kv_cache_dtype = flags.get("kv-cache-dtype", "auto");
   args.depth_bank_dtype = flags.get("depth-bank-dtype", "auto");
   args.enforce_eager = flags.has("enforce-eager");
+  args.device_sampling = !flags.has("no-device-sampling");
   return args;
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/sched/engine_core.h"
+#include "engine/sched/offline_generator.h"
 #include "engine_test_util.h"
 #include "fake_model.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -208,6 +209,55 @@ TEST(DeviceSampling, ANonFiniteRowEndsOnlyItsSequence) {
   EXPECT_EQ(h.tokens.at(0), reference_tokens(iota_prompt(5, 1), 6));
   EXPECT_TRUE(engine.stats().alive);
   EXPECT_GT(runner.device_rows(), 0);
+}
+
+// EngineConfig::device_sampling (EngineArgs, --no-device-sampling) reaches the engine, which
+// samples on the device only when the runner can too.
+TEST(DeviceSampling, TheSwitchReachesTheEngine) {
+  CpuSamplingRunner device_runner(64, 4);
+  FakeRunner host_runner(64, 4);
+  for (bool on : {false, true}) {
+    EngineConfig config = engine_config({});
+    config.device_sampling = on;
+    EXPECT_EQ(EngineCore(config, device_runner).samples_on_device(), on);
+    EXPECT_FALSE(EngineCore(config, host_runner).samples_on_device());
+  }
+}
+
+// The offline generator (attnres generate, attnres bench) passes its option to its engine:
+// off, no row reaches the sample op; on, the same tokens come from it.
+TEST(DeviceSampling, TheOfflineGeneratorPassesTheSwitchOn) {
+  std::vector<GenerationRequest> requests;
+  for (uint64_t seed : {3, 4, 5}) {
+    GenerationRequest request{iota_prompt(6, static_cast<int>(seed)), {}};
+    request.params.temperature = seed == 3 ? 0.0f : 1.0f;
+    request.params.seed = seed;
+    request.params.top_k = 20;
+    request.params.max_tokens = 8;
+    requests.push_back(request);
+  }
+  std::map<bool, std::vector<std::vector<int32_t>>> tokens;
+  for (bool on : {false, true}) {
+    CpuSamplingRunner runner(64, 4);
+    runner.set_smooth_logits(true);
+    OfflineGeneratorOptions options;
+    options.num_kv_blocks = 64;
+    options.block_size = 4;
+    options.max_model_len = 64;
+    options.device_sampling = on;
+    OfflineGenerator generator(runner, nullptr, {}, options);
+    for (const GenerationResult& result : generator.generate(requests)) {
+      EXPECT_TRUE(result.error.empty()) << result.error;
+      EXPECT_EQ(result.token_ids.size(), 8u);
+      tokens[on].push_back(result.token_ids);
+    }
+    if (on) {
+      EXPECT_GT(runner.device_rows(), 0);
+    } else {
+      EXPECT_EQ(runner.device_rows(), 0);
+    }
+  }
+  EXPECT_EQ(tokens[true], tokens[false]);
 }
 
 }  // namespace

@@ -3,8 +3,10 @@
 // reading every weight once at the measured device copy bandwidth; and the attention op
 // alone against the floor of reading its K/V once.
 //
-//   bench_cuda_backend [--model NAME]... [--context N] [--steps N]
-//                      [--kv-dtype bfloat16|float32] [--only step|attention]
+//   bench_cuda_backend [--model NAME|DIR]... [--context N] [--steps N]
+//                      [--kv-dtype bfloat16|float32] [--only step|attention|prefill-attention]
+//   bench_cuda_backend --only prefill [--model NAME|DIR]... [--tokens T]... [--chunk N]
+//                      (bench_cuda_prefill.cpp)
 //
 // Step: prints, per model and batch: median ms/step (CUDA events around Transformer::forward,
 // host work of the step included), the weight-read floor, floor / measured, and the KV bytes
@@ -15,11 +17,19 @@
 // batch 1 and 64 decode rows, context 1024 and 4096, f32 and bf16 caches: microseconds per
 // call (eager: many calls between two events; graph: the calls captured once, replayed), the
 // K/V bytes a call reads, the achieved rate and its fraction of the copy bandwidth.
+// Prefill attention (only with --only prefill-attention): the attention op on one prefill
+// chunk of 1K and 8K tokens from scratch, and 1K after a 4K cached prefix (the tensor-core
+// kernel, cuda_prefill_attention.cu), hd 128 and 64, bf16 and f32 caches: microseconds per
+// call (eager) and TFLOP/s of the causal work, 4 hd Hq (T P + T^2 / 2) for a chunk of T after
+// P cached tokens, to compare with the measured bf16 GEMM rate (PERF.md); beside it the same
+// rows by flash-decoding, and short chunks (16..128 rows after 4K) to place the dispatch's
+// threshold (kPrefillMinRows).
 // The bandwidth is a 1 GiB cudaMemcpy device-to-device, counting bytes read + written.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -29,9 +39,11 @@
 #include "engine/model/kv_cache.h"
 #include "engine/model/loaded_model.h"
 #include "engine/model/transformer.h"
+#include "kernels/cuda/cuda_attention_dispatch.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "tests/cpp/kernels/cuda/bench_cuda_prefill.h"
 
 namespace attnres {
 namespace {
@@ -177,9 +189,70 @@ void bench_attention(double bandwidth) {
   }
 }
 
+// The attention op on one prefill chunk (the tensor-core prefill kernel's work).
+void bench_prefill_attention() {
+  const int hq = 16, hkv = 8, block_size = 16;
+  CudaBackend be(0);
+  std::printf("\nprefill attention (Hq %d, Hkv %d, block %d, one chunk, causal)\n", hq, hkv,
+              block_size);
+  std::printf("  %-5s %4s %6s %6s %10s %9s %8s %12s %8s\n", "cache", "hd", "chunk", "prefix", "us",
+              "GFLOP", "TFLOP/s", "flash-dec us", "speedup");
+  struct Shape2 {
+    int chunk, prefix;
+  };
+  for (DType dtype : {DType::BF16, DType::F32}) {
+    for (int hd : {128, 64}) {
+      for (const Shape2 c : {Shape2{1024, 0}, Shape2{8192, 0}, Shape2{1024, 4096}, Shape2{16, 4096},
+                             Shape2{32, 4096}, Shape2{64, 4096}, Shape2{128, 4096}}) {
+        const int context = c.prefix + c.chunk;
+        const int num_blocks = (context + block_size - 1) / block_size;
+        KvCacheLayer cache{be.alloc({num_blocks, block_size, hkv, hd}, dtype),
+                           be.alloc({num_blocks, block_size, hkv, hd}, dtype)};
+        CUDA_CHECK(cudaMemset(cache.k.data, 0x3c, cache.k.nbytes()));  // ~0.0115, not zeros
+        CUDA_CHECK(cudaMemset(cache.v.data, 0x3c, cache.v.nbytes()));
+        BatchMeta batch;
+        batch.num_tokens = c.chunk;
+        batch.query_start = {0, c.chunk};
+        batch.context_len = {context};
+        batch.block_tables.emplace_back();
+        for (int b = 0; b < num_blocks; ++b) batch.block_tables[0].push_back(b);
+        for (int p = c.prefix; p < context; ++p) {
+          batch.token_ids.push_back(1);
+          batch.positions.push_back(p);
+          batch.slot_mapping.push_back(p);  // blocks in order: slot = position
+        }
+        Tensor q_host = Tensor::empty({c.chunk, hq * hd}, DType::F32);
+        for (int64_t i = 0; i < q_host.numel(); ++i)
+          q_host.ptr<float>()[i] = static_cast<float>((i * 7919) % 2001 - 1000) * 1e-3f;
+        Tensor q = be.upload(q_host);
+        Tensor out = be.alloc({c.chunk, hq * hd}, DType::F32);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        // Every row through one kernel: the tensor-core one (threshold 1), then flash-decoding
+        // (a threshold never reached), to place kPrefillMinRows.
+        auto time_with = [&](int min_rows) {
+          be.set_prefill_min_rows(min_rows);
+          be.prepare_batch(batch);
+          return eager_us_per_call(be, c.chunk >= 8192 ? 5 : 20,
+                                   [&] { be.attention(q, cache, batch, hd, scale, out); });
+        };
+        const double us = time_with(1);
+        const double flash_us = time_with(INT32_MAX);
+        be.set_prefill_min_rows(cuda::kPrefillMinRows);
+        const double flops = 4.0 * hd * hq *
+                             (static_cast<double>(c.chunk) * c.prefix +
+                              static_cast<double>(c.chunk) * c.chunk / 2.0);
+        std::printf("  %-5s %4d %6d %6d %10.1f %9.1f %8.1f %12.1f %7.2fx\n",
+                    std::string(dtype_name(dtype)).c_str(), hd, c.chunk, c.prefix, us, flops / 1e9,
+                    flops / (us * 1e-6) / 1e12, flash_us, flash_us / us);
+      }
+    }
+  }
+}
+
 void bench_model(const std::string& name, int context, int steps, DType kv_dtype,
                  double bandwidth) {
-  LoadedModel lm = load_builtin_model(name);
+  // A built-in shape, or a Hugging Face directory (the checkpoint transformers is timed on).
+  LoadedModel lm = load_bench_model(name);
   CudaBackend be(0);
   // The depth bank `attnres serve` gives this checkpoint (--depth-bank-dtype auto): bf16 for
   // bf16 weights (a plain model has no bank; the choice changes nothing there).
@@ -292,6 +365,8 @@ int main(int argc, char** argv) {
   int context = 256, steps = 20;
   DType kv_dtype = DType::BF16;
   std::string only;
+  std::vector<int> prefill_tokens;
+  int chunk = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--model" && i + 1 < argc) {
@@ -304,17 +379,25 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else if (a == "--only" && i + 1 < argc &&
-               (std::string(argv[i + 1]) == "step" || std::string(argv[i + 1]) == "attention")) {
+               (std::string(argv[i + 1]) == "step" || std::string(argv[i + 1]) == "attention" ||
+                std::string(argv[i + 1]) == "prefill-attention" ||
+                std::string(argv[i + 1]) == "prefill")) {
       only = argv[++i];
+    } else if (a == "--tokens" && i + 1 < argc) {
+      prefill_tokens.push_back(std::max(1, std::atoi(argv[++i])));
+    } else if (a == "--chunk" && i + 1 < argc) {
+      chunk = std::max(0, std::atoi(argv[++i]));
     } else if (a == "--context" && i + 1 < argc) {
       context = std::atoi(argv[++i]);
     } else if (a == "--steps" && i + 1 < argc) {
       steps = std::max(1, std::atoi(argv[++i]));
     } else {
-      std::fprintf(stderr,
-                   "usage: %s [--model NAME]... [--context N] [--steps N] "
-                   "[--kv-dtype bfloat16|float32] [--only step|attention]\n",
-                   argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--model NAME|DIR]... [--context N] [--steps N] "
+          "[--kv-dtype bfloat16|float32] [--only step|attention|prefill-attention|prefill] "
+          "[--tokens T]... [--chunk N]\n",
+          argv[0]);
       return 2;
     }
   }
@@ -326,6 +409,15 @@ int main(int argc, char** argv) {
   try {
     const double bw = measure_copy_bandwidth();
     std::printf("device copy bandwidth (1 GiB D2D, read + written): %.0f GB/s\n", bw / 1e9);
+    if (only == "prefill-attention") {
+      bench_prefill_attention();
+      return 0;
+    }
+    if (only == "prefill") {
+      if (prefill_tokens.empty()) prefill_tokens = {1024, 8192};
+      for (const std::string& m : models) bench_prefill(m, prefill_tokens, chunk, steps);
+      return 0;
+    }
     if (only != "attention")
       for (const std::string& m : models) bench_model(m, context, steps, kv_dtype, bw);
     if (only != "step") bench_attention(bw);

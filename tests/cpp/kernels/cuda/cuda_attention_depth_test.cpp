@@ -180,6 +180,13 @@ TEST(CudaOps, DepthPhase1) {
     check_phase1(3, 4, 2, 8192, 1.0f, 2e-5, seed++, bank);  // the 8-wide path loops over the row
     check_phase1(9, 3, 4, 256, 1.0f, 2e-5, seed++, bank);   // more than 8 queries: two groups
     check_phase1(3, 4, 3, 1024, 1.0f, 2e-5, seed++, bank, true);  // unaligned: scalar path
+    // Where o stays in registers (depth_phase1_kernel's C): one chunk per thread on the
+    // 8-wide path up to d 2048 (8 queries: the most accumulators), two on the scalar path
+    // up to d 2048, and in memory beyond.
+    check_phase1(8, 5, 3, 2048, 1.0f, 2e-5, seed++, bank);
+    check_phase1(8, 5, 3, 1500, 1.0f, 2e-5, seed++, bank, true);
+    check_phase1(5, 4, 2, 2500, 1.0f, 2e-5, seed++, bank, true);
+    check_phase1(5, 4, 2, 4096, 1.0f, 2e-5, seed++, bank);
   }
 }
 
