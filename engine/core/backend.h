@@ -193,6 +193,17 @@ class Backend {
   virtual void store_kv(const Tensor& k, const Tensor& v, const BatchMeta& batch,
                         KvCacheLayer& cache) = 0;
 
+  // qk_norm_rope, then store_kv of the roped k and v: exactly those two calls (the default).
+  // A device backend does both in one launch (q and k still hold their roped values after it,
+  // as after the two calls; the attention reads q and the cache).
+  virtual void qk_norm_rope_store(Tensor& q, Tensor& k, const Tensor& v, int head_dim,
+                                  const Tensor* q_gain, const Tensor* k_gain, float eps,
+                                  const Tensor& inv_freq, const BatchMeta& batch,
+                                  KvCacheLayer& cache) {
+    qk_norm_rope(q, k, head_dim, q_gain, k_gain, eps, inv_freq, batch);
+    store_kv(k, v, batch, cache);
+  }
+
   // Causal GQA attention of q [T, Hq * hd] over each sequence's cached keys/values
   // (positions 0..positions[t] inclusive, read through block_tables), scaled by `scale`.
   // out [T, Hq * hd].
@@ -281,6 +292,32 @@ class Backend {
   // with width = n + (null ? 1 : 0) + (partial source ? 1 : 0). source_gate_logits [T, d]:
   // as in depth_phase1 (pre_gated), the bank sources are gated first.
   using DepthSourceSwitches = attnres::DepthSourceSwitches;
+
+  // A sublayer's PreNorm fused with the projection that reads it (decode's launch count): the
+  // arguments of depth_phase2_prenorm (mix = DepthMixArgs{}: the plain pre-norm, h = p), with
+  // `normed` [T, d] the scratch the default writes the sublayer input into. Its contents after
+  // a prenorm_* call are unspecified (a fusing backend never writes it): a caller that reads
+  // the normed rows afterwards calls depth_phase2_prenorm itself.
+  struct PrenormArgs {
+    DepthMixArgs mix;
+    const Tensor* partial = nullptr;
+    const Tensor* gain = nullptr;
+    float eps = 1e-6f;
+    Tensor* normed = nullptr;
+  };
+  // depth_phase2_prenorm into normed, then linear_many of it (the default): out_i = normed
+  // W_i^T (+ b_i). A device backend may compute the normed rows inside the projection.
+  virtual void prenorm_linear_many(const PrenormArgs& in, std::span<const LinearTarget> targets) {
+    depth_phase2_prenorm(in.mix, *in.partial, *in.gain, in.eps, *in.normed);
+    linear_many(*in.normed, targets);
+  }
+  // depth_phase2_prenorm into normed, then linear_swiglu of it (the default).
+  virtual void prenorm_linear_swiglu(const PrenormArgs& in, const Tensor& w_gate,
+                                     const Tensor* b_gate, const Tensor& w_up, const Tensor* b_up,
+                                     Tensor& gate, Tensor& up, Tensor& out) {
+    depth_phase2_prenorm(in.mix, *in.partial, *in.gain, in.eps, *in.normed);
+    linear_swiglu(*in.normed, w_gate, b_gate, w_up, b_up, gate, up, out);
+  }
   virtual void depth_weights(const Tensor& query, const Tensor& bank, int n, const Tensor& partial,
                              float bias, float eps, Tensor& out,
                              const DepthSourceSwitches& sources = {}) = 0;

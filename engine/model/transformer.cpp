@@ -41,6 +41,8 @@ Tensor widened(const Tensor& t) {
   return host_f32(values, {t.numel()});
 }
 
+const Tensor* bias_of(const Tensor& b) { return b.defined() ? &b : nullptr; }
+
 const AttnResWeights* depth_weights_of(const ModelWeights& w, const DepthStep& step) {
   if (step.kind == SublayerKind::Final) return w.final_res ? &*w.final_res : nullptr;
   const LayerWeights& layer = w.layers[step.layer];
@@ -207,21 +209,42 @@ Transformer::Transformer(const ModelConfig& config, const ModelWeights& weights,
   inv_freq_ = backend_.upload(host_f32(inv_freq, {static_cast<int64_t>(inv_freq.size())}));
 }
 
-void Transformer::attention_sublayer(int layer, const Tensor& normed, const Tensor& value_input,
-                                     const BatchMeta& batch, KvCacheLayer& cache, Scratch& s,
-                                     Tensor& out, const Tensor* residual) {
-  const LayerWeights& w = weights_.layers[layer];
-  auto bias = [](const Tensor& b) { return b.defined() ? &b : nullptr; };
+void Transformer::project_input(const DepthStep& step, const Tensor& normed,
+                                const Tensor& value_input, Scratch& s) {
+  const LayerWeights& w = weights_.layers[step.layer];
+  if (step.kind == SublayerKind::Mlp) {
+    backend_.linear_swiglu(normed, w.gate_proj, bias_of(w.gate_bias), w.up_proj, bias_of(w.up_bias),
+                           s.gate, s.up, s.act);
+    return;
+  }
   // q, k and v read one input (delta_v: v its own), so one call.
-  const Backend::LinearTarget qkv[] = {{&w.q_proj, bias(w.q_bias), &s.q},
-                                       {&w.k_proj, bias(w.k_bias), &s.k},
-                                       {&w.v_proj, bias(w.v_bias), &s.v}};
+  const Backend::LinearTarget qkv[] = {{&w.q_proj, bias_of(w.q_bias), &s.q},
+                                       {&w.k_proj, bias_of(w.k_bias), &s.k},
+                                       {&w.v_proj, bias_of(w.v_bias), &s.v}};
   const bool shared_input = value_input.data == normed.data;
   backend_.linear_many(normed, std::span(qkv, shared_input ? 3 : 2));
-  if (!shared_input) backend_.linear(value_input, w.v_proj, bias(w.v_bias), s.v);
-  backend_.qk_norm_rope(s.q, s.k, config_.head_dim, bias(w.q_norm), bias(w.k_norm),
-                        config_.rms_norm_eps, inv_freq_, batch);
-  backend_.store_kv(s.k, s.v, batch, cache);
+  if (!shared_input) backend_.linear(value_input, w.v_proj, bias_of(w.v_bias), s.v);
+}
+
+void Transformer::project_prenormed(const DepthStep& step, const Backend::PrenormArgs& prenorm,
+                                    Scratch& s) {
+  const LayerWeights& w = weights_.layers[step.layer];
+  if (step.kind == SublayerKind::Mlp) {
+    backend_.prenorm_linear_swiglu(prenorm, w.gate_proj, bias_of(w.gate_bias), w.up_proj,
+                                   bias_of(w.up_bias), s.gate, s.up, s.act);
+    return;
+  }
+  const Backend::LinearTarget qkv[] = {{&w.q_proj, bias_of(w.q_bias), &s.q},
+                                       {&w.k_proj, bias_of(w.k_bias), &s.k},
+                                       {&w.v_proj, bias_of(w.v_bias), &s.v}};
+  backend_.prenorm_linear_many(prenorm, qkv);
+}
+
+void Transformer::attention_rest(int layer, const BatchMeta& batch, KvCacheLayer& cache, Scratch& s,
+                                 Tensor& out, const Tensor* residual) {
+  const LayerWeights& w = weights_.layers[layer];
+  backend_.qk_norm_rope_store(s.q, s.k, s.v, config_.head_dim, bias_of(w.q_norm), bias_of(w.k_norm),
+                              config_.rms_norm_eps, inv_freq_, batch, cache);
   // yarn multiplies cos and sin by an attention factor, which scales both q and k: the
   // same as scaling the attention logits by its square, so the rope op stays unscaled.
   const float attention_factor = config_.rope_attention_factor();
@@ -231,22 +254,17 @@ void Transformer::attention_sublayer(int layer, const Tensor& normed, const Tens
   output_linear(s.attn, w.o_proj, w.o_bias, out, residual);
 }
 
-void Transformer::mlp_sublayer(int layer, const Tensor& normed, Scratch& s, Tensor& out,
-                               const Tensor* residual) {
+void Transformer::mlp_rest(int layer, Scratch& s, Tensor& out, const Tensor* residual) {
   const LayerWeights& w = weights_.layers[layer];
-  auto bias = [](const Tensor& b) { return b.defined() ? &b : nullptr; };
-  backend_.linear_swiglu(normed, w.gate_proj, bias(w.gate_bias), w.up_proj, bias(w.up_bias), s.gate,
-                         s.up, s.act);
   output_linear(s.act, w.down_proj, w.down_bias, out, residual);
 }
 
 void Transformer::output_linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
                                 const Tensor* residual) {
-  const Tensor* b = bias.defined() ? &bias : nullptr;
   if (residual) {
-    backend_.linear_residual(x, w, b, *residual, out);
+    backend_.linear_residual(x, w, bias_of(bias), *residual, out);
   } else {
-    backend_.linear(x, w, b, out);
+    backend_.linear(x, w, bias_of(bias), out);
   }
 }
 
@@ -465,9 +483,26 @@ Tensor Transformer::forward_hidden(const BatchMeta& batch, KvCache& cache,
                              ? weights_.layers[step.layer].input_norm
                              : weights_.layers[step.layer].post_attention_norm;
     Tensor& normed_out = final_step ? hidden : normed;
+    // The sublayer's projection fused with its PreNorm (Backend::prenorm_linear_*), run here,
+    // before a push-and-reset changes the partial. Not where the normed rows are read again:
+    // the final norm (the LM head's input), a sharded step (they are all-gathered first) and
+    // delta_v's attention (two mixes feed q / k and v).
+    const bool fused_projection = !final_step && !split.sharded && step.value_slot < 0;
+    auto prenorm_and_project = [&](const Backend::DepthMixArgs& mix) {
+      if (!fused_projection) {
+        backend_.depth_phase2_prenorm(mix, partial, gain, config_.rms_norm_eps, normed_out);
+        return;
+      }
+      Backend::PrenormArgs prenorm;
+      prenorm.mix = mix;
+      prenorm.partial = &partial;
+      prenorm.gain = &gain;
+      prenorm.eps = config_.rms_norm_eps;
+      prenorm.normed = &normed_out;
+      project_prenormed(step, prenorm, s);
+    };
     if (!step.mixes) {  // plain pre-norm (or first_layer's layer 0): h = p
-      backend_.depth_phase2_prenorm(Backend::DepthMixArgs{}, partial, gain, config_.rms_norm_eps,
-                                    normed_out);
+      prenorm_and_project(Backend::DepthMixArgs{});
     } else {
       // pre_gated: the gate on the sources; sigmoid_vector: the gate after the mix. Both are
       // computed from x, the partial before any reset.
@@ -507,8 +542,11 @@ Tensor Transformer::forward_hidden(const BatchMeta& batch, KvCache& cache,
         // Phase 2 writes the sublayer's input (the V stream's into its own buffer).
         Backend::DepthMixArgs mix = mix_args(i, slot, m, sum, o, query, &gate_logits);
         mix.newer = newer.defined() ? &newer : nullptr;
-        backend_.depth_phase2_prenorm(mix, partial, gain, config_.rms_norm_eps,
-                                      slot == step.value_slot ? normed_v : normed_out);
+        if (slot == step.value_slot) {
+          backend_.depth_phase2_prenorm(mix, partial, gain, config_.rms_norm_eps, normed_v);
+        } else {
+          prenorm_and_project(mix);
+        }
       }
     }
     if (final_step) break;
@@ -518,7 +556,6 @@ Tensor Transformer::forward_hidden(const BatchMeta& batch, KvCache& cache,
       take_back_partial(false);
       backend_.fill_zero(partial);
     }
-    const Tensor input = gather_input(split, normed, s.gathered);
     // Delta modes: the sublayer output is itself the next bank entry, so (unsharded) the
     // sublayer writes it there rather than into scratch and a copy.
     const bool output_into_bank = step.push_output_after && !split.sharded && f32_bank;
@@ -535,13 +572,16 @@ Tensor Transformer::forward_hidden(const BatchMeta& batch, KvCache& cache,
                       : fuse_residual                   ? partial
                                                         : sublayer_out;
     const Tensor* residual = fuse_residual ? &partial : nullptr;
-    if (step.kind == SublayerKind::Attention) {
+    if (!fused_projection) {
+      const Tensor input = gather_input(split, normed, s.gathered);
       const Tensor value_input =
           step.value_slot >= 0 ? gather_input(split, normed_v, s.gathered_v) : input;
-      attention_sublayer(step.layer, input, value_input, batch, cache.layers[step.layer], s,
-                         step_out, residual);
+      project_input(step, input, value_input, s);
+    }
+    if (step.kind == SublayerKind::Attention) {
+      attention_rest(step.layer, batch, cache.layers[step.layer], s, step_out, residual);
     } else {
-      mlp_sublayer(step.layer, input, s, step_out, residual);
+      mlp_rest(step.layer, s, step_out, residual);
     }
     const Tensor out = fuse_residual ? Tensor() : reduce_output(split, s, step_out);
     if (sum_into_bank) {

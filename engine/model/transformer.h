@@ -108,14 +108,20 @@ class Transformer {
   // `written` is where the sublayer wrote its rows (scratch.reduced, or a bank entry) when
   // the step is not sharded; the result is the summed output (`written` itself then).
   Tensor reduce_output(const RowSplit& split, Scratch& scratch, Tensor& written);
-  // `value_input` feeds v_proj: the same tensor as `normed` except under delta_v, whose V
-  // stream has its own depth mix (ATTNRES.md §2d). With a `residual`, out = sublayer output +
-  // residual, the add fused into the last linear (Backend::linear_residual).
-  void attention_sublayer(int layer, const Tensor& normed, const Tensor& value_input,
-                          const BatchMeta& batch, KvCacheLayer& cache, Scratch& scratch,
-                          Tensor& out, const Tensor* residual);
-  void mlp_sublayer(int layer, const Tensor& normed, Scratch& scratch, Tensor& out,
-                    const Tensor* residual);
+  // A sublayer runs in two halves: its input projections (attention: q, k and v; MLP: gate
+  // and up with SwiGLU into scratch.act), then the rest into `out`. The projections read the
+  // normed rows (project_input; `value_input` feeds v_proj: the same tensor as `normed`
+  // except under delta_v, whose V stream has its own depth mix, ATTNRES.md §2d), or run
+  // fused with the PreNorm that makes them (project_prenormed: Backend::prenorm_linear_*).
+  void project_input(const DepthStep& step, const Tensor& normed, const Tensor& value_input,
+                     Scratch& scratch);
+  void project_prenormed(const DepthStep& step, const Backend::PrenormArgs& prenorm,
+                         Scratch& scratch);
+  // With a `residual`, the rest's out = sublayer output + residual, the add fused into the
+  // last linear (Backend::linear_residual).
+  void attention_rest(int layer, const BatchMeta& batch, KvCacheLayer& cache, Scratch& scratch,
+                      Tensor& out, const Tensor* residual);
+  void mlp_rest(int layer, Scratch& scratch, Tensor& out, const Tensor* residual);
   // The sublayer's last linear, into out or (residual given) added to the residual.
   void output_linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
                      const Tensor* residual);

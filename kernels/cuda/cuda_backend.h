@@ -110,10 +110,20 @@ class CudaBackend : public Backend {
   void linear_swiglu(const Tensor& x, const Tensor& w_gate, const Tensor* b_gate,
                      const Tensor& w_up, const Tensor* b_up, Tensor& gate, Tensor& up,
                      Tensor& out) override;
+  // Decode-sized (<= 8 rows), the plain pre-norm or the plain Phase-2 merge: the PreNorm as
+  // the GEMV's prologue (one launch, `normed` never written); anything else the defaults.
+  void prenorm_linear_many(const PrenormArgs& in, std::span<const LinearTarget> targets) override;
+  void prenorm_linear_swiglu(const PrenormArgs& in, const Tensor& w_gate, const Tensor* b_gate,
+                             const Tensor& w_up, const Tensor* b_up, Tensor& gate, Tensor& up,
+                             Tensor& out) override;
   void qk_norm_rope(Tensor& q, Tensor& k, int head_dim, const Tensor* q_gain, const Tensor* k_gain,
                     float eps, const Tensor& inv_freq, const BatchMeta& batch) override;
   void store_kv(const Tensor& k, const Tensor& v, const BatchMeta& batch,
                 KvCacheLayer& cache) override;
+  // One launch: RoPE of q and k, and the roped k and v into the cache.
+  void qk_norm_rope_store(Tensor& q, Tensor& k, const Tensor& v, int head_dim, const Tensor* q_gain,
+                          const Tensor* k_gain, float eps, const Tensor& inv_freq,
+                          const BatchMeta& batch, KvCacheLayer& cache) override;
   void attention(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch, int head_dim,
                  float scale, Tensor& out) override;
   void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) override;

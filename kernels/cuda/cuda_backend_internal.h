@@ -59,6 +59,9 @@ struct CudaBackend::Impl {
   cuda::PrefillTile* prefill_tiles = nullptr;
   // The (num_blocks, block_size) the prepared batch was last validated against.
   int64_t validated_num_blocks = -1, validated_block_size = -1;
+  // The host-side checks of the prepared batch against a cache of this shape (slots, block
+  // ids, positions), once per prepared batch and cache shape (cuda_ops.cpp).
+  void validate_against_cache(const BatchMeta& batch, const KvCacheLayer& cache);
 
   // --- gather_rows: rows from the host, through their own pinned buffer ---
   std::shared_ptr<void> rows_host;  // pinned_host(), int32 row ids

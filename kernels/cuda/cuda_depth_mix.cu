@@ -45,6 +45,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_depth_rows.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_prenorm_rows.cuh"
 
 namespace attnres::cuda {
 namespace {
@@ -212,25 +213,22 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1)
   const float* pr = p + t * d;
   const float* orow = o + t * d;
   float* outr = out + t * d;
-  const float inv_d = 1.0f / static_cast<float>(d);
 
-  const float q = block_row_logit<1>(query, pr, d, mix_eps) + bias;
-  const float mt = m[t];
-  const float big = fmaxf(mt, q);
-  const float a = expf(mt - big), b = expf(q - big);
-  const float inv_den = 1.0f / (a * s[t] + b);
-  const float wa = a * inv_den, wb = b * inv_den;
+  // cuda_prenorm_rows.cuh's arithmetic: the GEMV's PreNorm prologue repeats it bit for bit.
+  float acc[2];  // query . p, p . p
+  phase2_logit_partials(query, pr, d, threadIdx.x, blockDim.x, acc[0], acc[1]);
+  block_sum_n<2>(acc);
+  const Phase2Weights w = phase2_weights(acc[0], acc[1], d, mix_eps, bias, m[t], s[t]);
 
   float hss = 0.0f;
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-    const float h = wa * orow[i] + wb * pr[i];
+    const float h = phase2_mix(w, orow[i], pr[i]);
     outr[i] = h;
-    hss += h * h;
+    hss = __fmaf_rn(h, h, hss);
   }
-  hss = block_sum(hss);
-  const float inv_rms = 1.0f / sqrtf(hss * inv_d + norm_eps);
+  const float inv_rms = prenorm_inv_rms(block_sum(hss), d, norm_eps);
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
-    outr[i] = outr[i] * inv_rms * to_f32(gain[i]);
+    outr[i] = prenorm_scale(outr[i], inv_rms, to_f32(gain[i]));
 }
 
 // Phase 2 with the §2d switches and newer bank entries, one block per token; see the header

@@ -18,55 +18,11 @@
 // the epilogue (gemv_swiglu_kernel): per layer 6 launches become 2. And the residual add as
 // gemv_kernel's epilogue (launch_gemv_residual: o_proj and down_proj into the partial sum).
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_gemv_rows.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 
 namespace attnres::cuda {
 namespace {
-
-constexpr int kGemvWarps = 8;
-
-// Widens the kVec weights packed in a 16-byte vector.
-template <class W>
-struct WeightVector {
-  static constexpr int kVec = 16 / sizeof(W);
-  float v[kVec];
-  __device__ __forceinline__ void load(const W* p) {
-    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
-    const W* e = reinterpret_cast<const W*>(&raw);
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) v[i] = to_f32(e[i]);
-  }
-};
-
-// acc[r] += (lane's share of) x[r] . wr, r < R: the warp's lanes split the row as above.
-template <class W, int R, bool kVectorized>
-__device__ __forceinline__ void row_dot(const float* __restrict__ x, const W* __restrict__ wr,
-                                        int64_t K, int lane, float (&acc)[R]) {
-  if constexpr (kVectorized) {
-    constexpr int kVec = WeightVector<W>::kVec;
-#pragma unroll 4
-    for (int64_t k = static_cast<int64_t>(lane) * kVec; k < K; k += 32 * kVec) {
-      WeightVector<W> wv;
-      wv.load(wr + k);
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const float4* xr = reinterpret_cast<const float4*>(x + r * K + k);
-#pragma unroll
-        for (int q = 0; q < kVec / 4; ++q) {
-          const float4 xv = xr[q];
-          acc[r] += wv.v[4 * q] * xv.x + wv.v[4 * q + 1] * xv.y + wv.v[4 * q + 2] * xv.z +
-                    wv.v[4 * q + 3] * xv.w;
-        }
-      }
-    }
-  } else {
-    for (int64_t k = lane; k < K; k += 32) {
-      const float wk = to_f32(wr[k]);
-#pragma unroll
-      for (int r = 0; r < R; ++r) acc[r] += wk * x[r * K + k];
-    }
-  }
-}
 
 // One launch over the output rows of every segment in turn (a layer's q, k and v: one input,
 // several weights): warp o finds its segment, so a block may straddle two.
@@ -76,21 +32,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   wait_for_previous_kernel();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
-  // Constant indices only: a run-time index into the parameter struct copies it to local
-  // memory (a 128-byte stack frame).
   GemvSegment seg;
-  bool found = false;
-#pragma unroll
-  for (int i = 0; i < kMaxGemvSegments; ++i) {
-    if (found || i >= segments.count) continue;
-    if (o < segments.seg[i].n) {
-      seg = segments.seg[i];
-      found = true;
-    } else {
-      o -= segments.seg[i].n;
-    }
-  }
-  if (!found) return;  // whole warp; no block barriers below
+  if (!find_segment(segments, o, seg)) return;  // whole warp; no block barriers below
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;

@@ -71,6 +71,37 @@ void launch_gemv_swiglu(const float* x, int64_t rows, int64_t K, DType w_dtype,
                         const GemvSegment& gate, const GemvSegment& up, float* out,
                         cudaStream_t stream);
 
+// --- cuda_gemv_prenorm.cu ---
+// The decode GEMVs above with x = the sublayer's PreNorm of the partial, computed in the
+// kernel's prologue (Backend::prenorm_linear_many / _swiglu): the plain pre-norm
+// (x = rms_norm(partial) * gain, m null) or the plain Phase-2 merge (launch_depth_phase2_prenorm's
+// mix, then the norm), bit for bit the values those kernels write.
+struct GemvPrenorm {
+  const float* partial = nullptr;  // [rows, K]
+  const void* gain = nullptr;      // [K]
+  DType gain_dtype = DType::F32;
+  float eps = 1e-6f;
+  // The plain Phase-2 merge's inputs, m null for none: m, s [rows]; o [rows, K]; query [K].
+  const float* m = nullptr;
+  const float* s = nullptr;
+  const float* o = nullptr;
+  const float* query = nullptr;
+  float bias = 0.0f, mix_eps = 1e-6f;
+};
+// Shared memory the prologue's normed rows may take: under the 48 KB a kernel gets without
+// opting in, beside its reduction scratch. 8 rows of d = 1024 take 32 KB.
+constexpr int64_t kMaxGemvPrenormBytes = 40 * 1024;
+// Whether rows of K fit the prologue (rows <= kMaxGemvRows, the normed copy in shared memory).
+bool gemv_prenorm_takes(int64_t rows, int64_t K);
+// As launch_gemv_many / launch_gemv_swiglu from the prologue's x. False (nothing launched) when
+// the kernels do not take the shapes: gemv_prenorm_takes, K a multiple of the weights' 16-byte
+// vector and 16-byte aligned weights; the caller then runs the two-launch path.
+bool launch_gemv_prenorm_many(const GemvPrenorm& prenorm, int64_t rows, int64_t K, DType w_dtype,
+                              const GemvSegments& segments, cudaStream_t stream);
+bool launch_gemv_prenorm_swiglu(const GemvPrenorm& prenorm, int64_t rows, int64_t K, DType w_dtype,
+                                const GemvSegment& gate, const GemvSegment& up, float* out,
+                                cudaStream_t stream);
+
 // --- cuda_norm_rope.cu ---
 // out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * gain. x, out [rows, n] (may alias).
 void launch_rms_norm(const float* x, const void* gain, DType gain_dtype, float eps, int64_t rows,
@@ -81,6 +112,29 @@ void launch_qk_norm_rope(float* q, float* k, int64_t num_tokens, int hq, int hkv
                          const void* q_gain, DType q_gain_dtype, const void* k_gain,
                          DType k_gain_dtype, float eps, const float* inv_freq,
                          const int32_t* positions, cudaStream_t stream);
+
+// qk_norm_rope, then store_kv of the roped k and of v, in one launch (Backend::
+// qk_norm_rope_store). q, k as for launch_qk_norm_rope (roped in place); v [T, hkv * hd];
+// cache rows slots[t] of hkv * hd values of cache_dtype (F32, or BF16 rounded as store_kv).
+struct RopeStoreParams {
+  float* q = nullptr;
+  float* k = nullptr;
+  const float* v = nullptr;
+  int64_t num_tokens = 0;
+  int hq = 0, hkv = 0, head_dim = 0;
+  const void* q_gain = nullptr;  // null: no per-head norm
+  DType q_gain_dtype = DType::F32;
+  const void* k_gain = nullptr;
+  DType k_gain_dtype = DType::F32;
+  float eps = 1e-6f;
+  const float* inv_freq = nullptr;  // [hd / 2]
+  const int32_t* positions = nullptr;
+  const int32_t* slots = nullptr;
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
+  DType cache_dtype = DType::F32;
+};
+void launch_qk_norm_rope_store(const RopeStoreParams& params, cudaStream_t stream);
 
 // --- cuda_attention.cu ---
 // cache row slots[t] = k / v row t converted to the cache's dtype (F32 copied; BF16 rounded

@@ -13,8 +13,18 @@
 // warp takes one head at a time: optional per-head RMSNorm (warp_sum over hd), then the
 // rotate-half rotation; lane j owns the pairs (i, i + hd/2) for i = j, j + 32, ..., so
 // every element is read and written by one lane only.
+//
+// qk_norm_rope_store (decode's launch count: RoPE and the KV store in one launch): the same
+// kernel with two more kinds of warp unit after the q and k heads. A k head's lane writes
+// each roped value to k (in place, as qk_norm_rope leaves it) and to the token's cache row
+// slots[t], converted as store_kv converts it (bf16: round to nearest even, NaN kept quiet,
+// cuda_bf16_round.h); a v head is copied into the cache row the same way. The roped values
+// come from the one code path, so q, k and the cache hold what qk_norm_rope then store_kv
+// write, bit for bit.
+#include "kernels/cuda/cuda_bf16_round.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_prenorm_rows.cuh"
 
 namespace attnres::cuda {
 namespace {
@@ -25,28 +35,37 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1)
   wait_for_previous_kernel();
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * n;
   float* outr = out + static_cast<int64_t>(blockIdx.x) * n;
-  float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += xr[i] * xr[i];
-  ss = block_sum(ss);
-  const float inv_rms = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) outr[i] = xr[i] * inv_rms * to_f32(gain[i]);
+  // cuda_prenorm_rows.cuh's arithmetic: the GEMV's PreNorm prologue repeats it bit for bit.
+  const float ss = block_sum(prenorm_sum_squares(xr, n, threadIdx.x, blockDim.x));
+  const float inv_rms = prenorm_inv_rms(ss, n, eps);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    outr[i] = prenorm_scale(xr[i], inv_rms, to_f32(gain[i]));
 }
 
 constexpr int kRopeThreads = 256;  // 8 warps: 8 heads in flight per token
 
-__global__ void __launch_bounds__(kRopeThreads, 1)
-    qk_norm_rope_kernel(float* q, float* k, int hq, int hkv, int hd, const void* q_gain,
-                        DType q_gain_dtype, const void* k_gain, DType k_gain_dtype, float eps,
-                        const float* __restrict__ inv_freq, const int32_t* __restrict__ positions) {
-  wait_for_previous_kernel();
+// A roped value into a cache row, as store_kv converts it (bf16: cuda_bf16_round.h's rounding,
+// the CPU's f32_to_bf16 bit for bit).
+__device__ __forceinline__ void store_cached(float* dst, float x) { *dst = x; }
+__device__ __forceinline__ void store_cached(uint16_t* dst, float x) {
+  *dst = round_to_bf16_bits(x);
+}
+
+// kStore false: qk_norm_rope (the cache fields unused). kStore true: the same, then the roped
+// k head and the v head written into cache row slots[t] (S: float or the bf16 bits); q and k
+// keep their roped values in place either way, computed by the same code.
+template <class S, bool kStore>
+__global__ void __launch_bounds__(kRopeThreads, 1) qk_norm_rope_kernel(RopeStoreParams p) {
   extern __shared__ float table[];  // cos [half], then sin [half]
+  wait_for_previous_kernel();
+  const int hd = p.head_dim, hq = p.hq, hkv = p.hkv;
   const int half = hd / 2;
   float* cos_t = table;
   float* sin_t = table + half;
   const int64_t t = blockIdx.x;
-  const double pos = positions[t];
+  const double pos = p.positions[t];
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    const double angle = pos * static_cast<double>(inv_freq[i]);
+    const double angle = pos * static_cast<double>(p.inv_freq[i]);
     double s, c;
     sincos(angle, &s, &c);
     cos_t[i] = static_cast<float>(c);
@@ -54,18 +73,35 @@ __global__ void __launch_bounds__(kRopeThreads, 1)
   }
   __syncthreads();
 
+  const int64_t row_elems = static_cast<int64_t>(hkv) * hd;  // a cache row: Hkv * hd
+  S* k_row = nullptr;
+  S* v_row = nullptr;
+  if constexpr (kStore) {
+    const int64_t slot = p.slots[t];
+    k_row = static_cast<S*>(p.k_cache) + slot * row_elems;
+    v_row = static_cast<S*>(p.v_cache) + slot * row_elems;
+  }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, num_warps = blockDim.x >> 5;
-  for (int head = warp; head < hq + hkv; head += num_warps) {
+  // Units: the q heads, the k heads, then (kStore) the v heads, which are only copied.
+  const int units = hq + hkv + (kStore ? hkv : 0);
+  for (int head = warp; head < units; head += num_warps) {
+    if (kStore && head >= hq + hkv) {
+      const int kv_head = head - hq - hkv;
+      const float* v = p.v + t * row_elems + static_cast<int64_t>(kv_head) * hd;
+      for (int i = lane; i < hd; i += 32) store_cached(v_row + kv_head * hd + i, v[i]);
+      continue;
+    }
     const bool is_q = head < hq;
-    float* x = is_q ? q + (t * hq + head) * hd : k + (t * hkv + (head - hq)) * hd;
-    const void* gain = is_q ? q_gain : k_gain;
-    const DType gain_dtype = is_q ? q_gain_dtype : k_gain_dtype;
+    float* x = is_q ? p.q + (t * hq + head) * hd : p.k + (t * hkv + (head - hq)) * hd;
+    S* cached = kStore && !is_q ? k_row + static_cast<int64_t>(head - hq) * hd : nullptr;
+    const void* gain = is_q ? p.q_gain : p.k_gain;
+    const DType gain_dtype = is_q ? p.q_gain_dtype : p.k_gain_dtype;
     float inv_rms = 1.0f;
     if (gain) {
       float ss = 0.0f;
       for (int i = lane; i < hd; i += 32) ss += x[i] * x[i];
       ss = warp_sum(ss);  // every lane's loads are done before any lane stores below
-      inv_rms = 1.0f / sqrtf(ss / static_cast<float>(hd) + eps);
+      inv_rms = 1.0f / sqrtf(ss / static_cast<float>(hd) + p.eps);
     }
     for (int i = lane; i < half; i += 32) {
       float a = x[i], b = x[i + half];
@@ -73,11 +109,36 @@ __global__ void __launch_bounds__(kRopeThreads, 1)
         a = a * inv_rms * load_float(gain, gain_dtype, i);
         b = b * inv_rms * load_float(gain, gain_dtype, i + half);
       }
-      x[i] = a * cos_t[i] - b * sin_t[i];
-      x[i + half] = b * cos_t[i] + a * sin_t[i];
+      const float lo = a * cos_t[i] - b * sin_t[i];
+      const float hi = b * cos_t[i] + a * sin_t[i];
+      x[i] = lo;
+      x[i + half] = hi;
+      if constexpr (kStore) {
+        if (cached) {
+          store_cached(cached + i, lo);
+          store_cached(cached + i + half, hi);
+        }
+      }
     }
     __syncwarp();
   }
+}
+
+void launch_rope(const RopeStoreParams& p, bool store, cudaStream_t stream) {
+  if (p.num_tokens == 0) return;
+  const unsigned grid = static_cast<unsigned>(p.num_tokens);
+  const size_t smem = static_cast<size_t>(p.head_dim) * sizeof(float);  // cos + sin, hd/2 each
+  if (!store) {
+    launch_kernel(qk_norm_rope_kernel<float, false>, grid, dim3(kRopeThreads), smem, stream, p);
+  } else if (p.cache_dtype == DType::F32) {
+    launch_kernel(qk_norm_rope_kernel<float, true>, grid, dim3(kRopeThreads), smem, stream, p);
+  } else if (p.cache_dtype == DType::BF16) {
+    launch_kernel(qk_norm_rope_kernel<uint16_t, true>, grid, dim3(kRopeThreads), smem, stream, p);
+  } else {
+    throw Error("qk_norm_rope_store: the CUDA kv cache must be F32 or BF16, got " +
+                std::string(dtype_name(p.cache_dtype)));
+  }
+  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -97,12 +158,25 @@ void launch_qk_norm_rope(float* q, float* k, int64_t num_tokens, int hq, int hkv
                          const void* q_gain, DType q_gain_dtype, const void* k_gain,
                          DType k_gain_dtype, float eps, const float* inv_freq,
                          const int32_t* positions, cudaStream_t stream) {
-  if (num_tokens == 0) return;
-  const size_t smem = static_cast<size_t>(head_dim) * sizeof(float);  // cos + sin, hd/2 each
-  launch_kernel(qk_norm_rope_kernel, static_cast<unsigned>(num_tokens), kRopeThreads, smem, stream,
-                q, k, hq, hkv, head_dim, q_gain, q_gain_dtype, k_gain, k_gain_dtype, eps, inv_freq,
-                positions);
-  CUDA_CHECK_LAUNCH();
+  RopeStoreParams p;
+  p.q = q;
+  p.k = k;
+  p.num_tokens = num_tokens;
+  p.hq = hq;
+  p.hkv = hkv;
+  p.head_dim = head_dim;
+  p.q_gain = q_gain;
+  p.q_gain_dtype = q_gain_dtype;
+  p.k_gain = k_gain;
+  p.k_gain_dtype = k_gain_dtype;
+  p.eps = eps;
+  p.inv_freq = inv_freq;
+  p.positions = positions;
+  launch_rope(p, false, stream);
+}
+
+void launch_qk_norm_rope_store(const RopeStoreParams& params, cudaStream_t stream) {
+  launch_rope(params, true, stream);
 }
 
 }  // namespace attnres::cuda

@@ -249,10 +249,12 @@ void CudaBackend::linear_swiglu(const Tensor& x, const Tensor& w_gate, const Ten
                            im.stream);
 }
 
-void CudaBackend::qk_norm_rope(Tensor& q, Tensor& k, int head_dim, const Tensor* q_gain,
-                               const Tensor* k_gain, float eps, const Tensor& inv_freq,
-                               const BatchMeta& batch) {
-  Impl& im = on_device();
+namespace {
+
+// qk_norm_rope's checks; the kernel's parameters (all but the cache's).
+cuda::RopeStoreParams checked_rope(Tensor& q, Tensor& k, int head_dim, const Tensor* q_gain,
+                                   const Tensor* k_gain, float eps, const Tensor& inv_freq,
+                                   const BatchMeta& batch) {
   const int64_t hd = head_dim;
   ATTNRES_CHECK(hd > 0 && hd % 2 == 0, "qk_norm_rope head_dim " + std::to_string(hd));
   ATTNRES_CHECK(q.rank() >= 1 && k.rank() >= 1 && q.dim(-1) % hd == 0 && k.dim(-1) % hd == 0,
@@ -269,12 +271,128 @@ void CudaBackend::qk_norm_rope(Tensor& q, Tensor& k, int head_dim, const Tensor*
   const bool has_qg = q_gain && q_gain->defined(), has_kg = k_gain && k_gain->defined();
   if (has_qg) check_float_vector(*q_gain, hd, "q_gain");
   if (has_kg) check_float_vector(*k_gain, hd, "k_gain");
+  cuda::RopeStoreParams p;
+  p.q = f32(q);
+  p.k = f32(k);
+  p.num_tokens = T;
+  p.hq = static_cast<int>(q.dim(-1) / hd);
+  p.hkv = static_cast<int>(k.dim(-1) / hd);
+  p.head_dim = static_cast<int>(hd);
+  p.q_gain = has_qg ? q_gain->data : nullptr;
+  p.q_gain_dtype = has_qg ? q_gain->dtype : DType::F32;
+  p.k_gain = has_kg ? k_gain->data : nullptr;
+  p.k_gain_dtype = has_kg ? k_gain->dtype : DType::F32;
+  p.eps = eps;
+  p.inv_freq = f32(inv_freq);
+  return p;
+}
+
+}  // namespace
+
+namespace {
+
+// The Phase-2 merge without the §2d switches or newer entries (block mode's): the one
+// launch_depth_phase2_prenorm and the GEMV's PreNorm prologue compute.
+bool is_plain_mix(const Backend::DepthMixArgs& mix) {
+  return mix.partial_is_source && !mix.newer && !mix.adds_partial && !mix.null_source &&
+         mix.gate == Backend::DepthGate::None;
+}
+
+// The GEMV prologue's form of a PreNorm (cuda_gemv_prenorm.cu), after depth_phase2_prenorm's
+// checks on what it reads; nullopt for a mix the prologue does not compute (the §2d switches,
+// newer entries), which the two-launch default then runs.
+std::optional<cuda::GemvPrenorm> gemv_prenorm(const Backend::PrenormArgs& in) {
+  ATTNRES_CHECK(in.partial && in.gain && in.normed,
+                "prenorm: partial, gain and normed are required");
+  const Tensor& partial = *in.partial;
+  ATTNRES_CHECK(partial.rank() >= 1, "prenorm partial " + shape_str(partial.shape));
+  const int64_t d = partial.dim(-1), T = rows_of(partial);
+  check_f32_rows(partial, d, "prenorm partial");
+  check_f32_rows(*in.normed, d, "prenorm normed");
+  ATTNRES_CHECK(
+      in.normed->numel() == partial.numel(),
+      "prenorm normed " + shape_str(in.normed->shape) + " partial " + shape_str(partial.shape));
+  check_float_vector(*in.gain, d, "prenorm gain");
+  cuda::GemvPrenorm g;
+  g.partial = f32(partial);
+  g.gain = in.gain->data;
+  g.gain_dtype = in.gain->dtype;
+  g.eps = in.eps;
+  const Backend::DepthMixArgs& mix = in.mix;
+  if (!mix.m) return g;  // the plain pre-norm: h = p
+  if (!is_plain_mix(mix)) return std::nullopt;
+  ATTNRES_CHECK(mix.s && mix.o && mix.query, "prenorm: m given without s, o or the query");
+  check_cuda(*mix.m, "prenorm m");
+  check_cuda(*mix.s, "prenorm s");
+  ATTNRES_CHECK(mix.m->dtype == DType::F32 && mix.s->dtype == DType::F32 && mix.m->numel() == T &&
+                    mix.s->numel() == T,
+                "prenorm m " + shape_str(mix.m->shape) + " s " + shape_str(mix.s->shape));
+  check_f32_rows(*mix.o, d, "prenorm o");
+  ATTNRES_CHECK(mix.o->numel() == T * d, "prenorm o " + shape_str(mix.o->shape));
+  check_f32_rows(*mix.query, d, "prenorm query");
+  ATTNRES_CHECK(mix.query->numel() == d, "prenorm query " + shape_str(mix.query->shape));
+  g.m = f32(*mix.m);
+  g.s = f32(*mix.s);
+  g.o = f32(*mix.o);
+  g.query = f32(*mix.query);
+  g.bias = mix.bias;
+  g.mix_eps = mix.mix_eps;
+  return g;
+}
+
+}  // namespace
+
+void CudaBackend::prenorm_linear_many(const PrenormArgs& in,
+                                      std::span<const LinearTarget> targets) {
+  Impl& im = on_device();
+  const std::optional<cuda::GemvPrenorm> prenorm = gemv_prenorm(in);
+  bool fused = prenorm && !targets.empty() && targets.size() <= cuda::kMaxGemvSegments;
+  cuda::GemvSegments segments;
+  for (const LinearTarget& t : targets) {
+    // The linears' checks, with the partial standing for x (the normed rows' shape).
+    const auto seg = gemv_segment(*in.partial, *t.w, t.bias, *t.out, targets[0].w->dtype);
+    fused = fused && seg.has_value();
+    if (fused) segments.seg[segments.count++] = *seg;
+  }
+  const int64_t rows = rows_of(*in.partial);
+  if (fused && rows > 0 &&
+      cuda::launch_gemv_prenorm_many(*prenorm, rows, in.partial->dim(-1), targets[0].w->dtype,
+                                     segments, im.stream)) {
+    return;
+  }
+  Backend::prenorm_linear_many(in, targets);  // prefill, or a mix the prologue does not take
+}
+
+void CudaBackend::prenorm_linear_swiglu(const PrenormArgs& in, const Tensor& w_gate,
+                                        const Tensor* b_gate, const Tensor& w_up,
+                                        const Tensor* b_up, Tensor& gate, Tensor& up, Tensor& out) {
+  Impl& im = on_device();
+  const std::optional<cuda::GemvPrenorm> prenorm = gemv_prenorm(in);
+  const auto g = gemv_segment(*in.partial, w_gate, b_gate, gate, w_gate.dtype);
+  const auto u = gemv_segment(*in.partial, w_up, b_up, up, w_gate.dtype);
+  check_f32_rows(out, w_gate.dim(0), "linear_swiglu out");
+  ATTNRES_CHECK(rows_of(out) == rows_of(*in.partial) && w_up.dim(0) == w_gate.dim(0),
+                "linear_swiglu: gate " + shape_str(w_gate.shape) + " up " + shape_str(w_up.shape) +
+                    " out " + shape_str(out.shape));
+  const int64_t rows = rows_of(*in.partial);
+  if (prenorm && g && u && rows > 0 &&
+      cuda::launch_gemv_prenorm_swiglu(*prenorm, rows, in.partial->dim(-1), w_gate.dtype, *g, *u,
+                                       f32(out), im.stream)) {
+    return;
+  }
+  Backend::prenorm_linear_swiglu(in, w_gate, b_gate, w_up, b_up, gate, up, out);
+}
+
+void CudaBackend::qk_norm_rope(Tensor& q, Tensor& k, int head_dim, const Tensor* q_gain,
+                               const Tensor* k_gain, float eps, const Tensor& inv_freq,
+                               const BatchMeta& batch) {
+  Impl& im = on_device();
+  const cuda::RopeStoreParams p =
+      checked_rope(q, k, head_dim, q_gain, k_gain, eps, inv_freq, batch);
   im.ensure_prepared(*this, batch);
-  cuda::launch_qk_norm_rope(f32(q), f32(k), T, static_cast<int>(q.dim(-1) / hd),
-                            static_cast<int>(k.dim(-1) / hd), static_cast<int>(hd),
-                            has_qg ? q_gain->data : nullptr, has_qg ? q_gain->dtype : DType::F32,
-                            has_kg ? k_gain->data : nullptr, has_kg ? k_gain->dtype : DType::F32,
-                            eps, f32(inv_freq), im.positions, im.stream);
+  cuda::launch_qk_norm_rope(p.q, p.k, p.num_tokens, p.hq, p.hkv, p.head_dim, p.q_gain,
+                            p.q_gain_dtype, p.k_gain, p.k_gain_dtype, p.eps, p.inv_freq,
+                            im.positions, im.stream);
 }
 
 namespace {
@@ -312,11 +430,9 @@ void validate_batch_against_cache(const BatchMeta& batch, int64_t num_blocks, in
   }
 }
 
-}  // namespace
-
-void CudaBackend::store_kv(const Tensor& k, const Tensor& v, const BatchMeta& batch,
-                           KvCacheLayer& cache) {
-  Impl& im = on_device();
+// store_kv's checks; the cache row's values (Hkv * hd).
+int64_t check_store_kv(const Tensor& k, const Tensor& v, const BatchMeta& batch,
+                       const KvCacheLayer& cache) {
   check_cache(cache);
   const int64_t row = cache.k.dim(2) * cache.k.dim(3);  // Hkv * hd
   check_f32_rows(k, row, "store_kv k");
@@ -325,14 +441,47 @@ void CudaBackend::store_kv(const Tensor& k, const Tensor& v, const BatchMeta& ba
   ATTNRES_CHECK(rows_of(v) == T && T == batch.num_tokens &&
                     static_cast<int64_t>(batch.slot_mapping.size()) == T,
                 "store_kv: T mismatch");
+  return row;
+}
+
+}  // namespace
+
+void CudaBackend::Impl::validate_against_cache(const BatchMeta& batch, const KvCacheLayer& cache) {
+  if (validated_num_blocks == cache.k.dim(0) && validated_block_size == cache.k.dim(1)) return;
+  validate_batch_against_cache(batch, cache.k.dim(0), cache.k.dim(1));
+  validated_num_blocks = cache.k.dim(0);
+  validated_block_size = cache.k.dim(1);
+}
+
+void CudaBackend::store_kv(const Tensor& k, const Tensor& v, const BatchMeta& batch,
+                           KvCacheLayer& cache) {
+  Impl& im = on_device();
+  const int64_t row = check_store_kv(k, v, batch, cache);
   im.ensure_prepared(*this, batch);
-  if (im.validated_num_blocks != cache.k.dim(0) || im.validated_block_size != cache.k.dim(1)) {
-    validate_batch_against_cache(batch, cache.k.dim(0), cache.k.dim(1));
-    im.validated_num_blocks = cache.k.dim(0);
-    im.validated_block_size = cache.k.dim(1);
-  }
-  cuda::launch_store_kv(f32(k), f32(v), im.slot_mapping, T, row, cache.k.data, cache.v.data,
-                        cache.k.dtype, im.stream);
+  im.validate_against_cache(batch, cache);
+  cuda::launch_store_kv(f32(k), f32(v), im.slot_mapping, rows_of(k), row, cache.k.data,
+                        cache.v.data, cache.k.dtype, im.stream);
+}
+
+void CudaBackend::qk_norm_rope_store(Tensor& q, Tensor& k, const Tensor& v, int head_dim,
+                                     const Tensor* q_gain, const Tensor* k_gain, float eps,
+                                     const Tensor& inv_freq, const BatchMeta& batch,
+                                     KvCacheLayer& cache) {
+  Impl& im = on_device();
+  cuda::RopeStoreParams p = checked_rope(q, k, head_dim, q_gain, k_gain, eps, inv_freq, batch);
+  check_store_kv(k, v, batch, cache);
+  ATTNRES_CHECK(cache.k.dim(3) == head_dim, "qk_norm_rope_store head_dim " +
+                                                std::to_string(head_dim) + " vs cache " +
+                                                shape_str(cache.k.shape));
+  im.ensure_prepared(*this, batch);
+  im.validate_against_cache(batch, cache);
+  p.v = f32(v);
+  p.positions = im.positions;
+  p.slots = im.slot_mapping;
+  p.k_cache = cache.k.data;
+  p.v_cache = cache.v.data;
+  p.cache_dtype = cache.k.dtype;
+  cuda::launch_qk_norm_rope_store(p, im.stream);
 }
 
 void CudaBackend::attention(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
@@ -355,11 +504,7 @@ void CudaBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Ba
                 "attention: T mismatch");
   ATTNRES_CHECK(q.data != out.data || T == 0, "attention: out must not alias q");
   im.ensure_prepared(*this, batch);
-  if (im.validated_num_blocks != cache.k.dim(0) || im.validated_block_size != cache.k.dim(1)) {
-    validate_batch_against_cache(batch, cache.k.dim(0), cache.k.dim(1));
-    im.validated_num_blocks = cache.k.dim(0);
-    im.validated_block_size = cache.k.dim(1);
-  }
+  im.validate_against_cache(batch, cache);
   // Prefill chunks (a sequence with at least kPrefillMinRows rows) on tensor cores, every
   // other row by flash-decoding; the prepared batch holds the plan (cuda_attention_dispatch.h).
   // A shape the prefill kernel does not take leaves every row to flash-decoding.
@@ -557,9 +702,7 @@ void CudaBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& pa
   check_f32_rows(*mix.o, d, "depth_phase2 o");
   ATTNRES_CHECK(mix.o->numel() == T * d, "depth_phase2 o " + shape_str(mix.o->shape));
   check_float_vector(prenorm_gain, d, "depth_phase2 gain");
-  const bool plain_mix = mix.partial_is_source && !mix.newer && !mix.adds_partial &&
-                         !mix.null_source && mix.gate == DepthGate::None;
-  if (plain_mix) {
+  if (is_plain_mix(mix)) {
     cuda::launch_depth_phase2_prenorm(
         f32(*mix.m), f32(*mix.s), f32(*mix.o), f32(*mix.query), mix.bias, mix.mix_eps, f32(partial),
         prenorm_gain.data, prenorm_gain.dtype, norm_eps, T, d, f32(out), on_device().stream);

@@ -1,0 +1,230 @@
+// The decode GEMV (cuda_gemv.cu) with the sublayer's PreNorm as its prologue
+// (Backend::prenorm_linear_many / prenorm_linear_swiglu): x = the normed rows, computed by
+// every block into shared memory from the partial (and, for the plain Phase-2 merge, the
+// sublayer's Phase-1 row o and its m, s), instead of a separate PreNorm launch writing them to
+// global memory first. One launch fewer per sublayer of a decode step.
+//
+// Why recompute per block: the rows are small (R <= 8 rows of d floats, 32 KB at d = 1024)
+// and stay in L2, and the blocks cannot share a result without a grid-wide barrier. The cost
+// is R * d (plain) or 2 R * d (merge) floats of L2 reads per block, about what the plain GEMV
+// already reads of x per block through L1.
+//
+// Bits: the prologue computes each normed value exactly as rms_norm_kernel /
+// depth_phase2_prenorm_kernel do (cuda_prenorm_rows.cuh: the 8 warps play the standalone
+// block's B / 32 warps in turn, same operands, same order), and the dot products are
+// cuda_gemv_rows.cuh's row_dot: the outputs equal the two-launch path's bit for bit.
+//
+// Shape: as the GEMV (8 warps, one output row per warp), vector path only (K a multiple of the
+// 16-byte vector, 16-byte aligned weight rows); the launcher declines the rest, and rows whose
+// normed copy would not fit kMaxGemvPrenormBytes of shared memory, and the op falls back.
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_gemv_rows.cuh"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_prenorm_rows.cuh"
+
+namespace attnres::cuda {
+namespace {
+
+// x[r, :] = the PreNorm of row r (r < R), in shared memory; every thread of the block calls it.
+// B: the standalone PreNorm kernel's block size for rows of K (row_block_threads(K)).
+template <int R>
+__device__ void prenorm_rows(const GemvPrenorm& p, int64_t K, int B, float* x) {
+  __shared__ float partials[2][kMaxGemvRows][32];  // per row, per virtual warp
+  __shared__ Phase2Weights weights[kMaxGemvRows];
+  __shared__ float inv_rms[kMaxGemvRows];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int virtual_warps = B / 32;
+  const int tasks = R * virtual_warps;  // (row, virtual warp) pairs
+  const bool mix = p.m != nullptr;
+
+  if (mix) {  // the partial's logit: query . p and p . p, as block_sum_n<2> reduces them
+    for (int task = warp; task < tasks; task += kGemvWarps) {
+      const int r = task / virtual_warps, vw = task % virtual_warps;
+      float dot, sum_squares;
+      phase2_logit_partials(p.query, p.partial + r * K, K, vw * 32 + lane, B, dot, sum_squares);
+      dot = warp_sum(dot);
+      sum_squares = warp_sum(sum_squares);
+      if (lane == 0) {
+        partials[0][r][vw] = dot;
+        partials[1][r][vw] = sum_squares;
+      }
+    }
+    __syncthreads();
+    if (warp < R) {
+      const float dot = warp_sum(lane < virtual_warps ? partials[0][warp][lane] : 0.0f);
+      const float sum_squares = warp_sum(lane < virtual_warps ? partials[1][warp][lane] : 0.0f);
+      if (lane == 0) {
+        weights[warp] =
+            phase2_weights(dot, sum_squares, K, p.mix_eps, p.bias, p.m[warp], p.s[warp]);
+      }
+    }
+    __syncthreads();
+  }
+  // The sum of squares of h (mix: h = wa o + wb p, written to x as it goes; plain: h = p).
+  for (int task = warp; task < tasks; task += kGemvWarps) {
+    const int r = task / virtual_warps, vw = task % virtual_warps;
+    const int v = vw * 32 + lane;
+    const float* pr = p.partial + r * K;
+    float sum_squares = 0.0f;
+    if (mix) {
+      const Phase2Weights w = weights[r];
+      const float* orow = p.o + r * K;
+      for (int64_t i = v; i < K; i += B) {
+        const float h = phase2_mix(w, orow[i], pr[i]);
+        x[r * K + i] = h;
+        sum_squares = __fmaf_rn(h, h, sum_squares);
+      }
+    } else {
+      sum_squares = prenorm_sum_squares(pr, K, v, B);
+    }
+    sum_squares = warp_sum(sum_squares);
+    if (lane == 0) partials[0][r][vw] = sum_squares;
+  }
+  __syncthreads();
+  if (warp < R) {
+    const float total = warp_sum(lane < virtual_warps ? partials[0][warp][lane] : 0.0f);
+    if (lane == 0) inv_rms[warp] = prenorm_inv_rms(total, K, p.eps);
+  }
+  __syncthreads();
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float* h = mix ? x + r * K : p.partial + r * K;
+    for (int64_t i = threadIdx.x; i < K; i += blockDim.x)
+      x[r * K + i] = prenorm_scale(h[i], inv_rms[r], load_float(p.gain, p.gain_dtype, i));
+  }
+  __syncthreads();
+}
+
+// gemv_kernel (cuda_gemv.cu) over the segments, reading x from the prologue's shared rows.
+template <class W, int R>
+__global__ void __launch_bounds__(kGemvWarps * 32)
+    gemv_prenorm_kernel(GemvPrenorm prenorm, int prenorm_threads, int64_t K,
+                        GemvSegments segments) {
+  extern __shared__ __align__(16) float x[];  // [R, K]
+  wait_for_previous_kernel();
+  prenorm_rows<R>(prenorm, K, prenorm_threads, x);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
+  GemvSegment seg;
+  if (!find_segment(segments, o, seg)) return;  // whole warp; no block barriers below
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  row_dot<W, R, true>(x, static_cast<const W*>(seg.w) + o * K, K, lane, acc);
+  const float b = seg.bias ? load_float(seg.bias, seg.bias_dtype, o) : 0.0f;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float total = warp_sum(acc[r]);
+    if (lane == 0) seg.out[r * seg.n + o] = total + b;
+  }
+}
+
+// gemv_swiglu_kernel (cuda_gemv.cu), reading x from the prologue's shared rows.
+template <class W, int R>
+__global__ void __launch_bounds__(kGemvWarps * 32)
+    gemv_prenorm_swiglu_kernel(GemvPrenorm prenorm, int prenorm_threads, int64_t K,
+                               GemvSegment gate, GemvSegment up, float* __restrict__ out) {
+  extern __shared__ __align__(16) float x[];  // [R, K]
+  wait_for_previous_kernel();
+  prenorm_rows<R>(prenorm, K, prenorm_threads, x);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
+  if (o >= gate.n) return;  // whole warp
+  float acc_g[R], acc_u[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc_g[r] = acc_u[r] = 0.0f;
+  row_dot<W, R, true>(x, static_cast<const W*>(gate.w) + o * K, K, lane, acc_g);
+  row_dot<W, R, true>(x, static_cast<const W*>(up.w) + o * K, K, lane, acc_u);
+  const float bg = gate.bias ? load_float(gate.bias, gate.bias_dtype, o) : 0.0f;
+  const float bu = up.bias ? load_float(up.bias, up.bias_dtype, o) : 0.0f;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float g = warp_sum(acc_g[r]) + bg, u = warp_sum(acc_u[r]) + bu;
+    if (lane == 0) out[r * gate.n + o] = g / (1.0f + expf(-g)) * u;  // as swiglu_kernel
+  }
+}
+
+template <class W, int R>
+void launch_rows(const GemvPrenorm& prenorm, int64_t K, const GemvSegments& segments,
+                 float* swiglu_out, cudaStream_t stream) {
+  const int threads = kGemvWarps * 32;
+  const size_t smem = static_cast<size_t>(R * K) * sizeof(float);
+  // The block size of the standalone PreNorm kernels, whose reduction order the prologue keeps.
+  const int prenorm_threads = row_block_threads(K);
+  if (swiglu_out) {  // segments: gate, then up
+    const unsigned grid = static_cast<unsigned>((segments.seg[0].n + kGemvWarps - 1) / kGemvWarps);
+    launch_kernel(gemv_prenorm_swiglu_kernel<W, R>, grid, dim3(threads), smem, stream, prenorm,
+                  prenorm_threads, K, segments.seg[0], segments.seg[1], swiglu_out);
+    return;
+  }
+  int64_t total = 0;
+  for (int s = 0; s < segments.count; ++s) total += segments.seg[s].n;
+  const unsigned grid = static_cast<unsigned>((total + kGemvWarps - 1) / kGemvWarps);
+  launch_kernel(gemv_prenorm_kernel<W, R>, grid, dim3(threads), smem, stream, prenorm,
+                prenorm_threads, K, segments);
+}
+
+template <class W>
+void launch_typed(const GemvPrenorm& prenorm, int64_t rows, int64_t K, const GemvSegments& segments,
+                  float* swiglu_out, cudaStream_t stream) {
+  switch (rows) {
+    case 1:
+      return launch_rows<W, 1>(prenorm, K, segments, swiglu_out, stream);
+    case 2:
+      return launch_rows<W, 2>(prenorm, K, segments, swiglu_out, stream);
+    case 3:
+      return launch_rows<W, 3>(prenorm, K, segments, swiglu_out, stream);
+    case 4:
+      return launch_rows<W, 4>(prenorm, K, segments, swiglu_out, stream);
+    case 5:
+      return launch_rows<W, 5>(prenorm, K, segments, swiglu_out, stream);
+    case 6:
+      return launch_rows<W, 6>(prenorm, K, segments, swiglu_out, stream);
+    case 7:
+      return launch_rows<W, 7>(prenorm, K, segments, swiglu_out, stream);
+    default:
+      return launch_rows<W, 8>(prenorm, K, segments, swiglu_out, stream);
+  }
+}
+
+// Launches unless the shapes are ones the kernels do not take (see the header comment).
+bool try_launch(const GemvPrenorm& prenorm, int64_t rows, int64_t K, DType w_dtype,
+                const GemvSegments& segments, float* swiglu_out, cudaStream_t stream) {
+  ATTNRES_CHECK(segments.count >= 1 && segments.count <= kMaxGemvSegments,
+                "gemv segments " + std::to_string(segments.count));
+  if (!gemv_prenorm_takes(rows, K)) return false;
+  const int64_t vec = w_dtype == DType::F32 ? 4 : 8;  // weights per 16-byte vector
+  if (K % vec != 0) return false;
+  for (int s = 0; s < segments.count; ++s) {
+    if (reinterpret_cast<uintptr_t>(segments.seg[s].w) % 16 != 0) return false;
+  }
+  dispatch_float_dtype(w_dtype, "linear weight", [&](auto tag) {
+    launch_typed<decltype(tag)>(prenorm, rows, K, segments, swiglu_out, stream);
+  });
+  CUDA_CHECK_LAUNCH();
+  return true;
+}
+
+}  // namespace
+
+bool gemv_prenorm_takes(int64_t rows, int64_t K) {
+  return rows >= 1 && rows <= kMaxGemvRows && K > 0 && K % 4 == 0 &&
+         rows * K * static_cast<int64_t>(sizeof(float)) <= kMaxGemvPrenormBytes;
+}
+
+bool launch_gemv_prenorm_many(const GemvPrenorm& prenorm, int64_t rows, int64_t K, DType w_dtype,
+                              const GemvSegments& segments, cudaStream_t stream) {
+  return try_launch(prenorm, rows, K, w_dtype, segments, nullptr, stream);
+}
+
+bool launch_gemv_prenorm_swiglu(const GemvPrenorm& prenorm, int64_t rows, int64_t K, DType w_dtype,
+                                const GemvSegment& gate, const GemvSegment& up, float* out,
+                                cudaStream_t stream) {
+  GemvSegments both;
+  both.seg[0] = gate;
+  both.seg[1] = up;
+  both.count = 2;
+  return try_launch(prenorm, rows, K, w_dtype, both, out, stream);
+}
+
+}  // namespace attnres::cuda

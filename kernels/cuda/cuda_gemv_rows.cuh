@@ -1,0 +1,79 @@
+// The GEMV's inner pieces, shared by cuda_gemv.cu (x read from global memory) and
+// cuda_gemv_prenorm.cu (x computed by the block into shared memory first): the weight row's
+// dot products with the R rows of x, and the walk from a warp's output row to its segment.
+// The same code in both, so a row's sum has the same order and the same bits either way.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace attnres::cuda {
+
+constexpr int kGemvWarps = 8;  // one warp per output row, 8 per block
+
+// Widens the kVec weights packed in a 16-byte vector.
+template <class W>
+struct WeightVector {
+  static constexpr int kVec = 16 / sizeof(W);
+  float v[kVec];
+  __device__ __forceinline__ void load(const W* p) {
+    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
+    const W* e = reinterpret_cast<const W*>(&raw);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) v[i] = to_f32(e[i]);
+  }
+};
+
+// acc[r] += (lane's share of) x[r] . wr, r < R: the warp's lanes split the row as
+// cuda_gemv.cu's header says (16-byte vectors, 512 contiguous bytes per warp and step).
+template <class W, int R, bool kVectorized>
+__device__ __forceinline__ void row_dot(const float* __restrict__ x, const W* __restrict__ wr,
+                                        int64_t K, int lane, float (&acc)[R]) {
+  if constexpr (kVectorized) {
+    constexpr int kVec = WeightVector<W>::kVec;
+#pragma unroll 4
+    for (int64_t k = static_cast<int64_t>(lane) * kVec; k < K; k += 32 * kVec) {
+      WeightVector<W> wv;
+      wv.load(wr + k);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const float4* xr = reinterpret_cast<const float4*>(x + r * K + k);
+#pragma unroll
+        for (int q = 0; q < kVec / 4; ++q) {
+          const float4 xv = xr[q];
+          acc[r] += wv.v[4 * q] * xv.x + wv.v[4 * q + 1] * xv.y + wv.v[4 * q + 2] * xv.z +
+                    wv.v[4 * q + 3] * xv.w;
+        }
+      }
+    }
+  } else {
+    for (int64_t k = lane; k < K; k += 32) {
+      const float wk = to_f32(wr[k]);
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r] += wk * x[r * K + k];
+    }
+  }
+}
+
+// Which segment output row o (counted over every segment in turn) falls in: seg and o become
+// that segment and the row inside it; false past the last. Constant indices only: a run-time
+// index into the parameter struct copies it to local memory (a 128-byte stack frame).
+__device__ __forceinline__ bool find_segment(const GemvSegments& segments, int64_t& o,
+                                             GemvSegment& seg) {
+  bool found = false;
+#pragma unroll
+  for (int i = 0; i < kMaxGemvSegments; ++i) {
+    if (found || i >= segments.count) continue;
+    if (o < segments.seg[i].n) {
+      seg = segments.seg[i];
+      found = true;
+    } else {
+      o -= segments.seg[i].n;
+    }
+  }
+  return found;
+}
+
+}  // namespace attnres::cuda
