@@ -135,6 +135,11 @@ class Backend {
   // dtype) or null. out must not alias x.
   virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) = 0;
 
+  // Whether linear_residual saves work over linear + add_inplace (a fused launch). The forward
+  // calls it only then: the default below needs a scratch the forward would allocate per
+  // sublayer (the CPU keeps its separate ops, and so its one kept output buffer).
+  virtual bool fuses_linear_residual() const { return false; }
+
   // A sublayer's last linear with the residual add as its epilogue:
   //   out = (x W^T (+ bias)) + residual
   // the bias added first, exactly as linear() into a scratch and then add_inplace (the

@@ -565,8 +565,9 @@ Tensor Transformer::forward_hidden(const BatchMeta& batch, KvCache& cache,
     // only through that add: not where it is first summed over the ranks (tensor or sequence
     // parallelism), nor where it is itself a bank entry (delta modes, first_layer's layer 0)
     // or summed into the open entry (delta_block).
-    const bool fuse_residual =
-        !parallel_.comm && !split.sharded && !step.push_output_after && !step.accumulate_output;
+    const bool fuse_residual = backend_.fuses_linear_residual() && !parallel_.comm &&
+                               !split.sharded && !step.push_output_after &&
+                               !step.accumulate_output;
     if (fuse_residual && !sum_into_bank) take_back_partial(true);  // updated in place below
     Tensor step_out = output_into_bank || sum_into_bank ? bank.row(bank_size).reshape({L, d})
                       : fuse_residual                   ? partial

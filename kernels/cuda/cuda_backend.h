@@ -102,6 +102,7 @@ class CudaBackend : public Backend {
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
   // Decode-sized (<= 8 rows): the residual add in the GEMV's epilogue, the bits of linear then
   // add_inplace; more rows take the Backend's default (cuBLAS, then the add).
+  bool fuses_linear_residual() const override { return true; }
   void linear_residual(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& residual,
                        Tensor& out) override;
   // Decode-sized (<= 8 rows): one GEMV launch for every target, and gate / up with SwiGLU as

@@ -29,7 +29,9 @@ using test::run_prefill_then_decode;
 // linear_residual (CPU weights are the host tensors themselves: identified by pointer).
 class EpilogueRecordingBackend : public CpuBackend {
  public:
-  EpilogueRecordingBackend() : CpuBackend(1) {}
+  // fuses: what fuses_linear_residual says (true: as CUDA's; the CpuBackend's is false).
+  explicit EpilogueRecordingBackend(bool fuses = true) : CpuBackend(1), fuses_(fuses) {}
+  bool fuses_linear_residual() const override { return fuses_; }
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override {
     ++plain[w.data];
     CpuBackend::linear(x, w, bias, out);
@@ -46,6 +48,9 @@ class EpilogueRecordingBackend : public CpuBackend {
   std::map<const void*, int> plain, fused;
   int in_place = 0;
   std::atomic<int> fused_total{0};
+
+ private:
+  bool fuses_;
 };
 
 struct Mode {
@@ -134,6 +139,21 @@ TEST_P(ResidualEpilogue, FusedExactlyWhereTheOutputOnlyEntersThePartial) {
     // dropped): that one adds into the partial.
     EXPECT_EQ(backend.in_place, forwards);
   }
+}
+
+// A backend whose linear_residual fuses nothing (the CPU's) keeps the separate ops: the
+// default would need a scratch per sublayer.
+TEST(ResidualEpilogueUnfusedBackend, KeepsLinearThenAdd) {
+  EXPECT_FALSE(CpuBackend(1).fuses_linear_residual());
+  const ModelConfig config = test::tp_test_config("block");
+  const ModelWeights weights = make_random_weights(config, {DType::F32, 23, false});
+  const int block_size = 16, n = 12, prefill = 9;
+  EpilogueRecordingBackend backend(/*fuses=*/false);
+  Transformer model(config, weights, backend, {}, DType::F32);
+  TransformerRunner runner(model, 1, block_size);
+  run_prefill_then_decode(runner, random_ids(n, config.vocab_size, 8), prefill, block_size);
+  EXPECT_EQ(backend.fused_total.load(), 0);
+  EXPECT_EQ(backend.plain[weights.layers[0].o_proj.data], 1 + (n - prefill));
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryMode, ResidualEpilogue,
