@@ -119,24 +119,9 @@ void launch_rows(const float* x, int64_t K, const GemvSegments& segments, float*
 template <class W>
 void launch_typed(const float* x, int64_t rows, int64_t K, const GemvSegments& segments,
                   float* swiglu_out, cudaStream_t stream) {
-  switch (rows) {
-    case 1:
-      return launch_rows<W, 1>(x, K, segments, swiglu_out, stream);
-    case 2:
-      return launch_rows<W, 2>(x, K, segments, swiglu_out, stream);
-    case 3:
-      return launch_rows<W, 3>(x, K, segments, swiglu_out, stream);
-    case 4:
-      return launch_rows<W, 4>(x, K, segments, swiglu_out, stream);
-    case 5:
-      return launch_rows<W, 5>(x, K, segments, swiglu_out, stream);
-    case 6:
-      return launch_rows<W, 6>(x, K, segments, swiglu_out, stream);
-    case 7:
-      return launch_rows<W, 7>(x, K, segments, swiglu_out, stream);
-    default:
-      return launch_rows<W, 8>(x, K, segments, swiglu_out, stream);
-  }
+  dispatch_gemv_rows(rows, [&](auto r) {
+    launch_rows<W, decltype(r)::value>(x, K, segments, swiglu_out, stream);
+  });
 }
 
 void launch(const float* x, int64_t rows, int64_t K, DType w_dtype, const GemvSegments& segments,

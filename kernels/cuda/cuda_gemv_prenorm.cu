@@ -167,24 +167,9 @@ void launch_rows(const GemvPrenorm& prenorm, int64_t K, const GemvSegments& segm
 template <class W>
 void launch_typed(const GemvPrenorm& prenorm, int64_t rows, int64_t K, const GemvSegments& segments,
                   float* swiglu_out, cudaStream_t stream) {
-  switch (rows) {
-    case 1:
-      return launch_rows<W, 1>(prenorm, K, segments, swiglu_out, stream);
-    case 2:
-      return launch_rows<W, 2>(prenorm, K, segments, swiglu_out, stream);
-    case 3:
-      return launch_rows<W, 3>(prenorm, K, segments, swiglu_out, stream);
-    case 4:
-      return launch_rows<W, 4>(prenorm, K, segments, swiglu_out, stream);
-    case 5:
-      return launch_rows<W, 5>(prenorm, K, segments, swiglu_out, stream);
-    case 6:
-      return launch_rows<W, 6>(prenorm, K, segments, swiglu_out, stream);
-    case 7:
-      return launch_rows<W, 7>(prenorm, K, segments, swiglu_out, stream);
-    default:
-      return launch_rows<W, 8>(prenorm, K, segments, swiglu_out, stream);
-  }
+  dispatch_gemv_rows(rows, [&](auto r) {
+    launch_rows<W, decltype(r)::value>(prenorm, K, segments, swiglu_out, stream);
+  });
 }
 
 // Launches unless the shapes are ones the kernels do not take (see the header comment).

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
@@ -12,6 +13,30 @@
 namespace attnres::cuda {
 
 constexpr int kGemvWarps = 8;  // one warp per output row, 8 per block
+
+// Calls f(std::integral_constant<int, R>{}) with R = rows, 1..8 (the GEMVs' row count is a
+// template parameter: their accumulators are registers indexed by constants).
+template <class F>
+void dispatch_gemv_rows(int64_t rows, F&& f) {
+  switch (rows) {
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    case 3:
+      return f(std::integral_constant<int, 3>{});
+    case 4:
+      return f(std::integral_constant<int, 4>{});
+    case 5:
+      return f(std::integral_constant<int, 5>{});
+    case 6:
+      return f(std::integral_constant<int, 6>{});
+    case 7:
+      return f(std::integral_constant<int, 7>{});
+    default:
+      return f(std::integral_constant<int, 8>{});
+  }
+}
 
 // Widens the kVec weights packed in a 16-byte vector.
 template <class W>
