@@ -24,9 +24,11 @@ case "$mode" in
     # Portable CPU code: the device machine's CPU may lack this one's ISA extensions.
     cmake -S . -B "$build" -G Ninja -DATTNRES_CPU_ARCH=x86-64-v3 > /dev/null
     ninja -C "$build" -j"${JOBS:-1}" attnres_cuda_tests bench_cuda_backend attnres_cuda_tensor_parallel_tests
-    mkdir -p "$dev"
-    cp "$build"/tests/cpp/kernels/cuda/attnres_cuda_tests "$build"/tests/cpp/kernels/cuda/bench_cuda_backend \
-       "$build"/tests/cpp/kernels/cuda/attnres_cuda_tensor_parallel_tests "$dev/"
+    rm -rf "$dev" && mkdir -p "$dev"
+    # Compressed: the three binaries carry ~85 MB of sm_90a kernels between them, over the
+    # device tool's 64 MiB carry limit; xz takes them to ~14 MB. `run` unpacks them.
+    tar -C "$build"/tests/cpp/kernels/cuda -cf - attnres_cuda_tests bench_cuda_backend \
+      attnres_cuda_tensor_parallel_tests | xz -T0 -6 > "$dev/binaries.tar.xz"
     # libnccl is too large to carry (~200 MB): the run uses the GPU machine's own (PyTorch's
     # nvidia-nccl wheel or the CUDA toolkit's).
     for lib in libutf8proc.so.2; do
@@ -38,7 +40,13 @@ case "$mode" in
     out=${OUT:-/tmp}
     export PATH=$PATH:/usr/local/cuda/bin  # compute-sanitizer
     nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null || true)
-    export LD_LIBRARY_PATH="$PWD/$dev:/usr/local/cuda/lib64:${nccl_dir:+$nccl_dir:}${LD_LIBRARY_PATH:-}"
+    libs="$PWD/$dev"
+    export LD_LIBRARY_PATH="$libs:/usr/local/cuda/lib64:${nccl_dir:+$nccl_dir:}${LD_LIBRARY_PATH:-}"
+    # The staged binaries, unpacked (python's tarfile: no xz tool needed on the device).
+    dev=/tmp/attnres-gpu-binaries
+    rm -rf "$dev" && mkdir -p "$dev"
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+      "$libs/binaries.tar.xz" "$dev"
     export ATTNRES_ASSETS_DIR="$PWD/engine/model/assets"  # the bench's built-in models
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt" || true
     # STEPS picks the numbered steps below (default all); one device command may run 10
