@@ -30,26 +30,7 @@ template <class W, int R, bool kVectorized>
 __global__ void __launch_bounds__(kGemvWarps * 32)
     gemv_kernel(const float* __restrict__ x, int64_t K, GemvSegments segments) {
   wait_for_previous_kernel();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
-  GemvSegment seg;
-  if (!find_segment(segments, o, seg)) return;  // whole warp; no block barriers below
-  float acc[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-  row_dot<W, R, kVectorized>(x, static_cast<const W*>(seg.w) + o * K, K, lane, acc);
-  const float b = seg.bias ? load_float(seg.bias, seg.bias_dtype, o) : 0.0f;
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const float total = warp_sum(acc[r]);
-    if (lane == 0) {
-      // The bias first, then the residual: the rounding of linear then add_inplace. The
-      // same lane reads residual[i] before it writes out[i], so out may be the residual.
-      float y = total + b;
-      if (seg.residual) y += seg.residual[r * seg.n + o];
-      seg.out[r * seg.n + o] = y;
-    }
-  }
+  gemv_warp<W, R, kVectorized>(x, K, segments);
 }
 
 // out[r, o] = silu(x[r] . wg[o] + bg[o]) * (x[r] . wu[o] + bu[o]): warp o reads both rows, so
@@ -59,21 +40,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     gemv_swiglu_kernel(const float* __restrict__ x, int64_t K, GemvSegment gate, GemvSegment up,
                        float* __restrict__ out) {
   wait_for_previous_kernel();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
-  if (o >= gate.n) return;  // whole warp
-  float acc_g[R], acc_u[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) acc_g[r] = acc_u[r] = 0.0f;
-  row_dot<W, R, kVectorized>(x, static_cast<const W*>(gate.w) + o * K, K, lane, acc_g);
-  row_dot<W, R, kVectorized>(x, static_cast<const W*>(up.w) + o * K, K, lane, acc_u);
-  const float bg = gate.bias ? load_float(gate.bias, gate.bias_dtype, o) : 0.0f;
-  const float bu = up.bias ? load_float(up.bias, up.bias_dtype, o) : 0.0f;
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const float g = warp_sum(acc_g[r]) + bg, u = warp_sum(acc_u[r]) + bu;
-    if (lane == 0) out[r * gate.n + o] = g / (1.0f + expf(-g)) * u;  // as swiglu_kernel
-  }
+  gemv_swiglu_warp<W, R, kVectorized>(x, K, gate, up, out);
 }
 
 // Whether every weight row and x allow 16-byte vectors.

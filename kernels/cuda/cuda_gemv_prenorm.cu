@@ -103,20 +103,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   extern __shared__ __align__(16) float x[];  // [R, K]
   wait_for_previous_kernel();
   prenorm_rows<R>(prenorm, K, prenorm_threads, x);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
-  GemvSegment seg;
-  if (!find_segment(segments, o, seg)) return;  // whole warp; no block barriers below
-  float acc[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-  row_dot<W, R, true>(x, static_cast<const W*>(seg.w) + o * K, K, lane, acc);
-  const float b = seg.bias ? load_float(seg.bias, seg.bias_dtype, o) : 0.0f;
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const float total = warp_sum(acc[r]);
-    if (lane == 0) seg.out[r * seg.n + o] = total + b;
-  }
+  // The prologue's segments carry no residual (GemvPrenorm's callers; it cost this kernel
+  // spills at R = 3 with f32 weights).
+  gemv_warp<W, R, true, /*kResidual=*/false>(x, K, segments);
 }
 
 // gemv_swiglu_kernel (cuda_gemv.cu), reading x from the prologue's shared rows.
@@ -127,21 +116,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   extern __shared__ __align__(16) float x[];  // [R, K]
   wait_for_previous_kernel();
   prenorm_rows<R>(prenorm, K, prenorm_threads, x);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
-  if (o >= gate.n) return;  // whole warp
-  float acc_g[R], acc_u[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) acc_g[r] = acc_u[r] = 0.0f;
-  row_dot<W, R, true>(x, static_cast<const W*>(gate.w) + o * K, K, lane, acc_g);
-  row_dot<W, R, true>(x, static_cast<const W*>(up.w) + o * K, K, lane, acc_u);
-  const float bg = gate.bias ? load_float(gate.bias, gate.bias_dtype, o) : 0.0f;
-  const float bu = up.bias ? load_float(up.bias, up.bias_dtype, o) : 0.0f;
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const float g = warp_sum(acc_g[r]) + bg, u = warp_sum(acc_u[r]) + bu;
-    if (lane == 0) out[r * gate.n + o] = g / (1.0f + expf(-g)) * u;  // as swiglu_kernel
-  }
+  gemv_swiglu_warp<W, R, true>(x, K, gate, up, out);
 }
 
 template <class W, int R>
@@ -177,6 +152,8 @@ bool try_launch(const GemvPrenorm& prenorm, int64_t rows, int64_t K, DType w_dty
                 const GemvSegments& segments, float* swiglu_out, cudaStream_t stream) {
   ATTNRES_CHECK(segments.count >= 1 && segments.count <= kMaxGemvSegments,
                 "gemv segments " + std::to_string(segments.count));
+  for (int i = 0; i < segments.count; ++i)
+    ATTNRES_CHECK(!segments.seg[i].residual, "gemv prenorm: a segment with a residual");
   if (!gemv_prenorm_takes(rows, K)) return false;
   const int64_t vec = w_dtype == DType::F32 ? 4 : 8;  // weights per 16-byte vector
   if (K % vec != 0) return false;

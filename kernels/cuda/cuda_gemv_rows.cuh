@@ -101,4 +101,57 @@ __device__ __forceinline__ bool find_segment(const GemvSegments& segments, int64
   return found;
 }
 
+// A warp's whole share of gemv_kernel, x [R, K] in global or shared memory: output row
+// (blockIdx.x * kGemvWarps + warp) of the segments, bias then residual (the rounding of linear
+// then add_inplace; the same lane reads residual[i] before it writes out[i], so out may be the
+// residual; kResidual false: segments without one, the code left out). Returns early for a
+// warp past the last row: no block barriers may follow.
+template <class W, int R, bool kVectorized, bool kResidual = true>
+__device__ __forceinline__ void gemv_warp(const float* __restrict__ x, int64_t K,
+                                          const GemvSegments& segments) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
+  GemvSegment seg;
+  if (!find_segment(segments, o, seg)) return;  // whole warp
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  row_dot<W, R, kVectorized>(x, static_cast<const W*>(seg.w) + o * K, K, lane, acc);
+  const float b = seg.bias ? load_float(seg.bias, seg.bias_dtype, o) : 0.0f;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float total = warp_sum(acc[r]);
+    if (lane == 0) {
+      float y = total + b;
+      if constexpr (kResidual) {
+        if (seg.residual) y += seg.residual[r * seg.n + o];
+      }
+      seg.out[r * seg.n + o] = y;
+    }
+  }
+}
+
+// A warp's share of gemv_swiglu_kernel: out[r, o] = silu(x[r] . wg[o] + bg[o]) *
+// (x[r] . wu[o] + bu[o]), both rows read by the one warp. Same early return as gemv_warp.
+template <class W, int R, bool kVectorized>
+__device__ __forceinline__ void gemv_swiglu_warp(const float* __restrict__ x, int64_t K,
+                                                 const GemvSegment& gate, const GemvSegment& up,
+                                                 float* __restrict__ out) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
+  if (o >= gate.n) return;  // whole warp
+  float acc_g[R], acc_u[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc_g[r] = acc_u[r] = 0.0f;
+  row_dot<W, R, kVectorized>(x, static_cast<const W*>(gate.w) + o * K, K, lane, acc_g);
+  row_dot<W, R, kVectorized>(x, static_cast<const W*>(up.w) + o * K, K, lane, acc_u);
+  const float bg = gate.bias ? load_float(gate.bias, gate.bias_dtype, o) : 0.0f;
+  const float bu = up.bias ? load_float(up.bias, up.bias_dtype, o) : 0.0f;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float g = warp_sum(acc_g[r]) + bg, u = warp_sum(acc_u[r]) + bu;
+    if (lane == 0) out[r * gate.n + o] = g / (1.0f + expf(-g)) * u;  // as swiglu_kernel
+  }
+}
+
 }  // namespace attnres::cuda
