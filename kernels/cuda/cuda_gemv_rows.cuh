@@ -1,6 +1,7 @@
-// The GEMV's inner pieces, shared by cuda_gemv.cu (x read from global memory) and
-// cuda_gemv_prenorm.cu (x computed by the block into shared memory first): the weight row's
-// dot products with the R rows of x, and the walk from a warp's output row to its segment.
+// The GEMV's inner pieces, shared by cuda_gemv.cu (x read from global memory),
+// cuda_gemv_prenorm.cu (x computed by the block into shared memory first) and cuda_gemv_rope.cu
+// (RoPE + KV store as the epilogue): the weight row's dot products with the R rows of x, and
+// the walk from a warp's output row to its segment.
 // The same code in both, so a row's sum has the same order and the same bits either way.
 #pragma once
 
@@ -80,6 +81,21 @@ __device__ __forceinline__ void row_dot(const float* __restrict__ x, const W* __
       for (int r = 0; r < R; ++r) acc[r] += wk * x[r * K + k];
     }
   }
+}
+
+// One output row of the GEMV for the R rows of x: y[r] = x[r] . wr + bias, in every lane of
+// the warp: row_dot, then warp_sum, then the bias, the operations and order of gemv_warp below
+// (which keeps its own copy of these lines: written through this helper, ptxas spilled
+// gemv_prenorm_kernel<f32, 2>).
+template <class W, int R, bool kVectorized>
+__device__ __forceinline__ void gemv_row(const float* __restrict__ x, const W* __restrict__ wr,
+                                         int64_t K, int lane, float bias, float (&y)[R]) {
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  row_dot<W, R, kVectorized>(x, wr, K, lane, acc);
+#pragma unroll
+  for (int r = 0; r < R; ++r) y[r] = warp_sum(acc[r]) + bias;
 }
 
 // Which segment output row o (counted over every segment in turn) falls in: seg and o become

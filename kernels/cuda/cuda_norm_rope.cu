@@ -21,10 +21,10 @@
 // cuda_bf16_round.h); a v head is copied into the cache row the same way. The roped values
 // come from the one code path, so q, k and the cache hold what qk_norm_rope then store_kv
 // write, bit for bit.
-#include "kernels/cuda/cuda_bf16_round.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_prenorm_rows.cuh"
+#include "kernels/cuda/cuda_rope_rows.cuh"
 
 namespace attnres::cuda {
 namespace {
@@ -44,16 +44,10 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1)
 
 constexpr int kRopeThreads = 256;  // 8 warps: 8 heads in flight per token
 
-// A roped value into a cache row, as store_kv converts it (bf16: cuda_bf16_round.h's rounding,
-// the CPU's f32_to_bf16 bit for bit).
-__device__ __forceinline__ void store_cached(float* dst, float x) { *dst = x; }
-__device__ __forceinline__ void store_cached(uint16_t* dst, float x) {
-  *dst = round_to_bf16_bits(x);
-}
-
 // kStore false: qk_norm_rope (the cache fields unused). kStore true: the same, then the roped
 // k head and the v head written into cache row slots[t] (S: float or the bf16 bits); q and k
-// keep their roped values in place either way, computed by the same code.
+// keep their roped values in place either way, computed by the same code
+// (cuda_rope_rows.cuh, which the QKV GEMV's epilogue shares).
 template <class S, bool kStore>
 __global__ void __launch_bounds__(kRopeThreads, 1) qk_norm_rope_kernel(RopeStoreParams p) {
   extern __shared__ float table[];  // cos [half], then sin [half]
@@ -63,14 +57,8 @@ __global__ void __launch_bounds__(kRopeThreads, 1) qk_norm_rope_kernel(RopeStore
   float* cos_t = table;
   float* sin_t = table + half;
   const int64_t t = blockIdx.x;
-  const double pos = p.positions[t];
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    const double angle = pos * static_cast<double>(p.inv_freq[i]);
-    double s, c;
-    sincos(angle, &s, &c);
-    cos_t[i] = static_cast<float>(c);
-    sin_t[i] = static_cast<float>(s);
-  }
+  for (int i = threadIdx.x; i < half; i += blockDim.x)
+    rope_cos_sin(p.positions[t], p.inv_freq[i], cos_t[i], sin_t[i]);
   __syncthreads();
 
   const int64_t row_elems = static_cast<int64_t>(hkv) * hd;  // a cache row: Hkv * hd
@@ -94,32 +82,8 @@ __global__ void __launch_bounds__(kRopeThreads, 1) qk_norm_rope_kernel(RopeStore
     const bool is_q = head < hq;
     float* x = is_q ? p.q + (t * hq + head) * hd : p.k + (t * hkv + (head - hq)) * hd;
     S* cached = kStore && !is_q ? k_row + static_cast<int64_t>(head - hq) * hd : nullptr;
-    const void* gain = is_q ? p.q_gain : p.k_gain;
-    const DType gain_dtype = is_q ? p.q_gain_dtype : p.k_gain_dtype;
-    float inv_rms = 1.0f;
-    if (gain) {
-      float ss = 0.0f;
-      for (int i = lane; i < hd; i += 32) ss += x[i] * x[i];
-      ss = warp_sum(ss);  // every lane's loads are done before any lane stores below
-      inv_rms = 1.0f / sqrtf(ss / static_cast<float>(hd) + p.eps);
-    }
-    for (int i = lane; i < half; i += 32) {
-      float a = x[i], b = x[i + half];
-      if (gain) {
-        a = a * inv_rms * load_float(gain, gain_dtype, i);
-        b = b * inv_rms * load_float(gain, gain_dtype, i + half);
-      }
-      const float lo = a * cos_t[i] - b * sin_t[i];
-      const float hi = b * cos_t[i] + a * sin_t[i];
-      x[i] = lo;
-      x[i + half] = hi;
-      if constexpr (kStore) {
-        if (cached) {
-          store_cached(cached + i, lo);
-          store_cached(cached + i + half, hi);
-        }
-      }
-    }
+    norm_rope_head(x, x, cached, hd, is_q ? p.q_gain : p.k_gain,
+                   is_q ? p.q_gain_dtype : p.k_gain_dtype, p.eps, cos_t, sin_t, lane);
     __syncwarp();
   }
 }
