@@ -323,6 +323,28 @@ class Backend {
     depth_phase2_prenorm(in.mix, *in.partial, *in.gain, in.eps, *in.normed);
     linear_swiglu(*in.normed, w_gate, b_gate, w_up, b_up, gate, up, out);
   }
+  // The attention sublayer's front whole: prenorm_linear_many into q, k and v (qkv: the q, k,
+  // v targets in that order, of one input), then qk_norm_rope_store of them (the default:
+  // exactly those two calls). A device backend runs the per-head norms, RoPE and the cache
+  // store as the projection's epilogue (CUDA: <= 8 rows, one launch for PreNorm, q / k / v,
+  // RoPE and the store). q and k hold their roped values after it, v its projection.
+  struct RopeStoreArgs {
+    int head_dim = 0;
+    const Tensor* q_gain = nullptr;  // null: no per-head norm
+    const Tensor* k_gain = nullptr;
+    float eps = 1e-6f;
+    const Tensor* inv_freq = nullptr;
+    const BatchMeta* batch = nullptr;
+    KvCacheLayer* cache = nullptr;
+  };
+  virtual void prenorm_qkv_rope_store(const PrenormArgs& in, std::span<const LinearTarget, 3> qkv,
+                                      const RopeStoreArgs& rope) {
+    ATTNRES_CHECK(rope.inv_freq && rope.batch && rope.cache,
+                  "prenorm_qkv_rope_store: inv_freq, batch and cache are required");
+    prenorm_linear_many(in, qkv);
+    qk_norm_rope_store(*qkv[0].out, *qkv[1].out, *qkv[2].out, rope.head_dim, rope.q_gain,
+                       rope.k_gain, rope.eps, *rope.inv_freq, *rope.batch, *rope.cache);
+  }
   virtual void depth_weights(const Tensor& query, const Tensor& bank, int n, const Tensor& partial,
                              float bias, float eps, Tensor& out,
                              const DepthSourceSwitches& sources = {}) = 0;

@@ -117,6 +117,12 @@ class CudaBackend : public Backend {
   void prenorm_linear_swiglu(const PrenormArgs& in, const Tensor& w_gate, const Tensor* b_gate,
                              const Tensor& w_up, const Tensor* b_up, Tensor& gate, Tensor& up,
                              Tensor& out) override;
+  // Decode-sized (<= 8 rows, F32 / BF16 weights, head_dim <= 256): RoPE, the q / k norms and
+  // the KV store as the QKV GEMV's epilogue (cuda_gemv_rope.cu), with the PreNorm as its
+  // prologue where prenorm_linear_many would take it (one launch), else after the PreNorm's own
+  // launch (two); anything else the default (prenorm_linear_many, then qk_norm_rope_store).
+  void prenorm_qkv_rope_store(const PrenormArgs& in, std::span<const LinearTarget, 3> qkv,
+                              const RopeStoreArgs& rope) override;
   void qk_norm_rope(Tensor& q, Tensor& k, int head_dim, const Tensor* q_gain, const Tensor* k_gain,
                     float eps, const Tensor& inv_freq, const BatchMeta& batch) override;
   void store_kv(const Tensor& k, const Tensor& v, const BatchMeta& batch,

@@ -136,6 +136,30 @@ struct RopeStoreParams {
 };
 void launch_qk_norm_rope_store(const RopeStoreParams& params, cudaStream_t stream);
 
+// --- cuda_gemv_rope.cu ---
+// The attention sublayer's front in one launch (Backend::prenorm_qkv_rope_store): the q, k, v
+// GEMV (x from global memory, or the PreNorm prologue's rows), then qk_norm_rope_store's work
+// as its epilogue: q and k normed and roped in their outputs, the roped k and v written into
+// cache rows slots[t]. The same bits as launch_gemv_many / launch_gemv_prenorm_many then
+// launch_qk_norm_rope_store.
+struct GemvRopeArgs {
+  const float* x = nullptr;              // [rows, K], or null: the prologue's rows
+  const GemvPrenorm* prenorm = nullptr;  // the PreNorm prologue (x null), or null
+  int64_t rows = 0, K = 0;
+  DType w_dtype = DType::BF16;
+  GemvSegments qkv;      // q, k, v (count 3), each out [rows, n]: rope's q, k, v
+  RopeStoreParams rope;  // num_tokens = rows, device positions / slots, the cache
+};
+// The largest head the epilogue takes (its shared memory holds R rows of a head).
+constexpr int kMaxGemvRopeHeadDim = 256;
+// Whether the kernel takes the arguments: 1..8 rows, F32 or BF16 weights (F16: not
+// instantiated), 16-byte vectors (K a multiple, x and weight rows aligned), an even head_dim
+// up to kMaxGemvRopeHeadDim, q, k, v of hq / hkv / hkv heads, an F32 or BF16 cache, the
+// prologue's gemv_prenorm_takes, and the whole in 48 KB of shared memory.
+bool gemv_rope_takes(const GemvRopeArgs& args);
+// Launches it; the arguments must be ones gemv_rope_takes takes.
+void launch_gemv_rope(const GemvRopeArgs& args, cudaStream_t stream);
+
 // --- cuda_attention.cu ---
 // cache row slots[t] = k / v row t converted to the cache's dtype (F32 copied; BF16 rounded
 // to nearest even exactly as f32_to_bf16, NaN kept quiet); rows of row_elems values.

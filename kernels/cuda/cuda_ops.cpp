@@ -484,6 +484,57 @@ void CudaBackend::qk_norm_rope_store(Tensor& q, Tensor& k, const Tensor& v, int 
   cuda::launch_qk_norm_rope_store(p, im.stream);
 }
 
+void CudaBackend::prenorm_qkv_rope_store(const PrenormArgs& in,
+                                         std::span<const LinearTarget, 3> qkv,
+                                         const RopeStoreArgs& rope) {
+  Impl& im = on_device();
+  ATTNRES_CHECK(in.partial && in.normed && rope.inv_freq && rope.batch && rope.cache,
+                "prenorm_qkv_rope_store: partial, normed, inv_freq, batch and cache are required");
+  const BatchMeta& batch = *rope.batch;
+  KvCacheLayer& cache = *rope.cache;
+  // The checks of the calls it stands for: the linears (the partial standing for the normed
+  // rows), qk_norm_rope, store_kv, and the PreNorm's (gemv_prenorm).
+  cuda::GemvRopeArgs args;
+  bool fused = true;
+  for (const LinearTarget& t : qkv) {
+    const auto seg = gemv_segment(*in.partial, *t.w, t.bias, *t.out, qkv[0].w->dtype);
+    fused = fused && seg.has_value();
+    if (fused) args.qkv.seg[args.qkv.count++] = *seg;
+  }
+  args.rope = checked_rope(*qkv[0].out, *qkv[1].out, rope.head_dim, rope.q_gain, rope.k_gain,
+                           rope.eps, *rope.inv_freq, batch);
+  check_store_kv(*qkv[1].out, *qkv[2].out, batch, cache);
+  ATTNRES_CHECK(cache.k.dim(3) == rope.head_dim, "prenorm_qkv_rope_store head_dim " +
+                                                     std::to_string(rope.head_dim) + " vs cache " +
+                                                     shape_str(cache.k.shape));
+  const std::optional<cuda::GemvPrenorm> prenorm = gemv_prenorm(in);
+  args.rows = rows_of(*in.partial);
+  args.K = in.partial->dim(-1);
+  args.w_dtype = qkv[0].w->dtype;
+  args.rope.v = f32(*qkv[2].out);
+  args.rope.cache_dtype = cache.k.dtype;
+  args.rope.k_cache = cache.k.data;
+  args.rope.v_cache = cache.v.data;
+  if (fused) {
+    // The PreNorm as the prologue: one launch.
+    args.prenorm = prenorm ? &*prenorm : nullptr;
+    const bool with_prologue = prenorm && cuda::gemv_rope_takes(args);
+    // A mix the prologue does not compute: the PreNorm's own launch, then the GEMV from normed.
+    args.prenorm = with_prologue ? &*prenorm : nullptr;
+    args.x = with_prologue ? nullptr : f32(*in.normed);
+    if (with_prologue || cuda::gemv_rope_takes(args)) {
+      im.ensure_prepared(*this, batch);
+      im.validate_against_cache(batch, cache);
+      args.rope.positions = im.positions;
+      args.rope.slots = im.slot_mapping;
+      if (!with_prologue) depth_phase2_prenorm(in.mix, *in.partial, *in.gain, in.eps, *in.normed);
+      cuda::launch_gemv_rope(args, im.stream);
+      return;
+    }
+  }
+  Backend::prenorm_qkv_rope_store(in, qkv, rope);  // prefill, or shapes the kernel declines
+}
+
 void CudaBackend::attention(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
                             int head_dim, float scale, Tensor& out) {
   Impl& im = on_device();

@@ -9,8 +9,16 @@
 //   prologue repeats the PreNorm kernels' arithmetic in their order) and the CPU (2e-5 at <= 8
 //   rows; 1e-2 on the cuBLAS bf16 path of more rows), at the 0.6B shapes (d 1024, 16 q / 8 kv
 //   heads of 128, ffn 3072), rows 1..8 and a prefill-sized 12 (the fallback);
+// - prenorm_qkv_rope_store (the QKV GEMV with the PreNorm as its prologue and RoPE + the KV
+//   store as its epilogue) against its default on the GPU, prenorm_linear_many then
+//   qk_norm_rope_store (q, k, v and both caches bit for bit; one launch where those take two,
+//   two where the prologue declines the mix and they take three), and the CPU (q, k, v and the
+//   f32 caches 5e-5; a bf16 cache one bf16 rounding step, 8e-3; 1e-2 / 2e-2 on the cuBLAS bf16
+//   path of more rows), at the 0.6B shapes and hd 6 / 64 / 256 heads;
 // - whole models: the fused backend's logits equal those of a CUDA backend whose fused ops are
-//   the defaults (the unfused calls), bit for bit, over a prefill and decode steps.
+//   the defaults (the unfused calls), bit for bit, over a prefill and decode steps; and with
+//   only prenorm_qkv_rope_store the default, also the K / V caches, with one kernel launch more
+//   per layer of a decode step (none more under delta_v, whose attention does not fuse).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -50,6 +58,21 @@ class UnfusedCudaBackend : public CudaBackend {
                              const Tensor& wu, const Tensor* bu, Tensor& gate, Tensor& up,
                              Tensor& out) override {
     Backend::prenorm_linear_swiglu(in, wg, bg, wu, bu, gate, up, out);
+  }
+  void prenorm_qkv_rope_store(const PrenormArgs& in, std::span<const LinearTarget, 3> qkv,
+                              const RopeStoreArgs& rope) override {
+    Backend::prenorm_qkv_rope_store(in, qkv, rope);
+  }
+};
+
+// The CUDA backend with only prenorm_qkv_rope_store the default: the path before the QKV
+// GEMV took RoPE + the KV store as its epilogue (prenorm_linear_many, then qk_norm_rope_store).
+class TwoLaunchQkvRopeBackend : public CudaBackend {
+ public:
+  TwoLaunchQkvRopeBackend() : CudaBackend(0) {}
+  void prenorm_qkv_rope_store(const PrenormArgs& in, std::span<const LinearTarget, 3> qkv,
+                              const RopeStoreArgs& rope) override {
+    Backend::prenorm_qkv_rope_store(in, qkv, rope);
   }
 };
 
@@ -288,6 +311,160 @@ TEST(CudaFusedDecode, PrenormLinearMatchesTheTwoLaunches) {
   }
 }
 
+// --- the QKV GEMV with RoPE + the KV store as its epilogue ---
+
+struct QkvRopeCase {
+  int64_t rows;
+  Mix mix;
+  DType weights, cache;
+  int hq = 16, hkv = 8, hd = 128;  // the 0.6B shapes (d 1024)
+};
+
+void check_qkv_rope(const QkvRopeCase& c, uint32_t seed) {
+  const int64_t d = 1024;
+  const int hq = c.hq, hkv = c.hkv, hd = c.hd;
+  SCOPED_TRACE(std::to_string(c.rows) + " rows, " + mix_name(c.mix) + ", " +
+               std::string(dtype_name(c.weights)) + " weights, " +
+               std::string(dtype_name(c.cache)) + " cache, hq " + std::to_string(hq) + " hkv " +
+               std::to_string(hkv) + " hd " + std::to_string(hd));
+  Backends be;
+  std::mt19937 rng(seed);
+  const int block_size = 16, num_blocks = 128;
+  std::vector<SeqSpec> seqs;  // decode rows (contexts across block boundaries), or a prefill
+  if (c.rows <= 8) {
+    for (int s = 0; s < c.rows; ++s) seqs.push_back({5 + 37 * s, 1});
+  } else {
+    seqs = {{0, static_cast<int>(c.rows) - 3}, {20, 2}, {3, 1}};
+  }
+  const BatchMeta batch = paged_batch(seqs, block_size, num_blocks, rng);
+  ASSERT_EQ(batch.num_tokens, c.rows);
+  const bool fused = c.rows <= 8 && c.weights != DType::F16;
+  const bool prologue = fused && c.mix != Mix::NullSource;
+  const bool bf16_path = c.rows > 8 && c.weights != DType::F32;  // cuBLAS on bf16-rounded x
+  const double tol = bf16_path ? 1e-2 : 5e-5;
+  const double cache_tol = c.cache == DType::BF16 ? (bf16_path ? 2e-2 : 8e-3) : tol;
+
+  const PrenormInputs host = random_prenorm(c.rows, d, rng);
+  const PrenormInputs dev = host.upload(be.gpu);
+  const int64_t widths[3] = {int64_t{hq} * hd, int64_t{hkv} * hd, int64_t{hkv} * hd};
+  std::vector<Weights> w;
+  for (int64_t n : widths) w.push_back(random_weight(be.gpu, n, d, c.weights, rng));
+  const Tensor qg = random_host({hd}, DType::BF16, rng, 0.5f, 1.5f);
+  const Tensor kg = random_host({hd}, DType::F32, rng, 0.5f, 1.5f);
+  const Tensor inv_freq = inv_freq_host(hd);
+  // Random caches everywhere: a slot the step does not own must keep its bytes.
+  const Tensor kc = random_host({num_blocks, block_size, hkv, hd}, c.cache, rng);
+  const Tensor vc = random_host({num_blocks, block_size, hkv, hd}, c.cache, rng);
+  const float eps = 1e-6f;
+
+  // The CPU: the default, prenorm_linear_many then qk_norm_rope_store.
+  Backend::PrenormArgs cpu_in;
+  cpu_in.mix = host.mix_args(c.mix);
+  cpu_in.partial = &host.partial;
+  cpu_in.gain = &host.gain;
+  cpu_in.eps = eps;
+  Tensor cpu_normed = Tensor::empty({c.rows, d}, DType::F32);
+  cpu_in.normed = &cpu_normed;
+  std::vector<Tensor> cpu_out;
+  for (int64_t n : widths) cpu_out.push_back(Tensor::empty({c.rows, n}, DType::F32));
+  const Backend::LinearTarget cpu_t[3] = {{&w[0].w, &w[0].b, &cpu_out[0]},
+                                          {&w[1].w, &w[1].b, &cpu_out[1]},
+                                          {&w[2].w, &w[2].b, &cpu_out[2]}};
+  KvCacheLayer cpu_cache{clone_host(kc), clone_host(vc)};
+  Backend::RopeStoreArgs rope;
+  rope.head_dim = hd;
+  rope.q_gain = &qg;
+  rope.k_gain = &kg;
+  rope.eps = eps;
+  rope.inv_freq = &inv_freq;
+  rope.batch = &batch;
+  rope.cache = &cpu_cache;
+  be.cpu.prenorm_qkv_rope_store(cpu_in, cpu_t, rope);
+
+  // The GPU, twice: the default's launches (prenorm_linear_many, qk_norm_rope_store), then the
+  // fused op; outputs NaN-poisoned, caches random.
+  be.gpu.prepare_batch(batch);
+  const Tensor qgd = be.gpu.upload(qg), kgd = be.gpu.upload(kg), fd = be.gpu.upload(inv_freq);
+  rope.q_gain = &qgd;
+  rope.k_gain = &kgd;
+  rope.inv_freq = &fd;
+  struct GpuRun {
+    std::vector<Tensor> out;
+    Tensor normed;
+    KvCacheLayer cache;
+    uint64_t kernels = 0;
+  };
+  auto run = [&](bool default_path) {
+    GpuRun r;
+    for (int64_t n : widths) r.out.push_back(device_nan(be.gpu, {c.rows, n}));
+    r.normed = device_nan(be.gpu, {c.rows, d});
+    r.cache = {be.gpu.upload(kc), be.gpu.upload(vc)};
+    Backend::PrenormArgs in = cpu_in;
+    in.mix = dev.mix_args(c.mix);
+    in.partial = &dev.partial;
+    in.gain = &dev.gain;
+    in.normed = &r.normed;
+    const Backend::LinearTarget t[3] = {{&w[0].wd, &w[0].bd, &r.out[0]},
+                                        {&w[1].wd, &w[1].bd, &r.out[1]},
+                                        {&w[2].wd, &w[2].bd, &r.out[2]}};
+    Backend::RopeStoreArgs a = rope;
+    a.cache = &r.cache;
+    const uint64_t before = be.gpu.launch_counts().kernels;
+    if (default_path) {
+      be.gpu.Backend::prenorm_qkv_rope_store(in, t, a);
+    } else {
+      be.gpu.prenorm_qkv_rope_store(in, t, a);
+    }
+    r.kernels = be.gpu.launch_counts().kernels - before;
+    return r;
+  };
+  const GpuRun two = run(true);
+  const GpuRun one = run(false);
+
+  const char* names[3] = {"q", "k", "v"};
+  for (int i = 0; i < 3; ++i) {
+    const Tensor got = to_host(be.gpu, one.out[i]);
+    EXPECT_TRUE(same_bytes(got, to_host(be.gpu, two.out[i]))) << names[i] << " vs the default";
+    EXPECT_TRUE(close_to(got, cpu_out[i], tol)) << names[i] << " vs the CPU";
+  }
+  const Tensor kc_got = to_host(be.gpu, one.cache.k), vc_got = to_host(be.gpu, one.cache.v);
+  EXPECT_TRUE(same_bytes(kc_got, to_host(be.gpu, two.cache.k))) << "k cache vs the default";
+  EXPECT_TRUE(same_bytes(vc_got, to_host(be.gpu, two.cache.v))) << "v cache vs the default";
+  EXPECT_TRUE(close_to(kc_got, cpu_cache.k, cache_tol)) << "k cache vs the CPU";
+  EXPECT_TRUE(close_to(vc_got, cpu_cache.v, cache_tol)) << "v cache vs the CPU";
+  // The launches: one fewer than the default's where the kernel takes the shapes (1 against 2
+  // with the prologue; else the PreNorm's own launches first), the same calls otherwise.
+  EXPECT_EQ(one.kernels + (fused ? 1 : 0), two.kernels);
+  if (prologue) {
+    EXPECT_EQ(one.kernels, 1u);
+    EXPECT_TRUE(all_nan(to_host(be.gpu, one.normed))) << "the prologue path wrote normed";
+  }
+}
+
+TEST(CudaFusedDecode, QkvRopeStoreMatchesTheTwoLaunches) {
+  SKIP_WITHOUT_CUDA();
+  uint32_t seed = 110;
+  for (Mix mix : {Mix::Plain, Mix::Merge, Mix::NullSource}) {
+    for (int64_t rows = 1; rows <= 8; ++rows) {
+      check_qkv_rope({rows, mix, DType::BF16, DType::BF16}, seed++);
+    }
+    check_qkv_rope({12, mix, DType::BF16, DType::BF16}, seed++);  // prefill-sized: the default
+    for (int64_t rows : {1, 4, 8, 12}) {
+      check_qkv_rope({rows, mix, DType::F32, DType::F32}, seed++);
+      check_qkv_rope({rows, mix, DType::BF16, DType::F32}, seed++);
+      check_qkv_rope({rows, mix, DType::F32, DType::BF16}, seed++);
+    }
+  }
+  check_qkv_rope({3, Mix::Plain, DType::F16, DType::BF16}, seed++);  // F16: declined
+  // Other heads: hd 64 (the open-attnres shape: one row per warp), 256 (the largest taken,
+  // shared memory near its limit at 8 rows with the prologue), 6 (most warps without a row).
+  for (int64_t rows : {1, 8}) {
+    check_qkv_rope({rows, Mix::Plain, DType::BF16, DType::BF16, 16, 8, 64}, seed++);
+    check_qkv_rope({rows, Mix::Merge, DType::BF16, DType::F32, 4, 2, 256}, seed++);
+    check_qkv_rope({rows, Mix::Plain, DType::F32, DType::BF16, 3, 1, 6}, seed++);
+  }
+}
+
 // --- whole models ---
 
 // The same model on the fused CUDA backend and on one whose fused ops are the defaults: a
@@ -325,6 +502,70 @@ void compare_fused_model(const ModelConfig& config, DType weight_dtype, DType kv
     EXPECT_TRUE(same_bytes(to_host(fused, fused_cache.layers[l].k),
                            to_host(unfused, unfused_cache.layers[l].k)))
         << "layer " << l << " k cache";
+  }
+}
+
+// The same model on the fused CUDA backend and on TwoLaunchQkvRopeBackend: logits and K / V
+// caches bit for bit over a mixed prefill and decode steps of 2 rows, and each decode step one
+// kernel launch fewer per layer where the attention fuses (not delta_v's).
+void compare_qkv_rope_model(const ModelConfig& config, DType weight_dtype, DType kv_dtype) {
+  SCOPED_TRACE(config.summary() + " " + std::string(dtype_name(weight_dtype)) + " weights, " +
+               std::string(dtype_name(kv_dtype)) + " cache");
+  RandomWeightOptions opt;
+  opt.dtype = weight_dtype;
+  opt.seed = 13;
+  const ModelWeights weights = make_random_weights(config, opt);
+  CudaBackend fused(0);
+  TwoLaunchQkvRopeBackend two;
+  Transformer fused_model(config, weights, fused);
+  Transformer two_model(config, weights, two);
+  const int block_size = 4, num_blocks = 24;
+  KvCache fused_cache = KvCache::allocate(fused, config, num_blocks, block_size, kv_dtype);
+  KvCache two_cache = KvCache::allocate(two, config, num_blocks, block_size, kv_dtype);
+  std::mt19937 rng(5);
+  const std::vector<int> prompt = {7, 3};
+  const int decode_steps = 3;
+  std::vector<Seq> seqs = random_sequences({7 + decode_steps, 3 + decode_steps}, block_size,
+                                           num_blocks, config.vocab_size, rng);
+  std::vector<int> begin(seqs.size(), 0), end = prompt;
+  const bool attention_fuses = config.attnres_mode != AttnResMode::DeltaV;
+  for (int step = 0; step <= decode_steps; ++step) {
+    std::vector<int32_t> rows;
+    const BatchMeta batch = make_step(seqs, begin, end, block_size, rows);
+    const uint64_t fused_before = fused.launch_counts().kernels;
+    const Tensor got = to_host(fused, fused_model.forward(batch, fused_cache, rows));
+    const uint64_t fused_kernels = fused.launch_counts().kernels - fused_before;
+    const uint64_t two_before = two.launch_counts().kernels;
+    const Tensor want = to_host(two, two_model.forward(batch, two_cache, rows));
+    const uint64_t two_kernels = two.launch_counts().kernels - two_before;
+    EXPECT_TRUE(same_bytes(got, want)) << "step " << step;
+    if (step > 0) {  // decode: 2 rows
+      const uint64_t saved = attention_fuses ? static_cast<uint64_t>(config.num_layers) : 0;
+      EXPECT_EQ(fused_kernels + saved, two_kernels) << "step " << step;
+    } else {  // the 10-row prefill takes the default
+      EXPECT_EQ(fused_kernels, two_kernels);
+    }
+    for (size_t s = 0; s < seqs.size(); ++s) begin[s] = end[s]++;
+  }
+  for (int l = 0; l < config.num_layers; ++l) {
+    EXPECT_TRUE(
+        same_bytes(to_host(fused, fused_cache.layers[l].k), to_host(two, two_cache.layers[l].k)))
+        << "layer " << l << " k cache";
+    EXPECT_TRUE(
+        same_bytes(to_host(fused, fused_cache.layers[l].v), to_host(two, two_cache.layers[l].v)))
+        << "layer " << l << " v cache";
+  }
+}
+
+TEST(CudaFusedDecode, QkvRopeModelsEqualTheTwoLaunchPathWithALaunchFewerPerLayer) {
+  SKIP_WITHOUT_CUDA();
+  for (DType kv : {DType::F32, DType::BF16}) {
+    for (DType wdt : {DType::BF16, DType::F32}) {
+      compare_qkv_rope_model(small_config("", 3, 0), wdt, kv);
+      compare_qkv_rope_model(small_config("block", 4, 2), wdt, kv);
+    }
+    compare_qkv_rope_model(small_config("full", 4, 2), DType::BF16, kv);  // the prologue declines
+    compare_qkv_rope_model(small_config("delta_v", 4, 2, "sigmoid_vector", true), DType::BF16, kv);
   }
 }
 
