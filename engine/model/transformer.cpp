@@ -227,7 +227,7 @@ void Transformer::project_input(const DepthStep& step, const Tensor& normed,
 }
 
 void Transformer::project_prenormed(const DepthStep& step, const Backend::PrenormArgs& prenorm,
-                                    Scratch& s) {
+                                    const BatchMeta& batch, KvCacheLayer& cache, Scratch& s) {
   const LayerWeights& w = weights_.layers[step.layer];
   if (step.kind == SublayerKind::Mlp) {
     backend_.prenorm_linear_swiglu(prenorm, w.gate_proj, bias_of(w.gate_bias), w.up_proj,
@@ -237,14 +237,26 @@ void Transformer::project_prenormed(const DepthStep& step, const Backend::Prenor
   const Backend::LinearTarget qkv[] = {{&w.q_proj, bias_of(w.q_bias), &s.q},
                                        {&w.k_proj, bias_of(w.k_bias), &s.k},
                                        {&w.v_proj, bias_of(w.v_bias), &s.v}};
-  backend_.prenorm_linear_many(prenorm, qkv);
+  // RoPE and the KV store with the projections: the cache is read only by the attention,
+  // which runs after this step's push-and-reset, so writing it here changes nothing.
+  Backend::RopeStoreArgs rope;
+  rope.head_dim = config_.head_dim;
+  rope.q_gain = bias_of(w.q_norm);
+  rope.k_gain = bias_of(w.k_norm);
+  rope.eps = config_.rms_norm_eps;
+  rope.inv_freq = &inv_freq_;
+  rope.batch = &batch;
+  rope.cache = &cache;
+  backend_.prenorm_qkv_rope_store(prenorm, qkv, rope);
 }
 
 void Transformer::attention_rest(int layer, const BatchMeta& batch, KvCacheLayer& cache, Scratch& s,
-                                 Tensor& out, const Tensor* residual) {
+                                 Tensor& out, const Tensor* residual, bool roped_and_stored) {
   const LayerWeights& w = weights_.layers[layer];
-  backend_.qk_norm_rope_store(s.q, s.k, s.v, config_.head_dim, bias_of(w.q_norm), bias_of(w.k_norm),
-                              config_.rms_norm_eps, inv_freq_, batch, cache);
+  if (!roped_and_stored) {
+    backend_.qk_norm_rope_store(s.q, s.k, s.v, config_.head_dim, bias_of(w.q_norm),
+                                bias_of(w.k_norm), config_.rms_norm_eps, inv_freq_, batch, cache);
+  }
   // yarn multiplies cos and sin by an attention factor, which scales both q and k: the
   // same as scaling the attention logits by its square, so the rope op stays unscaled.
   const float attention_factor = config_.rope_attention_factor();
@@ -499,7 +511,7 @@ Tensor Transformer::forward_hidden(const BatchMeta& batch, KvCache& cache,
       prenorm.gain = &gain;
       prenorm.eps = config_.rms_norm_eps;
       prenorm.normed = &normed_out;
-      project_prenormed(step, prenorm, s);
+      project_prenormed(step, prenorm, batch, cache.layers[step.layer], s);
     };
     if (!step.mixes) {  // plain pre-norm (or first_layer's layer 0): h = p
       prenorm_and_project(Backend::DepthMixArgs{});
@@ -580,7 +592,9 @@ Tensor Transformer::forward_hidden(const BatchMeta& batch, KvCache& cache,
       project_input(step, input, value_input, s);
     }
     if (step.kind == SublayerKind::Attention) {
-      attention_rest(step.layer, batch, cache.layers[step.layer], s, step_out, residual);
+      // fused_projection: project_prenormed already roped q, k and stored k, v.
+      attention_rest(step.layer, batch, cache.layers[step.layer], s, step_out, residual,
+                     fused_projection);
     } else {
       mlp_rest(step.layer, s, step_out, residual);
     }

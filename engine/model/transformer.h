@@ -115,12 +115,14 @@ class Transformer {
   // fused with the PreNorm that makes them (project_prenormed: Backend::prenorm_linear_*).
   void project_input(const DepthStep& step, const Tensor& normed, const Tensor& value_input,
                      Scratch& scratch);
+  // An attention step's project_prenormed also ropes q, k and stores k, v in the cache
+  // (Backend::prenorm_qkv_rope_store); its attention_rest is then told roped_and_stored.
   void project_prenormed(const DepthStep& step, const Backend::PrenormArgs& prenorm,
-                         Scratch& scratch);
+                         const BatchMeta& batch, KvCacheLayer& cache, Scratch& scratch);
   // With a `residual`, the rest's out = sublayer output + residual, the add fused into the
   // last linear (Backend::linear_residual).
   void attention_rest(int layer, const BatchMeta& batch, KvCacheLayer& cache, Scratch& scratch,
-                      Tensor& out, const Tensor* residual);
+                      Tensor& out, const Tensor* residual, bool roped_and_stored);
   void mlp_rest(int layer, Scratch& scratch, Tensor& out, const Tensor* residual);
   // The sublayer's last linear, into out or (residual given) added to the residual.
   void output_linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,

@@ -1,8 +1,8 @@
 // Where the Transformer calls the fused ops (Backend::qk_norm_rope_store, prenorm_linear_many,
-// prenorm_linear_swiglu) and where it must not: the final norm (its rows are the LM head's
-// input), delta_v's attention (two mixes feed q / k and v) and sequence-parallel steps (the
-// normed rows are all-gathered before the projections). On the CPU the fused ops' defaults are
-// the old calls, so the logits also stay those of the plain backend bit for bit.
+// prenorm_linear_swiglu, prenorm_qkv_rope_store) and where it must not: the final norm (its rows
+// are the LM head's input), delta_v's attention (two mixes feed q / k and v) and sequence-parallel
+// steps (the normed rows are all-gathered before the projections). On the CPU the fused ops'
+// defaults are the old calls, so the logits also stay those of the plain backend bit for bit.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -61,6 +61,11 @@ class OpCountingBackend : public CpuBackend {
     Count c(*this, "store_kv");
     CpuBackend::store_kv(k, v, batch, cache);
   }
+  void prenorm_qkv_rope_store(const PrenormArgs& in, std::span<const LinearTarget, 3> qkv,
+                              const RopeStoreArgs& rope) override {
+    Count c(*this, "prenorm_qkv_rope_store");
+    CpuBackend::prenorm_qkv_rope_store(in, qkv, rope);
+  }
   void qk_norm_rope_store(Tensor& q, Tensor& k, const Tensor& v, int hd, const Tensor* qg,
                           const Tensor* kg, float eps, const Tensor& inv_freq,
                           const BatchMeta& batch, KvCacheLayer& cache) override {
@@ -80,7 +85,8 @@ class OpCountingBackend : public CpuBackend {
 };
 
 // The calls one step makes: per layer, the fused projections unless the step reads its normed
-// rows again; the final norm alone. `fused`: whether the step may fuse (not sequence-parallel).
+// rows again (an attention step's with RoPE and the KV store); the final norm alone. `fused`:
+// whether the step may fuse (not sequence-parallel).
 std::map<std::string, int> expected_calls(const DepthPlan& plan, bool fused) {
   std::map<std::string, int> want;
   for (const DepthStep& step : plan.steps) {
@@ -91,9 +97,13 @@ std::map<std::string, int> expected_calls(const DepthPlan& plan, bool fused) {
       if (!fused) ++want["depth_phase2_prenorm"];
     } else {
       const bool value_stream = step.value_slot >= 0;
-      ++want[fused && !value_stream ? "prenorm_linear_many" : "linear_many"];
-      if (!fused || value_stream) want["depth_phase2_prenorm"] += value_stream ? 2 : 1;
-      ++want["qk_norm_rope_store"];
+      if (fused && !value_stream) {
+        ++want["prenorm_qkv_rope_store"];
+      } else {
+        ++want["linear_many"];
+        want["depth_phase2_prenorm"] += value_stream ? 2 : 1;
+        ++want["qk_norm_rope_store"];
+      }
     }
   }
   return want;
