@@ -94,6 +94,22 @@ class Backend {
   // takes F32; the CPU and CUDA backends also BF16 (rows widened in registers when read).
   virtual bool supports_depth_bank_dtype(DType dtype) const { return dtype == DType::F32; }
 
+  // The dtype the forward allocates a linear's input rows in (the normed rows, the attention
+  // and SwiGLU outputs, the LM head's rows), for `rows` rows read by weights of `weight_dtype`.
+  // F32, the default: f32 activations everywhere, as the conventions above say. BF16: a
+  // backend whose GEMM reads bf16 activations anyway (CUDA above 8 rows with bf16 weights)
+  // has the producers write them rounded to nearest even (as f32_to_bf16) and skips its own
+  // conversion, so its GEMMs see the same bits. Where it answers BF16 for a tensor, these ops
+  // take that tensor (or a view of it) in BF16: out of rms_norm, depth_phase2_prenorm (then
+  // not aliasing the partial), attention and swiglu; x and out of gather_rows; x of linear,
+  // linear_residual, linear_many and linear_swiglu; `normed` of prenorm_linear_*. The forward
+  // asks only for tensors every reader of which is one of those.
+  virtual DType linear_input_dtype(int64_t rows, DType weight_dtype) const {
+    (void)rows;
+    (void)weight_dtype;
+    return DType::F32;
+  }
+
   // --- memory ---
   // A zero-filled tensor on this backend's device.
   virtual Tensor alloc(const Shape& shape, DType dtype) = 0;
