@@ -4,7 +4,8 @@
 // will implement the same signatures.
 //
 // Conventions for every op:
-// - Activations are f32, contiguous, row-major; "T" is the number of tokens in the step
+// - Activations are f32 (a linear's input rows may be bf16 where linear_input_dtype says so),
+//   contiguous, row-major; "T" is the number of tokens in the step
 //   (all sequences of the batch concatenated), d the hidden size.
 // - Weights may be F32, BF16 or F16 and are read as stored (never widened in memory).
 // - Outputs are preallocated by the caller with the right shape; ops never allocate them.
@@ -147,8 +148,8 @@ class Backend {
   // gain [n] (any dtype). x and out may alias.
   virtual void rms_norm(const Tensor& x, const Tensor& gain, float eps, Tensor& out) = 0;
 
-  // out = x W^T (+ bias). x [R, in] f32; w [out, in] any dtype; bias [out] (any float
-  // dtype) or null. out must not alias x.
+  // out = x W^T (+ bias). x [R, in] f32 (or linear_input_dtype's); w [out, in] any dtype; bias
+  // [out] (any float dtype) or null. out [R, out] f32, not aliasing x.
   virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) = 0;
 
   // Whether linear_residual saves work over linear + add_inplace (a fused launch). The forward

@@ -409,11 +409,11 @@ Tensor Transformer::forward_hidden(const BatchMeta& batch, KvCache& cache,
   const DType attn_dtype = linear_input_dtype(backend_, T, layers, {&LayerWeights::o_proj});
   const DType act_dtype = linear_input_dtype(backend_, T, layers, {&LayerWeights::down_proj});
   const DType normed_dtype =
-      split.sharded ? DType::F32
-                    : linear_input_dtype(backend_, L, layers,
-                                         {&LayerWeights::q_proj, &LayerWeights::k_proj,
-                                          &LayerWeights::v_proj, &LayerWeights::gate_proj,
-                                          &LayerWeights::up_proj});
+      split.sharded
+          ? DType::F32
+          : linear_input_dtype(backend_, L, layers,
+                               {&LayerWeights::q_proj, &LayerWeights::k_proj, &LayerWeights::v_proj,
+                                &LayerWeights::gate_proj, &LayerWeights::up_proj});
   const DType normed_v_dtype =
       split.sharded ? DType::F32 : linear_input_dtype(backend_, L, layers, {&LayerWeights::v_proj});
   const DType hidden_dtype =

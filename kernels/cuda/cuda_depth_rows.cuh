@@ -92,9 +92,10 @@ __device__ __forceinline__ void store_row(uint16_t* row, int64_t i, const float 
     static_assert(V == 8, "rows are written 1 or 8 elements at a time");
     uint32_t w[4];
 #pragma unroll
-    for (int k = 0; k < 4; ++k)
-      w[k] = round_to_bf16_bits(x[2 * k]) |
-             static_cast<uint32_t>(round_to_bf16_bits(x[2 * k + 1])) << 16;
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t lo = round_to_bf16_bits(x[2 * k]), hi = round_to_bf16_bits(x[2 * k + 1]);
+      w[k] = lo | hi << 16;  // little-endian: the lower-addressed element in the low half
+    }
     *reinterpret_cast<uint4*>(row + i) = make_uint4(w[0], w[1], w[2], w[3]);
   }
 }

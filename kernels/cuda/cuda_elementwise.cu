@@ -31,8 +31,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 // O: float, or uint16_t (bf16 bits: down_proj's GEMM input, cuda_activation.cuh).
 template <class O>
 __global__ void __launch_bounds__(kThreads, 1)
-    swiglu_kernel(const float* __restrict__ gate, const float* __restrict__ up,
-                  O* __restrict__ out, int64_t n) {
+    swiglu_kernel(const float* __restrict__ gate, const float* __restrict__ up, O* __restrict__ out,
+                  int64_t n) {
   wait_for_previous_kernel();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {

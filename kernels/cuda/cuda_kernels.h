@@ -167,7 +167,7 @@ struct PagedAttentionArgs {
   const int32_t* rows = nullptr;  // [num_tokens] or null
   int hq = 0, hkv = 0, head_dim = 0, block_size = 0;
   float scale = 1.0f;
-  void* out = nullptr;  // [T, hq * hd] of out_dtype
+  void* out = nullptr;           // [T, hq * hd] of out_dtype
   DType out_dtype = DType::F32;  // F32 or BF16 (rounded from the f32 value)
   // Split-K over positions (flash-decoding): split s of a token covers positions
   // [s * split_len, (s + 1) * split_len), its last split running to the end of its context;
@@ -224,7 +224,7 @@ struct PrefillAttentionArgs {
   int num_tiles = 0;
   int hq = 0, hkv = 0, head_dim = 0, block_size = 0;
   float scale = 1.0f;
-  void* out = nullptr;  // [T, hq * hd] of out_dtype: the tiles' rows are written
+  void* out = nullptr;           // [T, hq * hd] of out_dtype: the tiles' rows are written
   DType out_dtype = DType::F32;  // F32 or BF16 (rounded from the f32 value)
 };
 // Whether the prefill kernel takes this shape: head_dim 64 or 128, F32 or BF16, both caches

@@ -13,10 +13,11 @@
 // rounding. BF16 / F16 weights: cuBLAS needs A and B of one type, so an f32 x is first rounded
 // to the weight dtype into a scratch buffer (launch_convert_from_f32); the GEMM accumulates
 // in f32 and writes f32. A bf16 x (linear_input_dtype: the forward had its producer write it
-// rounded, the same bits) goes to the GEMM as it is, whatever its row count. That rounding of the activations (the CPU keeps them f32) makes
-// the result match the CPU to bf16 precision (~1e-3 relative), not f32. The GEMM is
-// cuBLASLt's (cuda_lt_gemm.h) with an f32 bias in its epilogue; a bias of another dtype is a
-// separate small kernel (the model widens its biases to f32 at load, so that is rare).
+// rounded, the same bits) goes to the GEMM as it is, whatever its row count. That rounding of the
+// activations (the CPU keeps them f32) makes the result match the CPU to bf16 precision (~1e-3
+// relative), not f32. The GEMM is cuBLASLt's (cuda_lt_gemm.h) with an f32 bias in its epilogue; a
+// bias of another dtype is a separate small kernel (the model widens its biases to f32 at load, so
+// that is rare).
 #include <algorithm>
 #include <cstring>
 #include <optional>
@@ -74,8 +75,9 @@ void check_bank(const Tensor& t, int64_t d, const char* what) {
 // A linear's x: a CUDA tensor whose last dimension is k, F32, or BF16 (linear_input_dtype).
 void check_linear_input(const Tensor& x, int64_t k, const char* what) {
   check_cuda(x, what);
-  ATTNRES_CHECK(x.dtype == DType::F32 || x.dtype == DType::BF16,
-                std::string(what) + " must be F32 or BF16, got " + std::string(dtype_name(x.dtype)));
+  ATTNRES_CHECK(
+      x.dtype == DType::F32 || x.dtype == DType::BF16,
+      std::string(what) + " must be F32 or BF16, got " + std::string(dtype_name(x.dtype)));
   ATTNRES_CHECK(x.rank() >= 1 && x.dim(-1) == k, std::string(what) + " " + shape_str(x.shape) +
                                                      ": last dim must be " + std::to_string(k));
 }
@@ -87,9 +89,9 @@ void check_activation_out(const Tensor& out, int64_t n, const Tensor& in, const 
   if (out.dtype == DType::F32) return;
   const auto* o0 = static_cast<const char*>(out.data);
   const auto* i0 = static_cast<const char*>(in.data);
-  ATTNRES_CHECK(out.nbytes() == 0 || in.nbytes() == 0 || o0 + out.nbytes() <= i0 ||
-                    i0 + in.nbytes() <= o0,
-                std::string(what) + ": a BF16 out must not overlap the input");
+  ATTNRES_CHECK(
+      out.nbytes() == 0 || in.nbytes() == 0 || o0 + out.nbytes() <= i0 || i0 + in.nbytes() <= o0,
+      std::string(what) + ": a BF16 out must not overlap the input");
 }
 
 float* f32(Tensor& t) { return t.ptr<float>(); }
@@ -146,7 +148,8 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
                     std::string(dtype_name(w.dtype)));
   if (bias) check_float_vector(*bias, n_dim, "linear bias");
   if (r_dim == 0 || n_dim == 0) return;
-  if (r_dim <= cuda::kMaxGemvRows && k_dim > 0 && !bf16_x) {  // decode: f32 x, bias fused, one launch
+  // decode: f32 x, bias fused, one launch
+  if (r_dim <= cuda::kMaxGemvRows && k_dim > 0 && !bf16_x) {
     cuda::launch_gemv(f32(x), r_dim, w.data, w.dtype, bias ? bias->data : nullptr,
                       bias ? bias->dtype : DType::F32, k_dim, n_dim, f32(out), im.stream);
     return;
@@ -737,10 +740,10 @@ void CudaBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& pa
   ATTNRES_CHECK(mix.o->numel() == T * d, "depth_phase2 o " + shape_str(mix.o->shape));
   check_float_vector(prenorm_gain, d, "depth_phase2 gain");
   if (is_plain_mix(mix)) {
-    cuda::launch_depth_phase2_prenorm(
-        f32(*mix.m), f32(*mix.s), f32(*mix.o), f32(*mix.query), mix.bias, mix.mix_eps, f32(partial),
-        prenorm_gain.data, prenorm_gain.dtype, norm_eps, T, d, out.data, out.dtype,
-        on_device().stream);
+    cuda::launch_depth_phase2_prenorm(f32(*mix.m), f32(*mix.s), f32(*mix.o), f32(*mix.query),
+                                      mix.bias, mix.mix_eps, f32(partial), prenorm_gain.data,
+                                      prenorm_gain.dtype, norm_eps, T, d, out.data, out.dtype,
+                                      on_device().stream);
     return;
   }
   cuda::DepthPhase2Params p;

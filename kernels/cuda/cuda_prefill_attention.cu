@@ -135,8 +135,7 @@ __device__ __forceinline__ float quad_sum(float v) {
 template <class O, int kOutCols>
 __device__ __forceinline__ void store_out_rows(O* out, int64_t out0, int64_t out1,
                                                const float (&o)[kOutCols][4], float inv0,
-                                               float inv1, bool valid0, bool valid1,
-                                               int quad_col) {
+                                               float inv1, bool valid0, bool valid1, int quad_col) {
 #pragma unroll
   for (int j = 0; j < kOutCols; ++j) {
     const int c = j * 8 + quad_col;
@@ -304,8 +303,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 2)
     store_out_rows(static_cast<uint16_t*>(a.out), out0, out1, o, inv0, inv1, valid0, valid1,
                    quad_col);
   } else {
-    store_out_rows(static_cast<float*>(a.out), out0, out1, o, inv0, inv1, valid0, valid1,
-                   quad_col);
+    store_out_rows(static_cast<float*>(a.out), out0, out1, o, inv0, inv1, valid0, valid1, quad_col);
   }
 }
 

@@ -59,10 +59,10 @@ class Bf16ActivationBackend : public GemmRoundingBackend {
     return rows > kMaxGemvRows && weight_dtype == DType::BF16 ? DType::BF16 : DType::F32;
   }
 
-  std::map<std::string, int> bf16_ops;     // ops that got a bf16 tensor, by name
-  std::set<std::string> undeclared;        // ops that got one they do not take
-  std::map<const void*, int> bf16_linears; // weights whose linear read a bf16 x
-  std::map<const void*, int> f32_linears;  // weights whose linear read an f32 x
+  std::map<std::string, int> bf16_ops;      // ops that got a bf16 tensor, by name
+  std::set<std::string> undeclared;         // ops that got one they do not take
+  std::map<const void*, int> bf16_linears;  // weights whose linear read a bf16 x
+  std::map<const void*, int> f32_linears;   // weights whose linear read an f32 x
 
   // --- the ops that take a bf16 tensor (Backend::linear_input_dtype's list) ---
   void rms_norm(const Tensor& x, const Tensor& gain, float eps, Tensor& out) override {
@@ -71,18 +71,16 @@ class Bf16ActivationBackend : public GemmRoundingBackend {
   }
   void depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& partial, const Tensor& gain,
                             float eps, Tensor& out) override {
-    refuse("depth_phase2_prenorm", {&partial, mix.m, mix.s, mix.o, mix.query, mix.null_source,
-                                    mix.gate_logits});
-    into(out, "depth_phase2_prenorm", [&](Tensor& o) {
-      GemmRoundingBackend::depth_phase2_prenorm(mix, partial, gain, eps, o);
-    });
+    refuse("depth_phase2_prenorm",
+           {&partial, mix.m, mix.s, mix.o, mix.query, mix.null_source, mix.gate_logits});
+    into(out, "depth_phase2_prenorm",
+         [&](Tensor& o) { GemmRoundingBackend::depth_phase2_prenorm(mix, partial, gain, eps, o); });
   }
   void attention(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch, int head_dim,
                  float scale, Tensor& out) override {
     refuse("attention", {&q, &cache.k, &cache.v});
-    into(out, "attention", [&](Tensor& o) {
-      GemmRoundingBackend::attention(q, cache, batch, head_dim, scale, o);
-    });
+    into(out, "attention",
+         [&](Tensor& o) { GemmRoundingBackend::attention(q, cache, batch, head_dim, scale, o); });
   }
   void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) override {
     refuse("swiglu", {&gate, &up});
@@ -231,8 +229,8 @@ TEST_P(Bf16Activations, SameLogitsAsRoundingInTheLinearBitForBit) {
   GemmRoundingBackend reference_backend;
   Transformer reference(config, weights, reference_backend);
   TransformerRunner reference_runner(reference, 4, kBlockSize);
-  const std::vector<float> want = run_prefill_then_decode(reference_runner, ids, kPrefill,
-                                                          kBlockSize);
+  const std::vector<float> want =
+      run_prefill_then_decode(reference_runner, ids, kPrefill, kBlockSize);
 
   Bf16ActivationBackend backend;
   Transformer model(config, weights, backend);
@@ -248,8 +246,8 @@ TEST_P(Bf16Activations, SameLogitsAsRoundingInTheLinearBitForBit) {
   const int decode_steps = kTokens - kPrefill;
   for (size_t l = 0; l < weights.layers.size(); ++l) {
     const LayerWeights& w = weights.layers[l];
-    for (const Tensor* t : {&w.q_proj, &w.k_proj, &w.v_proj, &w.o_proj, &w.gate_proj, &w.up_proj,
-                            &w.down_proj}) {
+    for (const Tensor* t :
+         {&w.q_proj, &w.k_proj, &w.v_proj, &w.o_proj, &w.gate_proj, &w.up_proj, &w.down_proj}) {
       EXPECT_EQ(backend.bf16_linears[t->data], 1) << "layer " << l;
       EXPECT_EQ(backend.f32_linears[t->data], decode_steps) << "layer " << l;
     }

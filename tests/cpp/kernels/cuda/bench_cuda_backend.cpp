@@ -441,8 +441,7 @@ int main(int argc, char** argv) {
     }
     if (only == "prefill") {
       if (prefill_tokens.empty()) prefill_tokens = {1024, 8192};
-      for (const std::string& m : models)
-        bench_prefill(m, prefill_tokens, chunk, steps, bf16_act);
+      for (const std::string& m : models) bench_prefill(m, prefill_tokens, chunk, steps, bf16_act);
       return 0;
     }
     if (only != "attention")

@@ -26,15 +26,15 @@ namespace {
 // f32_to_bf16 of every element of a host f32 tensor: what a bf16 out must hold.
 Tensor rounded_bits(const Tensor& f32) {
   Tensor t = Tensor::empty(f32.shape, DType::BF16);
-  for (int64_t i = 0; i < f32.numel(); ++i)
-    t.ptr<uint16_t>()[i] = f32_to_bf16(f32.ptr<float>()[i]);
+  for (int64_t i = 0; i < f32.numel(); ++i) t.ptr<uint16_t>()[i] = f32_to_bf16(f32.ptr<float>()[i]);
   return t;
 }
 
 // A host f32 tensor holding a bf16 tensor's values, and its bf16 form.
 Tensor widened_host(const Tensor& bf16) {
   Tensor t = Tensor::empty(bf16.shape, DType::F32);
-  for (int64_t i = 0; i < bf16.numel(); ++i) t.ptr<float>()[i] = bf16_to_f32(bf16.ptr<uint16_t>()[i]);
+  for (int64_t i = 0; i < bf16.numel(); ++i)
+    t.ptr<float>()[i] = bf16_to_f32(bf16.ptr<uint16_t>()[i]);
   return t;
 }
 
@@ -64,13 +64,15 @@ TEST(CudaBf16Activations, RmsNormAndSwigluWriteTheRoundedF32) {
     for (DType gain_dtype : {DType::F32, DType::BF16}) {
       const Tensor x = gpu.upload(random_host({17, n}, DType::F32, rng, -2.0f, 2.0f));
       const Tensor gain = gpu.upload(random_host({n}, gain_dtype, rng, 0.5f, 1.5f));
-      expect_rounded(gpu, {17, n}, [&](Tensor& out) { gpu.rms_norm(x, gain, 1e-6f, out); },
-                     "rms_norm n " + std::to_string(n));
+      expect_rounded(
+          gpu, {17, n}, [&](Tensor& out) { gpu.rms_norm(x, gain, 1e-6f, out); },
+          "rms_norm n " + std::to_string(n));
     }
     const Tensor gate = gpu.upload(random_host({17, n}, DType::F32, rng, -4.0f, 4.0f));
     const Tensor up = gpu.upload(random_host({17, n}, DType::F32, rng, -2.0f, 2.0f));
-    expect_rounded(gpu, {17, n}, [&](Tensor& out) { gpu.swiglu(gate, up, out); },
-                   "swiglu n " + std::to_string(n));
+    expect_rounded(
+        gpu, {17, n}, [&](Tensor& out) { gpu.swiglu(gate, up, out); },
+        "swiglu n " + std::to_string(n));
   }
 }
 
@@ -146,8 +148,8 @@ TEST(CudaBf16Activations, AttentionWritesTheRoundedF32) {
             gpu, {batch.num_tokens, hq * hd},
             [&](Tensor& out) { gpu.attention(q, cache, batch, hd, 0.125f, out); },
             "attention hd " + std::to_string(hd) + " cache " +
-                std::string(dtype_name(cache_dtype)) + ", " +
-                std::to_string(batch.num_tokens) + " rows");
+                std::string(dtype_name(cache_dtype)) + ", " + std::to_string(batch.num_tokens) +
+                " rows");
       }
     }
   }
@@ -270,8 +272,8 @@ const Mode kModes[] = {{"", "bias", false},
 // steps[i]: per sequence, the rows of step i (0: none; a sequence's length is the sum of its
 // rows); every row's logits are asked for when all_logits, else the last row of each sequence's
 // chunk.
-void compare_on_and_off(const Mode& m, const std::vector<std::vector<int>>& steps,
-                        bool all_logits, bool with_cpu) {
+void compare_on_and_off(const Mode& m, const std::vector<std::vector<int>>& steps, bool all_logits,
+                        bool with_cpu) {
   const ModelConfig config = prefill_config(m.mode, m.gate, m.null_source);
   SCOPED_TRACE(config.summary());
   RandomWeightOptions opt;
@@ -341,7 +343,7 @@ TEST(CudaBf16Activations, ForwardsGiveTheLogitsOfTheConvertingPath) {
 TEST(CudaBf16Activations, LongPrefillWholeAndChunked) {
   SKIP_WITHOUT_CUDA();
   for (const Mode& m : kModes) {
-    compare_on_and_off(m, {{8192}}, false, false);                  // one step, one logit row
+    compare_on_and_off(m, {{8192}}, false, false);                 // one step, one logit row
     compare_on_and_off(m, {{3000}, {3000}, {2192}}, true, false);  // chunks, every row's
   }
 }
