@@ -4,7 +4,8 @@
 // will implement the same signatures.
 //
 // Conventions for every op:
-// - Activations are f32, contiguous, row-major; "T" is the number of tokens in the step
+// - Activations are f32 (a linear's input rows may be bf16 where linear_input_dtype says so),
+//   contiguous, row-major; "T" is the number of tokens in the step
 //   (all sequences of the batch concatenated), d the hidden size.
 // - Weights may be F32, BF16 or F16 and are read as stored (never widened in memory).
 // - Outputs are preallocated by the caller with the right shape; ops never allocate them.
@@ -94,6 +95,22 @@ class Backend {
   // takes F32; the CPU and CUDA backends also BF16 (rows widened in registers when read).
   virtual bool supports_depth_bank_dtype(DType dtype) const { return dtype == DType::F32; }
 
+  // The dtype the forward allocates a linear's input rows in (the normed rows, the attention
+  // and SwiGLU outputs, the LM head's rows), for `rows` rows read by weights of `weight_dtype`.
+  // F32, the default: f32 activations everywhere, as the conventions above say. BF16: a
+  // backend whose GEMM reads bf16 activations anyway (CUDA above 8 rows with bf16 weights)
+  // has the producers write them rounded to nearest even (as f32_to_bf16) and skips its own
+  // conversion, so its GEMMs see the same bits. Where it answers BF16 for a tensor, these ops
+  // take that tensor (or a view of it) in BF16: out of rms_norm, depth_phase2_prenorm (then
+  // not aliasing the partial), attention and swiglu; x and out of gather_rows; x of linear,
+  // linear_residual, linear_many and linear_swiglu; `normed` of prenorm_linear_*. The forward
+  // asks only for tensors every reader of which is one of those.
+  virtual DType linear_input_dtype(int64_t rows, DType weight_dtype) const {
+    (void)rows;
+    (void)weight_dtype;
+    return DType::F32;
+  }
+
   // --- memory ---
   // A zero-filled tensor on this backend's device.
   virtual Tensor alloc(const Shape& shape, DType dtype) = 0;
@@ -131,8 +148,8 @@ class Backend {
   // gain [n] (any dtype). x and out may alias.
   virtual void rms_norm(const Tensor& x, const Tensor& gain, float eps, Tensor& out) = 0;
 
-  // out = x W^T (+ bias). x [R, in] f32; w [out, in] any dtype; bias [out] (any float
-  // dtype) or null. out must not alias x.
+  // out = x W^T (+ bias). x [R, in] f32 (or linear_input_dtype's); w [out, in] any dtype; bias
+  // [out] (any float dtype) or null. out [R, out] f32, not aliasing x.
   virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) = 0;
 
   // Whether linear_residual saves work over linear + add_inplace (a fused launch). The forward

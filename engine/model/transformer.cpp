@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
+#include <optional>
 
 #include "engine/core/error.h"
 #include "engine/model/depth_attention_layout.h"
@@ -42,6 +44,23 @@ Tensor widened(const Tensor& t) {
 }
 
 const Tensor* bias_of(const Tensor& b) { return b.defined() ? &b : nullptr; }
+
+// The dtype a linear input of `rows` rows is allocated in when `readers` of every layer read it:
+// the one the backend answers for all of them (Backend::linear_input_dtype), F32 when they
+// disagree.
+DType linear_input_dtype(const Backend& backend, int64_t rows,
+                         const std::vector<LayerWeights>& layers,
+                         std::initializer_list<Tensor LayerWeights::*> readers) {
+  std::optional<DType> common;
+  for (const LayerWeights& layer : layers) {
+    for (Tensor LayerWeights::*reader : readers) {
+      const DType dtype = backend.linear_input_dtype(rows, (layer.*reader).dtype);
+      if (common && *common != dtype) return DType::F32;
+      common = dtype;
+    }
+  }
+  return common.value_or(DType::F32);
+}
 
 const AttnResWeights* depth_weights_of(const ModelWeights& w, const DepthStep& step) {
   if (step.kind == SublayerKind::Final) return w.final_res ? &*w.final_res : nullptr;
@@ -395,22 +414,41 @@ Tensor Transformer::forward_hidden(const BatchMeta& batch, KvCache& cache,
   const RowSplit split = split_rows(batch);
   const int64_t L = split.local;  // rows of the residual stream held here
 
+  // The linears' inputs in the dtype the backend reads them in (Backend::linear_input_dtype:
+  // bf16 where its GEMM would round them anyway). Not the sublayer inputs and the LM head's
+  // rows of a sequence-parallel step: those are all-gathered (f32) first.
+  const auto& layers = weights_.layers;
+  const DType attn_dtype = linear_input_dtype(backend_, T, layers, {&LayerWeights::o_proj});
+  const DType act_dtype = linear_input_dtype(backend_, T, layers, {&LayerWeights::down_proj});
+  const DType normed_dtype =
+      split.sharded
+          ? DType::F32
+          : linear_input_dtype(backend_, L, layers,
+                               {&LayerWeights::q_proj, &LayerWeights::k_proj, &LayerWeights::v_proj,
+                                &LayerWeights::gate_proj, &LayerWeights::up_proj});
+  const DType normed_v_dtype =
+      split.sharded ? DType::F32 : linear_input_dtype(backend_, L, layers, {&LayerWeights::v_proj});
+  const DType hidden_dtype =
+      split.sharded ? DType::F32
+                    : backend_.linear_input_dtype(static_cast<int64_t>(logit_rows.size()),
+                                                  weights_.lm_head.dtype);
+
   backend_.prepare_batch(batch);
   Scratch s;
   s.q = backend_.alloc({T, q_width}, DType::F32);
   s.k = backend_.alloc({T, kv_width}, DType::F32);
   s.v = backend_.alloc({T, kv_width}, DType::F32);
-  s.attn = backend_.alloc({T, q_width}, DType::F32);
+  s.attn = backend_.alloc({T, q_width}, attn_dtype);
   s.gate = backend_.alloc({T, ffn}, DType::F32);
   s.up = backend_.alloc({T, ffn}, DType::F32);
-  s.act = backend_.alloc({T, ffn}, DType::F32);
+  s.act = backend_.alloc({T, ffn}, act_dtype);
   s.reduced = backend_.alloc({L, d}, DType::F32);
   if (split.sharded) {
     s.gathered = backend_.alloc({split.padded, d}, DType::F32);
     s.unreduced = backend_.alloc({split.padded, d}, DType::F32);
   }
   Tensor partial = backend_.alloc({L, d}, DType::F32);
-  Tensor normed = backend_.alloc({L, d}, DType::F32);
+  Tensor normed = backend_.alloc({L, d}, normed_dtype);
   // Where a sublayer writes its (not yet summed over ranks) output: every row of the step.
   Tensor sublayer_out = split.sharded ? s.unreduced.rows(0, T) : s.reduced;
 
@@ -474,12 +512,12 @@ Tensor Transformer::forward_hidden(const BatchMeta& batch, KvCache& cache,
   }
   for (const DepthStep& step : plan_.steps) {
     if (step.value_slot < 0) continue;
-    normed_v = backend_.alloc({L, d}, DType::F32);
+    normed_v = backend_.alloc({L, d}, normed_v_dtype);
     if (split.sharded) s.gathered_v = backend_.alloc({split.padded, d}, DType::F32);
     break;
   }
 
-  Tensor hidden = backend_.alloc({L, d}, DType::F32);
+  Tensor hidden = backend_.alloc({L, d}, hidden_dtype);
   bool open_entry_started = false;  // delta_block: whether the open entry holds a sum yet
   // delta_block's open entry: the bank's next entry itself (f32), or an f32 buffer rounded
   // into the bank when committed.
@@ -644,7 +682,7 @@ Tensor Transformer::forward_hidden(const BatchMeta& batch, KvCache& cache,
   bool every_row_in_order = rows == T;
   for (int64_t r = 0; every_row_in_order && r < rows; ++r) every_row_in_order = logit_rows[r] == r;
   if (every_row_in_order) return all_hidden;
-  Tensor selected = backend_.alloc({rows, d}, DType::F32);
+  Tensor selected = backend_.alloc({rows, d}, all_hidden.dtype);
   backend_.gather_rows(all_hidden, logit_rows, selected);
   return selected;
 }

@@ -78,8 +78,9 @@ class Transformer {
   // rank passes the same depth rows, and every rank gets the whole result.
   Tensor forward(const BatchMeta& batch, KvCache& cache, std::span<const int32_t> logit_rows,
                  const DepthWeightsRequest* depth = nullptr);
-  // forward() in its two parts: the final-normed hidden rows [logit_rows.size(), d] (f32, on
-  // the device; every rank gets every row), then the LM head over them (the rank's
+  // forward() in its two parts: the final-normed hidden rows [logit_rows.size(), d] (on the
+  // device, f32 or the dtype Backend::linear_input_dtype picked for the LM head's input; every
+  // rank gets every row), then the LM head over them (the rank's
   // vocabulary slice). Split so a step graph can hold the first and leave the large logits
   // buffer to one eager op (engine/sched/decode_graphs.h).
   Tensor forward_hidden(const BatchMeta& batch, KvCache& cache, std::span<const int32_t> logit_rows,

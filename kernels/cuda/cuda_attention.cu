@@ -38,6 +38,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "kernels/cuda/cuda_activation.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -303,7 +304,8 @@ __global__ void __launch_bounds__(kAttentionThreads, kHeads <= 4 ? kCtasPerSm : 
     }
     const int64_t head_row = t * a.hq + head0 + h;
     if (direct) {
-      a.out[head_row * hd + d] = acc_all * (1.0f / l_all);
+      store_activation(a.out, a.out_dtype == DType::BF16, head_row * hd + d,
+                       acc_all * (1.0f / l_all));
     } else {
       // partials: [rows * hq, num_splits] records of (m, l) after rows * hq * num_splits * hd
       // accs
@@ -340,7 +342,8 @@ __global__ void __launch_bounds__(kMergeThreads, 1)
     float acc = 0.0f;
     for (int s = 0; s < used_splits; ++s)
       acc += a.partials[(first + s) * hd + d] * expf(ml[2 * (first + s)] - m_all);
-    a.out[(t * a.hq + blockIdx.y) * hd + d] = acc * inv_l;
+    store_activation(a.out, a.out_dtype == DType::BF16, (t * a.hq + blockIdx.y) * hd + d,
+                     acc * inv_l);
   }
 }
 
@@ -465,6 +468,8 @@ void launch_paged_attention(const PagedAttentionArgs& args, cudaStream_t stream)
   ATTNRES_CHECK(args.num_tokens <= INT32_MAX && args.hq <= 65535,
                 "attention: grid too large (" + std::to_string(args.num_tokens) + " tokens, " +
                     std::to_string(args.hq) + " query heads)");
+  ATTNRES_CHECK(args.out_dtype == DType::F32 || args.out_dtype == DType::BF16,
+                "attention: out must be F32 or BF16");
   switch (args.kv_dtype) {
     case DType::F32:
       launch_for_storage<float>(args, stream);

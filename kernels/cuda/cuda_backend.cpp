@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <span>
 #include <utility>
@@ -24,6 +25,17 @@
 #include "kernels/cuda/cuda_kernels.h"
 
 namespace attnres {
+namespace {
+
+// ATTNRES_CUDA_BF16_ACT=0 (or off / false) keeps every activation f32 (linear converts).
+bool bf16_activations_wanted_by_env() {
+  const char* value = std::getenv("ATTNRES_CUDA_BF16_ACT");
+  if (!value) return true;
+  const std::string v(value);
+  return !(v == "0" || v == "off" || v == "false");
+}
+
+}  // namespace
 
 bool cuda_device_available() {
   try {
@@ -75,6 +87,7 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   im.programmatic_launch_supported = prop.major >= 9;
   im.launch->programmatic =
       im.programmatic_launch_supported && cuda::programmatic_launch_wanted_by_env();
+  im.bf16_activations = bf16_activations_wanted_by_env();
   CUDA_CHECK(cudaStreamCreateWithFlags(&im.stream, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&im.meta_copied, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&im.rows_copied, cudaEventDisableTiming));
@@ -119,6 +132,14 @@ CudaBackend::Impl& CudaBackend::on_device() {
   cuda::make_launch_context_current(impl_->launch);
   return *impl_;
 }
+
+DType CudaBackend::linear_input_dtype(int64_t rows, DType weight_dtype) const {
+  return impl_->bf16_activations && rows > cuda::kMaxGemvRows && weight_dtype == DType::BF16
+             ? DType::BF16
+             : DType::F32;
+}
+void CudaBackend::set_bf16_activations(bool on) { impl_->bf16_activations = on; }
+bool CudaBackend::bf16_activations() const { return impl_->bf16_activations; }
 
 void CudaBackend::set_programmatic_launch(bool on) {
   impl_->launch->programmatic = on && impl_->programmatic_launch_supported;

@@ -85,6 +85,15 @@ class CudaBackend : public Backend {
     return depth_bank_dtype_supported(dtype);
   }
 
+  // BF16 for more than 8 rows (the cuBLASLt path) read by bf16 weights, unless switched off:
+  // the producers then write the GEMM's bf16 input themselves, the bits linear's conversion
+  // gave (kernels/cuda/NOTES.md, "bf16 activations into the prefill GEMMs"). F32 otherwise.
+  DType linear_input_dtype(int64_t rows, DType weight_dtype) const override;
+  // On by default unless ATTNRES_CUDA_BF16_ACT=0 (or off / false) when the backend is built;
+  // applies to forwards from now on. Results are the same bits either way.
+  void set_bf16_activations(bool on);
+  bool bf16_activations() const;
+
   Tensor alloc(const Shape& shape, DType dtype) override;
   Tensor upload(const Tensor& host) override;
   void download(const Tensor& src, void* host_dst) override;

@@ -42,6 +42,9 @@
 // a multiple of 8 and every row pointer is 16-byte aligned (the launcher checks; the block
 // then has d / 8 threads' worth of warps), else V = 1. A thread owns the same elements in
 // every pass, so the aliasing and register arguments above hold for both.
+#include <type_traits>
+
+#include "kernels/cuda/cuda_activation.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_depth_rows.cuh"
 #include "kernels/cuda/cuda_kernels.h"
@@ -202,17 +205,21 @@ __device__ float block_row_logit(const float* __restrict__ query, const R* x, in
   block_sum_n<2>(acc);
   return acc[0] / sqrtf(acc[1] / static_cast<float>(d) + eps);
 }
-template <class G>
+// O float: pass 2 writes h into out, pass 3 scales it there (out may alias p). O uint16_t (bf16
+// bits, the normed rows as a GEMM's input; out then apart from p): pass 3 computes h again
+// from o and p, the same operations on the same operands, so the same f32 value is rounded.
+template <class G, class O>
 __global__ void __launch_bounds__(kMaxRowThreads, 1)
     depth_phase2_prenorm_kernel(const float* __restrict__ m, const float* __restrict__ s,
                                 const float* __restrict__ o, const float* __restrict__ query,
                                 float bias, float mix_eps, const float* p,
-                                const G* __restrict__ gain, float norm_eps, int64_t d, float* out) {
+                                const G* __restrict__ gain, float norm_eps, int64_t d, O* out) {
+  constexpr bool kF32Out = std::is_same_v<O, float>;
   wait_for_previous_kernel();
   const int64_t t = blockIdx.x;
   const float* pr = p + t * d;
   const float* orow = o + t * d;
-  float* outr = out + t * d;
+  O* outr = out + t * d;
 
   // cuda_prenorm_rows.cuh's arithmetic: the GEMV's PreNorm prologue repeats it bit for bit.
   float acc[2];  // query . p, p . p
@@ -223,12 +230,18 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1)
   float hss = 0.0f;
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
     const float h = phase2_mix(w, orow[i], pr[i]);
-    outr[i] = h;
+    if constexpr (kF32Out) outr[i] = h;
     hss = __fmaf_rn(h, h, hss);
   }
   const float inv_rms = prenorm_inv_rms(block_sum(hss), d, norm_eps);
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
-    outr[i] = prenorm_scale(outr[i], inv_rms, to_f32(gain[i]));
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    if constexpr (kF32Out) {
+      outr[i] = prenorm_scale(outr[i], inv_rms, to_f32(gain[i]));
+    } else {
+      store_activation(outr + i,
+                       prenorm_scale(phase2_mix(w, orow[i], pr[i]), inv_rms, to_f32(gain[i])));
+    }
+  }
 }
 
 // Phase 2 with the §2d switches and newer bank entries, one block per token; see the header
@@ -237,9 +250,13 @@ __global__ void __launch_bounds__(kMaxRowThreads, 1)
 // over newer entries run to the constant kMaxNewerSources (unrolled, guarded by num_newer):
 // indexed by a run-time k the two arrays went to a 64-byte local-memory frame instead
 // (ptxas -v); the guard is block-uniform, so the barriers inside block_row_logit are safe.
-template <class G, int V, class B>
+// O float: h goes to out and is scaled there (out may alias the partial). O uint16_t (bf16 bits:
+// the sublayer input as a GEMM's): h is staged in d floats of dynamic shared memory, each
+// thread reading back only the elements it wrote, and out gets the scaled value rounded.
+template <class G, int V, class B, class O>
 __global__ void __launch_bounds__(depth_block_threads<V>(), 1)
     depth_phase2_general_kernel(DepthPhase2Params p) {
+  extern __shared__ float staged_h[];  // [d] when O is not float
   wait_for_previous_kernel();
   const int64_t t = blockIdx.x, d = p.d, T = p.num_tokens;
   const int64_t first = static_cast<int64_t>(threadIdx.x) * V, stride = blockDim.x * V;
@@ -248,7 +265,13 @@ __global__ void __launch_bounds__(depth_block_threads<V>(), 1)
   const float* gl = p.gate == 2 ? p.gate_logits + t * d : nullptr;
   const G* gain = static_cast<const G*>(p.gain);
   const B* newer = static_cast<const B*>(p.newer);
-  float* outr = p.out + t * d;
+  O* outr = static_cast<O*>(p.out) + t * d;
+  float* hrow;
+  if constexpr (std::is_same_v<O, float>) {
+    hrow = outr;
+  } else {
+    hrow = staged_h;
+  }
   const float inv_d = 1.0f / static_cast<float>(d);
   auto newer_row = [&](int k) { return newer + (static_cast<int64_t>(k) * T + t) * d; };
 
@@ -314,7 +337,7 @@ __global__ void __launch_bounds__(depth_block_threads<V>(), 1)
 #pragma unroll
       for (int e = 0; e < V; ++e) hm[e] = x[e] + (hm[e] - x[e]) / (1.0f + expf(-g[e]));
     }
-    store_row<V>(outr, i, hm);  // h
+    store_row<V>(hrow, i, hm);  // h
 #pragma unroll
     for (int e = 0; e < V; ++e) hss += hm[e] * hm[e];
   }
@@ -322,7 +345,7 @@ __global__ void __launch_bounds__(depth_block_threads<V>(), 1)
   const float inv_rms = 1.0f / sqrtf(hss * inv_d + p.norm_eps);
   for (int64_t i = first; i < d; i += stride) {
     float h[V];
-    load_row<V>(outr, i, h);
+    load_row<V>(hrow, i, h);
 #pragma unroll
     for (int e = 0; e < V; ++e) h[e] = h[e] * inv_rms * to_f32(gain[i + e]);
     store_row<V>(outr, i, h);
@@ -442,13 +465,16 @@ void launch_depth_phase1(const float* queries, int num_queries, const void* bank
 void launch_depth_phase2_prenorm(const float* m, const float* s, const float* o, const float* query,
                                  float bias, float mix_eps, const float* partial, const void* gain,
                                  DType gain_dtype, float norm_eps, int64_t num_tokens, int64_t d,
-                                 float* out, cudaStream_t stream) {
+                                 void* out, DType out_dtype, cudaStream_t stream) {
   if (num_tokens == 0 || d == 0) return;
   dispatch_float_dtype(gain_dtype, "depth_phase2 prenorm gain", [&](auto tag) {
     using G = decltype(tag);
-    launch_kernel(depth_phase2_prenorm_kernel<G>, static_cast<unsigned>(num_tokens),
-                  row_block_threads(d), 0, stream, m, s, o, query, bias, mix_eps, partial,
-                  static_cast<const G*>(gain), norm_eps, d, out);
+    dispatch_activation_dtype(out_dtype, "depth_phase2 out", [&](auto out_tag) {
+      using O = decltype(out_tag);
+      launch_kernel(depth_phase2_prenorm_kernel<G, O>, static_cast<unsigned>(num_tokens),
+                    row_block_threads(d), 0, stream, m, s, o, query, bias, mix_eps, partial,
+                    static_cast<const G*>(gain), norm_eps, d, static_cast<O*>(out));
+    });
   });
   CUDA_CHECK_LAUNCH();
 }
@@ -461,17 +487,26 @@ void launch_depth_phase2_general(const DepthPhase2Params& params, cudaStream_t s
   const unsigned grid = static_cast<unsigned>(params.num_tokens);
   // Without newer entries the bank dtype is irrelevant: F32 keeps to one instantiation.
   const DType bank_dtype = params.newer ? params.newer_dtype : DType::F32;
+  const bool staged = params.out_dtype != DType::F32;
+  ATTNRES_CHECK(!staged || d <= kMaxPhase2StagedBf16Row,
+                "depth_phase2: a bf16 out of rows of " + std::to_string(d) +
+                    " elements does not fit the shared-memory staging (at most " +
+                    std::to_string(kMaxPhase2StagedBf16Row) + ")");
+  const size_t shared_bytes = staged ? static_cast<size_t>(d) * sizeof(float) : 0;
   dispatch_float_dtype(params.gain_dtype, "depth_phase2 prenorm gain", [&](auto gain_tag) {
     using G = decltype(gain_tag);
     dispatch_bank_dtype(bank_dtype, "depth_phase2 newer entries", [&](auto bank_tag) {
       using B = decltype(bank_tag);
-      if (vec) {
-        launch_kernel(depth_phase2_general_kernel<G, kDepthVector, B>, grid,
-                      depth_row_threads(d, true), 0, stream, params);
-      } else {
-        launch_kernel(depth_phase2_general_kernel<G, 1, B>, grid, depth_row_threads(d, false), 0,
-                      stream, params);
-      }
+      dispatch_activation_dtype(params.out_dtype, "depth_phase2 out", [&](auto out_tag) {
+        using O = decltype(out_tag);
+        if (vec) {
+          launch_kernel(depth_phase2_general_kernel<G, kDepthVector, B, O>, grid,
+                        depth_row_threads(d, true), shared_bytes, stream, params);
+        } else {
+          launch_kernel(depth_phase2_general_kernel<G, 1, B, O>, grid, depth_row_threads(d, false),
+                        shared_bytes, stream, params);
+        }
+      });
     });
   });
   CUDA_CHECK_LAUNCH();

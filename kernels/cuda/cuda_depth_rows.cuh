@@ -13,6 +13,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "kernels/cuda/cuda_bf16_round.h"
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace attnres::cuda {
@@ -78,6 +79,24 @@ __device__ __forceinline__ void store_row(float* row, int64_t i, const float (&x
     static_assert(V == 8, "rows are written 1 or 8 elements at a time");
     *reinterpret_cast<float4*>(row + i) = make_float4(x[0], x[1], x[2], x[3]);
     *reinterpret_cast<float4*>(row + i + 4) = make_float4(x[4], x[5], x[6], x[7]);
+  }
+}
+
+// The same into a bf16 row (uint16_t bits; the Phase-2 output as a GEMM's input), each element
+// rounded by round_to_bf16_bits (cuda_activation.cuh). row + i 16-byte aligned when V == 8.
+template <int V>
+__device__ __forceinline__ void store_row(uint16_t* row, int64_t i, const float (&x)[V]) {
+  if constexpr (V == 1) {
+    row[i] = round_to_bf16_bits(x[0]);
+  } else {
+    static_assert(V == 8, "rows are written 1 or 8 elements at a time");
+    uint32_t w[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t lo = round_to_bf16_bits(x[2 * k]), hi = round_to_bf16_bits(x[2 * k + 1]);
+      w[k] = lo | hi << 16;  // little-endian: the lower-addressed element in the low half
+    }
+    *reinterpret_cast<uint4*>(row + i) = make_uint4(w[0], w[1], w[2], w[3]);
   }
 }
 

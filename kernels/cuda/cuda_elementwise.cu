@@ -7,6 +7,7 @@
 // touch consecutive addresses (coalesced). The flat kernels (swiglu, add, convert) are grid-
 // stride loops over all elements. These are memory-bound and tiny next to the GEMMs; they
 // are written for clarity, not vector width (16-byte loads are a later optimisation).
+#include "kernels/cuda/cuda_activation.cuh"
 #include "kernels/cuda/cuda_bf16_round.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
@@ -27,14 +28,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) dst[i] = to_f32(row[i]);
 }
 
+// O: float, or uint16_t (bf16 bits: down_proj's GEMM input, cuda_activation.cuh).
+template <class O>
 __global__ void __launch_bounds__(kThreads, 1)
-    swiglu_kernel(const float* __restrict__ gate, const float* __restrict__ up,
-                  float* __restrict__ out, int64_t n) {
+    swiglu_kernel(const float* __restrict__ gate, const float* __restrict__ up, O* __restrict__ out,
+                  int64_t n) {
   wait_for_previous_kernel();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float g = gate[i];
-    out[i] = g / (1.0f + expf(-g)) * up[i];  // silu(g) * up, as the CPU writes it
+    store_activation(out + i, g / (1.0f + expf(-g)) * up[i]);  // silu(g) * up, as the CPU
   }
 }
 
@@ -60,9 +63,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 template <class W>
 __device__ __forceinline__ W from_f32(float v);
+// round_to_bf16_bits: the rounding of the kernels that write bf16 activations themselves
+// (cuda_activation.cuh), so a GEMM input has the same bits either way. It equals
+// __float2bfloat16_rn on every value but NaN (whose payload it keeps).
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
+  return __ushort_as_bfloat16(round_to_bf16_bits(v));
 }
 template <>
 __device__ __forceinline__ __half from_f32<__half>(float v) {
@@ -124,10 +130,14 @@ void launch_embedding(const void* table, DType table_dtype, const int32_t* ids, 
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
+void launch_swiglu(const float* gate, const float* up, void* out, DType out_dtype, int64_t n,
+                   cudaStream_t stream) {
   if (n == 0) return;
-  launch_kernel(swiglu_kernel, elementwise_blocks(n, kThreads), kThreads, 0, stream, gate, up, out,
-                n);
+  dispatch_activation_dtype(out_dtype, "swiglu out", [&](auto tag) {
+    using O = decltype(tag);
+    launch_kernel(swiglu_kernel<O>, elementwise_blocks(n, kThreads), kThreads, 0, stream, gate, up,
+                  static_cast<O*>(out), n);
+  });
   CUDA_CHECK_LAUNCH();
 }
 

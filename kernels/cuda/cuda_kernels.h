@@ -2,7 +2,9 @@
 // Each launcher takes raw device pointers and sizes already validated by the op that calls
 // it, launches on `stream` (always the last argument), and checks the launch
 // (cudaGetLastError) so that a bad configuration throws attnres::Error at once.
-// All activations are f32; `void*` + DType arguments are weights / gains read as stored.
+// All activations are f32, except the outputs that take an `out_dtype` (F32 or BF16: a linear's
+// input rows written in bf16, Backend::linear_input_dtype; cuda_activation.cuh); `void*` +
+// DType arguments are weights / gains read as stored.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,14 +21,16 @@ namespace attnres::cuda {
 // out[t, :] = table[ids[t], :] widened to f32. table [V, d].
 void launch_embedding(const void* table, DType table_dtype, const int32_t* ids, int64_t num_tokens,
                       int64_t d, float* out, cudaStream_t stream);
-// out = silu(gate) * up over n elements.
-void launch_swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+// out = silu(gate) * up over n elements; out F32 or BF16 (rounded from the f32 value).
+void launch_swiglu(const float* gate, const float* up, void* out, DType out_dtype, int64_t n,
+                   cudaStream_t stream);
 // x += y over n elements.
 void launch_add_inplace(float* x, const float* y, int64_t n, cudaStream_t stream);
 // out row i = x row rows[i]; rows are row_bytes each (any dtype).
 void launch_gather_rows(const void* x, const int32_t* rows, int64_t num_rows, size_t row_bytes,
                         void* out, cudaStream_t stream);
-// out[i] = x[i] rounded to `dtype` (BF16 or F16; round to nearest even).
+// out[i] = x[i] rounded to `dtype` (BF16 or F16; round to nearest even; BF16 with
+// round_to_bf16_bits, the rounding of the producers that write bf16 activations).
 void launch_convert_from_f32(const float* x, void* out, DType dtype, int64_t n,
                              cudaStream_t stream);
 // An entry entering a bf16 depth bank (CudaBackend::copy): out[i] = x[i] rounded to bf16
@@ -103,9 +107,10 @@ bool launch_gemv_prenorm_swiglu(const GemvPrenorm& prenorm, int64_t rows, int64_
                                 cudaStream_t stream);
 
 // --- cuda_norm_rope.cu ---
-// out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * gain. x, out [rows, n] (may alias).
+// out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * gain. x, out [rows, n] (may alias when out is
+// F32); out F32 or BF16 (rounded from the f32 value).
 void launch_rms_norm(const float* x, const void* gain, DType gain_dtype, float eps, int64_t rows,
-                     int64_t n, float* out, cudaStream_t stream);
+                     int64_t n, void* out, DType out_dtype, cudaStream_t stream);
 // In place on q [T, hq * hd] and k [T, hkv * hd]: optional per-head RMSNorm (gain null to
 // skip), then rotate-half RoPE at positions[t] with inv_freq [hd / 2] (f32).
 void launch_qk_norm_rope(float* q, float* k, int64_t num_tokens, int hq, int hkv, int head_dim,
@@ -186,7 +191,8 @@ struct PagedAttentionArgs {
   const int32_t* rows = nullptr;  // [num_tokens] or null
   int hq = 0, hkv = 0, head_dim = 0, block_size = 0;
   float scale = 1.0f;
-  float* out = nullptr;  // [T, hq * hd]
+  void* out = nullptr;           // [T, hq * hd] of out_dtype
+  DType out_dtype = DType::F32;  // F32 or BF16 (rounded from the f32 value)
   // Split-K over positions (flash-decoding): split s of a token covers positions
   // [s * split_len, (s + 1) * split_len), its last split running to the end of its context;
   // a token uses ceil(context / split_len) splits, at most num_splits. With num_splits > 1,
@@ -242,7 +248,8 @@ struct PrefillAttentionArgs {
   int num_tiles = 0;
   int hq = 0, hkv = 0, head_dim = 0, block_size = 0;
   float scale = 1.0f;
-  float* out = nullptr;  // [T, hq * hd]: the tiles' rows are written
+  void* out = nullptr;           // [T, hq * hd] of out_dtype: the tiles' rows are written
+  DType out_dtype = DType::F32;  // F32 or BF16 (rounded from the f32 value)
 };
 // Whether the prefill kernel takes this shape: head_dim 64 or 128, F32 or BF16, both caches
 // 16-byte aligned (rows are then whole 16-byte vectors). Otherwise flash-decoding does it all.
@@ -259,11 +266,12 @@ void launch_depth_phase1(const float* queries, int num_queries, const void* bank
                          int n, int64_t num_tokens, int64_t d, float eps, float* m, float* s,
                          float* o, const float* source_gate_logits, cudaStream_t stream);
 // Phase 2 + PreNorm: see Backend::depth_phase2_prenorm (the mixing case; the caller runs
-// launch_rms_norm when there is no mix). m, s [T]; o, p, out [T, d] (out may alias p).
+// launch_rms_norm when there is no mix). m, s [T]; o, p, out [T, d] (out may alias p when it is
+// F32); out F32 or BF16 (rounded from the f32 value).
 void launch_depth_phase2_prenorm(const float* m, const float* s, const float* o, const float* query,
                                  float bias, float mix_eps, const float* partial, const void* gain,
                                  DType gain_dtype, float norm_eps, int64_t num_tokens, int64_t d,
-                                 float* out, cudaStream_t stream);
+                                 void* out, DType out_dtype, cudaStream_t stream);
 
 constexpr int kMaxNewerSources = 8;
 // Phase 2 + PreNorm with the ATTNRES.md §2d switches (Backend::DepthMixArgs): newer bank
@@ -290,8 +298,13 @@ struct DepthPhase2Params {
   DType gain_dtype = DType::F32;
   float norm_eps = 1e-6f;
   int64_t num_tokens = 0, d = 0;
-  float* out = nullptr;  // [T, d], may alias partial
+  void* out = nullptr;  // [T, d] of out_dtype; may alias partial when F32
+  // F32, or BF16 (rounded from the f32 value): the kernel then stages h in d floats of shared
+  // memory, which a row of more than kMaxPhase2StagedBf16Row elements does not fit (the op
+  // writes f32 into scratch and rounds it instead).
+  DType out_dtype = DType::F32;
 };
+constexpr int64_t kMaxPhase2StagedBf16Row = 12 * 1024;  // 48 KB of f32
 void launch_depth_phase2_general(const DepthPhase2Params& params, cudaStream_t stream);
 
 // --- cuda_depth_weights.cu ---

@@ -4,7 +4,8 @@
 // any float dtype. One block per row (enough warps to cover the row once, up to 1024
 // threads); pass 1 sums squares in f32 with a warp-shuffle + shared-memory block reduction,
 // pass 2 scales. A thread reads x[i] before it writes out[i] and no thread touches another's
-// elements after the reduction barrier, so x and out may alias.
+// elements after the reduction barrier, so x and out may alias. out may be bf16 (rounded from
+// the f32 value: the normed rows as a prefill GEMM's input, cuda_activation.cuh).
 //
 // qk_norm_rope: one block per token handling all its heads (q then k). The block first
 // builds the token's cos/sin table [hd / 2] in shared memory, with the angle
@@ -21,6 +22,7 @@
 // cuda_bf16_round.h); a v head is copied into the cache row the same way. The roped values
 // come from the one code path, so q, k and the cache hold what qk_norm_rope then store_kv
 // write, bit for bit.
+#include "kernels/cuda/cuda_activation.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_prenorm_rows.cuh"
@@ -29,17 +31,18 @@
 namespace attnres::cuda {
 namespace {
 
-template <class G>
+// O: float, or uint16_t (bf16 bits: the normed rows as a GEMM's input, cuda_activation.cuh).
+template <class G, class O>
 __global__ void __launch_bounds__(kMaxRowThreads, 1)
-    rms_norm_kernel(const float* x, const G* __restrict__ gain, float eps, int64_t n, float* out) {
+    rms_norm_kernel(const float* x, const G* __restrict__ gain, float eps, int64_t n, O* out) {
   wait_for_previous_kernel();
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * n;
-  float* outr = out + static_cast<int64_t>(blockIdx.x) * n;
+  O* outr = out + static_cast<int64_t>(blockIdx.x) * n;
   // cuda_prenorm_rows.cuh's arithmetic: the GEMV's PreNorm prologue repeats it bit for bit.
   const float ss = block_sum(prenorm_sum_squares(xr, n, threadIdx.x, blockDim.x));
   const float inv_rms = prenorm_inv_rms(ss, n, eps);
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-    outr[i] = prenorm_scale(xr[i], inv_rms, to_f32(gain[i]));
+    store_activation(outr + i, prenorm_scale(xr[i], inv_rms, to_f32(gain[i])));
 }
 
 constexpr int kRopeThreads = 256;  // 8 warps: 8 heads in flight per token
@@ -108,12 +111,15 @@ void launch_rope(const RopeStoreParams& p, bool store, cudaStream_t stream) {
 }  // namespace
 
 void launch_rms_norm(const float* x, const void* gain, DType gain_dtype, float eps, int64_t rows,
-                     int64_t n, float* out, cudaStream_t stream) {
+                     int64_t n, void* out, DType out_dtype, cudaStream_t stream) {
   if (rows == 0 || n == 0) return;
   dispatch_float_dtype(gain_dtype, "rms_norm gain", [&](auto tag) {
     using G = decltype(tag);
-    launch_kernel(rms_norm_kernel<G>, static_cast<unsigned>(rows), row_block_threads(n), 0, stream,
-                  x, static_cast<const G*>(gain), eps, n, out);
+    dispatch_activation_dtype(out_dtype, "rms_norm out", [&](auto out_tag) {
+      using O = decltype(out_tag);
+      launch_kernel(rms_norm_kernel<G, O>, static_cast<unsigned>(rows), row_block_threads(n), 0,
+                    stream, x, static_cast<const G*>(gain), eps, n, static_cast<O*>(out));
+    });
   });
   CUDA_CHECK_LAUNCH();
 }

@@ -10,12 +10,14 @@
 //   out_cm[N, R] = W_cm^T [N, K] * x_cm [K, R]:  cublasGemmEx(OP_T, OP_N, m=N, n=R, k=K,
 //   A=W lda=K, B=x ldb=K, C=out ldc=N)
 // F32 weights: an f32 GEMM with CUBLAS_COMPUTE_32F (no TF32), matching the CPU to f32
-// rounding. BF16 / F16 weights: cuBLAS needs A and B of one type, so x is first rounded to
-// the weight dtype into a scratch buffer (launch_convert_from_f32); the GEMM accumulates
-// in f32 and writes f32. That rounding of the activations (the CPU keeps them f32) makes
-// the result match the CPU to bf16 precision (~1e-3 relative), not f32. The GEMM is
-// cuBLASLt's (cuda_lt_gemm.h) with an f32 bias in its epilogue; a bias of another dtype is a
-// separate small kernel (the model widens its biases to f32 at load, so that is rare).
+// rounding. BF16 / F16 weights: cuBLAS needs A and B of one type, so an f32 x is first rounded
+// to the weight dtype into a scratch buffer (launch_convert_from_f32); the GEMM accumulates
+// in f32 and writes f32. A bf16 x (linear_input_dtype: the forward had its producer write it
+// rounded, the same bits) goes to the GEMM as it is, whatever its row count. That rounding of the
+// activations (the CPU keeps them f32) makes the result match the CPU to bf16 precision (~1e-3
+// relative), not f32. The GEMM is cuBLASLt's (cuda_lt_gemm.h) with an f32 bias in its epilogue; a
+// bias of another dtype is a separate small kernel (the model widens its biases to f32 at load, so
+// that is rare).
 #include <algorithm>
 #include <cstring>
 #include <optional>
@@ -70,6 +72,28 @@ void check_bank(const Tensor& t, int64_t d, const char* what) {
                                                      ": last dim must be " + std::to_string(d));
 }
 
+// A linear's x: a CUDA tensor whose last dimension is k, F32, or BF16 (linear_input_dtype).
+void check_linear_input(const Tensor& x, int64_t k, const char* what) {
+  check_cuda(x, what);
+  ATTNRES_CHECK(
+      x.dtype == DType::F32 || x.dtype == DType::BF16,
+      std::string(what) + " must be F32 or BF16, got " + std::string(dtype_name(x.dtype)));
+  ATTNRES_CHECK(x.rank() >= 1 && x.dim(-1) == k, std::string(what) + " " + shape_str(x.shape) +
+                                                     ": last dim must be " + std::to_string(k));
+}
+
+// An op's out that may hold a linear's input: F32, or BF16 (then apart from the op's f32
+// input `in`, which an f32 out may alias).
+void check_activation_out(const Tensor& out, int64_t n, const Tensor& in, const char* what) {
+  check_linear_input(out, n, what);
+  if (out.dtype == DType::F32) return;
+  const auto* o0 = static_cast<const char*>(out.data);
+  const auto* i0 = static_cast<const char*>(in.data);
+  ATTNRES_CHECK(
+      out.nbytes() == 0 || in.nbytes() == 0 || o0 + out.nbytes() <= i0 || i0 + in.nbytes() <= o0,
+      std::string(what) + ": a BF16 out must not overlap the input");
+}
+
 float* f32(Tensor& t) { return t.ptr<float>(); }
 const float* f32(const Tensor& t) { return t.ptr<float>(); }
 
@@ -99,11 +123,11 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& gain, float eps, Tenso
   ATTNRES_CHECK(x.rank() >= 1, "rms_norm x " + shape_str(x.shape));
   const int64_t n = x.dim(-1);
   check_f32_rows(x, n, "rms_norm x");
-  check_f32_rows(out, n, "rms_norm out");
+  check_activation_out(out, n, x, "rms_norm out");
   ATTNRES_CHECK(out.numel() == x.numel(),
                 "rms_norm x " + shape_str(x.shape) + " out " + shape_str(out.shape));
   check_float_vector(gain, n, "rms_norm gain");
-  cuda::launch_rms_norm(f32(x), gain.data, gain.dtype, eps, rows_of(x), n, f32(out),
+  cuda::launch_rms_norm(f32(x), gain.data, gain.dtype, eps, rows_of(x), n, out.data, out.dtype,
                         on_device().stream);
 }
 
@@ -112,15 +136,20 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
   check_cuda(w, "linear w");
   ATTNRES_CHECK(w.rank() == 2, "linear w " + shape_str(w.shape));
   const int64_t n_dim = w.dim(0), k_dim = w.dim(1);
-  check_f32_rows(x, k_dim, "linear x");
+  check_linear_input(x, k_dim, "linear x");
   check_f32_rows(out, n_dim, "linear out");
   const int64_t r_dim = rows_of(x);
   ATTNRES_CHECK(rows_of(out) == r_dim, "linear x " + shape_str(x.shape) + " out " +
                                            shape_str(out.shape) + " w " + shape_str(w.shape));
   ATTNRES_CHECK(x.data != out.data || r_dim == 0, "linear: out must not alias x");
+  const bool bf16_x = x.dtype == DType::BF16;
+  ATTNRES_CHECK(!bf16_x || w.dtype == DType::BF16,
+                "linear: a BF16 x needs BF16 weights (the GEMM reads both in one type), got w " +
+                    std::string(dtype_name(w.dtype)));
   if (bias) check_float_vector(*bias, n_dim, "linear bias");
   if (r_dim == 0 || n_dim == 0) return;
-  if (r_dim <= cuda::kMaxGemvRows && k_dim > 0) {  // decode: f32 x, bias fused, one launch
+  // decode: f32 x, bias fused, one launch
+  if (r_dim <= cuda::kMaxGemvRows && k_dim > 0 && !bf16_x) {
     cuda::launch_gemv(f32(x), r_dim, w.data, w.dtype, bias ? bias->data : nullptr,
                       bias ? bias->dtype : DType::F32, k_dim, n_dim, f32(out), im.stream);
     return;
@@ -134,7 +163,9 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
     const float alpha = 1.0f, beta = 0.0f;
     const void* b_ptr = x.data;
     cudaDataType_t ab_type = CUDA_R_32F;
-    if (w.dtype == DType::BF16 || w.dtype == DType::F16) {
+    if (bf16_x) {
+      ab_type = CUDA_R_16BF;  // rounded by its producer: no conversion
+    } else if (w.dtype == DType::BF16 || w.dtype == DType::F16) {
       ab_type = w.dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
       const size_t bytes = static_cast<size_t>(r_dim * k_dim) * 2;
       if (bytes > im.act_scratch_bytes) {
@@ -176,13 +207,14 @@ void CudaBackend::linear_residual(const Tensor& x, const Tensor& w, const Tensor
   check_cuda(w, "linear w");
   ATTNRES_CHECK(w.rank() == 2, "linear w " + shape_str(w.shape));
   const int64_t n_dim = w.dim(0), k_dim = w.dim(1);
-  check_f32_rows(x, k_dim, "linear x");
+  check_linear_input(x, k_dim, "linear x");
   check_f32_rows(out, n_dim, "linear out");
   const int64_t r_dim = rows_of(x);
   ATTNRES_CHECK(rows_of(out) == r_dim, "linear x " + shape_str(x.shape) + " out " +
                                            shape_str(out.shape) + " w " + shape_str(w.shape));
   if (bias) check_float_vector(*bias, n_dim, "linear bias");
-  if (r_dim > cuda::kMaxGemvRows || k_dim == 0) {  // prefill: cuBLAS, then the add
+  // prefill (or a bf16 x): cuBLAS, then the add
+  if (r_dim > cuda::kMaxGemvRows || k_dim == 0 || x.dtype != DType::F32) {
     Backend::linear_residual(x, w, bias, residual, out);
     return;
   }
@@ -195,19 +227,21 @@ namespace {
 
 // A decode-sized GEMV segment for linear_many / linear_swiglu, after the checks linear() does;
 // nullopt when the fused launch does not apply (more rows than the GEMV takes, an empty
-// reduction, or a weight dtype other than the first segment's).
+// reduction, a weight dtype other than the first segment's, or a bf16 x).
 std::optional<cuda::GemvSegment> gemv_segment(const Tensor& x, const Tensor& w, const Tensor* bias,
                                               Tensor& out, DType first_dtype) {
   check_cuda(w, "linear w");
   ATTNRES_CHECK(w.rank() == 2, "linear w " + shape_str(w.shape));
   const int64_t n_dim = w.dim(0), k_dim = w.dim(1);
-  check_f32_rows(x, k_dim, "linear x");
+  check_linear_input(x, k_dim, "linear x");
   check_f32_rows(out, n_dim, "linear out");
   ATTNRES_CHECK(rows_of(out) == rows_of(x), "linear x " + shape_str(x.shape) + " out " +
                                                 shape_str(out.shape) + " w " + shape_str(w.shape));
   ATTNRES_CHECK(x.data != out.data || rows_of(x) == 0, "linear: out must not alias x");
   if (bias) check_float_vector(*bias, n_dim, "linear bias");
-  if (rows_of(x) > cuda::kMaxGemvRows || k_dim == 0 || w.dtype != first_dtype) return std::nullopt;
+  if (rows_of(x) > cuda::kMaxGemvRows || k_dim == 0 || w.dtype != first_dtype ||
+      x.dtype != DType::F32)
+    return std::nullopt;
   return cuda::GemvSegment{
       w.data, bias ? bias->data : nullptr, bias ? bias->dtype : DType::F32, n_dim, f32(out),
       nullptr};
@@ -308,7 +342,7 @@ std::optional<cuda::GemvPrenorm> gemv_prenorm(const Backend::PrenormArgs& in) {
   ATTNRES_CHECK(partial.rank() >= 1, "prenorm partial " + shape_str(partial.shape));
   const int64_t d = partial.dim(-1), T = rows_of(partial);
   check_f32_rows(partial, d, "prenorm partial");
-  check_f32_rows(*in.normed, d, "prenorm normed");
+  check_linear_input(*in.normed, d, "prenorm normed");
   ATTNRES_CHECK(
       in.normed->numel() == partial.numel(),
       "prenorm normed " + shape_str(in.normed->shape) + " partial " + shape_str(partial.shape));
@@ -548,7 +582,7 @@ void CudaBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Ba
   const int64_t hq = q.dim(-1) / hd;
   ATTNRES_CHECK(hq % hkv == 0, "attention: Hq must be a multiple of Hkv");
   check_f32_rows(q, hq * hd, "attention q");
-  check_f32_rows(out, hq * hd, "attention out");
+  check_activation_out(out, hq * hd, q, "attention out");
   const int64_t T = rows_of(q);
   ATTNRES_CHECK(rows_of(out) == T && T == batch.num_tokens &&
                     static_cast<int64_t>(batch.positions.size()) == T,
@@ -581,7 +615,8 @@ void CudaBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Ba
     pre.head_dim = static_cast<int>(hd);
     pre.block_size = static_cast<int>(cache.k.dim(1));
     pre.scale = scale;
-    pre.out = f32(out);
+    pre.out = out.data;
+    pre.out_dtype = out.dtype;
     cuda::launch_prefill_attention(pre, im.stream);
     if (dispatch.decode_rows.empty()) return;
   }
@@ -601,7 +636,8 @@ void CudaBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Ba
   args.head_dim = static_cast<int>(hd);
   args.block_size = static_cast<int>(cache.k.dim(1));
   args.scale = scale;
-  args.out = f32(out);
+  args.out = out.data;
+  args.out_dtype = out.dtype;
   // Split the context across CTAs when the batch alone cannot fill the GPU (decode at small
   // batch); the partial results live in scratch until the merge kernel has read them (the
   // block returns to the cache when `partials` dies, stream-ordered like every tensor).
@@ -628,10 +664,11 @@ void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor& out) {
   const int64_t n = gate.dim(-1);
   check_f32_rows(gate, n, "swiglu gate");
   check_f32_rows(up, n, "swiglu up");
-  check_f32_rows(out, n, "swiglu out");
+  check_activation_out(out, n, gate, "swiglu out");
+  check_activation_out(out, n, up, "swiglu out");
   const int64_t total = gate.numel();
   ATTNRES_CHECK(up.numel() == total && out.numel() == total, "swiglu: shape mismatch");
-  cuda::launch_swiglu(f32(gate), f32(up), f32(out), total, on_device().stream);
+  cuda::launch_swiglu(f32(gate), f32(up), out.data, out.dtype, total, on_device().stream);
 }
 
 void CudaBackend::add_inplace(Tensor& x, const Tensor& y) {
@@ -726,7 +763,7 @@ void CudaBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& pa
   ATTNRES_CHECK(partial.rank() >= 1, "depth_phase2 partial " + shape_str(partial.shape));
   const int64_t d = partial.dim(-1);
   check_f32_rows(partial, d, "depth_phase2 partial");
-  check_f32_rows(out, d, "depth_phase2 out");
+  check_activation_out(out, d, partial, "depth_phase2 out");
   const int64_t T = rows_of(partial);
   ATTNRES_CHECK(out.numel() == partial.numel(), "depth_phase2 out " + shape_str(out.shape));
   const bool mixing = mix.m != nullptr;
@@ -754,9 +791,10 @@ void CudaBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& pa
   ATTNRES_CHECK(mix.o->numel() == T * d, "depth_phase2 o " + shape_str(mix.o->shape));
   check_float_vector(prenorm_gain, d, "depth_phase2 gain");
   if (is_plain_mix(mix)) {
-    cuda::launch_depth_phase2_prenorm(
-        f32(*mix.m), f32(*mix.s), f32(*mix.o), f32(*mix.query), mix.bias, mix.mix_eps, f32(partial),
-        prenorm_gain.data, prenorm_gain.dtype, norm_eps, T, d, f32(out), on_device().stream);
+    cuda::launch_depth_phase2_prenorm(f32(*mix.m), f32(*mix.s), f32(*mix.o), f32(*mix.query),
+                                      mix.bias, mix.mix_eps, f32(partial), prenorm_gain.data,
+                                      prenorm_gain.dtype, norm_eps, T, d, out.data, out.dtype,
+                                      on_device().stream);
     return;
   }
   cuda::DepthPhase2Params p;
@@ -795,7 +833,18 @@ void CudaBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& pa
   p.norm_eps = norm_eps;
   p.num_tokens = T;
   p.d = d;
-  p.out = f32(out);
+  p.out = out.data;
+  p.out_dtype = out.dtype;
+  if (out.dtype != DType::F32 && d > cuda::kMaxPhase2StagedBf16Row) {
+    // A row too long for the kernel's shared-memory staging: f32 into scratch, then rounded
+    // (the same bits, one more pass).
+    Tensor wide = alloc(out.shape, DType::F32);
+    p.out = wide.data;
+    p.out_dtype = DType::F32;
+    cuda::launch_depth_phase2_general(p, on_device().stream);
+    copy(wide, out);
+    return;
+  }
   cuda::launch_depth_phase2_general(p, on_device().stream);
 }
 

@@ -34,6 +34,7 @@
 
 #include <type_traits>
 
+#include "kernels/cuda/cuda_activation.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -129,6 +130,20 @@ __device__ __forceinline__ float quad_sum(float v) {
 // One CTA: query head blockIdx.x, tile num_tiles - 1 - blockIdx.y. S: float or uint16_t (bf16
 // bits). Lane l of warp w holds rows w * 16 + l / 4 ("row 0") and + 8 ("row 1") of the tile, and in
 // each 8-column accumulator columns 2 (l % 4) and +1 (the m16n8 C layout).
+// A lane's share of its two rows' output, O / l: columns j * 8 + quad_col and + 1 of each
+// 8-column accumulator, two elements per store (O: float, or uint16_t bf16 bits).
+template <class O, int kOutCols>
+__device__ __forceinline__ void store_out_rows(O* out, int64_t out0, int64_t out1,
+                                               const float (&o)[kOutCols][4], float inv0,
+                                               float inv1, bool valid0, bool valid1, int quad_col) {
+#pragma unroll
+  for (int j = 0; j < kOutCols; ++j) {
+    const int c = j * 8 + quad_col;
+    if (valid0) store_activation_pair(out + out0 + c, o[j][0] * inv0, o[j][1] * inv0);
+    if (valid1) store_activation_pair(out + out1 + c, o[j][2] * inv1, o[j][3] * inv1);
+  }
+}
+
 template <class S, int HD>
 __global__ void __launch_bounds__(kPrefillThreads, 2)
     prefill_attention_kernel(const PrefillAttentionArgs a) {
@@ -281,13 +296,14 @@ __global__ void __launch_bounds__(kPrefillThreads, 2)
 
   // Each lane summed its own columns: the quad's total is the row's.
   const float inv0 = 1.0f / quad_sum(l0), inv1 = 1.0f / quad_sum(l1);
-  float* out0 = a.out + (static_cast<int64_t>(tile.first_row + row0) * a.hq + head) * HD;
-  float* out1 = out0 + static_cast<int64_t>(8) * a.hq * HD;
-#pragma unroll
-  for (int j = 0; j < kOutCols; ++j) {
-    const int c = j * 8 + quad_col;
-    if (valid0) *reinterpret_cast<float2*>(out0 + c) = make_float2(o[j][0] * inv0, o[j][1] * inv0);
-    if (valid1) *reinterpret_cast<float2*>(out1 + c) = make_float2(o[j][2] * inv1, o[j][3] * inv1);
+  const int64_t out0 = (static_cast<int64_t>(tile.first_row + row0) * a.hq + head) * HD;
+  const int64_t out1 = out0 + static_cast<int64_t>(8) * a.hq * HD;
+  // bf16 out (o_proj's GEMM input, cuda_activation.cuh): the same f32 values, rounded.
+  if (a.out_dtype == DType::BF16) {
+    store_out_rows(static_cast<uint16_t*>(a.out), out0, out1, o, inv0, inv1, valid0, valid1,
+                   quad_col);
+  } else {
+    store_out_rows(static_cast<float*>(a.out), out0, out1, o, inv0, inv1, valid0, valid1, quad_col);
   }
 }
 
@@ -319,9 +335,11 @@ void launch_prefill_attention(const PrefillAttentionArgs& args, cudaStream_t str
       "prefill attention: head_dim " + std::to_string(args.head_dim) + ", " +
           std::string(dtype_name(args.kv_dtype)) +
           " cache: needs head_dim 64 or 128, an F32 or BF16 cache, 16-byte aligned");
-  // q and out are read / written two floats at a time.
-  ATTNRES_CHECK(aligned(args.q, 8) && aligned(args.out, 8),
-                "prefill attention: q and out must be 8-byte aligned");
+  // q and out are read / written two elements at a time.
+  ATTNRES_CHECK(aligned(args.q, 8) && aligned(args.out, args.out_dtype == DType::BF16 ? 4 : 8),
+                "prefill attention: q must be 8-byte aligned, out aligned to two elements");
+  ATTNRES_CHECK(args.out_dtype == DType::F32 || args.out_dtype == DType::BF16,
+                "prefill attention: out must be F32 or BF16");
   ATTNRES_CHECK(args.hkv > 0 && args.hq % args.hkv == 0 && args.block_size > 0,
                 "prefill attention: bad head / block configuration");
   ATTNRES_CHECK(args.num_tiles <= 65535,  // grid y

@@ -7,6 +7,7 @@
 //                      [--kv-dtype bfloat16|float32] [--only step|attention|prefill-attention]
 //                      [--pdl on|off]
 //   bench_cuda_backend --only prefill [--model NAME|DIR]... [--tokens T]... [--chunk N]
+//                      [--bf16-act on|off|both]
 //                      (bench_cuda_prefill.cpp)
 //
 // Step: prints, per model and batch: median ms/step (CUDA events around Transformer::forward,
@@ -382,7 +383,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> models;
   int context = 256, steps = 20;
   DType kv_dtype = DType::BF16;
-  std::string only, pdl;
+  std::string only, pdl, bf16_act;
   std::vector<int> prefill_tokens;
   int chunk = 0;
   for (int i = 1; i < argc; ++i) {
@@ -408,6 +409,10 @@ int main(int argc, char** argv) {
     } else if (a == "--pdl" && i + 1 < argc &&
                (std::string(argv[i + 1]) == "on" || std::string(argv[i + 1]) == "off")) {
       pdl = argv[++i];
+    } else if (a == "--bf16-act" && i + 1 < argc &&
+               (std::string(argv[i + 1]) == "on" || std::string(argv[i + 1]) == "off" ||
+                std::string(argv[i + 1]) == "both")) {
+      bf16_act = argv[++i];
     } else if (a == "--context" && i + 1 < argc) {
       context = std::atoi(argv[++i]);
     } else if (a == "--steps" && i + 1 < argc) {
@@ -417,7 +422,7 @@ int main(int argc, char** argv) {
           stderr,
           "usage: %s [--model NAME|DIR]... [--context N] [--steps N] "
           "[--kv-dtype bfloat16|float32] [--only step|attention|prefill-attention|prefill] "
-          "[--tokens T]... [--chunk N] [--pdl on|off]\n",
+          "[--tokens T]... [--chunk N] [--pdl on|off] [--bf16-act on|off|both]\n",
           argv[0]);
       return 2;
     }
@@ -436,7 +441,7 @@ int main(int argc, char** argv) {
     }
     if (only == "prefill") {
       if (prefill_tokens.empty()) prefill_tokens = {1024, 8192};
-      for (const std::string& m : models) bench_prefill(m, prefill_tokens, chunk, steps);
+      for (const std::string& m : models) bench_prefill(m, prefill_tokens, chunk, steps, bf16_act);
       return 0;
     }
     if (only != "attention")

@@ -8,7 +8,12 @@
 // 1024-token row.
 //
 //   bench_cuda_backend --only prefill [--model NAME|DIR]... [--tokens T]... [--chunk N]
-//                      [--steps N (iterations)]
+//                      [--steps N (iterations)] [--bf16-act on|off|both]
+//
+// --bf16-act: the GEMM inputs written in bf16 by their producers (on, the default unless
+// ATTNRES_CUDA_BF16_ACT=0) or f32 and converted by each linear (off); both: each length timed
+// both ways in the same run, with the ratio (kernels/cuda/NOTES.md, "bf16 activations into the
+// prefill GEMMs").
 //
 // NAME: a built-in shape (plain-0.6b, attnres-0.6b, ...); DIR: a Hugging Face directory.
 // Defaults: the bench's models, T = 1024 and 8192, whole prompts.
@@ -129,9 +134,13 @@ LoadedModel load_bench_model(const std::string& arg) {
   return arg.find('/') != std::string::npos ? load_model(arg) : load_builtin_model(arg);
 }
 
-void bench_prefill(const std::string& name, const std::vector<int>& lengths, int chunk, int iters) {
+void bench_prefill(const std::string& name, const std::vector<int>& lengths, int chunk, int iters,
+                   const std::string& bf16_act) {
   LoadedModel lm = load_bench_model(name);
   CudaBackend be(0);
+  std::vector<bool> act_settings = {be.bf16_activations()};
+  if (bf16_act == "on" || bf16_act == "off") act_settings = {bf16_act == "on"};
+  if (bf16_act == "both") act_settings = {true, false};
   const DType bank_dtype =
       lm.weights.dtype == DType::BF16 && be.supports_depth_bank_dtype(DType::BF16) ? DType::BF16
                                                                                    : DType::F32;
@@ -151,24 +160,34 @@ void bench_prefill(const std::string& name, const std::vector<int>& lengths, int
     KvCache cache =
         KvCache::allocate(be, c, (tokens + block_size - 1) / block_size, block_size, DType::BF16);
     const double gemm_rate = measure_gemm_rate(tokens, c.hidden_size, c.intermediate_size);
-    const double ms = median_ms(be, iters, [&] {
-      for (const BatchMeta& batch : chunks) {
-        // Only the final chunk wants a logits row (its last token): the first token's.
-        std::vector<int32_t> rows;
-        if (&batch == &chunks.back()) rows.push_back(batch.num_tokens - 1);
-        Tensor logits = model.forward(batch, cache, rows);
-      }
-    });
-    const double attention_flops =
-        2.0 * 2.0 * (double(tokens) * tokens / 2.0) * c.head_dim * c.num_heads * c.num_layers;
-    const double flops = 2.0 * tokens * linear_weights + attention_flops;
-    const double rate = flops / (ms * 1e-3);
-    std::printf(
-        "  %5d tokens: %8.2f ms, %9.0f tok/s, %6.1f TFLOP/s (linears %.2f + attention %.2f "
-        "TFLOP), bf16 GEMM %d x %d x %d in the same run %.1f TFLOP/s -> %.0f%% of it\n",
-        tokens, ms, tokens / (ms * 1e-3), rate / 1e12, 2.0 * tokens * linear_weights / 1e12,
-        attention_flops / 1e12, tokens, c.hidden_size, c.intermediate_size, gemm_rate / 1e12,
-        100.0 * rate / gemm_rate);
+    std::vector<double> times;
+    for (bool bf16 : act_settings) {
+      be.set_bf16_activations(bf16);
+      const double ms = median_ms(be, iters, [&] {
+        for (const BatchMeta& batch : chunks) {
+          // Only the final chunk wants a logits row (its last token): the first token's.
+          std::vector<int32_t> rows;
+          if (&batch == &chunks.back()) rows.push_back(batch.num_tokens - 1);
+          Tensor logits = model.forward(batch, cache, rows);
+        }
+      });
+      times.push_back(ms);
+      const double attention_flops =
+          2.0 * 2.0 * (double(tokens) * tokens / 2.0) * c.head_dim * c.num_heads * c.num_layers;
+      const double flops = 2.0 * tokens * linear_weights + attention_flops;
+      const double rate = flops / (ms * 1e-3);
+      std::printf(
+          "  %5d tokens, bf16 activations %-3s: %8.2f ms, %9.0f tok/s, %6.1f TFLOP/s (linears "
+          "%.2f + attention %.2f TFLOP), bf16 GEMM %d x %d x %d in the same run %.1f TFLOP/s -> "
+          "%.0f%% of it\n",
+          tokens, bf16 ? "on" : "off", ms, tokens / (ms * 1e-3), rate / 1e12,
+          2.0 * tokens * linear_weights / 1e12, attention_flops / 1e12, tokens, c.hidden_size,
+          c.intermediate_size, gemm_rate / 1e12, 100.0 * rate / gemm_rate);
+    }
+    if (times.size() == 2) {
+      std::printf("  %5d tokens: bf16 activations on / off = %.3f (%.2f ms saved)\n", tokens,
+                  times[0] / times[1], times[1] - times[0]);
+    }
   }
 }
 

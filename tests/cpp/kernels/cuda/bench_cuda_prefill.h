@@ -13,6 +13,9 @@ LoadedModel load_bench_model(const std::string& arg);
 
 // Prints, for each prompt length, the prefill time, tokens/s and FLOP rate of `model` against
 // the bf16 GEMM rate measured in the same run. chunk 0: each prompt in one forward.
-void bench_prefill(const std::string& model, const std::vector<int>& lengths, int chunk, int iters);
+// bf16_act: "on" / "off" (CudaBackend::set_bf16_activations), "both" (each length timed with
+// them on and off in the same run, and the ratio), "" (the backend's default).
+void bench_prefill(const std::string& model, const std::vector<int>& lengths, int chunk, int iters,
+                   const std::string& bf16_act = "");
 
 }  // namespace attnres
