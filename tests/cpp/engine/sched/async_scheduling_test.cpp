@@ -76,8 +76,8 @@ TEST(AsyncScheduling, DeliversTheLastStepsOutputWhileTheNextStepRuns) {
   ASSERT_EQ(saw_previous_output.size(), 8u);  // one prefill step, then 7 decode steps
   ASSERT_GE(launched_at_push.size(), 8u);     // 8 tokens (the stream's close may add one)
   for (int k = 1; k < 8; ++k) {
-    EXPECT_EQ(launched_at_push[k - 1], k + 1) << "token " << k << " was pushed before step " << k
-                                              << " was launched";
+    EXPECT_EQ(launched_at_push[k - 1], k + 1)
+        << "token " << k << " was pushed before step " << k << " was launched";
     EXPECT_TRUE(saw_previous_output[k]) << "step " << k;
   }
   EXPECT_EQ(launched_at_push[7], 8);  // the last token: no step left to hide it behind
@@ -135,8 +135,8 @@ std::vector<EngineRequest> mixed_requests(const std::string& stop) {
   return requests;
 }
 
-WorkloadRun run_workload(ModelRunner& runner, bool async, const std::vector<EngineRequest>& requests,
-                 const Workload& workload) {
+WorkloadRun run_workload(ModelRunner& runner, bool async,
+                         const std::vector<EngineRequest>& requests, const Workload& workload) {
   EngineConfig config = engine_config(workload.setup);
   config.async_scheduling = async;
   config.enable_prefix_caching = workload.prefix_caching;
@@ -242,13 +242,13 @@ Workload cancelling(Workload w) {
   return w;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Workloads, AsyncMatchesSync,
-    ::testing::Values(Case{"roomy", Workload{}}, Case{"preempting", tight_cache()},
-                      Case{"prefix_cached", cached(Workload{})},
-                      Case{"prefix_cached_preempting", cached(tight_cache())},
-                      Case{"cancelled_mid_stream", cancelling(Workload{})}),
-    [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Workloads, AsyncMatchesSync,
+                         ::testing::Values(Case{"roomy", Workload{}},
+                                           Case{"preempting", tight_cache()},
+                                           Case{"prefix_cached", cached(Workload{})},
+                                           Case{"prefix_cached_preempting", cached(tight_cache())},
+                                           Case{"cancelled_mid_stream", cancelling(Workload{})}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 // The other way to end a request mid-stream: its front end cancels while the engine thread
 // runs the overlapped loop. It ends with Abort and a prefix of its tokens; the others finish.

@@ -69,7 +69,7 @@ std::vector<EngineRequest> requests() {
     r.params.max_tokens = 6 + 3 * i;
     r.params.temperature = 0.0f;
     switch (i % 4) {
-      case 1:  // seeded sampling on the device, n > 1
+      case 1:                         // seeded sampling on the device, n > 1
         r.params.temperature = 6.0f;  // random weights make peaked rows: flatten them
         r.params.top_k = 20;
         r.params.seed = 1234;
@@ -211,14 +211,14 @@ TEST_P(AsyncSchedulingTransformer, SameStreamsWithAndWithoutTheOverlap) {
   EXPECT_TRUE(got.stats.alive);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Workloads, AsyncSchedulingTransformer,
-    ::testing::Values(Options{"plain", "", 128, false, 0},
-                      Options{"plain_cancelled", "", 128, false, 3},
-                      Options{"plain_preempting", "", 30, false, 0},
-                      Options{"plain_prefix_cached", "", 128, true, 0},
-                      Options{"attnres_prefix_cached_preempting", "full", 30, true, 0}),
-    [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Workloads, AsyncSchedulingTransformer,
+                         ::testing::Values(Options{"plain", "", 128, false, 0},
+                                           Options{"plain_cancelled", "", 128, false, 3},
+                                           Options{"plain_preempting", "", 30, false, 0},
+                                           Options{"plain_prefix_cached", "", 128, true, 0},
+                                           Options{"attnres_prefix_cached_preempting", "full", 30,
+                                                   true, 0}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace attnres::testing
