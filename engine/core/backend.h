@@ -248,6 +248,16 @@ class Backend {
   // NOTES.md, "Sampling"). The sampled rows of logits are scratch: overwritten. Every id in
   // batch.token_ids must lie in [0, vocab) (a violation throws: it is a bug of the caller).
   virtual void sample(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) = 0;
+  // The asynchronous form (async scheduling, docs/ENGINE_CONTRACT.md): sample_async queues the
+  // same work and may return before the ids exist; they are in `out` once wait_sampled()
+  // returns. `logits` and `out` must stay alive until then; `batch` is read before it returns.
+  // One at a time: wait_sampled() before the next sample or sample_async. The defaults run
+  // sample() at once (samples_asynchronously() false: nothing to overlap).
+  virtual void sample_async(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) {
+    sample(logits, batch, out);
+  }
+  virtual void wait_sampled() {}
+  virtual bool samples_asynchronously() const { return false; }
 
   // --- depth attention (ATTNRES.md §3, §2d) ---
   // Phase 1, once per block, for the S sublayers that read the same bank:

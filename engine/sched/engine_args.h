@@ -41,6 +41,10 @@ struct EngineArgs {
   // (EngineConfig::device_sampling); the same tokens either way, so off only to compare or to
   // debug a backend's sample op. Every command that runs the engine takes it.
   bool device_sampling = true;
+  // --no-async-scheduling turns it off: the host delivers step n-1's outputs while the device
+  // runs step n (EngineConfig::async_scheduling; only where the runner launches asynchronously,
+  // i.e. CUDA). The same tokens either way. Every command that runs the engine takes it.
+  bool async_scheduling = true;
 };
 
 }  // namespace attnres

@@ -72,6 +72,7 @@ EngineCore::EngineCore(EngineConfig config, ModelRunner& runner)
       depth_layout_(runner.depth_attention_layout()),
       vocabulary_(engine_vocabulary(config_, vocab_size_)),
       device_sampling_(config_.device_sampling && runner.samples_on_device()),
+      async_(config_.async_scheduling && runner.launches_asynchronously()),
       inbox_(std::make_shared<Inbox>()),
       scheduler_(config_.scheduler, BlockManager(config_.num_kv_blocks, config_.block_size,
                                                  config_.enable_prefix_caching)),
@@ -226,10 +227,10 @@ void EngineCore::loop() {
       std::unique_lock lock(inbox_->mutex);
       inbox_->wake.wait(lock, [&] {
         return inbox_->stop || !inbox_->requests.empty() || !inbox_->aborts.empty() ||
-               scheduler_.has_unfinished();
+               scheduler_.has_unfinished() || has_undelivered();
       });
       if (inbox_->stop && inbox_->requests.empty() && !scheduler_.has_unfinished() &&
-          requests_.empty()) {
+          requests_.empty() && !has_undelivered()) {
         return;
       }
     }
@@ -245,13 +246,26 @@ bool EngineCore::step() {
   cancel_requests(drained);
   const ScheduleOutput scheduled = schedule();
   std::optional<StepPlan> plan = build_batch(scheduled);
+  const bool launched = plan && launch(*plan);
+  bool accepted_in_gap = false;
+  if (async_) {
+    // The gap: the device runs this step while the host delivers the last one's outputs and
+    // takes in the requests that arrived since (they join the next schedule).
+    flush_outbox();
+    if (launched) {
+      Drained arrived = drain_new_requests();
+      accepted_in_gap = !arrived.empty();
+      accept_requests(arrived);
+    }
+  }
   StepOutputs outputs;
-  if (plan && execute(scheduled, *plan)) outputs = process_outputs(*plan);
+  if (launched && collect(scheduled, *plan)) outputs = process_outputs(*plan);
   deliver(outputs);
-  retire_finished_requests();
-  publish_stats();
-  return !drained.empty() || !scheduled.empty() || !scheduled.failed.empty() ||
-         scheduler_.has_unfinished();
+  // With async scheduling this step's outputs go out in the next step's gap, unless there is
+  // no next step to hide them behind (nothing launched, or the engine died).
+  if (!async_ || !launched || dead_) flush_outbox();
+  return !drained.empty() || accepted_in_gap || !scheduled.empty() || !scheduled.failed.empty() ||
+         scheduler_.has_unfinished() || has_undelivered();
 }
 
 EngineCore::Drained EngineCore::drain_inbox() {
@@ -260,6 +274,13 @@ EngineCore::Drained EngineCore::drain_inbox() {
   drained.requests.swap(inbox_->requests);
   drained.aborts.swap(inbox_->aborts);
   drained.abort_all = inbox_->abort_all;
+  return drained;
+}
+
+EngineCore::Drained EngineCore::drain_new_requests() {
+  Drained drained;
+  std::lock_guard lock(inbox_->mutex);
+  drained.requests.swap(inbox_->requests);
   return drained;
 }
 
@@ -356,9 +377,19 @@ std::optional<StepPlan> EngineCore::build_batch(const ScheduleOutput& scheduled)
   }
 }
 
-bool EngineCore::execute(const ScheduleOutput& scheduled, const StepPlan& plan) {
+bool EngineCore::launch(const StepPlan& plan) {
   try {
-    runner_.execute(plan.batch, step_result_);
+    runner_.launch(plan.batch, step_result_);
+  } catch (const std::exception& e) {
+    fail_engine(e);
+    return false;
+  }
+  return true;
+}
+
+bool EngineCore::collect(const ScheduleOutput& scheduled, const StepPlan& plan) {
+  try {
+    runner_.collect(step_result_);
     const size_t depth_cells = static_cast<size_t>(depth_layout_.rows() * depth_layout_.cols());
     ATTNRES_CHECK(
         !plan.batch.wants_depth_weights() ||
@@ -383,6 +414,7 @@ StepOutputs EngineCore::process_outputs(const StepPlan& plan) {
 }
 
 void EngineCore::deliver(StepOutputs& outputs) {
+  outbox_.reserve(outbox_.size() + outputs.sequences.size());
   for (SequenceStepOutput& step : outputs.sequences) {
     Sequence& seq = *step.seq;
     ActiveRequest& request = request_of(seq);
@@ -396,11 +428,18 @@ void EngineCore::deliver(StepOutputs& outputs) {
     } else if (step.output.finished()) {
       scheduler_.finish(&seq, step.output.finish_reason);
     } else {
-      request.channel->push(std::move(step.output));
+      outbox_.push_back(Outgoing{&request, std::move(step.output)});
       continue;
     }
     end_sequence(seq, std::move(step.output));
   }
+}
+
+void EngineCore::flush_outbox() {
+  for (Outgoing& out : outbox_) out.request->channel->push(std::move(out.output));
+  outbox_.clear();
+  retire_finished_requests();
+  publish_stats();
 }
 
 void EngineCore::retire_finished_requests() {
@@ -454,12 +493,13 @@ void EngineCore::end_sequence(const Sequence& seq, RequestOutput last) {
   last.choice_index = seq.choice_index;
   last.time = EngineClock::now();
   ActiveRequest& request = request_of(seq);
-  request.channel->push(std::move(last));
+  outbox_.push_back(Outgoing{&request, std::move(last)});
   request.num_unfinished -= 1;
   if (request.num_unfinished == 0) finished_requests_.push_back(request.id);
 }
 
 void EngineCore::fail_engine(const std::exception& error) {
+  dead_ = true;
   {
     std::lock_guard lock(inbox_->mutex);
     inbox_->dead = true;

@@ -8,6 +8,11 @@
 //   detokenize, logprobs, depth weights) -> deliver -> retire finished requests
 //   -> publish stats
 //
+// Async scheduling (EngineConfig::async_scheduling, with a runner whose launch() returns
+// while the step runs): execute is split into launch and collect, and in the gap between them
+// the host hands the previous step's outputs to their streams, retires its finished requests,
+// publishes stats and accepts the requests that arrived since. The tokens are the same.
+//
 // Fault isolation: a failure in one sequence's output path (sampling, detokenizing, stop
 // checks, logprobs, depth weights, non-finite logits) ends that sequence with its error and
 // nothing else; only a failure of the step itself (building the batch, the forward) stops the
@@ -58,6 +63,11 @@ struct EngineConfig {
   // sequence allows (can_sample_on_device, engine/sample/sample_row.h); false: every row's
   // logits come back and are sampled on the host. Same tokens either way.
   bool device_sampling = true;
+  // Overlap the host's delivery of step n-1 with the device running step n (vLLM's async
+  // scheduling; docs/ENGINE_CONTRACT.md, "One step, in order"). Takes effect only when the
+  // runner launches asynchronously (ModelRunner::launches_asynchronously: CUDA); with a
+  // synchronous runner it would only deliver each token one step later. Same tokens either way.
+  bool async_scheduling = true;
   // Tests only: injects a failure into one sequence's output path (sequence_output.h).
   OutputFaultHook output_fault_hook;
 };
@@ -131,6 +141,9 @@ class EngineCore {
   // Whether rows that allow it are sampled on the device (EngineConfig::device_sampling and
   // ModelRunner::samples_on_device; fixed at construction, so any thread may read it).
   bool samples_on_device() const { return device_sampling_; }
+  // Whether steps overlap the host's delivery with the device (EngineConfig::async_scheduling
+  // and ModelRunner::launches_asynchronously; fixed at construction).
+  bool async_scheduling() const { return async_; }
 
   // --- lifecycle (the owning thread) ---
   // Runs the loop on a new engine thread.
@@ -147,6 +160,11 @@ class EngineCore {
  private:
   struct ActiveRequest;
   struct Inbox;
+  // An output on its way to a request's stream (the outbox, flush_outbox).
+  struct Outgoing {
+    ActiveRequest* request = nullptr;
+    RequestOutput output;
+  };
   struct Submitted {
     EngineRequest request;
     std::shared_ptr<StreamChannel> channel;
@@ -164,6 +182,9 @@ class EngineCore {
 
   // --- the stages of step(), in order (docs/ENGINE_CONTRACT.md, "One step, in order")
   Drained drain_inbox();
+  // The gap's share of the inbox: new requests only; aborts wait for the next step's cancel
+  // stage (the step in flight still holds the sequences they would end).
+  Drained drain_new_requests();
   // Fans each request out into its n sequences and queues them in the scheduler.
   void accept_requests(Drained& drained);
   // Ends aborted requests' unfinished sequences; their blocks are free before scheduling.
@@ -173,19 +194,27 @@ class EngineCore {
   // Commits the step (add_to_batch advances computed counts). Null when nothing is
   // scheduled, or when building failed (the engine is then dead).
   std::optional<StepPlan> build_batch(const ScheduleOutput& scheduled);
-  // The forward into step_result_; registers the newly full blocks in the prefix cache. False
-  // when it failed (the engine is then dead).
-  bool execute(const ScheduleOutput& scheduled, const StepPlan& plan);
+  // Queues the forward (ModelRunner::launch). False when it failed (the engine is then dead).
+  bool launch(const StepPlan& plan);
+  // Waits for it (ModelRunner::collect) and checks step_result_; registers the newly full
+  // blocks in the prefix cache. False when it failed (the engine is then dead).
+  bool collect(const ScheduleOutput& scheduled, const StepPlan& plan);
   StepOutputs process_outputs(const StepPlan& plan);
-  // Pushes each sequence's output to its stream; finishes the sequences that ended.
+  // Counts usage and queues each sequence's output for its stream; finishes the sequences that
+  // ended (their blocks are free for the next schedule).
   void deliver(StepOutputs& outputs);
+  // Pushes the queued outputs to their streams, in order, then retires and publishes: at the
+  // end of the step, or with async scheduling in the next step's gap.
+  void flush_outbox();
   // Closes the streams of requests whose choices all finished and forgets them.
   void retire_finished_requests();
   void publish_stats();
+  // Outputs or retirements not yet handed to the front ends.
+  bool has_undelivered() const { return !outbox_.empty() || !finished_requests_.empty(); }
 
   // --- helpers
   ActiveRequest& request_of(const Sequence& seq);
-  // A sequence ended (the scheduler has already finished it): counts it, pushes its last
+  // A sequence ended (the scheduler has already finished it): counts it, queues its last
   // output and queues its request for retiring when it was the last choice.
   void end_sequence(const Sequence& seq, RequestOutput last);
   // The step itself failed: the KV cache is in an unknown state, so every request ends with
@@ -199,6 +228,7 @@ class EngineCore {
   const DepthAttentionLayout depth_layout_;
   const Vocabulary vocabulary_;  // what requests may name (immutable: any thread reads it)
   const bool device_sampling_;   // config_.device_sampling and the runner samples on the device
+  const bool async_;             // config_.async_scheduling and the runner launches asynchronously
 
   // Shared with front-end threads (guarded by inbox_->mutex).
   std::shared_ptr<Inbox> inbox_;
@@ -208,6 +238,8 @@ class EngineCore {
   OutputProcessor output_processor_;
   std::unordered_map<std::string, std::unique_ptr<ActiveRequest>> requests_;
   std::vector<std::string> finished_requests_;  // ids whose choices all ended: retire them
+  std::vector<Outgoing> outbox_;                // outputs not yet pushed, in order
+  bool dead_ = false;                           // a step failed (fail_engine)
   uint64_t next_arrival_order_ = 0;
   StepResult step_result_;  // the forward's output, its buffers reused from step to step
   EngineStats counters_;    // the engine thread's running totals

@@ -272,6 +272,7 @@ EngineConfig make_engine_config(const EngineArgs& args, const LoadedModel& model
   EngineConfig config;
   config.enable_prefix_caching = args.enable_prefix_caching;
   config.device_sampling = args.device_sampling;
+  config.async_scheduling = args.async_scheduling;
   config.scheduler.max_num_seqs = args.max_num_seqs;
   config.scheduler.max_num_batched_tokens = args.max_num_batched_tokens;
   config.scheduler.max_model_len = max_model_len;

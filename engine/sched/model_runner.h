@@ -59,6 +59,18 @@ class ModelRunner {
   // batch.wants_depth_weights().
   virtual void execute(const StepBatch& batch, StepResult& result) = 0;
 
+  // The same step split in two, for async scheduling (docs/ENGINE_CONTRACT.md, "One step, in
+  // order"): launch() queues the step and may return before it has run; collect() waits for
+  // it, after which `result` (the one given to launch) holds what execute() would have put
+  // there. In between the engine neither changes `batch` nor reads or writes `result`, and it
+  // calls collect() exactly once per launch(), before the next launch(); either may throw what
+  // the step threw. The defaults run execute() inside launch(): synchronous.
+  virtual void launch(const StepBatch& batch, StepResult& result) { execute(batch, result); }
+  virtual void collect(StepResult& result) { (void)result; }
+  // Whether launch() returns while the step still runs, so that the engine has a gap to fill
+  // (EngineConfig::async_scheduling is on only then). False by default.
+  virtual bool launches_asynchronously() const { return false; }
+
   // Depth-attention introspection (ATTNRES.md §5), optional. The rows and columns of the
   // depth-mix weight matrices; empty (the default) when the runner's model has no depth mixes
   // or the runner cannot report them, and then the engine refuses requests that ask.

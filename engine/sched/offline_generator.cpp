@@ -77,6 +77,7 @@ std::vector<GenerationResult> OfflineGenerator::generate(
   config.block_size = options_.block_size;
   config.max_queued_requests = count;
   config.device_sampling = options_.device_sampling;
+  config.async_scheduling = options_.async_scheduling;
   config.eos_ids = context_.eos_ids;
   config.vocabulary = context_.vocabulary;
   config.output_fault_hook = context_.fault_hook;

@@ -50,6 +50,7 @@ struct OfflineGeneratorOptions {
   int max_model_len = 0;          // prompt + max_tokens limit
   int max_prefill_tokens = 8192;  // tokens computed per step (the scheduler's token budget)
   bool device_sampling = true;    // EngineConfig::device_sampling (--no-device-sampling)
+  bool async_scheduling = true;   // EngineConfig::async_scheduling (--no-async-scheduling)
 };
 
 class OfflineGenerator {

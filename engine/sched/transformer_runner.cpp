@@ -36,6 +36,25 @@ TransformerRunner::TransformerRunner(Transformer& model, int num_blocks, int blo
 int TransformerRunner::vocab_size() const { return model_.config().vocab_size; }
 
 void TransformerRunner::execute(const StepBatch& batch, StepResult& result) {
+  launch(batch, result);
+  collect(result);
+}
+
+bool TransformerRunner::launches_asynchronously() const {
+  return model_.backend().samples_asynchronously();
+}
+
+void TransformerRunner::collect(StepResult& result) {
+  (void)result;  // launch() gave the backend result.sampled_ids to fill
+  ATTNRES_CHECK(in_flight_, "TransformerRunner::collect without a launched step");
+  in_flight_ = false;
+  Tensor logits = std::move(in_flight_logits_);
+  in_flight_logits_ = Tensor();
+  model_.backend().wait_sampled();
+}
+
+void TransformerRunner::launch(const StepBatch& batch, StepResult& result) {
+  ATTNRES_CHECK(!in_flight_, "TransformerRunner::launch while a step is in flight");
   result.depth_weights.clear();
   const DepthWeightsRequest depth{batch.depth_rows, &result.depth_weights};
   // One LM head over both kinds of rows: the sampled ones first, so they are rows [0, S) of the
@@ -59,7 +78,11 @@ void TransformerRunner::execute(const StepBatch& batch, StepResult& result) {
   result.logits.resize(static_cast<size_t>(host_rows.numel()));
   // A step with only non-final prefill chunks asks for no logits.
   if (!result.logits.empty()) model_.backend().download(host_rows, result.logits.data());
-  if (sampled > 0) model_.backend().sample(device_logits, batch.sampling, result.sampled_ids);
+  if (sampled > 0) {
+    model_.backend().sample_async(device_logits, batch.sampling, result.sampled_ids);
+  }
+  in_flight_logits_ = std::move(device_logits);
+  in_flight_ = true;
 }
 
 DepthAttentionLayout TransformerRunner::depth_attention_layout() const {

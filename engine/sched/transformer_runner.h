@@ -34,6 +34,12 @@ class TransformerRunner : public ModelRunner {
 
   int vocab_size() const override;
   void execute(const StepBatch& batch, StepResult& result) override;
+  // execute() in two halves: launch() queues the forward and the sample op and returns (the
+  // host logits, when the step has any, are downloaded inside it: that copy waits); collect()
+  // waits for the sampled ids. Asynchronous where the backend samples asynchronously (CUDA).
+  void launch(const StepBatch& batch, StepResult& result) override;
+  void collect(StepResult& result) override;
+  bool launches_asynchronously() const override;
   DepthAttentionLayout depth_attention_layout() const override;
   bool samples_on_device() const override { return true; }
 
@@ -46,6 +52,9 @@ class TransformerRunner : public ModelRunner {
   KvCache cache_;
   std::unique_ptr<DecodeGraphs> graphs_;
   std::vector<int32_t> head_rows_;  // the LM head's rows: sample_rows, then logit_rows
+  // The launched step's logits, which the queued sample op reads: held until collect().
+  Tensor in_flight_logits_;
+  bool in_flight_ = false;
 };
 
 }  // namespace attnres

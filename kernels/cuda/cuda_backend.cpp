@@ -91,6 +91,7 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   CUDA_CHECK(cudaStreamCreateWithFlags(&im.stream, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&im.meta_copied, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&im.rows_copied, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&im.sample_ids_copied, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventRecord(im.meta_copied, im.stream));
   CUDA_CHECK(cudaEventRecord(im.rows_copied, im.stream));
   im.allocator = std::make_shared<cuda::CachingAllocator>(device);
@@ -118,6 +119,7 @@ CudaBackend::~CudaBackend() {
   im.sample_host.reset();
   if (im.meta_copied) cudaEventDestroy(im.meta_copied);
   if (im.rows_copied) cudaEventDestroy(im.rows_copied);
+  if (im.sample_ids_copied) cudaEventDestroy(im.sample_ids_copied);
   im.meta_device.reset();
   im.rows_device.reset();
   im.act_scratch.reset();

@@ -157,6 +157,11 @@ class CudaBackend : public Backend {
   // The same with ctas_per_row CTAs per row (1, 2, 4 or 8; 0: cuda::plan_sample_ctas_per_row
   // picks, as the override does), so tests can compare the splits.
   void sample(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out, int ctas_per_row);
+  // Async scheduling: the same work queued, the ids' D2H copy into the pinned staging
+  // followed by an event; wait_sampled() waits for that event and copies them into `out`.
+  void sample_async(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) override;
+  void wait_sampled() override;
+  bool samples_asynchronously() const override { return true; }
 
   // Captures the work `record` queues on this backend's stream into a CUDA graph (see
   // CudaGraph). Warm up first: run the same step eagerly once, so that the caching allocator
@@ -208,6 +213,10 @@ class CudaBackend : public Backend {
   // goes through here. Costs a cudaGetDevice (thread-local state); cudaSetDevice only on a
   // mismatch. The previous device is not restored.
   Impl& on_device();
+  // sample() and sample_async(): queues the upload, the kernel and the ids' copy back; `wait`
+  // waits for them, else wait_sampled() does.
+  void queue_sample(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out,
+                    int ctas_per_row, bool wait);
 
   std::unique_ptr<Impl> impl_;
 };

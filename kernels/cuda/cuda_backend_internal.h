@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "kernels/cuda/cuda_allocator.h"
 #include "kernels/cuda/cuda_attention_dispatch.h"
@@ -85,6 +86,13 @@ struct CudaBackend::Impl {
   // penalty: zeroed once when allocated, left zero by every launch.
   std::shared_ptr<void> sample_counts;
   size_t sample_counts_bytes = 0;
+  // sample_async: the ids of the call in flight land in sample_host at sample_out_offset;
+  // sample_ids_copied is recorded after their D2H copy. wait_sampled() waits for it and copies
+  // them into sample_out. A pending call is waited for before the staging is rewritten.
+  cudaEvent_t sample_ids_copied = nullptr;
+  bool sample_pending = false;
+  size_t sample_out_offset = 0;
+  std::span<int32_t> sample_out;
 
   // --- linear: activations converted to the weight dtype ---
   std::shared_ptr<void> act_scratch;

@@ -893,8 +893,31 @@ void CudaBackend::sample(Tensor& logits, const SampleBatch& batch, std::span<int
   sample(logits, batch, out, 0);
 }
 
+// The same queued work as sample(); the wait moves to wait_sampled(), so the host can prepare
+// the next step while this one's forward and sampling run (async scheduling).
+void CudaBackend::sample_async(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) {
+  queue_sample(logits, batch, out, 0, /*wait=*/false);
+}
+
+void CudaBackend::wait_sampled() {
+  Impl& im = on_device();
+  if (!im.sample_pending) return;
+  im.sample_pending = false;
+  CUDA_CHECK(cudaEventSynchronize(im.sample_ids_copied));
+  std::memcpy(im.sample_out.data(), static_cast<char*>(im.sample_host.get()) + im.sample_out_offset,
+              im.sample_out.size_bytes());
+  im.sample_out = {};
+}
+
 void CudaBackend::sample(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out,
                          int ctas_per_row) {
+  queue_sample(logits, batch, out, ctas_per_row, /*wait=*/true);
+}
+
+void CudaBackend::queue_sample(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out,
+                               int ctas_per_row, bool wait) {
+  // A call still in flight reads and writes the staging rewritten below: finish it first.
+  wait_sampled();
   const int64_t rows = static_cast<int64_t>(batch.rows.size());
   ATTNRES_CHECK(logits.rank() == 2 && logits.dim(0) >= rows,
                 "sample: logits " + shape_str(logits.shape) + " for " + std::to_string(rows) +
@@ -930,7 +953,7 @@ void CudaBackend::sample(Tensor& logits, const SampleBatch& batch, std::span<int
   ATTNRES_CHECK(!im.capturing(), "sample: cannot run inside a CUDA graph capture");
   if (ctas_per_row == 0) ctas_per_row = cuda::plan_sample_ctas_per_row(rows, vocab, im.sm_count);
 
-  // Staging: grown (rarely), never shrunk. The last call synchronized, so nothing still reads it.
+  // Staging: grown (rarely), never shrunk. The last call was waited for, so nothing reads it.
   const cuda::SampleStagingLayout layout = cuda::sample_staging_layout(rows, num_ids);
   if (layout.total_bytes > im.sample_host_bytes) {
     const size_t grown = cuda::grown_staging_bytes(im.sample_host_bytes, layout.total_bytes);
@@ -970,6 +993,13 @@ void CudaBackend::sample(Tensor& logits, const SampleBatch& batch, std::span<int
   const size_t out_bytes = static_cast<size_t>(rows) * sizeof(int32_t);
   CUDA_CHECK(cudaMemcpyAsync(host + layout.out_offset, device + layout.out_offset, out_bytes,
                              cudaMemcpyDeviceToHost, im.stream));
+  if (!wait) {
+    CUDA_CHECK(cudaEventRecord(im.sample_ids_copied, im.stream));
+    im.sample_out = out;
+    im.sample_out_offset = layout.out_offset;
+    im.sample_pending = true;
+    return;
+  }
   CUDA_CHECK(cudaStreamSynchronize(im.stream));
   std::memcpy(out.data(), host + layout.out_offset, out_bytes);
 }

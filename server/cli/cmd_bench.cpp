@@ -85,6 +85,7 @@ class LatencyRun {
     EngineArgs args = engine_args_from_flags(flags);
     args.model = model_arg;  // --model repeats: this run's (what other ranks load under mpirun)
     options.device_sampling = args.device_sampling;
+    options.async_scheduling = args.async_scheduling;
     exec_ = make_model_execution(args, model_, options.num_kv_blocks, options.block_size);
     generator_ = std::make_unique<OfflineGenerator>(*exec_->runner, model_.tokenizer,
                                                     model_.eos_token_ids(), options);

@@ -64,6 +64,7 @@ int run_generate(const std::vector<std::string>& args) {
   options.num_kv_blocks = OfflineGenerator::blocks_needed({request}, options.block_size);
   const EngineArgs engine_args = engine_args_from_flags(flags);
   options.device_sampling = engine_args.device_sampling;
+  options.async_scheduling = engine_args.async_scheduling;
   auto exec = make_model_execution(engine_args, model, options.num_kv_blocks, options.block_size);
   OfflineGenerator generator(*exec->runner, model.tokenizer, model.eos_token_ids(), options);
   OfflineGenerator::TextCallback stream;

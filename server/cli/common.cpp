@@ -34,6 +34,10 @@ std::vector<FlagSpec> model_flags() {
       {"no-device-sampling", "",
        "sample every token on the host from downloaded logits instead of with the "
        "backend's sample op (the same tokens either way; to compare or to debug)"},
+      {"no-async-scheduling", "",
+       "run each engine step strictly in order instead of handing the last step's outputs "
+       "to their streams while the device runs the next (the overlap needs a backend that "
+       "samples asynchronously: cuda; the same tokens either way)"},
   };
 }
 
@@ -50,6 +54,7 @@ EngineArgs engine_args_from_flags(const Flags& flags) {
   args.depth_bank_dtype = flags.get("depth-bank-dtype", "auto");
   args.enforce_eager = flags.has("enforce-eager");
   args.device_sampling = !flags.has("no-device-sampling");
+  args.async_scheduling = !flags.has("no-async-scheduling");
   return args;
 }
 

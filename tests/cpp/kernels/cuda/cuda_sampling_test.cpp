@@ -251,6 +251,51 @@ TEST(CudaSample, StagingIsReusedWithoutAllocating) {
   }
 }
 
+// sample_async (async scheduling): the same ids as sample(), greedy rows against the CPU op
+// exactly, once wait_sampled() returns; a second sample_async before the wait finishes the
+// first one itself (the staging is rewritten), and a wait with nothing in flight is a no-op.
+TEST(CudaSample, AsyncGivesTheSynchronousIdsAfterTheWait) {
+  SKIP_WITHOUT_CUDA();
+  CudaBackend gpu;
+  CpuBackend cpu(8);
+  EXPECT_TRUE(gpu.samples_asynchronously());
+  std::mt19937_64 rng(402);
+  const std::vector<int32_t> eos_ids = {151645};
+  auto make = [&](int rows, bool greedy, Tensor& host) {
+    SampleBatch batch;
+    batch.decodable = kDecodable;
+    host = Tensor::empty({rows, kVocab}, DType::F32);
+    for (int r = 0; r < rows; ++r) {
+      RowCase c = random_case(rng, {});
+      if (greedy) c.params.temperature = 0.0f;
+      const std::vector<float> row = model_like_logits(rng, kVocab);
+      std::copy(row.begin(), row.end(), host.ptr<float>() + static_cast<int64_t>(r) * kVocab);
+      Sampler(c.params, 7).add_device_row(c.prompt, c.output, eos_ids, batch);
+    }
+    return batch;
+  };
+  Tensor host_a, host_b;
+  const SampleBatch a = make(64, true, host_a);
+  const SampleBatch b = make(33, false, host_b);
+  std::vector<int32_t> sync_a(64), sync_b(33), cpu_a(64);
+  Tensor dev = to_device(gpu, host_a);
+  gpu.sample(dev, a, sync_a);
+  dev = to_device(gpu, host_b);
+  gpu.sample(dev, b, sync_b);
+  cpu.sample(host_a, a, cpu_a);
+  EXPECT_EQ(sync_a, cpu_a);
+
+  std::vector<int32_t> async_a(64, -7), async_b(33, -7);
+  Tensor dev_a = to_device(gpu, host_a), dev_b = to_device(gpu, host_b);
+  gpu.sample_async(dev_a, a, async_a);
+  gpu.sample_async(dev_b, b, async_b);  // waits for a's ids first
+  EXPECT_EQ(async_a, sync_a);
+  gpu.wait_sampled();
+  EXPECT_EQ(async_b, sync_b);
+  gpu.wait_sampled();  // nothing in flight
+  EXPECT_EQ(async_b, sync_b);
+}
+
 TEST(CudaSample, RowsTheHostWouldRefuseGetTheirCodes) {
   SKIP_WITHOUT_CUDA();
   CudaBackend gpu;
