@@ -61,6 +61,9 @@ case "$mode" in
       #    replayed as graphs through the runner (CudaDecodeGraphs.*); CUDA graphs (CudaGraph.*),
       #    the batch contract (CudaBatchInvariance.*, which prints whether 16 rows equal 1),
       #    the device guard from a second thread and the KV memory query (CudaMemory.*).
+      #    Added 2026-11-25 (all bit for bit against their unfused paths, and the CPU):
+      #    CudaFusedDecode.* (QKV GEMV + RoPE + store, one cluster per head), CudaBf16Activations.*,
+      #    CudaAsyncScheduling.* and CudaSample.Async*, CudaPrefillAttention.*, CudaLaunch*.
       "$dev/attnres_cuda_tests" 2>&1 | tee "$out/test.log" \
         | grep -E "^\[  FAILED|^\[  PASSED|^\[  SKIPPED \] [0-9]+ tests|Failure|rror|batch-mates:" || true
     fi
@@ -68,7 +71,8 @@ case "$mode" in
       # 2. Out-of-bounds accesses and shared-memory races (ops, memory and graphs; the graph
       #    tests' tiny model runs a few forwards; the bigger model tests are slow under it).
       compute-sanitizer --tool memcheck --error-exitcode 9 "$dev/attnres_cuda_tests" \
-        --gtest_filter='CudaOps.*:CudaMemory.*:CudaGraph.*:*CudaDecodeGraphs.*' > "$out/memcheck.log" 2>&1 \
+        --gtest_filter='CudaOps.*:CudaMemory.*:CudaGraph.*:*CudaDecodeGraphs.*:CudaFusedDecode.QkvRopeStore*:CudaPrefillAttention.*:CudaSample*' \
+        > "$out/memcheck.log" 2>&1 \
         && echo "memcheck: clean" || echo "memcheck: FAILED (see memcheck.log)"
       compute-sanitizer --tool racecheck --error-exitcode 9 "$dev/attnres_cuda_tests" \
         --gtest_filter='CudaOps.RmsNorm:CudaOps.DepthPhase*:CudaOps.DepthWeights:CudaOps.QkNormRope' \
@@ -86,6 +90,8 @@ case "$mode" in
       "$dev/bench_cuda_backend" 2>&1 | tee "$out/bench.log" || echo "bench: FAILED"
       "$dev/bench_cuda_backend" --only step --kv-dtype float32 2>&1 | tee "$out/bench_f32kv.log" \
         || echo "bench (f32 KV): FAILED"
+      "$dev/bench_cuda_backend" --only step --pdl off 2>&1 | tee "$out/bench_pdl_off.log" \
+        || echo "bench (PDL off): FAILED"
     fi
     if want 5; then
       # 5. Issue #13's acceptance shape: the twins' decode at context 1024.
@@ -97,7 +103,7 @@ case "$mode" in
       #    prompts of the twins against the bf16 GEMM rate of the same run.
       "$dev/bench_cuda_backend" --only prefill-attention 2>&1 | tee "$out/bench_prefill_attention.log" \
         || echo "bench (prefill attention): FAILED"
-      "$dev/bench_cuda_backend" --only prefill --steps 5 2>&1 | tee "$out/bench_prefill.log" \
+      "$dev/bench_cuda_backend" --only prefill --steps 5 --bf16-act both 2>&1 | tee "$out/bench_prefill.log" \
         || echo "bench (prefill): FAILED"
     fi
     if want 7; then
