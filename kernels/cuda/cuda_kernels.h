@@ -176,23 +176,28 @@ constexpr int kMaxAttentionHeadDim = 256;
 // The most context splits one token's attention is cut into (bounds the partials' scratch).
 constexpr int kMaxAttentionSplits = 128;
 
-struct PagedAttentionArgs {
+// What both attention kernels read: the queries, the paged cache and where each row's keys
+// are, and the output. Filled once per op (CudaBackend::attention) for both launches.
+struct PagedCacheAttention {
   const float* q = nullptr;        // [T, hq * hd]
   const void* k_cache = nullptr;   // [num_blocks, block_size, hkv, hd] of kv_dtype
   const void* v_cache = nullptr;
-  DType kv_dtype = DType::F32;            // F32 or BF16
-  const int32_t* positions = nullptr;     // [T]
-  const int32_t* seq_of_token = nullptr;  // [T]
-  const int32_t* block_table = nullptr;   // [num_seqs, max_blocks] row-major, padded
+  DType kv_dtype = DType::F32;           // F32 or BF16
+  const int32_t* positions = nullptr;    // [T]
+  const int32_t* block_table = nullptr;  // [num_seqs, max_blocks] row-major, padded
   int max_blocks = 0;
-  // Rows this launch computes: row i is token rows[i] of q / out, or token i when rows is
-  // null (every row). A step with prefill chunks gives flash-decoding only its other rows.
-  int64_t num_tokens = 0;
-  const int32_t* rows = nullptr;  // [num_tokens] or null
   int hq = 0, hkv = 0, head_dim = 0, block_size = 0;
   float scale = 1.0f;
   void* out = nullptr;           // [T, hq * hd] of out_dtype
   DType out_dtype = DType::F32;  // F32 or BF16 (rounded from the f32 value)
+};
+
+struct PagedAttentionArgs : PagedCacheAttention {
+  const int32_t* seq_of_token = nullptr;  // [T]
+  // Rows this launch computes: row i is token rows[i] of q / out, or token i when rows is
+  // null (every row). A step with prefill chunks gives flash-decoding only its other rows.
+  int64_t num_tokens = 0;
+  const int32_t* rows = nullptr;  // [num_tokens] or null
   // Split-K over positions (flash-decoding): split s of a token covers positions
   // [s * split_len, (s + 1) * split_len), its last split running to the end of its context;
   // a token uses ceil(context / split_len) splits, at most num_splits. With num_splits > 1,
@@ -236,20 +241,10 @@ struct PrefillTile {
   int32_t min_position = 0;  // min position of its rows: keys up to it need no mask
 };
 static_assert(sizeof(PrefillTile) == 5 * sizeof(int32_t), "staged as int32 words");
-struct PrefillAttentionArgs {
-  const float* q = nullptr;  // [T, hq * hd]
-  const void* k_cache = nullptr;
-  const void* v_cache = nullptr;  // [num_blocks, block_size, hkv, hd] of kv_dtype
-  DType kv_dtype = DType::F32;
-  const int32_t* positions = nullptr;    // [T]
-  const int32_t* block_table = nullptr;  // [num_seqs, max_blocks]
-  int max_blocks = 0;
+// The tiles' rows of out are written.
+struct PrefillAttentionArgs : PagedCacheAttention {
   const PrefillTile* tiles = nullptr;  // [num_tiles]
   int num_tiles = 0;
-  int hq = 0, hkv = 0, head_dim = 0, block_size = 0;
-  float scale = 1.0f;
-  void* out = nullptr;           // [T, hq * hd] of out_dtype: the tiles' rows are written
-  DType out_dtype = DType::F32;  // F32 or BF16 (rounded from the f32 value)
 };
 // Whether the prefill kernel takes this shape: head_dim 64 or 128, F32 or BF16, both caches
 // 16-byte aligned (rows are then whole 16-byte vectors). Otherwise flash-decoding does it all.

@@ -599,45 +599,34 @@ void CudaBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Ba
                                                             cache.k.data, cache.v.data) &&
                            reinterpret_cast<uintptr_t>(q.data) % 8 == 0 &&
                            reinterpret_cast<uintptr_t>(out.data) % 8 == 0;
+  cuda::PagedCacheAttention common;
+  common.q = f32(q);
+  common.k_cache = cache.k.data;
+  common.v_cache = cache.v.data;
+  common.kv_dtype = cache.k.dtype;
+  common.positions = im.positions;
+  common.block_table = im.block_table;
+  common.max_blocks = im.max_blocks;
+  common.hq = static_cast<int>(hq);
+  common.hkv = static_cast<int>(hkv);
+  common.head_dim = static_cast<int>(hd);
+  common.block_size = static_cast<int>(cache.k.dim(1));
+  common.scale = scale;
+  common.out = out.data;
+  common.out_dtype = out.dtype;
   if (use_prefill) {
     cuda::PrefillAttentionArgs pre;
-    pre.q = f32(q);
-    pre.k_cache = cache.k.data;
-    pre.v_cache = cache.v.data;
-    pre.kv_dtype = cache.k.dtype;
-    pre.positions = im.positions;
-    pre.block_table = im.block_table;
-    pre.max_blocks = im.max_blocks;
+    static_cast<cuda::PagedCacheAttention&>(pre) = common;
     pre.tiles = im.prefill_tiles;
     pre.num_tiles = static_cast<int>(dispatch.tiles.size());
-    pre.hq = static_cast<int>(hq);
-    pre.hkv = static_cast<int>(hkv);
-    pre.head_dim = static_cast<int>(hd);
-    pre.block_size = static_cast<int>(cache.k.dim(1));
-    pre.scale = scale;
-    pre.out = out.data;
-    pre.out_dtype = out.dtype;
     cuda::launch_prefill_attention(pre, im.stream);
     if (dispatch.decode_rows.empty()) return;
   }
   cuda::PagedAttentionArgs args;
-  args.q = f32(q);
-  args.k_cache = cache.k.data;
-  args.v_cache = cache.v.data;
-  args.kv_dtype = cache.k.dtype;
-  args.positions = im.positions;
+  static_cast<cuda::PagedCacheAttention&>(args) = common;
   args.seq_of_token = im.seq_of_token;
-  args.block_table = im.block_table;
-  args.max_blocks = im.max_blocks;
   args.num_tokens = use_prefill ? static_cast<int64_t>(dispatch.decode_rows.size()) : T;
   args.rows = use_prefill ? im.decode_rows : nullptr;
-  args.hq = static_cast<int>(hq);
-  args.hkv = static_cast<int>(hkv);
-  args.head_dim = static_cast<int>(hd);
-  args.block_size = static_cast<int>(cache.k.dim(1));
-  args.scale = scale;
-  args.out = out.data;
-  args.out_dtype = out.dtype;
   // Split the context across CTAs when the batch alone cannot fill the GPU (decode at small
   // batch); the partial results live in scratch until the merge kernel has read them (the
   // block returns to the cache when `partials` dies, stream-ordered like every tensor).
