@@ -175,10 +175,10 @@ int64_t micro_calls_per_tile(int64_t ksteps, int64_t chunk_rows) {
 }
 
 // The next tile's weight rows, prefetched into L2 a few cache lines per microkernel call of
-// this tile, so that pack_panel finds them there. Without it every tile's rows come from DRAM
-// when pack_panel reads them (a 0.6B forward streams 1.2 GB of weights past the caches) and
-// each of its kNr short row streams waits for the hardware prefetcher to start: the prefill
-// GEMMs ran 5-8% slower (docs/BENCHMARKS.md). Only a hint: no value changes.
+// this tile, so that pack_panel finds them there. Without it pack_panel reads every tile's
+// rows from DRAM with nothing overlapping the wait (a 0.6B forward streams 1.2 GB of weights
+// past the caches); with it prefill was 4-10% faster (medians over three alternated rounds,
+// docs/BENCHMARKS.md). Only a hint: no value changes.
 class NextPanelPrefetch {
  public:
   // Weight rows [o0, o1) (none when o0 == o1) of w [N, k_dim], over `calls` steps.
