@@ -238,6 +238,17 @@ class Backend {
   // x += y, same shape.
   virtual void add_inplace(Tensor& x, const Tensor& y) = 0;
 
+  // A residual add that also pushes a depth-bank entry: x += y, then entry = the new x
+  // (PushedRow::Sum: the cumulative modes' partial) or y (PushedRow::Addend: the delta modes'
+  // sublayer output), converted as copy() converts (entry F32, or BF16 where
+  // supports_depth_bank_dtype says so). The default is exactly add_inplace then copy; a
+  // backend may do both in one pass, reading y once instead of reading a row back to copy it.
+  enum class PushedRow { Sum, Addend };
+  virtual void add_inplace_push(Tensor& x, const Tensor& y, Tensor& entry, PushedRow pushed) {
+    add_inplace(x, y);
+    copy(pushed == PushedRow::Sum ? x : y, entry);
+  }
+
   // out[i] = x[rows[i]]. x [R, n]; out [rows.size(), n]; out must not alias x.
   virtual void gather_rows(const Tensor& x, std::span<const int32_t> rows, Tensor& out) = 0;
 

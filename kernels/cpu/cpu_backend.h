@@ -8,7 +8,7 @@
 //   cpu_norm_rope.cpp    rms_norm, qk_norm_rope
 //   cpu_depth_mix.cpp    depth_phase1, depth_phase2_prenorm (ATTNRES.md §3)
 //   cpu_depth_weights.cpp  depth_weights (introspection, ATTNRES.md §5)
-//   cpu_elementwise.cpp  embedding, swiglu, add_inplace, gather_rows
+//   cpu_elementwise.cpp  embedding, swiglu, add_inplace(_push), gather_rows
 //   cpu_sampling.cpp     sample (the host Sampler's pipeline per row, engine/sample/sample_row.h)
 // Each op opens at most one parallel region on the backend's pool (worker_pool.h), all
 // threads_ or one: a backend, like its pool, is used by one thread at a time (the engine
@@ -67,6 +67,7 @@ class CpuBackend : public Backend {
                  float scale, Tensor& out) override;
   void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) override;
   void add_inplace(Tensor& x, const Tensor& y) override;
+  void add_inplace_push(Tensor& x, const Tensor& y, Tensor& entry, PushedRow pushed) override;
   void gather_rows(const Tensor& x, std::span<const int32_t> rows, Tensor& out) override;
   void depth_phase1(const Tensor& queries, const Tensor& bank, int n, float eps, Tensor& m,
                     Tensor& s, Tensor& o, const Tensor* source_gate_logits = nullptr) override;

@@ -1,6 +1,7 @@
-// Row-wise and element-wise ops: embedding (gather + widen), swiglu, add_inplace,
-// gather_rows. All are pure streaming over contiguous f32 rows; each parallelises over rows
-// (or flat chunks) only when the op is large enough to amortise waking the thread team.
+// Row-wise and element-wise ops: embedding (gather + widen), swiglu, add_inplace (and
+// add_inplace_push, the residual add that also writes a bf16 depth-bank entry), gather_rows. All
+// are pure streaming over contiguous f32 rows; each parallelises over rows (or flat chunks) only
+// when the op is large enough to amortise waking the thread team.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -98,6 +99,42 @@ void CpuBackend::add_inplace(Tensor& x, const Tensor& y) {
   const float* yp = y.ptr<float>();
   pool_->parallel_for(total, threads_ > 1 && total >= kParallelMin,
                       [&](int64_t i) { xp[i] += yp[i]; });
+}
+
+// One pass where add_inplace then copy() would read the pushed row back: in a 0.6B prefill of
+// a bank-every-sublayer mode the pushes were ~1 ms of the ~12 ms of depth work.
+void CpuBackend::add_inplace_push(Tensor& x, const Tensor& y, Tensor& entry, PushedRow pushed) {
+  ATTNRES_CHECK(x.shape == y.shape && x.dtype == DType::F32 && y.dtype == DType::F32,
+                "add_inplace_push x " + shape_str(x.shape) + " y " + shape_str(y.shape));
+  ATTNRES_CHECK(entry.shape == x.shape && (entry.dtype == DType::F32 || entry.dtype == DType::BF16),
+                "add_inplace_push entry " + shape_str(entry.shape) + " " +
+                    std::string(dtype_name(entry.dtype)));
+  if (entry.dtype == DType::F32) {  // nothing to fuse: the push is a plain copy
+    add_inplace(x, y);
+    copy(pushed == PushedRow::Sum ? x : y, entry);
+    return;
+  }
+  const int64_t total = x.numel();
+  constexpr int64_t kChunk = 1 << 14;
+  const int64_t chunks = (total + kChunk - 1) / kChunk;
+  float* xp = x.ptr<float>();
+  const float* yp = y.ptr<float>();
+  uint16_t* ep = entry.ptr<uint16_t>();
+  const bool push_sum = pushed == PushedRow::Sum;
+  pool_->parallel_for(chunks, threads_ > 1 && total >= kParallelMin, [&](int64_t c) {
+    const int64_t begin = c * kChunk, end = std::min(total, begin + kChunk);
+    int64_t i = begin;
+    for (; i + cpu::kLanes <= end; i += cpu::kLanes) {
+      const cpu::VecF yv = cpu::vload(yp + i);
+      const cpu::VecF sum = cpu::vadd(cpu::vload(xp + i), yv);
+      cpu::vstore(xp + i, sum);
+      cpu::vstore_bf16(ep + i, push_sum ? sum : yv);
+    }
+    for (; i < end; ++i) {
+      xp[i] += yp[i];
+      ep[i] = f32_to_bf16(push_sum ? xp[i] : yp[i]);
+    }
+  });
 }
 
 void CpuBackend::gather_rows(const Tensor& x, std::span<const int32_t> rows, Tensor& out) {

@@ -74,6 +74,54 @@ TEST(CpuDepthBankBf16, CopyRoundsF32IntoBf16AndRefusesOtherConversions) {
   EXPECT_FALSE(be->supports_depth_bank_dtype(DType::F16));
 }
 
+// add_inplace_push (the residual add that also writes the pushed bank entry) in one pass
+// gives the bits of its default, add_inplace then copy: the sum, and the entry rounded from
+// the sum (the cumulative modes) or from the addend (the delta modes). Both sizes have a
+// tail; 70000 spans several parallel chunks.
+TEST(CpuDepthBankBf16, AddInplacePushIsTheAddThenTheCopy) {
+  auto be = make_cpu_backend(2);
+  for (const int64_t n : {int64_t{37}, int64_t{70000}}) {
+    const std::vector<float> x0 = rounding_cases(static_cast<size_t>(n) - 18);
+    std::vector<float> y0(x0.size());
+    std::mt19937 rng(static_cast<uint32_t>(n));
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    for (float& v : y0) v = normal(rng);
+    for (const auto pushed : {Backend::PushedRow::Sum, Backend::PushedRow::Addend}) {
+      SCOPED_TRACE("n " + std::to_string(n) +
+                   (pushed == Backend::PushedRow::Sum ? " sum" : " addend"));
+      Tensor y = be->alloc({n}, DType::F32);
+      std::memcpy(y.data, y0.data(), y0.size() * 4);
+      Tensor fused_x = be->alloc({n}, DType::F32), plain_x = be->alloc({n}, DType::F32);
+      std::memcpy(fused_x.data, x0.data(), x0.size() * 4);
+      std::memcpy(plain_x.data, x0.data(), x0.size() * 4);
+      Tensor fused_entry = be->alloc({n}, DType::BF16), plain_entry = be->alloc({n}, DType::BF16);
+      be->add_inplace_push(fused_x, y, fused_entry, pushed);
+      be->Backend::add_inplace_push(plain_x, y, plain_entry, pushed);  // add_inplace, copy
+      ASSERT_EQ(std::memcmp(fused_x.data, plain_x.data, fused_x.nbytes()), 0);
+      ASSERT_EQ(std::memcmp(fused_entry.data, plain_entry.data, fused_entry.nbytes()), 0);
+      // And against the scalar definition, so that the default itself is checked too.
+      for (int64_t i = 0; i < n; ++i) {
+        const float sum = x0[i] + y0[i];
+        ASSERT_EQ(std::memcmp(fused_x.ptr<float>() + i, &sum, 4), 0) << "element " << i;
+        const float pushed_value = pushed == Backend::PushedRow::Sum ? sum : y0[i];
+        ASSERT_EQ(fused_entry.ptr<uint16_t>()[i], f32_to_bf16(pushed_value)) << "element " << i;
+      }
+    }
+  }
+  // An f32 entry is a plain copy; a mismatched entry is refused.
+  Tensor x = be->alloc({3}, DType::F32), y = be->alloc({3}, DType::F32);
+  for (int i = 0; i < 3; ++i) {
+    x.ptr<float>()[i] = 1.0f + static_cast<float>(i);
+    y.ptr<float>()[i] = 0.5f;
+  }
+  Tensor entry = be->alloc({3}, DType::F32);
+  be->add_inplace_push(x, y, entry, Backend::PushedRow::Addend);
+  EXPECT_EQ(x.ptr<float>()[2], 3.5f);
+  EXPECT_EQ(entry.ptr<float>()[2], 0.5f);
+  Tensor wrong = be->alloc({4}, DType::BF16);
+  EXPECT_THROW(be->add_inplace_push(x, y, wrong, Backend::PushedRow::Sum), std::logic_error);
+}
+
 // The bank rounded to bf16, and an f32 bank holding exactly those rounded values.
 struct TwoBanks {
   Tensor bf16, f32;
