@@ -626,11 +626,10 @@ Tensor Transformer::forward_hidden(const BatchMeta& batch, KvCache& cache,
     // Whether the residual add below also pushes the bank entry (add_inplace_push): where the
     // add is its own op and exactly one entry is pushed after it by a copy (a bf16 bank, or a
     // sharded step's f32 one).
-    enum class Pushed { None, Sum, Addend };
-    Pushed fused_push = Pushed::None;
+    std::optional<Backend::PushedRow> fused_push;
     if (!fuse_residual && !sum_into_bank && !output_into_bank &&
         step.push_after != step.push_output_after) {
-      fused_push = step.push_after ? Pushed::Sum : Pushed::Addend;
+      fused_push = step.push_after ? Backend::PushedRow::Sum : Backend::PushedRow::Addend;
     }
     if (!fused_projection) {
       const Tensor input = gather_input(split, normed, s.gathered);
@@ -654,19 +653,17 @@ Tensor Transformer::forward_hidden(const BatchMeta& batch, KvCache& cache,
       partial_in_bank = true;
     } else {
       take_back_partial(true);
-      if (fused_push != Pushed::None) {
-        // The residual add and the push it feeds in one op (a bf16 bank): the pushed row is
-        // read once. The cumulative modes push the new partial, the delta modes the output.
+      if (fused_push) {
+        // The residual add and the push it feeds in one op: the pushed row is read once. The
+        // cumulative modes push the new partial, the delta modes the output.
         Tensor entry = bank.row(bank_size++);
-        backend_.add_inplace_push(
-            partial, out, entry,
-            fused_push == Pushed::Sum ? Backend::PushedRow::Sum : Backend::PushedRow::Addend);
+        backend_.add_inplace_push(partial, out, entry, *fused_push);
       } else {
         if (!fuse_residual) backend_.add_inplace(partial, out);
         if (step.push_after) push_partial();
       }
     }
-    if (step.push_output_after && fused_push != Pushed::Addend) {
+    if (step.push_output_after && fused_push != Backend::PushedRow::Addend) {
       // delta modes: the sublayer output itself is a source
       Tensor entry = bank.row(bank_size++);
       if (!output_into_bank) backend_.copy(out, entry);

@@ -109,11 +109,8 @@ void CpuBackend::add_inplace_push(Tensor& x, const Tensor& y, Tensor& entry, Pus
   ATTNRES_CHECK(entry.shape == x.shape && (entry.dtype == DType::F32 || entry.dtype == DType::BF16),
                 "add_inplace_push entry " + shape_str(entry.shape) + " " +
                     std::string(dtype_name(entry.dtype)));
-  if (entry.dtype == DType::F32) {  // nothing to fuse: the push is a plain copy
-    add_inplace(x, y);
-    copy(pushed == PushedRow::Sum ? x : y, entry);
-    return;
-  }
+  // An f32 entry: nothing to fuse, the push is a plain copy (the default's two calls).
+  if (entry.dtype == DType::F32) return Backend::add_inplace_push(x, y, entry, pushed);
   const int64_t total = x.numel();
   constexpr int64_t kChunk = 1 << 14;
   const int64_t chunks = (total + kChunk - 1) / kChunk;
