@@ -79,9 +79,6 @@ class CpuBackend : public Backend {
   void sample(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) override;
 
  private:
-  // depth_phase2_prenorm with the ATTNRES.md §2d switches (cpu_depth_mix.cpp).
-  void depth_phase2_general(const DepthMixArgs& mix, const Tensor& partial,
-                            const Tensor& prenorm_gain, float norm_eps, Tensor& out);
   std::unique_ptr<cpu::WorkerPool> pool_;
   int threads_;  // pool_->size()
 };

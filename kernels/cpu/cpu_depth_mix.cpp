@@ -26,10 +26,11 @@
 // scales out in place. Every write of out[i] follows the reads of p[i] and o[i], so out may
 // alias p. With no bank (m null: a plain pre-norm model, or an unmixed sublayer) h = p.
 // Newer bank entries (pushed after the group's Phase 1; the full-family modes' groups span
-// several sublayers whose banks share a prefix) are merged per token: their logits in one
-// pass (one query load per vector for all k rows), then a o + sum_k w_k b_k formed in
-// registers inside pass 2, where a o stood. Each token's passes prefetch the next token's
-// rows.
+// several sublayers whose banks share a prefix) are merged per token: their logits in pass 1,
+// with the partial's (one query load per vector for all k + 1 rows), then a o + sum_k w_k b_k
+// formed in registers inside pass 2, where a o stood. k is a template argument of the token
+// kernel, chosen once per call, so that the merge has no test per row and vector. Each
+// token's passes prefetch the next token's rows.
 //
 // The open-attnres modes (ATTNRES.md §2d) are switches of the same two ops: Phase 1 may gate
 // every source by sigmoid(gate logits[t]) first (pre_gated: the gated row is formed in
@@ -58,51 +59,80 @@ constexpr int kMaxFusedS = 8;  // sublayers whose dots share one pass; more are 
 template <DType B>
 using BankT = cpu::StoredT<B>;
 
-// For each of R rows x_r: dots[r * S + l] = queries[l] . x_r for l < S, in the same pass as
-// ss[r] = sum of x_r^2. Gated (pre_gated), x_r is sig * row_r, formed in registers. B: the
-// rows' element type. R = 2 loads each query vector once for both rows: with one row, the S
-// query loads per vector made Phase 1's logit pass load-bound (S + 1 loads for S + 1 FMAs;
+// The rows one logit pass reads: R rows of element type B (bank entries) and then P f32 rows
+// (Phase 2's partial, whose logit takes the same query as the newer entries'), with the rows
+// to prefetch meanwhile (entries may be null). Bank rows of one token are T * d elements
+// apart, each its own page at d 1024 (f32), and the hardware prefetchers stop at page
+// boundaries: without the prefetches every row starts with cache misses.
+template <int R, int P, DType B>
+struct RowSet {
+  static constexpr int kBankRows = R, kF32Rows = P, N = R + P;
+  const BankT<B>* rows[R > 0 ? R : 1] = {};
+  const float* f32_rows[P > 0 ? P : 1] = {};
+  const BankT<B>* next_rows[R > 0 ? R : 1] = {};
+  const float* next_f32_rows[P > 0 ? P : 1] = {};
+
+  // x[r] = the vector at element i of row r, for all N rows. (Two loops, not a test of r per
+  // row: with one, Phase 1's logit pass ran 3-5% slower.)
+  void load(VecF* x, int64_t i) const {
+    for (int r = 0; r < R; ++r) x[r] = cpu::vload_w<B>(rows[r] + i);
+    for (int r = 0; r < P; ++r) x[R + r] = cpu::vload(f32_rows[r] + i);
+  }
+  void load_scalar(float* x, int64_t i) const {
+    for (int r = 0; r < R; ++r) x[r] = cpu::load_scalar<B>(rows[r] + i);
+    for (int r = 0; r < P; ++r) x[R + r] = f32_rows[r][i];
+  }
+};
+
+// For each of the N rows x_r of `set`: dots[r * S + l] = queries[l] . x_r for l < S, in the
+// same pass as ss[r] = sum of x_r^2. Gated (pre_gated), x_r is sig * row_r, formed in
+// registers. Two or more rows load each query vector once for all of them: with one row, the
+// S query loads per vector made Phase 1's logit pass load-bound (S + 1 loads for S + 1 FMAs;
 // two rows take S + 2 for 2S + 2). Each row's accumulators see the same operations in the
-// same order whatever R, so R does not change a bit.
-// `next` (entries may be null): rows to prefetch, one cache line at a time. Bank rows of one
-// token are T * d elements apart, each its own page at d 1024 (f32), and the hardware
-// prefetchers stop at page boundaries: without this every row starts with cache misses.
-template <int R, int S, bool Gated, DType B>
-void dots_and_squares(const float* queries, int64_t d, const BankT<B>* const* rows, float* dots,
-                      float* ss, const float* sig, const BankT<B>* const* next) {
-  constexpr int64_t kElementBytes = sizeof(BankT<B>);
-  VecF acc[R][S], sq[R];
-  for (int r = 0; r < R; ++r) {
+// same order whatever the other rows, so neither N nor a row's company changes a bit.
+template <int S, bool Gated, class Rows>
+void dots_and_squares(const float* queries, int64_t d, const Rows& set, float* dots, float* ss,
+                      const float* sig) {
+  constexpr int N = Rows::N;
+  VecF acc[N][S], sq[N];
+  for (int r = 0; r < N; ++r) {
     sq[r] = cpu::vzero();
     for (int l = 0; l < S; ++l) acc[r][l] = cpu::vzero();
   }
   int64_t i = 0;
   for (; i + kLanes <= d; i += kLanes) {
-    if (i * kElementBytes % 64 == 0) {
-      for (int r = 0; r < R; ++r)
-        if (next[r]) __builtin_prefetch(next[r] + i, 0, 3);
+    // Each next row's cache line at i, once per line. Written out here, not as a RowSet
+    // method: GCC finds such a method free of side effects and drops the call.
+    if (i * static_cast<int64_t>(sizeof(*set.rows[0])) % 64 == 0) {
+      for (int r = 0; r < Rows::kBankRows; ++r)
+        if (set.next_rows[r]) __builtin_prefetch(set.next_rows[r] + i, 0, 3);
     }
-    VecF x[R];
-    for (int r = 0; r < R; ++r) {
-      x[r] = cpu::vload_w<B>(rows[r] + i);
+    if (i * static_cast<int64_t>(sizeof(float)) % 64 == 0) {
+      for (int r = 0; r < Rows::kF32Rows; ++r)
+        if (set.next_f32_rows[r]) __builtin_prefetch(set.next_f32_rows[r] + i, 0, 3);
+    }
+    VecF x[N];
+    set.load(x, i);
+    for (int r = 0; r < N; ++r) {
       if constexpr (Gated) x[r] = cpu::vmul(x[r], cpu::vload(sig + i));
       sq[r] = cpu::vfma(x[r], x[r], sq[r]);
     }
     for (int l = 0; l < S; ++l) {
-      const VecF q = cpu::in_register(cpu::vload(queries + l * d + i));  // once for R rows
-      for (int r = 0; r < R; ++r) acc[r][l] = cpu::vfma(q, x[r], acc[r][l]);
+      const VecF q = cpu::in_register(cpu::vload(queries + l * d + i));  // once for N rows
+      for (int r = 0; r < N; ++r) acc[r][l] = cpu::vfma(q, x[r], acc[r][l]);
     }
   }
-  for (int r = 0; r < R; ++r) {
+  for (int r = 0; r < N; ++r) {
     ss[r] = cpu::hsum(sq[r]);
     for (int l = 0; l < S; ++l) dots[r * S + l] = cpu::hsum(acc[r][l]);
   }
   // The tail in explicit FMAs, like the vectors: left to -ffp-contract, whether a product
   // fuses would depend on how each template instance vectorises the loop over l.
   for (; i < d; ++i) {
-    for (int r = 0; r < R; ++r) {
-      const float v = cpu::load_scalar<B>(rows[r] + i);
-      const float x = Gated ? v * sig[i] : v;
+    float v[N];
+    set.load_scalar(v, i);
+    for (int r = 0; r < N; ++r) {
+      const float x = Gated ? v[r] * sig[i] : v[r];
       ss[r] = std::fma(x, x, ss[r]);
       for (int l = 0; l < S; ++l)
         dots[r * S + l] = std::fma(queries[l * d + i], x, dots[r * S + l]);
@@ -168,26 +198,6 @@ void weighted_sum(const TokenSources<B>& src, int n, const float* w, int64_t d, 
   }
 }
 
-// logits[r] = query . rows[r] / rms(rows[r]) for R rows in one pass (each query vector loaded
-// once for all of them): sources' depth logits before any bias. next[r] (may be null): rows to
-// prefetch meanwhile, the next token's rows of the same sources. Each row sees the same
-// operations whatever R, so its logit keeps its bits.
-template <int R, DType B>
-void rows_logit(const float* query, int64_t d, const BankT<B>* const* rows, float eps,
-                const BankT<B>* const* next, float* logits) {
-  float dots[R], ss[R];
-  dots_and_squares<R, 1, false, B>(query, d, rows, dots, ss, nullptr, next);
-  for (int r = 0; r < R; ++r) logits[r] = dots[r] / std::sqrt(ss[r] / static_cast<float>(d) + eps);
-}
-
-// The same for one f32 row (the partial).
-float row_logit(const float* query, int64_t d, const float* x, float eps,
-                const float* next = nullptr) {
-  float logit;
-  rows_logit<1, DType::F32>(query, d, &x, eps, &next, &logit);
-  return logit;
-}
-
 // The PreNorm's last pass over a token's h (d values, their sum of squares hss): h = h /
 // rms(h) * gain, in place.
 void scale_by_rms(float* h, float hss, const float* gain, int64_t d, float eps) {
@@ -204,14 +214,13 @@ void scale_by_rms(float* h, float hss, const float* gain, int64_t d, float eps) 
 template <int R, int S, bool Gated, DType B>
 void rows_logits(const float* queries, const TokenSources<B>& src, int n, int j, int64_t d,
                  float eps, float* logits) {
-  const BankT<B>* rows[R];
-  const BankT<B>* next[R];
+  RowSet<R, 0, B> set;
   for (int r = 0; r < R; ++r) {
-    rows[r] = src.row(j + r);
-    next[r] = j + R + r < n ? src.row(j + R + r) : nullptr;
+    set.rows[r] = src.row(j + r);
+    set.next_rows[r] = j + R + r < n ? src.row(j + R + r) : nullptr;
   }
   float dots[R * S], ss[R];
-  dots_and_squares<R, S, Gated, B>(queries, d, rows, dots, ss, src.sig, next);
+  dots_and_squares<S, Gated>(queries, d, set, dots, ss, src.sig);
   for (int r = 0; r < R; ++r) {
     const float inv_rms = 1.0f / std::sqrt(ss[r] / static_cast<float>(d) + eps);
     for (int l = 0; l < S; ++l) logits[l * n + j + r] = dots[r * S + l] * inv_rms;
@@ -306,136 +315,241 @@ void CpuBackend::depth_phase1(const Tensor& queries, const Tensor& bank, int n, 
 
 namespace {
 
-// The bank side of token t's mix, the Phase-1 state (m, s, o) with the newer entries merged
-// in (ATTNRES.md §3's Phase 2, with k newer entries where the paper has one partial). The
-// caller adds the other sources: weight(l) = e^(l - big) / den of a logit l, and the bank
-// side's part of h_mix is scale * at(i): o itself (scale e^(m - big) / den) when there are no
-// newer entries, else c o + sum_j w_j row_j (scale 1), formed in registers inside the
-// caller's one pass over the token (a merged row written out and read back cost a store and
-// a load per vector).
-struct BankSide {
-  float den = 0.0f;  // the whole softmax denominator, in units of e^(x - big)
-  float scale = 1.0f;
-  const float* o = nullptr;
-  int k = 0;  // newer rows
-  bool bf16 = false;
-  const void* rows[Backend::kMaxNewerSources] = {};
-  float c = 0.0f;                           // o's weight, k > 0
-  float w[Backend::kMaxNewerSources] = {};  // the rows' weights
+// One Phase 2 call's operands (validated). Each token's work reads them into locals: read
+// through the DepthMixArgs inside the pass, every vector reloaded its pointers, because a
+// store into out might, as far as the compiler knew, have changed them.
+struct Phase2Operands {
+  const float* query = nullptr;  // the partial's and the newer entries' query, or null
+  bool partial_is_source = false;
+  const float* m = nullptr;            // [T]
+  const float* s = nullptr;            // [T]
+  const float* o = nullptr;            // [T, d]
+  const void* newer = nullptr;         // [K, T, d] in the bank's dtype, K the kernel's
+  const float* p = nullptr;            // the partial [T, d]
+  float* out = nullptr;                // [T, d], may alias p
+  const float* gain = nullptr;         // the PreNorm's [d], widened
+  const float* null_source = nullptr;  // [d], or null
+  const float* gate_logits = nullptr;  // [T, d] with DepthGate::Vector, else null
+  int64_t t_dim = 0, d = 0;
+  float bias = 0.0f, mix_eps = 0.0f, norm_eps = 0.0f, null_logit = 0.0f, gate_blend = 0.0f;
+  bool adds_partial = false;
+  Backend::DepthGate gate = Backend::DepthGate::None;
+
+  template <DType B>
+  const BankT<B>* newer_row(int j, int64_t t) const {
+    return static_cast<const BankT<B>*>(newer) + (j * t_dim + t) * d;
+  }
+};
+
+// The logits of token t's sources that take the step's query, before any bias, in one pass
+// (the query loaded once per vector for all rows): its K newer bank entries into logits[0, K)
+// and, with P = 1, the partial into logits[K]. Token t + 1's rows are prefetched meanwhile:
+// each row is a page of its own at d 1024, where the hardware prefetchers stop. A row's logit
+// does not depend on which rows share its pass (dots_and_squares).
+template <int K, int P, DType B>
+void query_logits(const Phase2Operands& op, int64_t t, float* logits) {
+  static_assert(K + P > 0);
+  RowSet<K, P, B> set;
+  const bool has_next = t + 1 < op.t_dim;
+  for (int j = 0; j < K; ++j) {
+    set.rows[j] = op.newer_row<B>(j, t);
+    set.next_rows[j] = has_next ? op.newer_row<B>(j, t + 1) : nullptr;
+  }
+  if constexpr (P == 1) {
+    set.f32_rows[0] = op.p + t * op.d;
+    set.next_f32_rows[0] = has_next ? op.p + (t + 1) * op.d : nullptr;
+  }
+  float dots[K + P], ss[K + P];
+  dots_and_squares<1, false>(op.query, op.d, set, dots, ss, nullptr);
+  for (int r = 0; r < K + P; ++r)
+    logits[r] = dots[r] / std::sqrt(ss[r] / static_cast<float>(op.d) + op.mix_eps);
+}
+
+// Token t's softmax over its sources: ATTNRES.md §3's Phase 2, with K newer bank entries
+// where the paper has one partial, and the §2d partial and null sources. wb and wc weigh the
+// partial and the null source; the bank side's part of h_mix is scale * at(i): o itself
+// (scale e^(m - big) / den) when K = 0, else c o + sum_j w_j row_j (scale 1), formed in
+// registers inside the caller's one pass over the token (a merged row written out and read
+// back cost a store and a load per vector). K is a template argument so that the merge is
+// unrolled, without a test per row and vector.
+template <int K, DType B>
+struct TokenMix {
+  static constexpr int kRows = K > 0 ? K : 1;
+  float scale = 1.0f, wb = 0.0f, wc = 0.0f;
+  const float* o = nullptr;  // token t's Phase-1 row
+  float c = 0.0f;            // o's weight, K > 0
+  const BankT<B>* rows[kRows] = {};
+  float w[kRows] = {};  // the rows' weights
   VecF vc = cpu::vzero();
-  VecF vw[Backend::kMaxNewerSources];
+  VecF vw[kRows];
+
+  TokenMix(const Phase2Operands& op, int64_t t) : o(op.o + t * op.d) {
+    float logits[K + 1];  // the newer entries', then the partial's
+    if (op.partial_is_source) {
+      query_logits<K, 1, B>(op, t, logits);
+    } else if constexpr (K > 0) {
+      query_logits<K, 0, B>(op, t, logits);
+    }
+    const float m = op.m[t];
+    float big = m, q = 0.0f;
+    if (op.partial_is_source) {
+      q = logits[K] + op.bias;
+      big = std::max(big, q);
+    }
+    for (int j = 0; j < K; ++j) big = std::max(big, logits[j]);
+    if (op.null_source) big = std::max(big, op.null_logit);
+    const float b = op.partial_is_source ? std::exp(q - big) : 0.0f;
+    const float e_null = op.null_source ? std::exp(op.null_logit - big) : 0.0f;
+    const float a = std::exp(m - big);
+    // Explicit FMAs here and in the tails (the vectors' operations, lane for lane): left to
+    // -ffp-contract, whether a product fuses could differ between the instances for f32 and
+    // bf16 banks, or for different K.
+    float den = std::fma(a, op.s[t], b + e_null);
+    float e[K + 1];
+    for (int j = 0; j < K; ++j) den += (e[j] = std::exp(logits[j] - big));
+    const float inv_den = 1.0f / den;
+    wb = b / den;
+    wc = e_null / den;
+    if constexpr (K == 0) {
+      scale = a * inv_den;
+    } else {
+      c = a * inv_den;
+      vc = cpu::vset1(c);
+      for (int j = 0; j < K; ++j) {
+        w[j] = e[j] * inv_den;
+        vw[j] = cpu::vset1(w[j]);
+        rows[j] = op.newer_row<B>(j, t);
+      }
+    }
+  }
 
   VecF at(int64_t i) const {
-    if (k == 0) return cpu::vload(o + i);
-    return bf16 ? merged<DType::BF16>(i) : merged<DType::F32>(i);
+    if constexpr (K == 0) {
+      return cpu::vload(o + i);
+    } else {
+      VecF acc = cpu::vmul(vc, cpu::vload(o + i));
+      for (int j = 0; j < K; ++j) acc = cpu::vfma(vw[j], cpu::vload_w<B>(rows[j] + i), acc);
+      return acc;
+    }
   }
   float at_scalar(int64_t i) const {
-    if (k == 0) return o[i];
-    return bf16 ? merged_scalar<DType::BF16>(i) : merged_scalar<DType::F32>(i);
-  }
-
- private:
-  template <DType B>
-  VecF merged(int64_t i) const {
-    VecF acc = cpu::vmul(vc, cpu::vload(o + i));
-    for (int j = 0; j < k; ++j)
-      acc = cpu::vfma(vw[j], cpu::vload_w<B>(static_cast<const BankT<B>*>(rows[j]) + i), acc);
-    return acc;
-  }
-  template <DType B>
-  float merged_scalar(int64_t i) const {
-    float acc = o[i] * c;
-    for (int j = 0; j < k; ++j)
-      acc = std::fma(w[j], cpu::load_scalar<B>(static_cast<const BankT<B>*>(rows[j]) + i), acc);
-    return acc;
+    if constexpr (K == 0) {
+      return o[i];
+    } else {
+      float acc = o[i] * c;
+      for (int j = 0; j < K; ++j) acc = std::fma(w[j], cpu::load_scalar<B>(rows[j] + i), acc);
+      return acc;
+    }
   }
 };
 
-// The newer bank entries of a Phase 2 (f32 or bf16, like the bank).
-class NewerMerge {
- public:
-  NewerMerge(const Tensor* newer, const float* query, int64_t t_dim, int64_t d, float eps)
-      : base_(newer ? newer->data : nullptr),
-        bf16_(newer && newer->dtype == DType::BF16),
-        k_(newer ? static_cast<int>(newer->dim(0)) : 0),
-        query_(query),
-        t_dim_(t_dim),
-        d_(d),
-        eps_(eps) {}
+// Phase 2 of token t in the paper's form (the partial a source, no §2d switch), fused with
+// the PreNorm: pass 1 is the logit pass, pass 2 writes h into out while summing h^2, pass 3
+// scales out in place.
+template <int K, DType B>
+void plain_token(const Phase2Operands& op, int64_t t) {
+  const int64_t d = op.d;
+  const float* p = op.p + t * d;
+  float* h = op.out + t * d;
+  const TokenMix<K, B> mix(op, t);
+  const float* o_next = t + 1 < op.t_dim ? mix.o + d : nullptr;  // prefetched meanwhile
+  const VecF va = cpu::vset1(mix.scale), vb = cpu::vset1(mix.wb);
+  VecF hsq = cpu::vzero();
+  int64_t i = 0;
+  for (; i + kLanes <= d; i += kLanes) {
+    if (o_next) __builtin_prefetch(o_next + i, 0, 3);
+    const VecF hv = cpu::vfma(va, mix.at(i), cpu::vmul(vb, cpu::vload(p + i)));
+    hsq = cpu::vfma(hv, hv, hsq);
+    cpu::vstore(h + i, hv);
+  }
+  float hss = cpu::hsum(hsq);
+  for (; i < d; ++i) {
+    h[i] = std::fma(mix.scale, mix.at_scalar(i), mix.wb * p[i]);
+    hss = std::fma(h[i], h[i], hss);
+  }
+  scale_by_rms(h, hss, op.gain, d, op.norm_eps);
+}
 
-  // The newer entries' logits of token t, into logits[0, k), prefetching token t + 1's rows.
-  // Returns k.
-  int logits(int64_t t, float* logits) const {
-    if (bf16_) return logits_of<DType::BF16>(t, logits);
-    return logits_of<DType::F32>(t, logits);
+// Phase 2 of token t with the §2d switches: the softmax over the sources present, the residual
+// base, the gate, then the PreNorm. Element by element (a vector of them at a time): each
+// out[i] is written after p[i] (and the bank side's [i], the null source and the gate logit)
+// are read, so out may alias p.
+template <int K, DType B>
+void general_token(const Phase2Operands& op, int64_t t) {
+  const int64_t d = op.d;
+  const float* p = op.p + t * d;
+  float* h = op.out + t * d;
+  const TokenMix<K, B> mix(op, t);
+  const float* nv = op.null_source;
+  const float* glt = op.gate_logits ? op.gate_logits + t * d : nullptr;
+  const bool adds_partial = op.adds_partial, scalar_gate = op.gate == Backend::DepthGate::Scalar;
+  const float wa = mix.scale, wb = mix.wb, wc = mix.wc, blend = op.gate_blend;
+  // Vectors first (the switches are the same for every element: the branches predict),
+  // then the scalar tail.
+  const VecF vwa = cpu::vset1(wa), vwb = cpu::vset1(wb), vwc = cpu::vset1(wc);
+  const VecF vblend = cpu::vset1(blend), one = cpu::vset1(1.0f);
+  VecF hsq = cpu::vzero();
+  // Token t + 1's partial and Phase-1 rows, prefetched meanwhile.
+  const bool has_next = t + 1 < op.t_dim;
+  const float* p_next = p + d;
+  const float* o_next = mix.o + d;
+  int64_t i = 0;
+  for (; i + kLanes <= d; i += kLanes) {
+    if (has_next) {
+      __builtin_prefetch(p_next + i, 0, 3);
+      __builtin_prefetch(o_next + i, 0, 3);
+    }
+    const VecF x = cpu::vload(p + i);
+    VecF hm = cpu::vfma(vwa, mix.at(i), cpu::vmul(vwb, x));
+    if (nv) hm = cpu::vfma(vwc, cpu::vload(nv + i), hm);
+    if (adds_partial) hm = cpu::vadd(hm, x);
+    VecF hv = hm;
+    if (scalar_gate) {
+      hv = cpu::vfma(vblend, cpu::vsub(hm, x), x);
+    } else if (glt) {  // x + (hm - x) * sigmoid(gate logit)
+      const VecF den = cpu::vadd(one, cpu::vexp(cpu::vsub(cpu::vzero(), cpu::vload(glt + i))));
+      hv = cpu::vadd(x, cpu::vdiv(cpu::vsub(hm, x), den));
+    }
+    cpu::vstore(h + i, hv);
+    hsq = cpu::vfma(hv, hv, hsq);
   }
+  float hss = cpu::hsum(hsq);
+  for (; i < d; ++i) {
+    const float x = p[i];
+    float hm = std::fma(wa, mix.at_scalar(i), wb * x);
+    if (nv) hm = std::fma(wc, nv[i], hm);
+    if (adds_partial) hm += x;
+    float hv = hm;
+    if (scalar_gate) {
+      hv = std::fma(blend, hm - x, x);
+    } else if (glt) {
+      hv = x + (hm - x) / (1.0f + std::exp(-glt[i]));
+    }
+    h[i] = hv;
+    hss = std::fma(hv, hv, hss);
+  }
+  scale_by_rms(h, hss, op.gain, d, op.norm_eps);
+}
 
-  // big must already cover m and every logit; den the other sources' terms.
-  BankSide finish(int64_t t, float m, float s, const float* o, const float* logits, float big,
-                  float others_den) const {
-    BankSide side;
-    const float a = std::exp(m - big);
-    float den = a * s + others_den;
-    float w[Backend::kMaxNewerSources];
-    for (int j = 0; j < k_; ++j) den += (w[j] = std::exp(logits[j] - big));
-    side.den = den;
-    side.o = o;
-    const float inv_den = 1.0f / den;
-    if (k_ == 0) {
-      side.scale = a * inv_den;
-      return side;
-    }
-    side.k = k_;
-    side.bf16 = bf16_;
-    side.c = a * inv_den;
-    side.vc = cpu::vset1(side.c);
-    for (int j = 0; j < k_; ++j) {
-      side.w[j] = w[j] * inv_den;
-      side.vw[j] = cpu::vset1(side.w[j]);
-      side.rows[j] = bf16_ ? static_cast<const void*>(row<DType::BF16>(j, t))
-                           : static_cast<const void*>(row<DType::F32>(j, t));
-    }
-    return side;
+// Runs token(K, B) over every token, the kernel instance for K = the number of newer entries
+// (0 <= K <= kMaxNewerSources) and B the bank's dtype, chosen once per call.
+template <bool Plain, int K = 0>
+void phase2_tokens(cpu::WorkerPool& pool, bool parallel, const Phase2Operands& op, int k,
+                   bool bf16) {
+  if constexpr (K < Backend::kMaxNewerSources) {
+    if (k != K) return phase2_tokens<Plain, K + 1>(pool, parallel, op, k, bf16);
   }
-
- private:
-  template <DType B>
-  const BankT<B>* row(int j, int64_t t) const {
-    return static_cast<const BankT<B>*>(base_) + (j * t_dim_ + t) * d_;
+  auto run = [&](auto token) { pool.parallel_for(op.t_dim, parallel, token); };
+  if (bf16) {
+    run([&](int64_t t) {
+      Plain ? plain_token<K, DType::BF16>(op, t) : general_token<K, DType::BF16>(op, t);
+    });
+  } else {
+    run([&](int64_t t) {
+      Plain ? plain_token<K, DType::F32>(op, t) : general_token<K, DType::F32>(op, t);
+    });
   }
-  // All k rows in one pass (R = k): one row at a time loaded the query vector once per row,
-  // two loads per two FMAs, and this VM's cores take one 512-bit load per cycle.
-  template <int R, DType B>
-  void newer_logits(int64_t t, float* logits) const {
-    const bool has_next = t + 1 < t_dim_;
-    const BankT<B>* rows[R];
-    const BankT<B>* next[R];
-    for (int j = 0; j < R; ++j) {
-      rows[j] = row<B>(j, t);
-      next[j] = has_next ? row<B>(j, t + 1) : nullptr;
-    }
-    rows_logit<R, B>(query_, d_, rows, eps_, next, logits);
-  }
-  // newer_logits<k_>, for 1 <= k_ <= R.
-  template <int R, DType B>
-  void logits_upto(int64_t t, float* logits) const {
-    if constexpr (R > 1) {
-      if (k_ < R) return logits_upto<R - 1, B>(t, logits);
-    }
-    newer_logits<R, B>(t, logits);
-  }
-  template <DType B>
-  int logits_of(int64_t t, float* logits) const {
-    if (k_ > 0) logits_upto<Backend::kMaxNewerSources, B>(t, logits);
-    return k_;
-  }
-  const void* base_;
-  bool bf16_;
-  int k_;
-  const float* query_;
-  int64_t t_dim_, d_;
-  float eps_;
-};
+}
 
 }  // namespace
 
@@ -481,133 +595,36 @@ void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& par
   }
   const bool plain_mix =
       mix.partial_is_source && !mix.adds_partial && !mix.null_source && mix.gate == DepthGate::None;
-  if (!plain_mix) return depth_phase2_general(mix, partial, prenorm_gain, norm_eps, out);
   const std::vector<float> gain = cpu::widen_vector(prenorm_gain, d, "depth_phase2 gain");
-
-  const float* qv = mix.query->ptr<float>();
-  const float* mp = mix.m->ptr<float>();
-  const float* sp = mix.s->ptr<float>();
-  const float* opp = mix.o->ptr<float>();
-  const float* pp = partial.ptr<float>();
-  float* outp = out.ptr<float>();
-  const NewerMerge newer(mix.newer, qv, t_dim, d, mix.mix_eps);
+  Phase2Operands op;
+  op.query = mix.query ? mix.query->ptr<float>() : nullptr;
+  op.partial_is_source = mix.partial_is_source;
+  op.m = mix.m->ptr<float>();
+  op.s = mix.s->ptr<float>();
+  op.o = mix.o->ptr<float>();
+  op.newer = mix.newer ? mix.newer->data : nullptr;
+  op.p = partial.ptr<float>();
+  op.out = out.ptr<float>();
+  op.gain = gain.data();
+  op.null_source = mix.null_source ? mix.null_source->ptr<float>() : nullptr;
+  op.gate_logits = mix.gate == DepthGate::Vector ? mix.gate_logits->ptr<float>() : nullptr;
+  op.t_dim = t_dim;
+  op.d = d;
+  op.bias = mix.bias;
+  op.mix_eps = mix.mix_eps;
+  op.norm_eps = norm_eps;
+  op.null_logit = mix.null_logit;
+  op.gate_blend = mix.gate_blend;
+  op.adds_partial = mix.adds_partial;
+  op.gate = mix.gate;
+  const int k = mix.newer ? static_cast<int>(mix.newer->dim(0)) : 0;
+  const bool bf16 = mix.newer && mix.newer->dtype == DType::BF16;
   const bool parallel = threads_ > 1 && t_dim > 1;
-  pool_->parallel_for(t_dim, parallel, [&](int64_t t) {
-    const float* p = pp + t * d;
-    float* h = outp + t * d;
-    // Token t + 1's rows are prefetched while this token's are read: each row is a page of
-    // its own at d 1024, where the hardware prefetchers stop.
-    const bool has_next = t + 1 < t_dim;
-    const float q =
-        row_logit(qv, d, p, mix.mix_eps, has_next ? p + d : nullptr) + mix.bias;
-    float logits[kMaxNewerSources];
-    float big = std::max(mp[t], q);
-    for (int j = 0, k = newer.logits(t, logits); j < k; ++j) big = std::max(big, logits[j]);
-    const float b = std::exp(q - big);
-    const BankSide bank = newer.finish(t, mp[t], sp[t], opp + t * d, logits, big, b);
-    const float wb = b / bank.den;
-    const VecF va = cpu::vset1(bank.scale), vb = cpu::vset1(wb);
-    VecF hsq = cpu::vzero();
-    int64_t i = 0;
-    const float* o_next = has_next ? opp + (t + 1) * d : nullptr;
-    for (; i + kLanes <= d; i += kLanes) {
-      if (o_next) __builtin_prefetch(o_next + i, 0, 3);
-      const VecF hv = cpu::vfma(va, bank.at(i), cpu::vmul(vb, cpu::vload(p + i)));
-      hsq = cpu::vfma(hv, hv, hsq);
-      cpu::vstore(h + i, hv);
-    }
-    float hss = cpu::hsum(hsq);
-    for (; i < d; ++i) {
-      h[i] = bank.scale * bank.at_scalar(i) + wb * p[i];
-      hss += h[i] * h[i];
-    }
-    scale_by_rms(h, hss, gain.data(), d, norm_eps);
-  });
-}
-
-// Phase 2 with the §2d switches (validated by depth_phase2_prenorm), per token: the extra
-// sources' logits, the online-softmax merge with the bank's (m, s, o) and the newer entries,
-// the residual base, the gate, then the PreNorm. Element by element (a vector of them at a
-// time): each out[i] is written after p[i] (and the bank side's [i], the null source and the
-// gate logit) are read, so out may alias p.
-void CpuBackend::depth_phase2_general(const DepthMixArgs& mix, const Tensor& partial,
-                                      const Tensor& prenorm_gain, float norm_eps, Tensor& out) {
-  const int64_t d = partial.dim(-1);
-  const int64_t t_dim = cpu::rows_of(partial);
-  const std::vector<float> gain = cpu::widen_vector(prenorm_gain, d, "depth_phase2 gain");
-  const float* qv = mix.partial_is_source ? mix.query->ptr<float>() : nullptr;
-  const float* nv = mix.null_source ? mix.null_source->ptr<float>() : nullptr;
-  const float* gl = mix.gate == DepthGate::Vector ? mix.gate_logits->ptr<float>() : nullptr;
-  const float* mp = mix.m->ptr<float>();
-  const float* sp = mix.s->ptr<float>();
-  const float* opp = mix.o->ptr<float>();
-  const float* pp = partial.ptr<float>();
-  float* outp = out.ptr<float>();
-  const NewerMerge newer(mix.newer, mix.newer ? mix.query->ptr<float>() : nullptr, t_dim, d,
-                         mix.mix_eps);
-  const bool parallel = threads_ > 1 && t_dim > 1;
-  pool_->parallel_for(t_dim, parallel, [&](int64_t t) {
-    const float* p = pp + t * d;
-    float* h = outp + t * d;
-    float big = mp[t], q = 0.0f;
-    if (qv) {
-      q = row_logit(qv, d, p, mix.mix_eps) + mix.bias;
-      big = std::max(big, q);
-    }
-    float logits[kMaxNewerSources];
-    for (int j = 0, k = newer.logits(t, logits); j < k; ++j) big = std::max(big, logits[j]);
-    if (nv) big = std::max(big, mix.null_logit);
-    const float b = qv ? std::exp(q - big) : 0.0f;
-    const float c = nv ? std::exp(mix.null_logit - big) : 0.0f;
-    const BankSide bank = newer.finish(t, mp[t], sp[t], opp + t * d, logits, big, b + c);
-    const float wa = bank.scale, wb = b / bank.den, wc = c / bank.den;
-    const float* glt = gl ? gl + t * d : nullptr;
-    // Vectors first (the switches are the same for every element: the branches predict),
-    // then the scalar tail.
-    const VecF vwa = cpu::vset1(wa), vwb = cpu::vset1(wb), vwc = cpu::vset1(wc);
-    const VecF vblend = cpu::vset1(mix.gate_blend), one = cpu::vset1(1.0f);
-    VecF hsq = cpu::vzero();
-    // Token t + 1's partial and Phase-1 rows, prefetched meanwhile (see the plain path).
-    const bool has_next = t + 1 < t_dim;
-    const float* p_next = has_next ? p + d : nullptr;
-    const float* o_next = has_next ? opp + (t + 1) * d : nullptr;
-    int64_t i = 0;
-    for (; i + kLanes <= d; i += kLanes) {
-      if (has_next) {
-        __builtin_prefetch(p_next + i, 0, 3);
-        __builtin_prefetch(o_next + i, 0, 3);
-      }
-      const VecF x = cpu::vload(p + i);
-      VecF hm = cpu::vfma(vwa, bank.at(i), cpu::vmul(vwb, x));
-      if (nv) hm = cpu::vfma(vwc, cpu::vload(nv + i), hm);
-      if (mix.adds_partial) hm = cpu::vadd(hm, x);
-      VecF hv = hm;
-      if (mix.gate == DepthGate::Scalar) {
-        hv = cpu::vfma(vblend, cpu::vsub(hm, x), x);
-      } else if (glt) {  // x + (hm - x) * sigmoid(gate logit)
-        const VecF den = cpu::vadd(one, cpu::vexp(cpu::vsub(cpu::vzero(), cpu::vload(glt + i))));
-        hv = cpu::vadd(x, cpu::vdiv(cpu::vsub(hm, x), den));
-      }
-      cpu::vstore(h + i, hv);
-      hsq = cpu::vfma(hv, hv, hsq);
-    }
-    float hss = cpu::hsum(hsq);
-    for (; i < d; ++i) {
-      const float x = p[i];
-      float hm = wa * bank.at_scalar(i) + wb * x;
-      if (nv) hm += wc * nv[i];
-      if (mix.adds_partial) hm += x;
-      float hv = hm;
-      if (mix.gate == DepthGate::Scalar) {
-        hv = x + mix.gate_blend * (hm - x);
-      } else if (glt) {
-        hv = x + (hm - x) / (1.0f + std::exp(-glt[i]));
-      }
-      h[i] = hv;
-      hss += hv * hv;
-    }
-    scale_by_rms(h, hss, gain.data(), d, norm_eps);
-  });
+  if (plain_mix) {
+    phase2_tokens<true>(*pool_, parallel, op, k, bf16);
+  } else {
+    phase2_tokens<false>(*pool_, parallel, op, k, bf16);
+  }
 }
 
 }  // namespace attnres

@@ -5,10 +5,11 @@
 //   matrix, which stays in cache when it fits (an upper bound, not a roofline figure).
 // - GEMM (prefill: R = 128 and 512 rows, the 100M and 0.6B shapes' projections): GFLOP/s =
 //   2 R K N / time.
-// - Depth mix (`full`'s ops for one 128-token prefill of the 0.6B shape: 56 mixing sublayers
-//   in 7 Phase-1 groups of 8, d 1024): ms per prefill for Phase 1 (all groups) and Phase 2
-//   (every step, with the newer entries its group's Phase 1 did not read), f32 and bf16 bank;
-//   Phase 2 also as `delta` runs it (the partial added, not a source: the general kernel).
+// - Depth mix (`full`'s ops for one 128-token prefill of the 0.6B shape, 56 mixing sublayers
+//   in 7 Phase-1 groups of 8, d 1024, and of the 100M one, 24 in 3, d 512): ms per prefill
+//   for Phase 1 (all groups) and Phase 2 (every step, with the newer entries its group's
+//   Phase 1 did not read), f32 and bf16 bank; Phase 2 also as `delta` runs it (the partial
+//   added, not a source: the general kernel); and the twin's PreNorms Phase 2 stands in for.
 //   The bank (15-30 MB) stays in L3 between calls here; in a forward the GEMMs' weights pass
 //   through the cache between them.
 // - Sampling (`sample`: batch 64, vocabulary 151936, rows of random temperature / top-k /
@@ -94,27 +95,39 @@ Tensor random_f32(const Shape& shape, std::mt19937& rng, float scale) {
   return t;
 }
 
-// The depth table: `full`'s Phase 1 and Phase 2 over one prefill, per bank dtype, and
-// `delta`'s Phase 2 (its Phase 1 is full's).
-void run_depth(Backend* be, std::mt19937& rng) {
-  constexpr int64_t T = 128, d = 1024;
-  constexpr int kGroups = 7, kSlots = 8, kEntries = 1 + kGroups * kSlots;  // 57
+// The depth table for one shape: `full`'s Phase 1 and Phase 2 over one prefill, per bank
+// dtype, `delta`'s Phase 2 (its Phase 1 is full's), and the plain twin's PreNorms (rms_norm,
+// once per mixing sublayer) that Phase 2 replaces: Phase 1 + Phase 2 - PreNorm is what the
+// depth mix adds to a prefill.
+void run_depth_shape(Backend* be, std::mt19937& rng, const char* name, int64_t d, int groups) {
+  constexpr int64_t T = 128;
+  constexpr int kSlots = 8;
+  const int entries = 1 + groups * kSlots;
   constexpr int kReps = 15;
-  const Tensor bank_f32 = random_f32({kEntries, T, d}, rng, 1.0f);
+  const Tensor bank_f32 = random_f32({entries, T, d}, rng, 1.0f);
   const Tensor queries = random_f32({kSlots, d}, rng, 0.05f);
   const Tensor gain = random_f32({d}, rng, 1.0f);
   Tensor partial = random_f32({T, d}, rng, 1.0f);
   Tensor m = Tensor::empty({kSlots, T}, DType::F32), s = Tensor::empty({kSlots, T}, DType::F32);
   Tensor o = Tensor::empty({kSlots, T, d}, DType::F32), out = Tensor::empty({T, d}, DType::F32);
+  auto prenorms = [&] {
+    for (int i = 0; i < groups * kSlots; ++i) be->rms_norm(partial, gain, 1e-6f, out);
+  };
+  double best_norm = 1e30;
+  for (int r = 0; r < kReps; ++r) {
+    const double t0 = now_s();
+    prenorms();
+    best_norm = std::min(best_norm, now_s() - t0);
+  }
   for (DType dtype : {DType::F32, DType::BF16}) {
     Tensor bank = be->alloc(bank_f32.shape, dtype);
     be->copy(bank_f32, bank);
     auto phase1 = [&] {
-      for (int g = 0; g < kGroups; ++g)
+      for (int g = 0; g < groups; ++g)
         be->depth_phase1(queries, bank, 1 + kSlots * g, 1e-6f, m, s, o);
     };
     auto phase2 = [&](bool delta) {
-      for (int g = 0; g < kGroups; ++g) {
+      for (int g = 0; g < groups; ++g) {
         const int first_newer = 1 + kSlots * g;
         for (int slot = 0; slot < kSlots; ++slot) {
           const Tensor ms = m.row(slot), ss = s.row(slot), os = o.row(slot), q = queries.row(slot);
@@ -146,11 +159,18 @@ void run_depth(Backend* be, std::mt19937& rng) {
       best2_delta = std::min(best2_delta, now_s() - t0);
     }
     std::printf(
-        "depth (0.6B shape, T %lld) %s bank: Phase 1 %.2f ms, Phase 2 %.2f ms (delta's %.2f) "
-        "per prefill\n",
-        (long long)T, dtype == DType::BF16 ? "bf16" : "f32 ", best1 * 1e3, best2 * 1e3,
-        best2_delta * 1e3);
+        "depth (%s shape, d %lld, T %lld, %d groups of %d) %s bank: Phase 1 %.3f ms, Phase 2 "
+        "%.3f ms (delta's %.3f), twin's PreNorms %.3f ms per prefill\n",
+        name, (long long)d, (long long)T, groups, kSlots, dtype == DType::BF16 ? "bf16" : "f32 ",
+        best1 * 1e3, best2 * 1e3, best2_delta * 1e3, best_norm * 1e3);
   }
+}
+
+// The 0.6B shape (56 mixing sublayers in 7 groups of 8, d 1024) and the 100M one (24 in 3
+// groups, d 512).
+void run_depth(Backend* be, std::mt19937& rng) {
+  run_depth_shape(be, rng, "0.6B", 1024, 7);
+  run_depth_shape(be, rng, "100M", 512, 3);
   std::printf("\n");
 }
 
