@@ -18,8 +18,9 @@ namespace attnres::test {
 namespace {
 
 // Every switch combination, with all n bank sources read by Phase 1, and (not pre-gated)
-// with the last 1, 2 or 7 of them merged by Phase 2 instead: the result is the one softmax
-// over the same sources either way.
+// with the last k of them merged by Phase 2 instead, for every k up to kMaxNewerSources (each
+// k is a kernel instance of its own): the result is the one softmax over the same sources
+// either way.
 TEST(CpuDepthModes, EverySwitchCombinationEqualsTheDirectSoftmax) {
   auto be = make_cpu_backend(2);
   std::mt19937 rng(11);
@@ -28,8 +29,8 @@ TEST(CpuDepthModes, EverySwitchCombinationEqualsTheDirectSoftmax) {
   std::vector<std::pair<int, ModeCase>> cases;
   for (int n : {1, 3})
     for (const ModeCase& c : all_mode_cases()) cases.push_back({n, c});
-  for (auto [n, newer] : {std::pair{3, 1}, {3, 2}, {8, 7}})
-    for (const ModeCase& c : newer_mode_cases(newer)) cases.push_back({n, c});
+  for (int newer = 1; newer <= Backend::kMaxNewerSources; ++newer)
+    for (const ModeCase& c : newer_mode_cases(newer)) cases.push_back({newer + 1 + newer % 3, c});
   for (const auto& [n, c] : cases) {
     const ModeInputs in = ModeInputs::random(n, t_dim, d, rng);
     Tensor m = be->alloc({1, t_dim}, DType::F32), s = be->alloc({1, t_dim}, DType::F32);
