@@ -531,7 +531,16 @@ void general_token(const Phase2Operands& op, int64_t t) {
   scale_by_rms(h, hss, op.gain, d, op.norm_eps);
 }
 
-// Runs token(K, B) over every token, the kernel instance for K = the number of newer entries
+template <bool Plain, int K, DType B>
+void phase2_token(const Phase2Operands& op, int64_t t) {
+  if constexpr (Plain) {
+    plain_token<K, B>(op, t);
+  } else {
+    general_token<K, B>(op, t);
+  }
+}
+
+// Runs the token kernel over every token, the kernel instance for K = the number of newer entries
 // (0 <= K <= kMaxNewerSources) and B the bank's dtype, chosen once per call.
 template <bool Plain, int K = 0>
 void phase2_tokens(cpu::WorkerPool& pool, bool parallel, const Phase2Operands& op, int k,
@@ -539,15 +548,12 @@ void phase2_tokens(cpu::WorkerPool& pool, bool parallel, const Phase2Operands& o
   if constexpr (K < Backend::kMaxNewerSources) {
     if (k != K) return phase2_tokens<Plain, K + 1>(pool, parallel, op, k, bf16);
   }
-  auto run = [&](auto token) { pool.parallel_for(op.t_dim, parallel, token); };
   if (bf16) {
-    run([&](int64_t t) {
-      Plain ? plain_token<K, DType::BF16>(op, t) : general_token<K, DType::BF16>(op, t);
-    });
+    pool.parallel_for(op.t_dim, parallel,
+                      [&](int64_t t) { phase2_token<Plain, K, DType::BF16>(op, t); });
   } else {
-    run([&](int64_t t) {
-      Plain ? plain_token<K, DType::F32>(op, t) : general_token<K, DType::F32>(op, t);
-    });
+    pool.parallel_for(op.t_dim, parallel,
+                      [&](int64_t t) { phase2_token<Plain, K, DType::F32>(op, t); });
   }
 }
 
