@@ -398,23 +398,15 @@ struct TokenMix {
     }
     for (int j = 0; j < K; ++j) big = std::max(big, logits[j]);
     if (op.null_source) big = std::max(big, op.null_logit);
-    // All of the token's exponentials in one vexp (up to 11 scalar calls cost 7% of a
-    // single-threaded 100M Phase 2): the newer entries', then the Phase-1 state's, the
-    // partial's and the null source's, the last two kept only where those are sources.
-    float e[K + 3];
-    for (int j = 0; j < K; ++j) e[j] = logits[j] - big;
-    e[K] = m - big;
-    e[K + 1] = q - big;
-    e[K + 2] = op.null_source ? op.null_logit - big : 0.0f;
-    cpu::exp_f32(e, K + 3);
-    const float a = e[K];
-    const float b = op.partial_is_source ? e[K + 1] : 0.0f;
-    const float e_null = op.null_source ? e[K + 2] : 0.0f;
+    const float b = op.partial_is_source ? std::exp(q - big) : 0.0f;
+    const float e_null = op.null_source ? std::exp(op.null_logit - big) : 0.0f;
+    const float a = std::exp(m - big);
     // Explicit FMAs here and in the tails (the vectors' operations, lane for lane): left to
     // -ffp-contract, whether a product fuses could differ between the instances for f32 and
     // bf16 banks, or for different K.
     float den = std::fma(a, op.s[t], b + e_null);
-    for (int j = 0; j < K; ++j) den += e[j];
+    float e[K + 1];
+    for (int j = 0; j < K; ++j) den += (e[j] = std::exp(logits[j] - big));
     const float inv_den = 1.0f / den;
     wb = b / den;
     wc = e_null / den;

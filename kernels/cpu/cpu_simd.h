@@ -269,19 +269,6 @@ inline void sigmoid_f32(const float* x, float* out, int64_t n) {
   }
 }
 
-// x[i] = e^x[i] for i < n through vexp, a vector at a time (the tail padded into one
-// vector): a few exponentials for the price of one, each with the bits it gets anywhere.
-inline void exp_f32(float* x, int64_t n) {
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) vstore(x + i, vexp(vload(x + i)));
-  if (i < n) {
-    alignas(64) float lanes[kLanes];
-    for (int l = 0; l < kLanes; ++l) lanes[l] = i + l < n ? x[i + l] : 0.0f;
-    vstore(lanes, vexp(vload(lanes)));
-    for (int l = 0; i < n; ++l, ++i) x[i] = lanes[l];
-  }
-}
-
 // x[i] = e^(x[i] - max_i x[i]) for i < n (n >= 1); returns their sum (lane-wise partial sums,
 // then hsum, then the tail lanes in order): the numerators and denominator of a softmax.
 inline float softmax_numerators(float* x, int64_t n) {
