@@ -297,12 +297,18 @@ class Backend {
   //   gate Scalar: h = p + gate_blend (h_mix - p); Vector: h = p + sigmoid(gate_logits) * (h_mix
   //   - p); None: h = h_mix
   //   out = rms_norm(h, prenorm_gain, eps)
-  // m, s [T] and o [T, d] are one sublayer's rows of the Phase-1 outputs; when m is null there
-  // is no mix and h = p. p (the partial) [T, d]; query [d] f32, the step's (the newer entries'
-  // and the partial's). newer [k, T, d] (the bank's dtype) with 1 <= k <= kMaxNewerSources, or
-  // null. The bias applies to the partial's logit only (bank logits never carry one). out may alias
-  // p.
+  // m, s [T] and o [T, d] are one sublayer's rows of the Phase-1 outputs; when m and newer are
+  // both null there is no mix and h = p. m, s and o all null with newer given (where
+  // mixes_without_phase1()): there is no Phase-1 state, every bank source is a newer entry (the
+  // terms of m, s and o drop out above). p (the partial) [T, d]; query [d] f32, the step's (the
+  // newer entries' and the partial's). newer [k, T, d] (the bank's dtype) with 1 <= k <=
+  // kMaxNewerSources, or null. The bias applies to the partial's logit only (bank logits never
+  // carry one). out may alias p.
   static constexpr int kMaxNewerSources = 8;
+  // Whether depth_phase2_prenorm takes a mix without a Phase-1 state (above). The forward then
+  // skips Phase 1 for a group whose shared prefix is one entry: Phase 1 would write one o row
+  // per query, each that entry again, for Phase 2 to read back.
+  virtual bool mixes_without_phase1() const { return false; }
   enum class DepthGate { None, Scalar, Vector };
   struct DepthMixArgs {
     const Tensor* m = nullptr;

@@ -27,8 +27,10 @@ const char* kind_name(SublayerKind k) {
 // sublayer). S = 8 is near the minimum for the 0.6B shape's n of up to 57, and bounds the
 // [S, T, d] Phase-1 output (first_layer's one group would otherwise hold every sublayer).
 constexpr int kMaxGroupSlots = 8;
-static_assert(kMaxGroupSlots - 1 <= Backend::kMaxNewerSources,
-              "a group's last step may read kMaxGroupSlots - 1 newer entries");
+// A group's last step may read kMaxGroupSlots - 1 newer entries, plus the group's one shared
+// entry where the forward skips Phase 1 (Backend::mixes_without_phase1).
+static_assert(kMaxGroupSlots <= Backend::kMaxNewerSources,
+              "a step's newer entries must fit one Phase 2");
 
 // Consecutive steps that read the same first bank entries form a group; the bank only grows,
 // so the first step's sources are a prefix of every later one's. A pre-gated step's sources

@@ -565,7 +565,12 @@ Tensor Transformer::forward_hidden(const BatchMeta& batch, KvCache& cache,
       }
       const DepthGroup& group = plan_.groups[step.group];
       const Tensor bank_read = bank.rows(step.bank_first, plan_.bank_capacity);
-      if (step.slot == 0) {  // Phase 1, once for every step of the group
+      // A shared prefix of one entry: no Phase 1 where the backend mixes without it (its state
+      // would be the entry itself, copied into a row per query); each step reads the entry
+      // as its first newer one.
+      const bool without_phase1 =
+          group.num_bank_sources == 1 && !step.pre_gated && backend_.mixes_without_phase1();
+      if (step.slot == 0 && !without_phase1) {  // Phase 1, once for every step of the group
         ATTNRES_CHECK(bank_size >= group.bank_first + group.num_bank_sources,
                       "bank not filled yet");
         Tensor gm = phase1_m.rows(0, group.num_slots), gs = phase1_s.rows(0, group.num_slots),
@@ -576,10 +581,11 @@ Tensor Transformer::forward_hidden(const BatchMeta& batch, KvCache& cache,
       }
       // Bank entries pushed since the group's Phase 1 ran: this step's Phase 2 merges them.
       Tensor newer;
-      if (step.num_newer_sources > 0) {
-        const int first = group.bank_first + group.num_bank_sources;
-        ATTNRES_CHECK(bank_size >= first + step.num_newer_sources, "bank not filled yet");
-        newer = bank.rows(first, first + step.num_newer_sources);
+      if (step.num_newer_sources > 0 || without_phase1) {
+        const int first = group.bank_first + (without_phase1 ? 0 : group.num_bank_sources);
+        const int end = group.bank_first + group.num_bank_sources + step.num_newer_sources;
+        ATTNRES_CHECK(bank_size >= end, "bank not filled yet");
+        newer = bank.rows(first, end);
       }
       for (int slot : {step.slot, step.value_slot}) {
         if (slot < 0) continue;
@@ -592,6 +598,7 @@ Tensor Transformer::forward_hidden(const BatchMeta& batch, KvCache& cache,
         // Phase 2 writes the sublayer's input (the V stream's into its own buffer).
         Backend::DepthMixArgs mix = mix_args(i, slot, m, sum, o, query, &gate_logits);
         mix.newer = newer.defined() ? &newer : nullptr;
+        if (without_phase1) mix.m = mix.s = mix.o = nullptr;
         if (slot == step.value_slot) {
           backend_.depth_phase2_prenorm(mix, partial, gain, config_.rms_norm_eps, normed_v);
         } else {

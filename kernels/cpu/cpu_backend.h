@@ -44,6 +44,7 @@ class CpuBackend : public Backend {
   static bool depth_bank_dtype_supported(DType dtype) {
     return dtype == DType::F32 || dtype == DType::BF16;
   }
+  bool mixes_without_phase1() const override { return true; }
   bool supports_depth_bank_dtype(DType dtype) const override {
     return depth_bank_dtype_supported(dtype);
   }

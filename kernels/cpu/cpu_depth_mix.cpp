@@ -31,6 +31,11 @@
 // formed in registers inside pass 2, where a o stood. k is a template argument of the token
 // kernel, chosen once per call, so that the merge has no test per row and vector. Each
 // token's passes prefetch the next token's rows.
+// With no Phase-1 state (m, s, o null: a group whose shared prefix is one entry skips Phase 1),
+// the first newer entry is the state: m its logit, formed as Phase 1 forms it, s = 1, o the
+// entry itself, read in the bank's dtype. Phase 1 over one entry gives exactly those values
+// (e^0 = 1, 1 * x = x), so the result is the same bits, without Phase 1 writing S o rows that
+// each hold a copy of the entry.
 //
 // The open-attnres modes (ATTNRES.md §2d) are switches of the same two ops: Phase 1 may gate
 // every source by sigmoid(gate logits[t]) first (pre_gated: the gated row is formed in
@@ -40,6 +45,7 @@
 // take a general element-wise pass 2; 2a/2b keep the plain one.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "engine/core/error.h"
@@ -321,7 +327,7 @@ namespace {
 struct Phase2Operands {
   const float* query = nullptr;  // the partial's and the newer entries' query, or null
   bool partial_is_source = false;
-  const float* m = nullptr;            // [T]
+  const float* m = nullptr;            // [T], or null: no Phase-1 state (newer entry 0 is it)
   const float* s = nullptr;            // [T]
   const float* o = nullptr;            // [T, d]
   const void* newer = nullptr;         // [K, T, d] in the bank's dtype, K the kernel's
@@ -345,8 +351,10 @@ struct Phase2Operands {
 // (the query loaded once per vector for all rows): its K newer bank entries into logits[0, K)
 // and, with P = 1, the partial into logits[K]. Token t + 1's rows are prefetched meanwhile:
 // each row is a page of its own at d 1024, where the hardware prefetchers stop. A row's logit
-// does not depend on which rows share its pass (dots_and_squares).
-template <int K, int P, DType B>
+// does not depend on which rows share its pass (dots_and_squares). FirstAsPhase1: entry 0's
+// logit is formed as Phase 1 forms it (times the reciprocal rms, not divided by the rms), for
+// the stateless mix, whose entry 0 stands for a Phase 1 over it.
+template <int K, int P, DType B, bool FirstAsPhase1 = false>
 void query_logits(const Phase2Operands& op, int64_t t, float* logits) {
   static_assert(K + P > 0);
   RowSet<K, P, B> set;
@@ -361,8 +369,10 @@ void query_logits(const Phase2Operands& op, int64_t t, float* logits) {
   }
   float dots[K + P], ss[K + P];
   dots_and_squares<1, false>(op.query, op.d, set, dots, ss, nullptr);
-  for (int r = 0; r < K + P; ++r)
-    logits[r] = dots[r] / std::sqrt(ss[r] / static_cast<float>(op.d) + op.mix_eps);
+  for (int r = 0; r < K + P; ++r) {
+    const float rms = std::sqrt(ss[r] / static_cast<float>(op.d) + op.mix_eps);
+    logits[r] = FirstAsPhase1 && r == 0 ? dots[r] * (1.0f / rms) : dots[r] / rms;
+  }
 }
 
 // Token t's softmax over its sources: ATTNRES.md §3's Phase 2, with K newer bank entries
@@ -371,26 +381,41 @@ void query_logits(const Phase2Operands& op, int64_t t, float* logits) {
 // (scale e^(m - big) / den) when K = 0, else c o + sum_j w_j row_j (scale 1), formed in
 // registers inside the caller's one pass over the token (a merged row written out and read
 // back cost a store and a load per vector). K is a template argument so that the merge is
-// unrolled, without a test per row and vector.
-template <int K, DType B>
+// unrolled, without a test per row and vector. Stateless: newer entry 0 is the Phase-1 state
+// (o, in the bank's dtype) and the K merged rows are entries 1..K.
+template <int K, DType B, bool Stateless>
 struct TokenMix {
+  using StateT = std::conditional_t<Stateless, BankT<B>, float>;
   static constexpr int kRows = K > 0 ? K : 1;
+  static constexpr int kFirst = Stateless ? 1 : 0;  // the first merged row's newer index
   float scale = 1.0f, wb = 0.0f, wc = 0.0f;
-  const float* o = nullptr;  // token t's Phase-1 row
-  float c = 0.0f;            // o's weight, K > 0
+  const StateT* o = nullptr;  // token t's Phase-1 row (stateless: its entry)
+  float c = 0.0f;             // o's weight, K > 0
   const BankT<B>* rows[kRows] = {};
   float w[kRows] = {};  // the rows' weights
   VecF vc = cpu::vzero();
   VecF vw[kRows];
 
-  TokenMix(const Phase2Operands& op, int64_t t) : o(op.o + t * op.d) {
-    float logits[K + 1];  // the newer entries', then the partial's
+  TokenMix(const Phase2Operands& op, int64_t t) {
+    // [the state entry's,] the merged entries', then the partial's
+    float all_logits[kFirst + K + 1];
+    constexpr int R = kFirst + K;  // bank rows in the logit pass
     if (op.partial_is_source) {
-      query_logits<K, 1, B>(op, t, logits);
-    } else if constexpr (K > 0) {
-      query_logits<K, 0, B>(op, t, logits);
+      query_logits<R, 1, B, Stateless>(op, t, all_logits);
+    } else if constexpr (R > 0) {
+      query_logits<R, 0, B, Stateless>(op, t, all_logits);
     }
-    const float m = op.m[t];
+    const float* logits = all_logits + kFirst;
+    float m, s;
+    if constexpr (Stateless) {  // what Phase 1 over this one entry gives
+      m = all_logits[0];
+      s = 1.0f;
+      o = op.newer_row<B>(0, t);
+    } else {
+      m = op.m[t];
+      s = op.s[t];
+      o = op.o + t * op.d;
+    }
     float big = m, q = 0.0f;
     if (op.partial_is_source) {
       q = logits[K] + op.bias;
@@ -404,7 +429,7 @@ struct TokenMix {
     // Explicit FMAs here and in the tails (the vectors' operations, lane for lane): left to
     // -ffp-contract, whether a product fuses could differ between the instances for f32 and
     // bf16 banks, or for different K.
-    float den = std::fma(a, op.s[t], b + e_null);
+    float den = std::fma(a, s, b + e_null);
     float e[K + 1];
     for (int j = 0; j < K; ++j) den += (e[j] = std::exp(logits[j] - big));
     const float inv_den = 1.0f / den;
@@ -418,25 +443,39 @@ struct TokenMix {
       for (int j = 0; j < K; ++j) {
         w[j] = e[j] * inv_den;
         vw[j] = cpu::vset1(w[j]);
-        rows[j] = op.newer_row<B>(j, t);
+        rows[j] = op.newer_row<B>(kFirst + j, t);
       }
     }
   }
 
+  VecF state_at(int64_t i) const {
+    if constexpr (Stateless) {
+      return cpu::vload_w<B>(o + i);
+    } else {
+      return cpu::vload(o + i);
+    }
+  }
+  float state_scalar(int64_t i) const {
+    if constexpr (Stateless) {
+      return cpu::load_scalar<B>(o + i);
+    } else {
+      return o[i];
+    }
+  }
   VecF at(int64_t i) const {
     if constexpr (K == 0) {
-      return cpu::vload(o + i);
+      return state_at(i);
     } else {
-      VecF acc = cpu::vmul(vc, cpu::vload(o + i));
+      VecF acc = cpu::vmul(vc, state_at(i));
       for (int j = 0; j < K; ++j) acc = cpu::vfma(vw[j], cpu::vload_w<B>(rows[j] + i), acc);
       return acc;
     }
   }
   float at_scalar(int64_t i) const {
     if constexpr (K == 0) {
-      return o[i];
+      return state_scalar(i);
     } else {
-      float acc = o[i] * c;
+      float acc = state_scalar(i) * c;
       for (int j = 0; j < K; ++j) acc = std::fma(w[j], cpu::load_scalar<B>(rows[j] + i), acc);
       return acc;
     }
@@ -446,13 +485,13 @@ struct TokenMix {
 // Phase 2 of token t in the paper's form (the partial a source, no §2d switch), fused with
 // the PreNorm: pass 1 is the logit pass, pass 2 writes h into out while summing h^2, pass 3
 // scales out in place.
-template <int K, DType B>
+template <int K, DType B, bool Stateless>
 void plain_token(const Phase2Operands& op, int64_t t) {
   const int64_t d = op.d;
   const float* p = op.p + t * d;
   float* h = op.out + t * d;
-  const TokenMix<K, B> mix(op, t);
-  const float* o_next = t + 1 < op.t_dim ? mix.o + d : nullptr;  // prefetched meanwhile
+  const TokenMix<K, B, Stateless> mix(op, t);
+  const auto* o_next = t + 1 < op.t_dim ? mix.o + d : nullptr;  // prefetched meanwhile
   const VecF va = cpu::vset1(mix.scale), vb = cpu::vset1(mix.wb);
   VecF hsq = cpu::vzero();
   int64_t i = 0;
@@ -474,12 +513,12 @@ void plain_token(const Phase2Operands& op, int64_t t) {
 // base, the gate, then the PreNorm. Element by element (a vector of them at a time): each
 // out[i] is written after p[i] (and the bank side's [i], the null source and the gate logit)
 // are read, so out may alias p.
-template <int K, DType B>
+template <int K, DType B, bool Stateless>
 void general_token(const Phase2Operands& op, int64_t t) {
   const int64_t d = op.d;
   const float* p = op.p + t * d;
   float* h = op.out + t * d;
-  const TokenMix<K, B> mix(op, t);
+  const TokenMix<K, B, Stateless> mix(op, t);
   const float* nv = op.null_source;
   const float* glt = op.gate_logits ? op.gate_logits + t * d : nullptr;
   const bool adds_partial = op.adds_partial, scalar_gate = op.gate == Backend::DepthGate::Scalar;
@@ -492,7 +531,7 @@ void general_token(const Phase2Operands& op, int64_t t) {
   // Token t + 1's partial and Phase-1 rows, prefetched meanwhile.
   const bool has_next = t + 1 < op.t_dim;
   const float* p_next = p + d;
-  const float* o_next = mix.o + d;
+  const auto* o_next = mix.o + d;
   int64_t i = 0;
   for (; i + kLanes <= d; i += kLanes) {
     if (has_next) {
@@ -531,29 +570,30 @@ void general_token(const Phase2Operands& op, int64_t t) {
   scale_by_rms(h, hss, op.gain, d, op.norm_eps);
 }
 
-template <bool Plain, int K, DType B>
+template <bool Plain, bool Stateless, int K, DType B>
 void phase2_token(const Phase2Operands& op, int64_t t) {
   if constexpr (Plain) {
-    plain_token<K, B>(op, t);
+    plain_token<K, B, Stateless>(op, t);
   } else {
-    general_token<K, B>(op, t);
+    general_token<K, B, Stateless>(op, t);
   }
 }
 
-// Runs the token kernel over every token, the kernel instance for K = the number of newer entries
-// (0 <= K <= kMaxNewerSources) and B the bank's dtype, chosen once per call.
-template <bool Plain, int K = 0>
+// Runs the token kernel over every token, the kernel instance for K = the number of newer
+// entries merged (0 <= K <= kMaxNewerSources; stateless, entry 0 is the state and not counted)
+// and B the bank's dtype, chosen once per call.
+template <bool Plain, bool Stateless, int K = 0>
 void phase2_tokens(cpu::WorkerPool& pool, bool parallel, const Phase2Operands& op, int k,
                    bool bf16) {
-  if constexpr (K < Backend::kMaxNewerSources) {
-    if (k != K) return phase2_tokens<Plain, K + 1>(pool, parallel, op, k, bf16);
+  if constexpr (K < Backend::kMaxNewerSources - (Stateless ? 1 : 0)) {
+    if (k != K) return phase2_tokens<Plain, Stateless, K + 1>(pool, parallel, op, k, bf16);
   }
   if (bf16) {
     pool.parallel_for(op.t_dim, parallel,
-                      [&](int64_t t) { phase2_token<Plain, K, DType::BF16>(op, t); });
+                      [&](int64_t t) { phase2_token<Plain, Stateless, K, DType::BF16>(op, t); });
   } else {
     pool.parallel_for(op.t_dim, parallel,
-                      [&](int64_t t) { phase2_token<Plain, K, DType::F32>(op, t); });
+                      [&](int64_t t) { phase2_token<Plain, Stateless, K, DType::F32>(op, t); });
   }
 }
 
@@ -567,7 +607,9 @@ void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& par
   cpu::check_f32_rows(out, d, "depth_phase2 out");
   const int64_t t_dim = cpu::rows_of(partial);
   ATTNRES_CHECK(out.numel() == partial.numel(), "depth_phase2 out " + shape_str(out.shape));
-  const bool mixing = mix.m != nullptr;
+  // No Phase-1 state but newer entries: the first of them stands for it (the header comment).
+  const bool stateless = mix.m == nullptr && mix.newer != nullptr;
+  const bool mixing = mix.m != nullptr || stateless;
   if (!mixing) return rms_norm(partial, prenorm_gain, norm_eps, out);  // h = p
 
   if (mix.partial_is_source || mix.newer) {
@@ -582,12 +624,16 @@ void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& par
                       mix.newer->dim(0) <= kMaxNewerSources && mix.newer->dim(1) == t_dim,
                   "depth_phase2 newer entries " + shape_str(mix.newer->shape));
   }
-  ATTNRES_CHECK(mix.s && mix.o, "depth_phase2: m given without s / o");
-  ATTNRES_CHECK(mix.m->dtype == DType::F32 && mix.s->dtype == DType::F32 &&
-                    mix.m->numel() == t_dim && mix.s->numel() == t_dim,
-                "depth_phase2 m " + shape_str(mix.m->shape) + " s " + shape_str(mix.s->shape));
-  cpu::check_f32_rows(*mix.o, d, "depth_phase2 o");
-  ATTNRES_CHECK(mix.o->numel() == t_dim * d, "depth_phase2 o " + shape_str(mix.o->shape));
+  if (stateless) {
+    ATTNRES_CHECK(!mix.s && !mix.o, "depth_phase2: s / o given without m");
+  } else {
+    ATTNRES_CHECK(mix.s && mix.o, "depth_phase2: m given without s / o");
+    ATTNRES_CHECK(mix.m->dtype == DType::F32 && mix.s->dtype == DType::F32 &&
+                      mix.m->numel() == t_dim && mix.s->numel() == t_dim,
+                  "depth_phase2 m " + shape_str(mix.m->shape) + " s " + shape_str(mix.s->shape));
+    cpu::check_f32_rows(*mix.o, d, "depth_phase2 o");
+    ATTNRES_CHECK(mix.o->numel() == t_dim * d, "depth_phase2 o " + shape_str(mix.o->shape));
+  }
   if (mix.null_source) {
     cpu::check_f32_rows(*mix.null_source, d, "depth_phase2 null source");
     ATTNRES_CHECK(mix.null_source->numel() == d,
@@ -605,9 +651,11 @@ void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& par
   Phase2Operands op;
   op.query = mix.query ? mix.query->ptr<float>() : nullptr;
   op.partial_is_source = mix.partial_is_source;
-  op.m = mix.m->ptr<float>();
-  op.s = mix.s->ptr<float>();
-  op.o = mix.o->ptr<float>();
+  if (!stateless) {
+    op.m = mix.m->ptr<float>();
+    op.s = mix.s->ptr<float>();
+    op.o = mix.o->ptr<float>();
+  }
   op.newer = mix.newer ? mix.newer->data : nullptr;
   op.p = partial.ptr<float>();
   op.out = out.ptr<float>();
@@ -623,13 +671,16 @@ void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& par
   op.gate_blend = mix.gate_blend;
   op.adds_partial = mix.adds_partial;
   op.gate = mix.gate;
-  const int k = mix.newer ? static_cast<int>(mix.newer->dim(0)) : 0;
+  // The newer entries merged into the state (stateless: all but the first).
+  const int k = (mix.newer ? static_cast<int>(mix.newer->dim(0)) : 0) - (stateless ? 1 : 0);
   const bool bf16 = mix.newer && mix.newer->dtype == DType::BF16;
   const bool parallel = threads_ > 1 && t_dim > 1;
   if (plain_mix) {
-    phase2_tokens<true>(*pool_, parallel, op, k, bf16);
+    stateless ? phase2_tokens<true, true>(*pool_, parallel, op, k, bf16)
+              : phase2_tokens<true, false>(*pool_, parallel, op, k, bf16);
   } else {
-    phase2_tokens<false>(*pool_, parallel, op, k, bf16);
+    stateless ? phase2_tokens<false, true>(*pool_, parallel, op, k, bf16)
+              : phase2_tokens<false, false>(*pool_, parallel, op, k, bf16);
   }
 }
 

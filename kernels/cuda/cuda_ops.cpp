@@ -755,6 +755,9 @@ void CudaBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& pa
   check_activation_out(out, d, partial, "depth_phase2 out");
   const int64_t T = rows_of(partial);
   ATTNRES_CHECK(out.numel() == partial.numel(), "depth_phase2 out " + shape_str(out.shape));
+  ATTNRES_CHECK(mix.m != nullptr || mix.newer == nullptr,
+                "depth_phase2: newer entries without a Phase-1 state (not on this backend: "
+                "mixes_without_phase1)");
   const bool mixing = mix.m != nullptr;
   if (!mixing) return rms_norm(partial, prenorm_gain, norm_eps, out);  // h = p
 

@@ -98,7 +98,8 @@ Tensor random_f32(const Shape& shape, std::mt19937& rng, float scale) {
 // The depth table for one shape: `full`'s Phase 1 and Phase 2 over one prefill, per bank
 // dtype, `delta`'s Phase 2 (its Phase 1 is full's), and the plain twin's PreNorms (rms_norm,
 // once per mixing sublayer) that Phase 2 replaces: Phase 1 + Phase 2 - PreNorm is what the
-// depth mix adds to a prefill.
+// depth mix adds to a prefill. As in the forward, the first group (a shared prefix of one
+// entry) runs no Phase 1 where the backend mixes without it (Backend::mixes_without_phase1).
 void run_depth_shape(Backend* be, std::mt19937& rng, const char* name, int64_t d, int groups) {
   constexpr int64_t T = 128;
   constexpr int kSlots = 8;
@@ -122,22 +123,26 @@ void run_depth_shape(Backend* be, std::mt19937& rng, const char* name, int64_t d
   for (DType dtype : {DType::F32, DType::BF16}) {
     Tensor bank = be->alloc(bank_f32.shape, dtype);
     be->copy(bank_f32, bank);
+    const int skipped = be->mixes_without_phase1() ? 1 : 0;  // groups without a Phase 1
     auto phase1 = [&] {
-      for (int g = 0; g < groups; ++g)
+      for (int g = skipped; g < groups; ++g)
         be->depth_phase1(queries, bank, 1 + kSlots * g, 1e-6f, m, s, o);
     };
     auto phase2 = [&](bool delta) {
       for (int g = 0; g < groups; ++g) {
-        const int first_newer = 1 + kSlots * g;
+        const bool stateless = g < skipped;
+        const int first_newer = stateless ? 0 : 1 + kSlots * g;
         for (int slot = 0; slot < kSlots; ++slot) {
           const Tensor ms = m.row(slot), ss = s.row(slot), os = o.row(slot), q = queries.row(slot);
-          const Tensor newer = bank.rows(first_newer, first_newer + slot);
+          const Tensor newer = bank.rows(first_newer, 1 + kSlots * g + slot);
           Backend::DepthMixArgs mix;
-          mix.m = &ms;
-          mix.s = &ss;
-          mix.o = &os;
+          if (!stateless) {
+            mix.m = &ms;
+            mix.s = &ss;
+            mix.o = &os;
+          }
           mix.query = &q;
-          mix.newer = slot > 0 ? &newer : nullptr;
+          mix.newer = newer.dim(0) > 0 ? &newer : nullptr;
           mix.bias = delta ? 0.0f : 0.1f;
           mix.partial_is_source = !delta;
           mix.adds_partial = delta;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
@@ -51,6 +52,75 @@ TEST(CpuDepthModes, EverySwitchCombinationEqualsTheDirectSoftmax) {
     be->depth_phase2_prenorm(mode_args(c, in, ml, sl, ol, eps, &newer), p, in.gain, norm_eps, p);
     EXPECT_TRUE(all_close(p, values(out), 0.0)) << c.describe() << " in place";
   }
+}
+
+// Phase 2 without a Phase-1 state (m, s, o null; Backend::mixes_without_phase1), every bank
+// source a newer entry, for every switch combination but pre-gated and every count up to
+// kMaxNewerSources (each a kernel instance of its own), from an f32 and a bf16 bank: the bits of
+// Phase 1 over the first entry and Phase 2 merging the rest (what the forward runs where it
+// keeps Phase 1), and (f32) the direct softmax over the same sources.
+TEST(CpuDepthModes, WithoutPhaseOneTheFirstNewerEntryIsTheState) {
+  auto be = make_cpu_backend(2);
+  ASSERT_TRUE(be->mixes_without_phase1());
+  std::mt19937 rng(12);
+  const int64_t t_dim = 5, d = 37;
+  const float eps = 1e-6f, norm_eps = 1e-5f;
+  for (int n = 1; n <= Backend::kMaxNewerSources; ++n) {
+    for (const ModeCase& c : newer_mode_cases(n - 1)) {
+      const ModeInputs in = ModeInputs::random(n, t_dim, d, rng);
+      for (DType dtype : {DType::F32, DType::BF16}) {
+        Tensor bank = in.bank;
+        if (dtype == DType::BF16) {
+          bank = be->alloc(in.bank.shape, DType::BF16);
+          be->copy(in.bank, bank);
+        }
+        Tensor m = be->alloc({1, t_dim}, DType::F32), s = be->alloc({1, t_dim}, DType::F32);
+        Tensor o = be->alloc({1, t_dim, d}, DType::F32);
+        be->depth_phase1(in.query.reshape({1, d}), bank, 1, eps, m, s, o);
+        Tensor ml = m.row(0), sl = s.row(0), ol = o.row(0);
+        const Tensor rest = bank.rows(1, n);
+        Tensor want = be->alloc({t_dim, d}, DType::F32);
+        be->depth_phase2_prenorm(mode_args(c, in, ml, sl, ol, eps, &rest), in.partial, in.gain,
+                                 norm_eps, want);
+
+        ModeCase all_newer = c;
+        all_newer.newer = n;
+        const Tensor all = bank.rows(0, n);
+        Backend::DepthMixArgs mix = mode_args(all_newer, in, ml, sl, ol, eps, &all);
+        mix.m = mix.s = mix.o = nullptr;
+        Tensor got = be->alloc({t_dim, d}, DType::F32);
+        be->depth_phase2_prenorm(mix, in.partial, in.gain, norm_eps, got);
+        const std::string what =
+            c.describe() + " n=" + std::to_string(n) + " " + std::string(dtype_name(dtype));
+        EXPECT_TRUE(all_close(got, values(want), 0.0)) << what;
+        if (dtype == DType::F32) {
+          EXPECT_TRUE(all_close(got, reference_mix(c, in, n, eps, norm_eps), 1e-5, 1e-5)) << what;
+        }
+
+        // In place over the partial: the same bits.
+        Tensor p = be->alloc({t_dim, d}, DType::F32);
+        be->copy(in.partial, p);
+        be->depth_phase2_prenorm(mix, p, in.gain, norm_eps, p);
+        EXPECT_TRUE(all_close(p, values(got), 0.0)) << what << " in place";
+      }
+    }
+  }
+}
+
+// Without m, s and o must be absent too: a half-given state is a caller's mistake.
+TEST(CpuDepthModes, RejectsAPartialPhaseOneState) {
+  auto be = make_cpu_backend(1);
+  std::mt19937 rng(13);
+  const int64_t t_dim = 3, d = 16;
+  const ModeInputs in = ModeInputs::random(2, t_dim, d, rng);
+  Tensor s = be->alloc({t_dim}, DType::F32), o = be->alloc({t_dim, d}, DType::F32);
+  ModeCase c;
+  c.newer = 2;
+  const Tensor newer = in.bank.rows(0, 2);
+  Backend::DepthMixArgs mix = mode_args(c, in, s, s, o, 1e-6f, &newer);
+  mix.m = nullptr;
+  Tensor out = be->alloc({t_dim, d}, DType::F32);
+  EXPECT_THROW(be->depth_phase2_prenorm(mix, in.partial, in.gain, 1e-6f, out), std::logic_error);
 }
 
 // Phase 1 of the inputs' query over the first n bank entries: m, s, o of its one row.
