@@ -675,12 +675,14 @@ void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& par
   const int k = (mix.newer ? static_cast<int>(mix.newer->dim(0)) : 0) - (stateless ? 1 : 0);
   const bool bf16 = mix.newer && mix.newer->dtype == DType::BF16;
   const bool parallel = threads_ > 1 && t_dim > 1;
-  if (plain_mix) {
-    stateless ? phase2_tokens<true, true>(*pool_, parallel, op, k, bf16)
-              : phase2_tokens<true, false>(*pool_, parallel, op, k, bf16);
+  if (plain_mix && stateless) {
+    phase2_tokens<true, true>(*pool_, parallel, op, k, bf16);
+  } else if (plain_mix) {
+    phase2_tokens<true, false>(*pool_, parallel, op, k, bf16);
+  } else if (stateless) {
+    phase2_tokens<false, true>(*pool_, parallel, op, k, bf16);
   } else {
-    stateless ? phase2_tokens<false, true>(*pool_, parallel, op, k, bf16)
-              : phase2_tokens<false, false>(*pool_, parallel, op, k, bf16);
+    phase2_tokens<false, false>(*pool_, parallel, op, k, bf16);
   }
 }
 
