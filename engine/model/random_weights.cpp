@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "engine/core/huge_page_arena.h"
+
 namespace attnres {
 namespace {
 
@@ -24,9 +26,10 @@ class Filler {
  public:
   Filler(DType dtype, uint64_t seed) : dtype_(dtype), rng_{seed} {}
 
-  // Uniform values with standard deviation `std` around `mean`.
+  // Uniform values with standard deviation `std` around `mean`, in huge pages (the weights a
+  // decode step streams: HugePageArena says why).
   Tensor make(const Shape& shape, float std, float mean = 0.0f) {
-    Tensor t = Tensor::empty(shape, dtype_);
+    Tensor t = arena_.empty(shape, dtype_);
     const float half_width = std * std::sqrt(3.0f);
     const int64_t n = t.numel();
     for (int64_t i = 0; i < n; ++i) {
@@ -39,6 +42,7 @@ class Filler {
  private:
   DType dtype_;
   Rng rng_;
+  HugePageArena arena_;
 };
 
 AttnResWeights make_depth(Filler& fill, int64_t d) {

@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 #include <cmath>
 
+#include "engine/model/random_weights.h"
+#include "tests/cpp/engine/core/vm_flags.h"
+#include "tests/cpp/engine/model/plan_test_config.h"
 #include "tests/cpp/engine/model/tiny_model.h"
 
 namespace attnres {
@@ -368,6 +371,18 @@ TEST(ModelWeightsModes, TensorOfAnotherModeIsRejected) {
   gate.weights.add("model.layers.1.mlp_res_alpha", "BF16", {}, {0.5f});
   EXPECT_THAT(load_error(gate), AllOf(HasSubstr("unexpected tensor model.layers.1.mlp_res_alpha"),
                                       HasSubstr("\"sigmoid_scalar\" has no such gate tensor")));
+}
+
+// The built-in models' random weights live in memory marked for huge pages, as a checkpoint's
+// mapping is (Safetensors.TheMappingAsksForHugePages): the built-in benchmarks see the
+// placement users get.
+TEST(RandomWeights, LiveInMemoryThatAsksForHugePages) {
+  if (!test_memory::thp_available()) GTEST_SKIP() << "this kernel has no transparent huge pages";
+  const ModelWeights w = make_random_weights(test::config(AttnResMode::Block, 2, 1), {});
+  for (const Tensor* t :
+       {&w.embed_tokens, &w.layers[0].q_proj, &w.layers[1].down_proj, &w.final_norm}) {
+    EXPECT_TRUE(test_memory::advised_huge(t->data)) << test_memory::vm_flags_at(t->data);
+  }
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/core/error.h"
+#include "tests/cpp/engine/core/vm_flags.h"
 #include "tests/cpp/engine/model/checkpoint_writer.h"
 
 namespace attnres {
@@ -78,6 +79,19 @@ TEST(Safetensors, ViewsPointIntoTheMappingAndOutliveTheFileObject) {
   file.reset();  // the tensor's owner keeps the mapping
   EXPECT_EQ(second.ptr<float>()[0], 7.f);
   EXPECT_EQ(second.ptr<float>()[1], 8.f);
+}
+
+// The mapping asks for huge pages (MADV_HUGEPAGE): where the filesystem gives the page cache
+// large folios, a CPU decode then streams the weights from 2 MB pages (HugePageArena says why).
+TEST(Safetensors, TheMappingAsksForHugePages) {
+  if (!test_memory::thp_available()) GTEST_SKIP() << "this kernel has no transparent huge pages";
+  TempDir dir;
+  SafetensorsWriter w;
+  w.add("a", "F32", {4}, {1, 2, 3, 4});
+  w.write(dir.file("x.safetensors"));
+  auto file = SafetensorsFile::open(dir.file("x.safetensors"));
+  const Tensor a = file->get("a");
+  EXPECT_TRUE(test_memory::advised_huge(a.data)) << test_memory::vm_flags_at(a.data);
 }
 
 TEST(Safetensors, MisalignedTensorsAreCopiedToAlignedMemory) {
