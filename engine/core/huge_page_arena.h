@@ -44,4 +44,9 @@ class HugePageArena {
   bool advised_ = true;
 };
 
+// A zero-filled CPU tensor in a mapping of its own, 2 MB aligned and marked for huge pages like
+// the arena's chunks, unmapped with its last view: for long-lived buffers that are replaced as
+// they grow (the depth bank, the Phase-1 state), which an arena could not give back.
+Tensor huge_page_tensor(const Shape& shape, DType dtype);
+
 }  // namespace attnres

@@ -384,7 +384,7 @@ Tensor Transformer::kept_view(Tensor& kept, const Shape& shape, DType dtype) {
   for (int64_t n : shape) numel *= n;
   if (!kept.defined() || kept.numel() < numel || kept.dtype != dtype) {
     kept = Tensor();  // free the smaller buffer first: the peak is the new one alone
-    kept = backend_.alloc({std::max<int64_t>(numel, 1)}, dtype);
+    kept = backend_.alloc_kept({std::max<int64_t>(numel, 1)}, dtype);
   }
   return Tensor::wrap(kept.data, shape, dtype, kept.owner, kept.device);
 }

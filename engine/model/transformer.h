@@ -162,7 +162,9 @@ class Transformer {
   // one flat buffer a step views in its own shape (kept_view). Allocated per step they
   // cost a zero-fill and, past glibc's mmap threshold, a page fault per 4 KB: 67 ms of
   // a 2 s 512-token 0.6B `full` prefill (docs/BENCHMARKS.md). Every entry a step reads was
-  // written earlier in that step, so nothing needs clearing between steps.
+  // written earlier in that step, so nothing needs clearing between steps. Allocated with
+  // Backend::alloc_kept: on the CPU in huge pages, where Phase 1 and Phase 2 read them with
+  // fewer TLB misses (about 2 points of `full`'s 100M prefill, docs/BENCHMARKS.md).
   // open_entry: delta_block's open entry, summed in f32 when the bank is not f32 (it is
   // rounded once, when committed).
   struct DepthWorkspace {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/core/error.h"
+#include "engine/core/huge_page_arena.h"
 #include "kernels/cpu/cpu_simd.h"
 
 namespace attnres {
@@ -21,6 +22,14 @@ std::string CpuBackend::name() const {
 }
 
 Tensor CpuBackend::alloc(const Shape& shape, DType dtype) { return Tensor::empty(shape, dtype); }
+
+Tensor CpuBackend::alloc_kept(const Shape& shape, DType dtype) {
+  // Below 1 MB a 2 MB page would mostly hold nothing (a touched huge page is faulted whole).
+  constexpr size_t kHugeFrom = size_t{1} << 20;
+  size_t bytes = dtype_size(dtype);
+  for (int64_t n : shape) bytes *= static_cast<size_t>(n);
+  return bytes >= kHugeFrom ? huge_page_tensor(shape, dtype) : Tensor::empty(shape, dtype);
+}
 
 Tensor CpuBackend::upload(const Tensor& host) {
   ATTNRES_CHECK(host.device == Device::CPU, "upload expects a host tensor");

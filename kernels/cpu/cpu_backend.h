@@ -51,6 +51,7 @@ class CpuBackend : public Backend {
   int num_threads() const { return threads_; }
 
   Tensor alloc(const Shape& shape, DType dtype) override;
+  Tensor alloc_kept(const Shape& shape, DType dtype) override;
   Tensor upload(const Tensor& host) override;
   void download(const Tensor& src, void* host_dst) override;
   void copy(const Tensor& src, Tensor& dst) override;

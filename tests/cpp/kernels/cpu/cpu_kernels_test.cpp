@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "tests/cpp/engine/core/vm_flags.h"
 #include "tests/cpp/kernels/cpu/test_util.h"
 
 namespace attnres::test {
@@ -102,6 +103,23 @@ TEST(CpuLinear, RejectsShapeMismatch) {
   Tensor x = Tensor::empty({2, 8}, DType::F32), w = Tensor::empty({4, 9}, DType::BF16);
   Tensor out = Tensor::empty({2, 4}, DType::F32);
   EXPECT_THROW(be->linear(x, w, nullptr, out), std::logic_error);
+}
+
+// Buffers kept across steps: zero-filled as alloc's, and from 1 MB on in memory that asks for
+// huge pages (the depth bank and the Phase-1 state are read many times per step).
+TEST(CpuAllocKept, LargeBuffersAskForHugePagesSmallOnesDoNot) {
+  auto be = make_cpu_backend(1);
+  const Tensor large = be->alloc_kept({3, 1 << 18}, DType::BF16);  // 1.5 MB
+  const Tensor small = be->alloc_kept({1000}, DType::F32);
+  for (const Tensor* t : {&large, &small}) {
+    ASSERT_EQ(t->nbytes(), static_cast<size_t>(t->numel()) * dtype_size(t->dtype));
+    const auto* bytes = static_cast<const unsigned char*>(t->data);
+    for (size_t i = 0; i < t->nbytes(); ++i) ASSERT_EQ(bytes[i], 0) << i;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t->data) % 64, 0u);
+  }
+  if (!test_memory::thp_available()) GTEST_SKIP() << "this kernel has no transparent huge pages";
+  EXPECT_TRUE(test_memory::advised_huge(large.data)) << test_memory::vm_flags_at(large.data);
+  EXPECT_FALSE(test_memory::advised_huge(small.data)) << test_memory::vm_flags_at(small.data);
 }
 
 TEST(CpuTestUtil, ToleranceCheckCanFail) {  // the comparator itself must catch a small error
