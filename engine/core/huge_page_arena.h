@@ -1,4 +1,6 @@
-// Memory for a model's weights in transparent huge pages (2 MB), where the kernel gives them.
+// Memory in transparent huge pages (2 MB), where the kernel gives them: a model's weights
+// (HugePageArena) and the long-lived buffers the CPU backend keeps across steps
+// (huge_page_tensor).
 //
 // Why: a CPU decode step streams every weight once (230 MB at the 100M shape). Weights on
 // 4 KB heap pages land wherever the guest's free memory is fragmented, and there a model
