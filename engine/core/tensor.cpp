@@ -17,6 +17,12 @@ std::string shape_str(const Shape& shape) {
   return s + "]";
 }
 
+size_t nbytes_of(const Shape& shape, DType dtype) {
+  size_t bytes = dtype_size(dtype);
+  for (int64_t d : shape) bytes *= static_cast<size_t>(d);
+  return bytes;
+}
+
 int64_t Tensor::numel() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;

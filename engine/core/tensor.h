@@ -19,6 +19,8 @@ enum class Device : uint8_t { CPU, CUDA };
 using Shape = std::vector<int64_t>;
 
 std::string shape_str(const Shape& shape);
+// The bytes of a dense tensor of this shape and dtype.
+size_t nbytes_of(const Shape& shape, DType dtype);
 
 struct Tensor;
 // Element i of a host float tensor (F32, BF16 or F16), widened to f32. For loading-time
@@ -44,7 +46,7 @@ struct Tensor {
   int rank() const { return static_cast<int>(shape.size()); }
   int64_t dim(int i) const { return shape[i < 0 ? shape.size() + i : i]; }
   int64_t numel() const;
-  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+  size_t nbytes() const { return nbytes_of(shape, dtype); }
 
   template <class T>
   T* ptr() const {

@@ -26,9 +26,8 @@ Tensor CpuBackend::alloc(const Shape& shape, DType dtype) { return Tensor::empty
 Tensor CpuBackend::alloc_kept(const Shape& shape, DType dtype) {
   // Below 1 MB a 2 MB page would mostly hold nothing (a touched huge page is faulted whole).
   constexpr size_t kHugeFrom = size_t{1} << 20;
-  size_t bytes = dtype_size(dtype);
-  for (int64_t n : shape) bytes *= static_cast<size_t>(n);
-  return bytes >= kHugeFrom ? huge_page_tensor(shape, dtype) : Tensor::empty(shape, dtype);
+  return nbytes_of(shape, dtype) >= kHugeFrom ? huge_page_tensor(shape, dtype)
+                                              : Tensor::empty(shape, dtype);
 }
 
 Tensor CpuBackend::upload(const Tensor& host) {
