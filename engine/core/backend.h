@@ -333,6 +333,18 @@ class Backend {
   };
   virtual void depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& partial,
                                     const Tensor& prenorm_gain, float norm_eps, Tensor& out) = 0;
+  // Two Phase-2 mixes of one step over the same partial, prenorm gain and sources, differing
+  // only in their query, Phase-1 rows (m, s, o) and null logit: delta_v's K and V streams
+  // (ATTNRES.md §2d), whose queries are neighbouring rows of the group's. The same as
+  // depth_phase2_prenorm(a, ..., out_a) then depth_phase2_prenorm(b, ..., out_b) (the
+  // default); out_a and out_b overlap neither each other nor the partial. A backend may read
+  // the shared sources once for both.
+  virtual void depth_phase2_prenorm_pair(const DepthMixArgs& a, const DepthMixArgs& b,
+                                         const Tensor& partial, const Tensor& prenorm_gain,
+                                         float norm_eps, Tensor& out_a, Tensor& out_b) {
+    depth_phase2_prenorm(a, partial, prenorm_gain, norm_eps, out_a);
+    depth_phase2_prenorm(b, partial, prenorm_gain, norm_eps, out_b);
+  }
 
   // The depth-mix weights of one mixing step, for introspection (ATTNRES.md §5; the forward
   // runs it only when a request asked). For each token t, over the sources in the code's

@@ -587,23 +587,29 @@ Tensor Transformer::forward_hidden(const BatchMeta& batch, KvCache& cache,
         ATTNRES_CHECK(bank_size >= end, "bank not filled yet");
         newer = bank.rows(first, end);
       }
-      for (int slot : {step.slot, step.value_slot}) {
-        if (slot < 0) continue;
+      // The step's mix (delta_v's attention: its K stream's and its V stream's, two slots).
+      Tensor ms[2], sums[2], os[2], queries[2];
+      Backend::DepthMixArgs mixes[2];
+      const int slots[2] = {step.slot, step.value_slot};
+      for (int k = 0; k < 2 && slots[k] >= 0; ++k) {
+        const int slot = slots[k];
         if (report_depth) {
           depth_per_step.push_back(
               mix_depth_weights(i, slot, bank, partial, step_gate, split, depth->rows));
         }
-        const Tensor m = phase1_m.row(slot), sum = phase1_s.row(slot), o = phase1_o.row(slot);
-        const Tensor query = group_queries_[step.group].row(slot);
-        // Phase 2 writes the sublayer's input (the V stream's into its own buffer).
-        Backend::DepthMixArgs mix = mix_args(i, slot, m, sum, o, query, &gate_logits);
-        mix.newer = newer.defined() ? &newer : nullptr;
-        if (without_phase1) mix.m = mix.s = mix.o = nullptr;
-        if (slot == step.value_slot) {
-          backend_.depth_phase2_prenorm(mix, partial, gain, config_.rms_norm_eps, normed_v);
-        } else {
-          prenorm_and_project(mix);
-        }
+        ms[k] = phase1_m.row(slot), sums[k] = phase1_s.row(slot), os[k] = phase1_o.row(slot);
+        queries[k] = group_queries_[step.group].row(slot);
+        mixes[k] = mix_args(i, slot, ms[k], sums[k], os[k], queries[k], &gate_logits);
+        mixes[k].newer = newer.defined() ? &newer : nullptr;
+        if (without_phase1) mixes[k].m = mixes[k].s = mixes[k].o = nullptr;
+      }
+      // Phase 2 writes the sublayer's input (the V stream's into its own buffer); the two
+      // streams of delta_v share their sources, so one call reads them once.
+      if (step.value_slot >= 0) {
+        backend_.depth_phase2_prenorm_pair(mixes[0], mixes[1], partial, gain, config_.rms_norm_eps,
+                                           normed_out, normed_v);
+      } else {
+        prenorm_and_project(mixes[0]);
       }
     }
     if (final_step) break;

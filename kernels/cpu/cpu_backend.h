@@ -6,7 +6,7 @@
 //   cpu_linear.cpp       linear: GEMV (decode, R <= 8) and packed GEMM (prefill)
 //   cpu_attention.cpp    store_kv, paged causal GQA attention
 //   cpu_norm_rope.cpp    rms_norm, qk_norm_rope
-//   cpu_depth_mix.cpp    depth_phase1, depth_phase2_prenorm (ATTNRES.md §3)
+//   cpu_depth_mix.cpp    depth_phase1, depth_phase2_prenorm(_pair) (ATTNRES.md §3)
 //   cpu_depth_weights.cpp  depth_weights (introspection, ATTNRES.md §5)
 //   cpu_elementwise.cpp  embedding, swiglu, add_inplace(_push), gather_rows
 //   cpu_sampling.cpp     sample (the host Sampler's pipeline per row, engine/sample/sample_row.h)
@@ -75,6 +75,9 @@ class CpuBackend : public Backend {
                     Tensor& s, Tensor& o, const Tensor* source_gate_logits = nullptr) override;
   void depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& partial,
                             const Tensor& prenorm_gain, float norm_eps, Tensor& out) override;
+  void depth_phase2_prenorm_pair(const DepthMixArgs& a, const DepthMixArgs& b,
+                                 const Tensor& partial, const Tensor& prenorm_gain, float norm_eps,
+                                 Tensor& out_a, Tensor& out_b) override;
   void depth_weights(const Tensor& query, const Tensor& bank, int n, const Tensor& partial,
                      float bias, float eps, Tensor& out,
                      const DepthSourceSwitches& sources = {}) override;

@@ -31,6 +31,11 @@
 // formed in registers inside pass 2, where a o stood. k is a template argument of the token
 // kernel, chosen once per call, so that the merge has no test per row and vector. Each
 // token's passes prefetch the next token's rows.
+// delta_v's attention step mixes twice over the same sources, once with its K stream's query
+// and once with its V stream's (depth_phase2_prenorm_pair): one region, and per token one
+// logit pass for both queries (each row's sum of squares once) and one pass 2 loading the
+// partial's and the newer entries' vectors once for both outputs. Each stream's arithmetic is
+// a single call's, so the pair gives the same bits as two calls.
 // With no Phase-1 state (m, s, o null: a group whose shared prefix is one entry skips Phase 1),
 // the first newer entry is the state: m its logit, formed as Phase 1 forms it, s = 1, o the
 // entry itself, read in the bank's dtype. Phase 1 over one entry gives exactly those values
@@ -45,6 +50,7 @@
 // take a general element-wise pass 2; 2a/2b keep the plain one.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <type_traits>
 #include <vector>
 
@@ -90,15 +96,16 @@ struct RowSet {
   }
 };
 
-// For each of the N rows x_r of `set`: dots[r * S + l] = queries[l] . x_r for l < S, in the
-// same pass as ss[r] = sum of x_r^2. Gated (pre_gated), x_r is sig * row_r, formed in
-// registers. Two or more rows load each query vector once for all of them: with one row, the
-// S query loads per vector made Phase 1's logit pass load-bound (S + 1 loads for S + 1 FMAs;
-// two rows take S + 2 for 2S + 2). Each row's accumulators see the same operations in the
-// same order whatever the other rows, so neither N nor a row's company changes a bit.
+// For each of the N rows x_r of `set`: dots[r * S + l] = queries[l] . x_r for l < S (query l
+// at queries + l * query_stride), in the same pass as ss[r] = sum of x_r^2. Gated
+// (pre_gated), x_r is sig * row_r, formed in registers. Two or more rows load each query
+// vector once for all of them: with one row, the S query loads per vector made Phase 1's logit
+// pass load-bound (S + 1 loads for S + 1 FMAs; two rows take S + 2 for 2S + 2). Each row's
+// accumulators see the same operations in the same order whatever the other rows and
+// queries, so neither N, S nor a row's company changes a bit.
 template <int S, bool Gated, class Rows>
-void dots_and_squares(const float* queries, int64_t d, const Rows& set, float* dots, float* ss,
-                      const float* sig) {
+void dots_and_squares(const float* queries, int64_t query_stride, int64_t d, const Rows& set,
+                      float* dots, float* ss, const float* sig) {
   constexpr int N = Rows::N;
   VecF acc[N][S], sq[N];
   for (int r = 0; r < N; ++r) {
@@ -124,7 +131,8 @@ void dots_and_squares(const float* queries, int64_t d, const Rows& set, float* d
       sq[r] = cpu::vfma(x[r], x[r], sq[r]);
     }
     for (int l = 0; l < S; ++l) {
-      const VecF q = cpu::in_register(cpu::vload(queries + l * d + i));  // once for N rows
+      const VecF q =
+          cpu::in_register(cpu::vload(queries + l * query_stride + i));  // once for N rows
       for (int r = 0; r < N; ++r) acc[r][l] = cpu::vfma(q, x[r], acc[r][l]);
     }
   }
@@ -141,7 +149,7 @@ void dots_and_squares(const float* queries, int64_t d, const Rows& set, float* d
       const float x = Gated ? v[r] * sig[i] : v[r];
       ss[r] = std::fma(x, x, ss[r]);
       for (int l = 0; l < S; ++l)
-        dots[r * S + l] = std::fma(queries[l * d + i], x, dots[r * S + l]);
+        dots[r * S + l] = std::fma(queries[l * query_stride + i], x, dots[r * S + l]);
     }
   }
 }
@@ -206,7 +214,7 @@ void weighted_sum(const TokenSources<B>& src, int n, const float* w, int64_t d, 
 
 // The PreNorm's last pass over a token's h (d values, their sum of squares hss): h = h /
 // rms(h) * gain, in place.
-void scale_by_rms(float* h, float hss, const float* gain, int64_t d, float eps) {
+inline void scale_by_rms(float* h, float hss, const float* gain, int64_t d, float eps) {
   const float inv_rms = 1.0f / std::sqrt(hss / static_cast<float>(d) + eps);
   const VecF vs = cpu::vset1(inv_rms);
   int64_t i = 0;
@@ -226,7 +234,7 @@ void rows_logits(const float* queries, const TokenSources<B>& src, int n, int j,
     set.next_rows[r] = j + R + r < n ? src.row(j + R + r) : nullptr;
   }
   float dots[R * S], ss[R];
-  dots_and_squares<S, Gated>(queries, d, set, dots, ss, src.sig);
+  dots_and_squares<S, Gated>(queries, d, d, set, dots, ss, src.sig);
   for (int r = 0; r < R; ++r) {
     const float inv_rms = 1.0f / std::sqrt(ss[r] / static_cast<float>(d) + eps);
     for (int l = 0; l < S; ++l) logits[l * n + j + r] = dots[r * S + l] * inv_rms;
@@ -321,23 +329,25 @@ void CpuBackend::depth_phase1(const Tensor& queries, const Tensor& bank, int n, 
 
 namespace {
 
-// One Phase 2 call's operands (validated). Each token's work reads them into locals: read
+// One Phase 2 stream's operands (validated). Each token's work reads them into locals: read
 // through the DepthMixArgs inside the pass, every vector reloaded its pointers, because a
-// store into out might, as far as the compiler knew, have changed them.
+// store into out might, as far as the compiler knew, have changed them. A pair of streams
+// (depth_phase2_prenorm_pair) shares everything but the fields marked "per stream".
 struct Phase2Operands {
-  const float* query = nullptr;  // the partial's and the newer entries' query, or null
+  const float* query = nullptr;  // per stream: the partial's and the newer entries' query, or null
   bool partial_is_source = false;
-  const float* m = nullptr;            // [T], or null: no Phase-1 state (newer entry 0 is it)
-  const float* s = nullptr;            // [T]
-  const float* o = nullptr;            // [T, d]
+  const float* m = nullptr;  // per stream: [T], or null: no Phase-1 state (newer entry 0 is it)
+  const float* s = nullptr;  // per stream: [T]
+  const float* o = nullptr;  // per stream: [T, d]
   const void* newer = nullptr;         // [K, T, d] in the bank's dtype, K the kernel's
   const float* p = nullptr;            // the partial [T, d]
-  float* out = nullptr;                // [T, d], may alias p
+  float* out = nullptr;                // per stream: [T, d], may alias p (one stream only)
   const float* gain = nullptr;         // the PreNorm's [d], widened
   const float* null_source = nullptr;  // [d], or null
   const float* gate_logits = nullptr;  // [T, d] with DepthGate::Vector, else null
   int64_t t_dim = 0, d = 0;
-  float bias = 0.0f, mix_eps = 0.0f, norm_eps = 0.0f, null_logit = 0.0f, gate_blend = 0.0f;
+  float bias = 0.0f, mix_eps = 0.0f, norm_eps = 0.0f, gate_blend = 0.0f;
+  float null_logit = 0.0f;  // per stream
   bool adds_partial = false;
   Backend::DepthGate gate = Backend::DepthGate::None;
 
@@ -347,15 +357,18 @@ struct Phase2Operands {
   }
 };
 
-// The logits of token t's sources that take the step's query, before any bias, in one pass
-// (the query loaded once per vector for all rows): its K newer bank entries into logits[0, K)
-// and, with P = 1, the partial into logits[K]. Token t + 1's rows are prefetched meanwhile:
-// each row is a page of its own at d 1024, where the hardware prefetchers stop. A row's logit
-// does not depend on which rows share its pass (dots_and_squares). FirstAsPhase1: entry 0's
-// logit is formed as Phase 1 forms it (times the reciprocal rms, not divided by the rms), for
-// the stateless mix, whose entry 0 stands for a Phase 1 over it.
-template <int K, int P, DType B, bool FirstAsPhase1 = false>
-void query_logits(const Phase2Operands& op, int64_t t, float* logits) {
+// The logits of token t's sources that take a query, before any bias, in one pass (each
+// query loaded once per vector for all rows), for S queries (query l at queries + l *
+// query_stride; a pair's two streams): its K newer bank entries into logits[l * stride + j]
+// for j < K and, with P = 1, the partial into logits[l * stride + K]. Token t + 1's rows are
+// prefetched meanwhile: each row is a page of its own at d 1024, where the hardware
+// prefetchers stop. A row's logit for one query depends neither on which rows share its pass
+// nor on the other queries (dots_and_squares). FirstAsPhase1: entry 0's logit is formed as
+// Phase 1 forms it (times the reciprocal rms, not divided by the rms), for the stateless mix,
+// whose entry 0 stands for a Phase 1 over it.
+template <int K, int P, DType B, bool FirstAsPhase1, int S>
+void query_logits(const Phase2Operands& op, int64_t t, const float* queries, int64_t query_stride,
+                  float* logits, int stride) {
   static_assert(K + P > 0);
   RowSet<K, P, B> set;
   const bool has_next = t + 1 < op.t_dim;
@@ -367,11 +380,14 @@ void query_logits(const Phase2Operands& op, int64_t t, float* logits) {
     set.f32_rows[0] = op.p + t * op.d;
     set.next_f32_rows[0] = has_next ? op.p + (t + 1) * op.d : nullptr;
   }
-  float dots[K + P], ss[K + P];
-  dots_and_squares<1, false>(op.query, op.d, set, dots, ss, nullptr);
+  float dots[(K + P) * S], ss[K + P];
+  dots_and_squares<S, false>(queries, query_stride, op.d, set, dots, ss, nullptr);
   for (int r = 0; r < K + P; ++r) {
     const float rms = std::sqrt(ss[r] / static_cast<float>(op.d) + op.mix_eps);
-    logits[r] = FirstAsPhase1 && r == 0 ? dots[r] * (1.0f / rms) : dots[r] / rms;
+    for (int l = 0; l < S; ++l) {
+      const float dot = dots[r * S + l];
+      logits[l * stride + r] = FirstAsPhase1 && r == 0 ? dot * (1.0f / rms) : dot / rms;
+    }
   }
 }
 
@@ -388,6 +404,8 @@ struct TokenMix {
   using StateT = std::conditional_t<Stateless, BankT<B>, float>;
   static constexpr int kRows = K > 0 ? K : 1;
   static constexpr int kFirst = Stateless ? 1 : 0;  // the first merged row's newer index
+  // Logits per query: [the state entry's,] the merged entries', then the partial's.
+  static constexpr int kLogits = kFirst + K + 1;
   float scale = 1.0f, wb = 0.0f, wc = 0.0f;
   const StateT* o = nullptr;  // token t's Phase-1 row (stateless: its entry)
   float c = 0.0f;             // o's weight, K > 0
@@ -396,15 +414,20 @@ struct TokenMix {
   VecF vc = cpu::vzero();
   VecF vw[kRows];
 
-  TokenMix(const Phase2Operands& op, int64_t t) {
-    // [the state entry's,] the merged entries', then the partial's
-    float all_logits[kFirst + K + 1];
+  // The logits of S streams' queries (S <= 2: the second's query is op.query + query_stride),
+  // kLogits per stream; those not taken (no partial source) are left unset.
+  template <int S>
+  static void logits_of(const Phase2Operands& op, int64_t t, int64_t query_stride, float* logits) {
     constexpr int R = kFirst + K;  // bank rows in the logit pass
     if (op.partial_is_source) {
-      query_logits<R, 1, B, Stateless>(op, t, all_logits);
+      query_logits<R, 1, B, Stateless, S>(op, t, op.query, query_stride, logits, kLogits);
     } else if constexpr (R > 0) {
-      query_logits<R, 0, B, Stateless>(op, t, all_logits);
+      query_logits<R, 0, B, Stateless, S>(op, t, op.query, query_stride, logits, kLogits);
     }
+  }
+
+  // From one stream's operands and its kLogits logits (logits_of).
+  TokenMix(const Phase2Operands& op, int64_t t, const float* all_logits) {
     const float* logits = all_logits + kFirst;
     float m, s;
     if constexpr (Stateless) {  // what Phase 1 over this one entry gives
@@ -482,125 +505,182 @@ struct TokenMix {
   }
 };
 
-// Phase 2 of token t in the paper's form (the partial a source, no §2d switch), fused with
-// the PreNorm: pass 1 is the logit pass, pass 2 writes h into out while summing h^2, pass 3
-// scales out in place.
-template <int K, DType B, bool Stateless>
-void plain_token(const Phase2Operands& op, int64_t t) {
-  const int64_t d = op.d;
-  const float* p = op.p + t * d;
-  float* h = op.out + t * d;
-  const TokenMix<K, B, Stateless> mix(op, t);
-  const auto* o_next = t + 1 < op.t_dim ? mix.o + d : nullptr;  // prefetched meanwhile
-  const VecF va = cpu::vset1(mix.scale), vb = cpu::vset1(mix.wb);
-  VecF hsq = cpu::vzero();
-  int64_t i = 0;
-  for (; i + kLanes <= d; i += kLanes) {
-    if (o_next) __builtin_prefetch(o_next + i, 0, 3);
-    const VecF hv = cpu::vfma(va, mix.at(i), cpu::vmul(vb, cpu::vload(p + i)));
-    hsq = cpu::vfma(hv, hv, hsq);
-    cpu::vstore(h + i, hv);
-  }
-  float hss = cpu::hsum(hsq);
-  for (; i < d; ++i) {
-    h[i] = std::fma(mix.scale, mix.at_scalar(i), mix.wb * p[i]);
-    hss = std::fma(h[i], h[i], hss);
-  }
-  scale_by_rms(h, hss, op.gain, d, op.norm_eps);
-}
+// One stream's passes 2 and 3 over token t: vector() / scalar() write h at element i from
+// the partial's element x and the stream's mix and return it (the caller sums h^2); finish()
+// then scales out by the PreNorm in place. Each out[i] is written after p[i] (and the bank
+// side's [i], the null source and the gate logit) are read, so one stream's out may alias p.
+// Plain: the paper's form (the partial a source, no §2d switch); otherwise the softmax over
+// the sources present, the residual base and the gate, whose switches are the same for every
+// element (the branches predict). Const: its weights and row pointers are read in every
+// vector of the pass, next to stores into out, and a const object's stay in registers.
+template <bool Plain, int K, DType B, bool Stateless>
+class StreamPass {
+ public:
+  using Mix = TokenMix<K, B, Stateless>;
 
-// Phase 2 of token t with the §2d switches: the softmax over the sources present, the residual
-// base, the gate, then the PreNorm. Element by element (a vector of them at a time): each
-// out[i] is written after p[i] (and the bank side's [i], the null source and the gate logit)
-// are read, so out may alias p.
-template <int K, DType B, bool Stateless>
-void general_token(const Phase2Operands& op, int64_t t) {
+  StreamPass(const Phase2Operands& op, int64_t t, const float* logits)
+      : mix_(op, t, logits),
+        h_(op.out + t * op.d),
+        d_(op.d),
+        gain_(op.gain),
+        norm_eps_(op.norm_eps),
+        nv_(op.null_source),
+        glt_(op.gate_logits ? op.gate_logits + t * op.d : nullptr),
+        adds_partial_(op.adds_partial),
+        scalar_gate_(op.gate == Backend::DepthGate::Scalar),
+        blend_(op.gate_blend),
+        vwa_(cpu::vset1(mix_.scale)),
+        vwb_(cpu::vset1(mix_.wb)),
+        vwc_(cpu::vset1(mix_.wc)),
+        vblend_(cpu::vset1(op.gate_blend)) {}
+
+  // Token t + 1's Phase-1 row at element i, meanwhile.
+  void prefetch_next_state(int64_t i) const { __builtin_prefetch(mix_.o + d_ + i, 0, 3); }
+
+  VecF vector(VecF x, int64_t i) const {
+    VecF hv;
+    if constexpr (Plain) {
+      hv = cpu::vfma(vwa_, mix_.at(i), cpu::vmul(vwb_, x));
+    } else {
+      VecF hm = cpu::vfma(vwa_, mix_.at(i), cpu::vmul(vwb_, x));
+      if (nv_) hm = cpu::vfma(vwc_, cpu::vload(nv_ + i), hm);
+      if (adds_partial_) hm = cpu::vadd(hm, x);
+      hv = hm;
+      if (scalar_gate_) {
+        hv = cpu::vfma(vblend_, cpu::vsub(hm, x), x);
+      } else if (glt_) {  // x + (hm - x) * sigmoid(gate logit)
+        const VecF den =
+            cpu::vadd(cpu::vset1(1.0f), cpu::vexp(cpu::vsub(cpu::vzero(), cpu::vload(glt_ + i))));
+        hv = cpu::vadd(x, cpu::vdiv(cpu::vsub(hm, x), den));
+      }
+    }
+    cpu::vstore(h_ + i, hv);
+    return hv;
+  }
+
+  float scalar(float x, int64_t i) const {
+    float hv = std::fma(mix_.scale, mix_.at_scalar(i), mix_.wb * x);
+    if constexpr (!Plain) {
+      if (nv_) hv = std::fma(mix_.wc, nv_[i], hv);
+      if (adds_partial_) hv += x;
+      if (scalar_gate_) {
+        hv = std::fma(blend_, hv - x, x);
+      } else if (glt_) {
+        hv = x + (hv - x) / (1.0f + std::exp(-glt_[i]));
+      }
+    }
+    h_[i] = hv;
+    return hv;
+  }
+
+  // hss: the sum of h^2 over the token.
+  void finish(float hss) const { scale_by_rms(h_, hss, gain_, d_, norm_eps_); }
+
+ private:
+  const Mix mix_;
+  float* const h_;
+  const int64_t d_;
+  const float* const gain_;
+  const float norm_eps_;
+  const float* const nv_;
+  const float* const glt_;
+  const bool adds_partial_, scalar_gate_;
+  const float blend_;
+  const VecF vwa_, vwb_, vwc_, vblend_;
+};
+
+// Passes 2 and 3 of token t for stream a and (a pair) stream b, the partial's vectors loaded
+// once for both. Inlined into phase2_token, where the streams are const locals. (Streams that
+// kept their own sums of h^2, in an array or in std::optional, made the plain kernel 5-9%
+// slower with an f32 bank at d 1024: bench_cpu_kernels depth.)
+template <bool Plain, class Pass>
+[[gnu::always_inline]] inline void mix_passes(const Phase2Operands& op, int64_t t, const Pass& a,
+                                              const Pass* b) {
   const int64_t d = op.d;
   const float* p = op.p + t * d;
-  float* h = op.out + t * d;
-  const TokenMix<K, B, Stateless> mix(op, t);
-  const float* nv = op.null_source;
-  const float* glt = op.gate_logits ? op.gate_logits + t * d : nullptr;
-  const bool adds_partial = op.adds_partial, scalar_gate = op.gate == Backend::DepthGate::Scalar;
-  const float wa = mix.scale, wb = mix.wb, wc = mix.wc, blend = op.gate_blend;
-  // Vectors first (the switches are the same for every element: the branches predict),
-  // then the scalar tail.
-  const VecF vwa = cpu::vset1(wa), vwb = cpu::vset1(wb), vwc = cpu::vset1(wc);
-  const VecF vblend = cpu::vset1(blend), one = cpu::vset1(1.0f);
-  VecF hsq = cpu::vzero();
-  // Token t + 1's partial and Phase-1 rows, prefetched meanwhile.
-  const bool has_next = t + 1 < op.t_dim;
-  const float* p_next = p + d;
-  const auto* o_next = mix.o + d;
+  const bool has_next = t + 1 < op.t_dim;  // token t + 1's rows, prefetched meanwhile
+  VecF hsq_a = cpu::vzero(), hsq_b = cpu::vzero();
   int64_t i = 0;
   for (; i + kLanes <= d; i += kLanes) {
     if (has_next) {
-      __builtin_prefetch(p_next + i, 0, 3);
-      __builtin_prefetch(o_next + i, 0, 3);
+      if constexpr (!Plain) __builtin_prefetch(p + d + i, 0, 3);
+      a.prefetch_next_state(i);
+      if (b) b->prefetch_next_state(i);
     }
     const VecF x = cpu::vload(p + i);
-    VecF hm = cpu::vfma(vwa, mix.at(i), cpu::vmul(vwb, x));
-    if (nv) hm = cpu::vfma(vwc, cpu::vload(nv + i), hm);
-    if (adds_partial) hm = cpu::vadd(hm, x);
-    VecF hv = hm;
-    if (scalar_gate) {
-      hv = cpu::vfma(vblend, cpu::vsub(hm, x), x);
-    } else if (glt) {  // x + (hm - x) * sigmoid(gate logit)
-      const VecF den = cpu::vadd(one, cpu::vexp(cpu::vsub(cpu::vzero(), cpu::vload(glt + i))));
-      hv = cpu::vadd(x, cpu::vdiv(cpu::vsub(hm, x), den));
+    const VecF ha = a.vector(x, i);
+    hsq_a = cpu::vfma(ha, ha, hsq_a);
+    if (b) {
+      const VecF hb = b->vector(x, i);
+      hsq_b = cpu::vfma(hb, hb, hsq_b);
     }
-    cpu::vstore(h + i, hv);
-    hsq = cpu::vfma(hv, hv, hsq);
   }
-  float hss = cpu::hsum(hsq);
+  float hss_a = cpu::hsum(hsq_a), hss_b = cpu::hsum(hsq_b);
   for (; i < d; ++i) {
     const float x = p[i];
-    float hm = std::fma(wa, mix.at_scalar(i), wb * x);
-    if (nv) hm = std::fma(wc, nv[i], hm);
-    if (adds_partial) hm += x;
-    float hv = hm;
-    if (scalar_gate) {
-      hv = std::fma(blend, hm - x, x);
-    } else if (glt) {
-      hv = x + (hm - x) / (1.0f + std::exp(-glt[i]));
+    const float ha = a.scalar(x, i);
+    hss_a = std::fma(ha, ha, hss_a);
+    if (b) {
+      const float hb = b->scalar(x, i);
+      hss_b = std::fma(hb, hb, hss_b);
     }
-    h[i] = hv;
-    hss = std::fma(hv, hv, hss);
   }
-  scale_by_rms(h, hss, op.gain, d, op.norm_eps);
+  a.finish(hss_a);
+  if (b) b->finish(hss_b);
 }
 
-template <bool Plain, bool Stateless, int K, DType B>
-void phase2_token(const Phase2Operands& op, int64_t t) {
-  if constexpr (Plain) {
-    plain_token<K, B, Stateless>(op, t);
+// Phase 2 of token t for S streams (S = 2: depth_phase2_prenorm_pair) fused with the
+// PreNorm: pass 1 the logit pass (every query in one pass over the rows), then passes 2 and 3
+// per stream, the partial's and the bank rows' vectors loaded once for all streams. Each
+// stream's operations are the same, in the same order, whatever S: a pair gives the bits of
+// two single calls.
+template <bool Plain, int K, DType B, bool Stateless, int S>
+[[gnu::always_inline]] inline void phase2_token(const Phase2Operands* const* ops,
+                                                int64_t query_stride, int64_t t) {
+  static_assert(S == 1 || S == 2);
+  using Mix = TokenMix<K, B, Stateless>;
+  using Pass = StreamPass<Plain, K, B, Stateless>;
+  const Phase2Operands& op = *ops[0];  // the operands the streams share
+  float logits[S * Mix::kLogits];
+  Mix::template logits_of<S>(op, t, query_stride, logits);
+  const Pass a(op, t, logits);
+  if constexpr (S == 1) {
+    mix_passes<Plain>(op, t, a, static_cast<const Pass*>(nullptr));
   } else {
-    general_token<K, B, Stateless>(op, t);
+    const Pass b(*ops[1], t, logits + Mix::kLogits);
+    mix_passes<Plain>(op, t, a, &b);
   }
 }
 
 // Runs the token kernel over every token, the kernel instance for K = the number of newer
 // entries merged (0 <= K <= kMaxNewerSources; stateless, entry 0 is the state and not counted)
 // and B the bank's dtype, chosen once per call.
-template <bool Plain, bool Stateless, int K = 0>
-void phase2_tokens(cpu::WorkerPool& pool, bool parallel, const Phase2Operands& op, int k,
-                   bool bf16) {
+template <bool Plain, bool Stateless, int S, int K = 0>
+void phase2_tokens(cpu::WorkerPool& pool, bool parallel, const Phase2Operands* const* ops,
+                   int64_t query_stride, int k, bool bf16) {
   if constexpr (K < Backend::kMaxNewerSources - (Stateless ? 1 : 0)) {
-    if (k != K) return phase2_tokens<Plain, Stateless, K + 1>(pool, parallel, op, k, bf16);
+    if (k != K) {
+      return phase2_tokens<Plain, Stateless, S, K + 1>(pool, parallel, ops, query_stride, k, bf16);
+    }
   }
+  const int64_t t_dim = ops[0]->t_dim;
   if (bf16) {
-    pool.parallel_for(op.t_dim, parallel,
-                      [&](int64_t t) { phase2_token<Plain, Stateless, K, DType::BF16>(op, t); });
+    pool.parallel_for(t_dim, parallel, [&](int64_t t) {
+      phase2_token<Plain, K, DType::BF16, Stateless, S>(ops, query_stride, t);
+    });
   } else {
-    pool.parallel_for(op.t_dim, parallel,
-                      [&](int64_t t) { phase2_token<Plain, Stateless, K, DType::F32>(op, t); });
+    pool.parallel_for(t_dim, parallel, [&](int64_t t) {
+      phase2_token<Plain, K, DType::F32, Stateless, S>(ops, query_stride, t);
+    });
   }
 }
 
-}  // namespace
+// A mix that mixes: with a Phase-1 state, or newer entries standing for one.
+bool mixes(const Backend::DepthMixArgs& mix) { return mix.m != nullptr || mix.newer != nullptr; }
 
-void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& partial,
-                                      const Tensor& prenorm_gain, float norm_eps, Tensor& out) {
+// The operands of one mixing Phase 2 call, validated; gain is the PreNorm's, widened.
+Phase2Operands phase2_operands(const Backend::DepthMixArgs& mix, const Tensor& partial,
+                               const float* gain, float norm_eps, Tensor& out) {
   ATTNRES_CHECK(partial.rank() >= 1, "depth_phase2 partial " + shape_str(partial.shape));
   const int64_t d = partial.dim(-1);
   cpu::check_f32_rows(partial, d, "depth_phase2 partial");
@@ -609,9 +689,6 @@ void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& par
   ATTNRES_CHECK(out.numel() == partial.numel(), "depth_phase2 out " + shape_str(out.shape));
   // No Phase-1 state but newer entries: the first of them stands for it (the header comment).
   const bool stateless = mix.m == nullptr && mix.newer != nullptr;
-  const bool mixing = mix.m != nullptr || stateless;
-  if (!mixing) return rms_norm(partial, prenorm_gain, norm_eps, out);  // h = p
-
   if (mix.partial_is_source || mix.newer) {
     ATTNRES_CHECK(mix.query != nullptr,
                   "depth_phase2: the partial or a newer bank entry is a source but has no query");
@@ -621,7 +698,7 @@ void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& par
   if (mix.newer) {
     cpu::check_bank_rows(*mix.newer, d, "depth_phase2 newer entries");
     ATTNRES_CHECK(mix.newer->rank() == 3 && mix.newer->dim(0) >= 1 &&
-                      mix.newer->dim(0) <= kMaxNewerSources && mix.newer->dim(1) == t_dim,
+                      mix.newer->dim(0) <= Backend::kMaxNewerSources && mix.newer->dim(1) == t_dim,
                   "depth_phase2 newer entries " + shape_str(mix.newer->shape));
   }
   if (stateless) {
@@ -639,15 +716,12 @@ void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& par
     ATTNRES_CHECK(mix.null_source->numel() == d,
                   "depth_phase2 null source " + shape_str(mix.null_source->shape));
   }
-  if (mix.gate == DepthGate::Vector) {
+  if (mix.gate == Backend::DepthGate::Vector) {
     ATTNRES_CHECK(mix.gate_logits != nullptr, "depth_phase2: vector gate without gate logits");
     cpu::check_f32_rows(*mix.gate_logits, d, "depth_phase2 gate logits");
     ATTNRES_CHECK(mix.gate_logits->numel() == t_dim * d,
                   "depth_phase2 gate logits " + shape_str(mix.gate_logits->shape));
   }
-  const bool plain_mix =
-      mix.partial_is_source && !mix.adds_partial && !mix.null_source && mix.gate == DepthGate::None;
-  const std::vector<float> gain = cpu::widen_vector(prenorm_gain, d, "depth_phase2 gain");
   Phase2Operands op;
   op.query = mix.query ? mix.query->ptr<float>() : nullptr;
   op.partial_is_source = mix.partial_is_source;
@@ -659,9 +733,9 @@ void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& par
   op.newer = mix.newer ? mix.newer->data : nullptr;
   op.p = partial.ptr<float>();
   op.out = out.ptr<float>();
-  op.gain = gain.data();
+  op.gain = gain;
   op.null_source = mix.null_source ? mix.null_source->ptr<float>() : nullptr;
-  op.gate_logits = mix.gate == DepthGate::Vector ? mix.gate_logits->ptr<float>() : nullptr;
+  op.gate_logits = mix.gate == Backend::DepthGate::Vector ? mix.gate_logits->ptr<float>() : nullptr;
   op.t_dim = t_dim;
   op.d = d;
   op.bias = mix.bias;
@@ -671,19 +745,88 @@ void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& par
   op.gate_blend = mix.gate_blend;
   op.adds_partial = mix.adds_partial;
   op.gate = mix.gate;
+  return op;
+}
+
+// Runs Phase 2 for S streams' operands (ops[1..S) share all but the per-stream fields with
+// ops[0], checked by the caller), each newer entry the same for all.
+template <int S>
+void run_phase2(cpu::WorkerPool& pool, bool parallel, const Phase2Operands* const* ops,
+                const Backend::DepthMixArgs& mix, int64_t query_stride) {
+  const bool stateless = mix.m == nullptr;
+  const bool plain_mix = mix.partial_is_source && !mix.adds_partial && !mix.null_source &&
+                         mix.gate == Backend::DepthGate::None;
   // The newer entries merged into the state (stateless: all but the first).
   const int k = (mix.newer ? static_cast<int>(mix.newer->dim(0)) : 0) - (stateless ? 1 : 0);
   const bool bf16 = mix.newer && mix.newer->dtype == DType::BF16;
-  const bool parallel = threads_ > 1 && t_dim > 1;
   if (plain_mix && stateless) {
-    phase2_tokens<true, true>(*pool_, parallel, op, k, bf16);
+    phase2_tokens<true, true, S>(pool, parallel, ops, query_stride, k, bf16);
   } else if (plain_mix) {
-    phase2_tokens<true, false>(*pool_, parallel, op, k, bf16);
+    phase2_tokens<true, false, S>(pool, parallel, ops, query_stride, k, bf16);
   } else if (stateless) {
-    phase2_tokens<false, true>(*pool_, parallel, op, k, bf16);
+    phase2_tokens<false, true, S>(pool, parallel, ops, query_stride, k, bf16);
   } else {
-    phase2_tokens<false, false>(*pool_, parallel, op, k, bf16);
+    phase2_tokens<false, false, S>(pool, parallel, ops, query_stride, k, bf16);
   }
+}
+
+// Whether two optional tensors are the same view (both absent, or the same memory and shape).
+bool same_view(const Tensor* a, const Tensor* b) {
+  if (!a || !b) return a == b;
+  return a->data == b->data && a->shape == b->shape && a->dtype == b->dtype;
+}
+
+// Whether the bytes of two tensors overlap.
+bool overlap(const Tensor& a, const Tensor& b) {
+  const char* a0 = static_cast<const char*>(a.data);
+  const char* b0 = static_cast<const char*>(b.data);
+  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+
+}  // namespace
+
+void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& partial,
+                                      const Tensor& prenorm_gain, float norm_eps, Tensor& out) {
+  if (!mixes(mix)) return rms_norm(partial, prenorm_gain, norm_eps, out);  // h = p
+  ATTNRES_CHECK(partial.rank() >= 1, "depth_phase2 partial " + shape_str(partial.shape));
+  const std::vector<float> gain =
+      cpu::widen_vector(prenorm_gain, partial.dim(-1), "depth_phase2 gain");
+  const Phase2Operands op = phase2_operands(mix, partial, gain.data(), norm_eps, out);
+  const Phase2Operands* ops[1] = {&op};
+  run_phase2<1>(*pool_, threads_ > 1 && op.t_dim > 1, ops, mix, 0);
+}
+
+void CpuBackend::depth_phase2_prenorm_pair(const DepthMixArgs& a, const DepthMixArgs& b,
+                                           const Tensor& partial, const Tensor& prenorm_gain,
+                                           float norm_eps, Tensor& out_a, Tensor& out_b) {
+  ATTNRES_CHECK(!overlap(out_a, out_b) && !overlap(out_a, partial) && !overlap(out_b, partial),
+                "depth_phase2_prenorm_pair: the outputs overlap each other or the partial");
+  if (!mixes(a) || !mixes(b)) {  // a plain pre-norm on either side: nothing to share
+    Backend::depth_phase2_prenorm_pair(a, b, partial, prenorm_gain, norm_eps, out_a, out_b);
+    return;
+  }
+  ATTNRES_CHECK((a.m == nullptr) == (b.m == nullptr) && same_view(a.newer, b.newer) &&
+                    a.partial_is_source == b.partial_is_source &&
+                    a.adds_partial == b.adds_partial && a.bias == b.bias &&
+                    a.mix_eps == b.mix_eps && same_view(a.null_source, b.null_source) &&
+                    a.gate == b.gate && a.gate_blend == b.gate_blend &&
+                    (a.gate != DepthGate::Vector || same_view(a.gate_logits, b.gate_logits)) &&
+                    (a.query == nullptr) == (b.query == nullptr),
+                "depth_phase2_prenorm_pair: the two mixes differ in more than their query, "
+                "Phase-1 rows and null logit");
+  ATTNRES_CHECK(partial.rank() >= 1, "depth_phase2 partial " + shape_str(partial.shape));
+  const std::vector<float> gain =
+      cpu::widen_vector(prenorm_gain, partial.dim(-1), "depth_phase2 gain");
+  const Phase2Operands op_a = phase2_operands(a, partial, gain.data(), norm_eps, out_a);
+  const Phase2Operands op_b = phase2_operands(b, partial, gain.data(), norm_eps, out_b);
+  // The second query's place relative to the first's (whole floats: both are f32 arrays).
+  const int64_t query_stride =
+      op_a.query
+          ? (reinterpret_cast<intptr_t>(op_b.query) - reinterpret_cast<intptr_t>(op_a.query)) /
+                static_cast<intptr_t>(sizeof(float))
+          : 0;
+  const Phase2Operands* ops[2] = {&op_a, &op_b};
+  run_phase2<2>(*pool_, threads_ > 1 && op_a.t_dim > 1, ops, a, query_stride);
 }
 
 }  // namespace attnres

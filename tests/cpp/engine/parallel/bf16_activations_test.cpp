@@ -76,6 +76,13 @@ class Bf16ActivationBackend : public GemmRoundingBackend {
     into(out, "depth_phase2_prenorm",
          [&](Tensor& o) { GemmRoundingBackend::depth_phase2_prenorm(mix, partial, gain, eps, o); });
   }
+  // delta_v's two streams: as two depth_phase2_prenorm calls (the Backend default), each
+  // through the override above (the CPU's own pair takes f32 outputs only).
+  void depth_phase2_prenorm_pair(const DepthMixArgs& a, const DepthMixArgs& b,
+                                 const Tensor& partial, const Tensor& gain, float eps,
+                                 Tensor& out_a, Tensor& out_b) override {
+    Backend::depth_phase2_prenorm_pair(a, b, partial, gain, eps, out_a, out_b);
+  }
   void attention(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch, int head_dim,
                  float scale, Tensor& out) override {
     refuse("attention", {&q, &cache.k, &cache.v});

@@ -1,7 +1,8 @@
 // Where the Transformer calls the fused ops (Backend::qk_norm_rope_store, prenorm_linear_many,
 // prenorm_linear_swiglu, prenorm_qkv_rope_store) and where it must not: the final norm (its rows
-// are the LM head's input), delta_v's attention (two mixes feed q / k and v) and sequence-parallel
-// steps (the normed rows are all-gathered before the projections). On the CPU the fused ops'
+// are the LM head's input), delta_v's attention (two mixes feed q / k and v: one
+// depth_phase2_prenorm_pair) and sequence-parallel steps (the normed rows are all-gathered
+// before the projections). On the CPU the fused ops'
 // defaults are the old calls, so the logits also stay those of the plain backend bit for bit.
 #include <gtest/gtest.h>
 
@@ -31,6 +32,12 @@ class OpCountingBackend : public CpuBackend {
                             float eps, Tensor& out) override {
     Count c(*this, "depth_phase2_prenorm");
     CpuBackend::depth_phase2_prenorm(mix, partial, gain, eps, out);
+  }
+  void depth_phase2_prenorm_pair(const DepthMixArgs& a, const DepthMixArgs& b,
+                                 const Tensor& partial, const Tensor& gain, float eps,
+                                 Tensor& out_a, Tensor& out_b) override {
+    Count c(*this, "depth_phase2_prenorm_pair");
+    CpuBackend::depth_phase2_prenorm_pair(a, b, partial, gain, eps, out_a, out_b);
   }
   void prenorm_linear_many(const PrenormArgs& in, std::span<const LinearTarget> t) override {
     Count c(*this, "prenorm_linear_many");
@@ -101,7 +108,8 @@ std::map<std::string, int> expected_calls(const DepthPlan& plan, bool fused) {
         ++want["prenorm_qkv_rope_store"];
       } else {
         ++want["linear_many"];
-        want["depth_phase2_prenorm"] += value_stream ? 2 : 1;
+        // delta_v: both streams in one call
+        ++want[value_stream ? "depth_phase2_prenorm_pair" : "depth_phase2_prenorm"];
         ++want["qk_norm_rope_store"];
       }
     }

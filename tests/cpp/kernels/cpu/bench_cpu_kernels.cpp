@@ -10,6 +10,8 @@
 //   for Phase 1 (all groups) and Phase 2 (every step, with the newer entries its group's
 //   Phase 1 did not read), f32 and bf16 bank; Phase 2 also as `delta` runs it (the partial
 //   added, not a source: the general kernel); and the twin's PreNorms Phase 2 stands in for.
+//   Then delta_v's attention steps (every other sublayer), whose K and V streams mix the same
+//   sources: as two depth_phase2_prenorm calls and as one depth_phase2_prenorm_pair.
 //   The bank (15-30 MB) stays in L3 between calls here; in a forward the GEMMs' weights pass
 //   through the cache between them.
 // - Sampling (`sample`: batch 64, vocabulary 151936, rows of random temperature / top-k /
@@ -111,6 +113,7 @@ void run_depth_shape(Backend* be, std::mt19937& rng, const char* name, int64_t d
   Tensor partial = random_f32({T, d}, rng, 1.0f);
   Tensor m = Tensor::empty({kSlots, T}, DType::F32), s = Tensor::empty({kSlots, T}, DType::F32);
   Tensor o = Tensor::empty({kSlots, T, d}, DType::F32), out = Tensor::empty({T, d}, DType::F32);
+  Tensor out_v = Tensor::empty({T, d}, DType::F32);
   auto prenorms = [&] {
     for (int i = 0; i < groups * kSlots; ++i) be->rms_norm(partial, gain, 1e-6f, out);
   };
@@ -128,29 +131,55 @@ void run_depth_shape(Backend* be, std::mt19937& rng, const char* name, int64_t d
       for (int g = skipped; g < groups; ++g)
         be->depth_phase1(queries, bank, 1 + kSlots * g, 1e-6f, m, s, o);
     };
+    // Calls fn with the mix of `slot` in group g over the entries before `newer_end`: `full`'s
+    // (the partial a source, a bias) or `delta`'s (the partial added).
+    auto with_mix = [&](int g, int slot, int newer_end, bool delta, auto&& fn) {
+      const bool stateless = g < skipped;
+      const int first_newer = stateless ? 0 : 1 + kSlots * g;
+      const Tensor ms = m.row(slot), ss = s.row(slot), os = o.row(slot), q = queries.row(slot);
+      const Tensor newer = bank.rows(first_newer, newer_end);
+      Backend::DepthMixArgs mix;
+      if (!stateless) {
+        mix.m = &ms;
+        mix.s = &ss;
+        mix.o = &os;
+      }
+      mix.query = &q;
+      mix.newer = newer.dim(0) > 0 ? &newer : nullptr;
+      mix.bias = delta ? 0.0f : 0.1f;
+      mix.partial_is_source = !delta;
+      mix.adds_partial = delta;
+      fn(mix);
+    };
     auto phase2 = [&](bool delta) {
       for (int g = 0; g < groups; ++g) {
-        const bool stateless = g < skipped;
-        const int first_newer = stateless ? 0 : 1 + kSlots * g;
         for (int slot = 0; slot < kSlots; ++slot) {
-          const Tensor ms = m.row(slot), ss = s.row(slot), os = o.row(slot), q = queries.row(slot);
-          const Tensor newer = bank.rows(first_newer, 1 + kSlots * g + slot);
-          Backend::DepthMixArgs mix;
-          if (!stateless) {
-            mix.m = &ms;
-            mix.s = &ss;
-            mix.o = &os;
-          }
-          mix.query = &q;
-          mix.newer = newer.dim(0) > 0 ? &newer : nullptr;
-          mix.bias = delta ? 0.0f : 0.1f;
-          mix.partial_is_source = !delta;
-          mix.adds_partial = delta;
-          be->depth_phase2_prenorm(mix, partial, gain, 1e-6f, out);
+          with_mix(g, slot, 1 + kSlots * g + slot, delta, [&](const Backend::DepthMixArgs& mix) {
+            be->depth_phase2_prenorm(mix, partial, gain, 1e-6f, out);
+          });
         }
       }
     };
-    double best1 = 1e30, best2 = 1e30, best2_delta = 1e30;
+    // delta_v's attention steps: a K and a V stream (neighbouring query rows) over the same
+    // entries, for every other slot, as two calls or as one depth_phase2_prenorm_pair.
+    auto phase2_streams = [&](bool pair) {
+      for (int g = 0; g < groups; ++g) {
+        for (int slot = 0; slot + 1 < kSlots; slot += 2) {
+          const int newer_end = 1 + kSlots * g + slot;
+          with_mix(g, slot, newer_end, true, [&](const Backend::DepthMixArgs& k_mix) {
+            with_mix(g, slot + 1, newer_end, true, [&](const Backend::DepthMixArgs& v_mix) {
+              if (pair) {
+                be->depth_phase2_prenorm_pair(k_mix, v_mix, partial, gain, 1e-6f, out, out_v);
+              } else {
+                be->depth_phase2_prenorm(k_mix, partial, gain, 1e-6f, out);
+                be->depth_phase2_prenorm(v_mix, partial, gain, 1e-6f, out_v);
+              }
+            });
+          });
+        }
+      }
+    };
+    double best1 = 1e30, best2 = 1e30, best2_delta = 1e30, best_two = 1e30, best_pair = 1e30;
     phase1();  // warm-up (and the Phase-1 state Phase 2 reads)
     for (int r = 0; r < kReps; ++r) {
       double t0 = now_s();
@@ -162,12 +191,20 @@ void run_depth_shape(Backend* be, std::mt19937& rng, const char* name, int64_t d
       t0 = now_s();
       phase2(true);
       best2_delta = std::min(best2_delta, now_s() - t0);
+      t0 = now_s();
+      phase2_streams(false);
+      best_two = std::min(best_two, now_s() - t0);
+      t0 = now_s();
+      phase2_streams(true);
+      best_pair = std::min(best_pair, now_s() - t0);
     }
     std::printf(
         "depth (%s shape, d %lld, T %lld, %d groups of %d) %s bank: Phase 1 %.3f ms, Phase 2 "
         "%.3f ms (delta's %.3f), twin's PreNorms %.3f ms per prefill\n",
         name, (long long)d, (long long)T, groups, kSlots, dtype == DType::BF16 ? "bf16" : "f32 ",
         best1 * 1e3, best2 * 1e3, best2_delta * 1e3, best_norm * 1e3);
+    std::printf("  delta_v's two streams at %d steps: two calls %.3f ms, one pair %.3f ms\n",
+                groups * kSlots / 2, best_two * 1e3, best_pair * 1e3);
   }
 }
 
