@@ -10,12 +10,27 @@
 
 #include "engine/core/error.h"
 #include "engine/core/huge_page_arena.h"
+#include "kernels/cpu/bf16_dot_rate.h"
+#include "kernels/cpu/cpu_linear_dot.h"
 #include "kernels/cpu/cpu_simd.h"
 
 namespace attnres {
 
 CpuBackend::CpuBackend(int num_threads)
     : pool_(std::make_unique<cpu::WorkerPool>(num_threads)), threads_(pool_->size()) {}
+
+bool CpuBackend::bf16_linear_inputs_supported() { return cpu::kHasBf16Dot; }
+
+bool CpuBackend::bf16_linear_inputs_faster() {
+  return bf16_linear_inputs_supported() && cpu::bf16_dot_speedup() >= 1.5;
+}
+
+void CpuBackend::set_bf16_linear_inputs(bool on) {
+  ATTNRES_CHECK(!on || bf16_linear_inputs_supported(),
+                "bf16 linear inputs on the CPU need AVX512_BF16 (vdpbf16ps), which this build "
+                "does not target (its -march, CMake's ATTNRES_CPU_ARCH, lacks it)");
+  bf16_linear_inputs_ = on;
+}
 
 std::string CpuBackend::name() const {
   return "cpu(" + std::to_string(threads_) + " threads)";

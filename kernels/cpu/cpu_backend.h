@@ -49,6 +49,18 @@ class CpuBackend : public Backend {
     return depth_bank_dtype_supported(dtype);
   }
   int num_threads() const { return threads_; }
+  // bf16 linear inputs: with bf16 weights, linear rounds x to bf16 and computes its dot
+  // products with vdpbf16ps (cpu_linear_dot.h: Bf16Dot), in the GEMV and the GEMM alike, so
+  // batch invariance holds in either setting. Off by default (f32 inputs, exact); the engine
+  // turns it on for --linear-input-dtype bfloat16 (or auto, where it is faster). Throws where
+  // the build has no AVX512_BF16 (bf16_linear_inputs_supported()).
+  void set_bf16_linear_inputs(bool on);
+  bool bf16_linear_inputs() const { return bf16_linear_inputs_; }
+  static bool bf16_linear_inputs_supported();
+  // Whether bf16 linear inputs are the faster choice here: supported, and this core's
+  // vdpbf16ps does at least 1.5x the multiply-adds per second of its f32 FMAs
+  // (bf16_dot_rate.h: 2x on Zen 4, 0.5x on the Xeon VM of earlier sessions).
+  static bool bf16_linear_inputs_faster();
 
   Tensor alloc(const Shape& shape, DType dtype) override;
   Tensor alloc_kept(const Shape& shape, DType dtype) override;
@@ -86,6 +98,7 @@ class CpuBackend : public Backend {
  private:
   std::unique_ptr<cpu::WorkerPool> pool_;
   int threads_;  // pool_->size()
+  bool bf16_linear_inputs_ = false;
 };
 
 std::unique_ptr<Backend> make_cpu_backend(int num_threads = 0);

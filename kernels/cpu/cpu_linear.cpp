@@ -1,5 +1,8 @@
 // linear: out[r, o] = sum_k x[r, k] * w[o, k] (+ bias[o]).  x [R, K] f32, w [N, K] stored as
 // F32 / BF16 / F16 (row-major, each output's weights contiguous), out [R, N] f32.
+// With bf16 linear inputs on (CpuBackend::set_bf16_linear_inputs) and bf16 weights, x is
+// first rounded to bf16 and every dot product is Bf16Dot's (vdpbf16ps); otherwise F32Dot's
+// (cpu_linear_dot.h). The kernels below are written once over that policy D.
 //
 // Two regimes, two kernels, one arithmetic:
 // - Decode (R <= 8) is memory-bound: every weight byte is read once per step and the x rows
@@ -9,8 +12,8 @@
 //   FMA latency). Threads split the output rows in contiguous static chunks.
 // - Prefill (R > 8) is compute-bound: the packed GEMM below widens each tile of outputs once
 //   and reuses it across a chunk of rows from registers and L1.
-// Both compute every output element the same way (kLanes lane-wise FMA chains over k in
-// order, one fixed hsum tree, the scalar tail, the bias), so a row's result never depends on
+// Both compute every output element the same way (kLanes lane-wise chains of D's steps over
+// k in order, one fixed hsum tree, the scalar tail, the bias), so a row's result never depends on
 // how many rows share the call: prefill rounds exactly like decoding token by token, and a
 // request's logits do not depend on its batch-mates (batch invariance, issue #19).
 #include <algorithm>
@@ -19,6 +22,7 @@
 
 #include "engine/core/error.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_linear_dot.h"
 #include "kernels/cpu/cpu_simd.h"
 #include "kernels/cpu/thread_scratch.h"
 
@@ -36,75 +40,119 @@ constexpr int64_t kPrefetchBytes = 32768;  // GEMV software-prefetch distance (a
 constexpr int gemv_outputs_per_step(int r) { return r <= 1 ? 8 : r <= 4 ? 2 : 1; }
 
 // out[r, o] for o in [o_begin, o_end), O outputs at a time.
-template <DType W, int R, int O>
-void gemv_block(const float* x, int64_t k_dim, const cpu::StoredT<W>* w, const float* bias,
-                float* out, int64_t n_dim, int64_t o_begin, int64_t o_end) {
+template <class D, int R, int O>
+void gemv_block(const typename D::XT* x, int64_t k_dim, const typename D::WT* w,
+                const float* bias, float* out, int64_t n_dim, int64_t o_begin, int64_t o_end) {
   // Software prefetch into L2 (prefetcht1) a fixed distance ahead in the contiguous weight
   // stream: a core alone cannot keep enough misses in flight to use DRAM's bandwidth. Measured
   // on the 2-core Xeon (docs/BENCHMARKS.md, issue #19): 32 KB ahead into L2 streams 26-27 GB/s
   // from DRAM against 17-22 without, while 4 KB ahead with prefetchnta (into L1, the earlier
   // choice, tuned on an EPYC) was slower than none, its line-fill buffers being the limit.
+  // Each line is asked for twice: one prefetch per 32 bytes of a step (a prefetch the L2
+  // drops while its miss queue is full gets a second chance). With one per line, Bf16Dot's
+  // 64-byte steps streamed 7-10% slower than F32Dot's 32-byte ones on Zen 4 (issue #19).
+  using WT = typename D::WT;
+  constexpr int64_t kStepBytes = D::kStep * static_cast<int64_t>(sizeof(WT));
+  constexpr int64_t kPrefetches = std::max<int64_t>(1, kStepBytes / 32);
   const int64_t block_elems = O * k_dim;
   const int64_t ahead =
-      block_elems * std::max<int64_t>(1, kPrefetchBytes / (block_elems * sizeof(cpu::StoredT<W>)));
+      block_elems * std::max<int64_t>(1, kPrefetchBytes / (block_elems * sizeof(WT)));
   int64_t o = o_begin;
   for (; o + O <= o_end; o += O) {
     VecF acc[O][R];
     for (int j = 0; j < O; ++j)
       for (int r = 0; r < R; ++r) acc[j][r] = cpu::vzero();
-    const cpu::StoredT<W>* wrow[O];
+    const typename D::WT* wrow[O];
     for (int j = 0; j < O; ++j) wrow[j] = w + (o + j) * k_dim;
     int64_t k = 0;
-    for (; k + kLanes <= k_dim; k += kLanes) {
-      VecF xv[R];
-      for (int r = 0; r < R; ++r) xv[r] = cpu::vload(x + r * k_dim + k);
+    for (; k + D::kStep <= k_dim; k += D::kStep) {
+      typename D::XVec xv[R];
+      for (int r = 0; r < R; ++r) xv[r] = D::load_x(x + r * k_dim + k);
       for (int j = 0; j < O; ++j) {
-        __builtin_prefetch(wrow[j] + k + ahead, 0, 2);
-        VecF wv = cpu::vload_w<W>(wrow[j] + k);
-        for (int r = 0; r < R; ++r) acc[j][r] = cpu::vfma(wv, xv[r], acc[j][r]);
+        for (int64_t p = 0; p < kPrefetches; ++p)
+          __builtin_prefetch(wrow[j] + k + ahead + p * (64 / sizeof(WT)), 0, 2);
+        const typename D::WVec wv = D::load_w(wrow[j] + k);
+        for (int r = 0; r < R; ++r) acc[j][r] = D::dot(acc[j][r], wv, xv[r]);
       }
     }
     for (int j = 0; j < O; ++j) {
       for (int r = 0; r < R; ++r) {
         float s = cpu::hsum(acc[j][r]);
-        // std::fma, not `s += a * b`: whether the compiler contracts that may differ between
-        // instantiations, and every R must round identically (batch invariance).
-        for (int64_t kk = k; kk < k_dim; ++kk)
-          s = std::fma(cpu::load_scalar<W>(wrow[j] + kk), x[r * k_dim + kk], s);
+        // Explicit fma (D::tail), not `s += a * b`: whether the compiler contracts that may
+        // differ between instantiations, and every R must round identically (batch invariance).
+        for (int64_t kk = k; kk < k_dim; ++kk) s = D::tail(s, wrow[j] + kk, x + r * k_dim + kk);
         if (bias) s += bias[o + j];
         out[r * n_dim + o + j] = s;
       }
     }
   }
   if constexpr (O > 1) {
-    if (o < o_end) gemv_block<W, R, 1>(x, k_dim, w, bias, out, n_dim, o, o_end);
+    if (o < o_end) gemv_block<D, R, 1>(x, k_dim, w, bias, out, n_dim, o, o_end);
   }
 }
 
-template <DType W, int R>
-void gemv(const float* x, int64_t k_dim, const cpu::StoredT<W>* w, const float* bias, float* out,
-          int64_t n_dim, cpu::WorkerPool& pool) {
+template <class D, int R>
+void gemv(const typename D::XT* x, int64_t k_dim, const typename D::WT* w, const float* bias,
+          float* out, int64_t n_dim, cpu::WorkerPool& pool) {
   constexpr int64_t kChunk = 32;  // output rows per scheduling unit (a multiple of every O)
   const int64_t chunks = (n_dim + kChunk - 1) / kChunk;
   const bool parallel = pool.size() > 1 && n_dim * k_dim >= (1 << 15);
   pool.parallel_for(chunks, parallel, [&](int64_t c) {
     int64_t begin = c * kChunk, end = std::min(n_dim, begin + kChunk);
-    gemv_block<W, R, gemv_outputs_per_step(R)>(x, k_dim, w, bias, out, n_dim, begin, end);
+    gemv_block<D, R, gemv_outputs_per_step(R)>(x, k_dim, w, bias, out, n_dim, begin, end);
   });
 }
 
 // Prefill (R > 8): the GEMV's arithmetic, blocked for reuse. Each output element is computed
-// exactly as gemv_block computes it (kLanes lane-wise FMA chains over k in order, hsum, the
-// scalar tail, then the bias), so a row's result is bit for bit the same as when it is decoded
-// alone: batch-invariant by construction, whatever R, the tiling or the thread count. The
-// speed comes from reuse, not from reordering the sums: a tile of kNr outputs is widened once
-// into an f32 panel ([k step][output][lane]) and shared by every row of a row chunk; a
-// microkernel keeps kMr x kNr accumulators in registers, loading kMr x vectors and kNr panel
-// vectors per k step (AVX-512: 24 FMAs for 10 loads). Row chunks keep x in L2.
-constexpr int kMr = kLanes >= 16 ? 4 : 3;  // input rows per microkernel
-constexpr int kNr = kLanes >= 16 ? 6 : 4;  // outputs per microkernel and per packed panel
+// exactly as gemv_block computes it (kLanes lane-wise chains of D's steps over k in order,
+// hsum, the scalar tail, then the bias), so a row's result is bit for bit the same as when it
+// is decoded alone: batch-invariant by construction, whatever R, the tiling or the thread
+// count. The speed comes from reuse, not from reordering the sums: a tile of kNr outputs is
+// packed once into a panel ([k step][output][step's elements]; F32Dot widens it to f32 there)
+// and shared by every row of a row chunk; a microkernel keeps kMr x kNr accumulators in
+// registers, loading kMr x vectors and kNr panel vectors per k step (AVX-512: 24 FMAs or
+// vdpbf16ps for 10 loads). Row chunks keep x in L2.
+// The microkernel's tile: kMr input rows x kNr outputs (the outputs of one packed panel).
+template <class D>
+struct Tile {
+  static constexpr int kMr = kLanes >= 16 ? 4 : 3;
+  static constexpr int kNr = kLanes >= 16 ? 6 : 4;
+};
+#if defined(__AVX512BF16__)
+// Bf16Dot: 3 x 8, whose 24 sums leave hsum16 as whole rows of 8 outputs (store_whole_tile).
+// With 4 x 6 the scalar epilogue (sums, bias, stores one by one) took ~40% of the
+// microkernel's samples at K = 512, where a dot product is only 16 steps (perf annotate).
+template <>
+struct Tile<cpu::Bf16Dot> {
+  static constexpr int kMr = 3;
+  static constexpr int kNr = 8;
+};
+
+// The finished sums of a whole 3 x 8 tile without a scalar tail, through hsum16 (bit for bit
+// hsum per accumulator) and 8-wide stores: rows 0 and 1 are one hsum16's two halves, row 2 the
+// low half of another. bias, when given, is added lane by lane (the same add as the scalar
+// path's).
+template <int kMr>
+void store_whole_tile(const VecF (&acc)[kMr][8], const float* bias, int64_t o0, float* out,
+                      int64_t n_dim) {
+  const VecF b = bias ? _mm512_broadcast_f32x8(_mm256_loadu_ps(bias + o0)) : cpu::vzero();
+  for (int i = 0; i < kMr; i += 2) {
+    VecF pair[16];
+    for (int j = 0; j < 8; ++j) {
+      pair[j] = acc[i][j];
+      pair[8 + j] = i + 1 < kMr ? acc[i + 1][j] : cpu::vzero();
+    }
+    VecF sums = cpu::hsum16(pair);
+    if (bias) sums = cpu::vadd(sums, b);
+    _mm256_storeu_ps(out + i * n_dim + o0, _mm512_castps512_ps256(sums));
+    if (i + 1 < kMr)
+      _mm256_storeu_ps(out + (i + 1) * n_dim + o0,
+                       _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sums), 1)));
+  }
+}
+#endif
 constexpr int64_t kChunkBytes = 1 << 20;  // x bytes per row chunk (stays in L2)
-constexpr int64_t kBlockSteps = 512 / kLanes;  // k steps per block (the panel's block in L1)
+constexpr int64_t kBlockElems = 512;      // k elements per block (the panel's block in L1)
 
 // One microkernel call: k steps [s0, s1) for input rows xr[0 .. kMr) and the kNr outputs of
 // `panel`, with kMr x kNr lane-wise accumulators in registers. They start from zero when s0
@@ -113,24 +161,25 @@ constexpr int64_t kBlockSteps = 512 / kLanes;  // k steps per block (the panel's
 // the scalar tail, the bias) into out rows 0 .. m_valid, outputs o0 .. o0 + n_valid;
 // otherwise they are saved to `partial`. Splitting k into blocks this way changes nothing:
 // every lane still accumulates its k in order.
-template <DType W>
-void gemm_micro(const float* const* xr, const float* panel, int64_t s0, int64_t s1,
-                int64_t ksteps, float* partial, int64_t k_dim, const cpu::StoredT<W>* w,
-                const float* bias, int64_t o0, int64_t m_valid, int64_t n_valid, float* out,
-                int64_t n_dim) {
+template <class D>
+void gemm_micro(const typename D::XT* const* xr, const typename D::PanelT* panel, int64_t s0,
+                int64_t s1, int64_t ksteps, float* partial, int64_t k_dim,
+                const typename D::WT* w, const float* bias, int64_t o0, int64_t m_valid,
+                int64_t n_valid, float* out, int64_t n_dim) {
+  constexpr int kMr = Tile<D>::kMr, kNr = Tile<D>::kNr;
   VecF acc[kMr][kNr];
   for (int i = 0; i < kMr; ++i)
     for (int j = 0; j < kNr; ++j)
       acc[i][j] = s0 == 0 ? cpu::vzero() : cpu::vload(partial + (i * kNr + j) * kLanes);
-  const float* xp[kMr];
+  const typename D::XT* xp[kMr];
   for (int i = 0; i < kMr; ++i) xp[i] = xr[i];
   for (int64_t s = s0; s < s1; ++s) {
-    VecF xv[kMr];
-    for (int i = 0; i < kMr; ++i) xv[i] = cpu::vload(xp[i] + s * kLanes);
-    const float* p = panel + s * kNr * kLanes;
+    typename D::XVec xv[kMr];
+    for (int i = 0; i < kMr; ++i) xv[i] = D::load_x(xp[i] + s * D::kStep);
+    const typename D::PanelT* p = panel + s * kNr * D::kStep;
     for (int j = 0; j < kNr; ++j) {
-      VecF wv = cpu::vload(p + j * kLanes);
-      for (int i = 0; i < kMr; ++i) acc[i][j] = cpu::vfma(wv, xv[i], acc[i][j]);
+      const typename D::WVec wv = D::load_panel(p + j * D::kStep);
+      for (int i = 0; i < kMr; ++i) acc[i][j] = D::dot(acc[i][j], wv, xv[i]);
     }
   }
   if (s1 < ksteps) {
@@ -138,39 +187,50 @@ void gemm_micro(const float* const* xr, const float* panel, int64_t s0, int64_t 
       for (int j = 0; j < kNr; ++j) cpu::vstore(partial + (i * kNr + j) * kLanes, acc[i][j]);
     return;
   }
+  const int64_t k_tail = ksteps * D::kStep;
+#if defined(__AVX512BF16__)
+  if constexpr (kNr == 8) {
+    if (m_valid == kMr && n_valid == kNr && k_tail == k_dim) {
+      return store_whole_tile<kMr>(acc, bias, o0, out, n_dim);
+    }
+  }
+#endif
   float sums[kMr * kNr];
   cpu::hsum_many(&acc[0][0], kMr * kNr, sums);
-  const int64_t k_tail = ksteps * kLanes;
   for (int64_t i = 0; i < m_valid; ++i) {
     for (int64_t j = 0; j < n_valid; ++j) {
       float s = sums[i * kNr + j];
-      const cpu::StoredT<W>* wrow = w + (o0 + j) * k_dim;
-      for (int64_t kk = k_tail; kk < k_dim; ++kk)
-        s = std::fma(cpu::load_scalar<W>(wrow + kk), xr[i][kk], s);
+      const typename D::WT* wrow = w + (o0 + j) * k_dim;
+      for (int64_t kk = k_tail; kk < k_dim; ++kk) s = D::tail(s, wrow + kk, xr[i] + kk);
       if (bias) s += bias[o0 + j];
       out[i * n_dim + o0 + j] = s;
     }
   }
 }
 
-// Widens the whole vectors of w[o0 .. o0 + kNr, 0 .. ksteps * kLanes) into
-// panel[s][j][lane] (zero for outputs >= n_dim). Exact: bf16 and f16 widen to f32 exactly.
-template <DType W>
-void pack_panel(const cpu::StoredT<W>* w, int64_t k_dim, int64_t n_dim, int64_t o0,
-                int64_t ksteps, float* panel) {
+// Packs the whole steps of w[o0 .. o0 + kNr, 0 .. ksteps * kStep) into panel[s][j][element]
+// (zero for outputs >= n_dim). Exact: bf16 and f16 widen to f32 exactly.
+template <class D>
+void pack_panel(const typename D::WT* w, int64_t k_dim, int64_t n_dim, int64_t o0,
+                int64_t ksteps, typename D::PanelT* panel) {
+  constexpr int kNr = Tile<D>::kNr;
   for (int j = 0; j < kNr; ++j) {
     const bool valid = o0 + j < n_dim;
-    const cpu::StoredT<W>* src = w + (o0 + j) * k_dim;
+    const typename D::WT* src = w + (o0 + j) * k_dim;
     for (int64_t s = 0; s < ksteps; ++s) {
-      float* dst = panel + (s * kNr + j) * kLanes;
-      cpu::vstore(dst, valid ? cpu::vload_w<W>(src + s * kLanes) : cpu::vzero());
+      typename D::PanelT* dst = panel + (s * kNr + j) * D::kStep;
+      if (valid) {
+        D::pack(src + s * D::kStep, dst);
+      } else {
+        D::pack_zero(dst);
+      }
     }
   }
 }
 
-// Microkernel calls per tile and row chunk: the k blocks times the chunk's row blocks.
-int64_t micro_calls_per_tile(int64_t ksteps, int64_t chunk_rows) {
-  return (std::max<int64_t>(ksteps, 1) + kBlockSteps - 1) / kBlockSteps *
+// Microkernel calls per tile and row chunk: the k blocks times the chunk's row blocks of kMr.
+int64_t micro_calls_per_tile(int64_t ksteps, int64_t block_steps, int64_t chunk_rows, int kMr) {
+  return (std::max<int64_t>(ksteps, 1) + block_steps - 1) / block_steps *
          ((chunk_rows + kMr - 1) / kMr);
 }
 
@@ -201,21 +261,30 @@ class NextPanelPrefetch {
   int64_t per_call_ = 0;
 };
 
-template <DType W>
-void gemm(const float* x, int64_t r_dim, int64_t k_dim, const cpu::StoredT<W>* w, const float* bias,
-          float* out, int64_t n_dim, cpu::WorkerPool& pool) {
-  const int64_t ksteps = k_dim / kLanes;
+// A thread_scratch buffer of at least n elements of T (a whole number of floats).
+template <typename T>
+T* scratch_of(cpu::ScratchSlot slot, int64_t n) {
+  const size_t bytes = static_cast<size_t>(std::max<int64_t>(1, n)) * sizeof(T);
+  return reinterpret_cast<T*>(cpu::thread_scratch(slot, (bytes + sizeof(float) - 1) / sizeof(float)));
+}
+
+template <class D>
+void gemm(const typename D::XT* x, int64_t r_dim, int64_t k_dim, const typename D::WT* w,
+          const float* bias, float* out, int64_t n_dim, cpu::WorkerPool& pool) {
+  constexpr int kMr = Tile<D>::kMr, kNr = Tile<D>::kNr;
+  const int64_t ksteps = k_dim / D::kStep;
+  const int64_t block_steps = kBlockElems / D::kStep;
   const int64_t tiles = (n_dim + kNr - 1) / kNr;
-  const int64_t chunk_rows = std::max<int64_t>(
-      kMr, kChunkBytes / (k_dim * static_cast<int64_t>(sizeof(float))) / kMr * kMr);
+  const int64_t row_bytes = k_dim * static_cast<int64_t>(sizeof(typename D::XT));
+  const int64_t chunk_rows = std::max<int64_t>(kMr, kChunkBytes / row_bytes / kMr * kMr);
   const bool parallel = pool.size() > 1 && tiles > 1;
-  // Threads split the output tiles (each widens only its own panels); every thread walks the
+  // Threads split the output tiles (each packs only its own panels); every thread walks the
   // row chunks in the same order, so the chunk a thread works on is in its own L2.
   pool.run(parallel ? pool.size() : 1, [&](int tid, int team) {
     // Per-thread and cache-line aligned (thread_scratch.h: a heap block's placement cost up
     // to 12%).
-    float* panel = cpu::thread_scratch(cpu::ScratchSlot::GemmPanel,
-                                       static_cast<size_t>(std::max<int64_t>(1, ksteps * kNr * kLanes)));
+    auto* panel = scratch_of<typename D::PanelT>(cpu::ScratchSlot::GemmPanel,
+                                                  ksteps * kNr * D::kStep);
     float* partials = cpu::thread_scratch(
         cpu::ScratchSlot::GemmPartials, static_cast<size_t>((chunk_rows / kMr) * kMr * kNr * kLanes));
     const cpu::IndexRange my_tiles = cpu::static_block(tiles, tid, team);
@@ -223,24 +292,25 @@ void gemm(const float* x, int64_t r_dim, int64_t k_dim, const cpu::StoredT<W>* w
       const int64_t r_end = std::min(r_dim, r_begin + chunk_rows);
       for (int64_t tile : my_tiles) {
         const int64_t o0 = tile * kNr, n_valid = std::min<int64_t>(kNr, n_dim - o0);
-        pack_panel<W>(w, k_dim, n_dim, o0, ksteps, panel);
+        pack_panel<D>(w, k_dim, n_dim, o0, ksteps, panel);
         // The thread's next tile: the following one, or its first again for the next chunk.
         const int64_t next_tile = tile + 1 < my_tiles.end_ ? tile + 1
                                   : r_end < r_dim         ? my_tiles.begin_
                                                           : -1;
         const int64_t next_o0 = next_tile < 0 ? n_dim : next_tile * kNr;
         NextPanelPrefetch next(w, k_dim, next_o0, std::min(n_dim, next_o0 + kNr),
-                               micro_calls_per_tile(ksteps, r_end - r_begin));
+                               micro_calls_per_tile(ksteps, block_steps, r_end - r_begin, kMr));
         // k blocks outermost, so the panel's block stays in L1 while every row block of the
         // chunk uses it.
-        for (int64_t s0 = 0; s0 < std::max<int64_t>(ksteps, 1); s0 += kBlockSteps) {
-          const int64_t s1 = std::min(ksteps, s0 + kBlockSteps);
+        for (int64_t s0 = 0; s0 < std::max<int64_t>(ksteps, 1); s0 += block_steps) {
+          const int64_t s1 = std::min(ksteps, s0 + block_steps);
           for (int64_t r0 = r_begin; r0 < r_end; r0 += kMr) {
-            const float* xr[kMr];  // rows past the end repeat the last one (computed, not stored)
+            // Rows past the end repeat the last one (computed, not stored).
+            const typename D::XT* xr[kMr];
             for (int i = 0; i < kMr; ++i) xr[i] = x + std::min(r0 + i, r_end - 1) * k_dim;
             float* partial = partials + (r0 - r_begin) * kNr * kLanes;
             next.step();
-            gemm_micro<W>(xr, panel, s0, s1, ksteps, partial, k_dim, w, bias, o0,
+            gemm_micro<D>(xr, panel, s0, s1, ksteps, partial, k_dim, w, bias, o0,
                           std::min<int64_t>(kMr, r_end - r0), n_valid, out + r0 * n_dim, n_dim);
           }
         }
@@ -249,37 +319,51 @@ void gemm(const float* x, int64_t r_dim, int64_t k_dim, const cpu::StoredT<W>* w
   });
 }
 
-template <DType W>
-void linear_typed(const float* x, int64_t r_dim, int64_t k_dim, const void* w_data,
-                  const float* bias, float* out, int64_t n_dim, cpu::WorkerPool& pool) {
-  const auto* w = static_cast<const cpu::StoredT<W>*>(w_data);
+template <class D>
+void linear_rows(const typename D::XT* x, int64_t r_dim, int64_t k_dim, const void* w_data,
+                 const float* bias, float* out, int64_t n_dim, cpu::WorkerPool& pool) {
+  const auto* w = static_cast<const typename D::WT*>(w_data);
   if (k_dim == 0) {  // empty dot products: out = bias (or 0)
     for (int64_t r = 0; r < r_dim; ++r)
       for (int64_t o = 0; o < n_dim; ++o) out[r * n_dim + o] = bias ? bias[o] : 0.0f;
     return;
   }
-  if (r_dim > kMaxGemvRows) return gemm<W>(x, r_dim, k_dim, w, bias, out, n_dim, pool);
+  if (r_dim > kMaxGemvRows) return gemm<D>(x, r_dim, k_dim, w, bias, out, n_dim, pool);
   switch (r_dim) {
     case 1:
-      return gemv<W, 1>(x, k_dim, w, bias, out, n_dim, pool);
+      return gemv<D, 1>(x, k_dim, w, bias, out, n_dim, pool);
     case 2:
-      return gemv<W, 2>(x, k_dim, w, bias, out, n_dim, pool);
+      return gemv<D, 2>(x, k_dim, w, bias, out, n_dim, pool);
     case 3:
-      return gemv<W, 3>(x, k_dim, w, bias, out, n_dim, pool);
+      return gemv<D, 3>(x, k_dim, w, bias, out, n_dim, pool);
     case 4:
-      return gemv<W, 4>(x, k_dim, w, bias, out, n_dim, pool);
+      return gemv<D, 4>(x, k_dim, w, bias, out, n_dim, pool);
     case 5:
-      return gemv<W, 5>(x, k_dim, w, bias, out, n_dim, pool);
+      return gemv<D, 5>(x, k_dim, w, bias, out, n_dim, pool);
     case 6:
-      return gemv<W, 6>(x, k_dim, w, bias, out, n_dim, pool);
+      return gemv<D, 6>(x, k_dim, w, bias, out, n_dim, pool);
     case 7:
-      return gemv<W, 7>(x, k_dim, w, bias, out, n_dim, pool);
+      return gemv<D, 7>(x, k_dim, w, bias, out, n_dim, pool);
     case 8:
-      return gemv<W, 8>(x, k_dim, w, bias, out, n_dim, pool);
+      return gemv<D, 8>(x, k_dim, w, bias, out, n_dim, pool);
     default:
       return;  // r_dim == 0: nothing to do
   }
 }
+
+#if defined(__AVX512BF16__)
+// x rounded to bf16 (f32_to_bf16) in the calling thread's scratch, then Bf16Dot's linear.
+// Rounding R x K values costs about one K-th of the linear's multiply-adds per output; the
+// rows are split over the threads from 64 rows on.
+void linear_bf16_inputs(const float* x, int64_t r_dim, int64_t k_dim, const void* w_data,
+                        const float* bias, float* out, int64_t n_dim, cpu::WorkerPool& pool) {
+  uint16_t* xb = scratch_of<uint16_t>(cpu::ScratchSlot::LinearInput, r_dim * k_dim);
+  pool.parallel_for(r_dim, pool.size() > 1 && r_dim >= 64, [&](int64_t r) {
+    cpu::store_row_bf16(xb + r * k_dim, x + r * k_dim, k_dim);
+  });
+  linear_rows<cpu::Bf16Dot>(xb, r_dim, k_dim, w_data, bias, out, n_dim, pool);
+}
+#endif
 
 }  // namespace
 
@@ -307,11 +391,15 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Te
   float* op = out.ptr<float>();
   switch (w.dtype) {
     case DType::F32:
-      return linear_typed<DType::F32>(xp, r_dim, k_dim, w.data, b, op, n_dim, *pool_);
+      return linear_rows<cpu::F32Dot<DType::F32>>(xp, r_dim, k_dim, w.data, b, op, n_dim, *pool_);
     case DType::BF16:
-      return linear_typed<DType::BF16>(xp, r_dim, k_dim, w.data, b, op, n_dim, *pool_);
+#if defined(__AVX512BF16__)
+      if (bf16_linear_inputs_)
+        return linear_bf16_inputs(xp, r_dim, k_dim, w.data, b, op, n_dim, *pool_);
+#endif
+      return linear_rows<cpu::F32Dot<DType::BF16>>(xp, r_dim, k_dim, w.data, b, op, n_dim, *pool_);
     case DType::F16:
-      return linear_typed<DType::F16>(xp, r_dim, k_dim, w.data, b, op, n_dim, *pool_);
+      return linear_rows<cpu::F32Dot<DType::F16>>(xp, r_dim, k_dim, w.data, b, op, n_dim, *pool_);
     default:
       ATTNRES_CHECK(false, "linear weight dtype " + std::string(dtype_name(w.dtype)));
   }

@@ -18,6 +18,7 @@ namespace attnres::cpu {
 enum class ScratchSlot {
   GemmPanel,
   GemmPartials,
+  LinearInput,   // a linear's x rounded to bf16 (bf16 linear inputs)
   DepthLogits,   // Phase 1: a token's logits, then softmax weights
   DepthSigmoid,  // Phase 1, pre_gated: sigmoid(gate logits) of a token
   kCount

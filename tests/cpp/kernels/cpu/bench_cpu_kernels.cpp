@@ -4,7 +4,8 @@
 //   copies (>= 512 MiB) that every call reads DRAM, the decode-step situation; "hot" repeats one
 //   matrix, which stays in cache when it fits (an upper bound, not a roofline figure).
 // - GEMM (prefill: R = 128 and 512 rows, the 100M and 0.6B shapes' projections): GFLOP/s =
-//   2 R K N / time.
+//   2 R K N / time. GEMV and GEMM also with bf16 linear inputs where the build has AVX512_BF16
+//   (CpuBackend::set_bf16_linear_inputs).
 // - Depth mix (`full`'s ops for one 128-token prefill of the 0.6B shape, 56 mixing sublayers
 //   in 7 Phase-1 groups of 8, d 1024, and of the 100M one, 24 in 3, d 512): ms per prefill
 //   for Phase 1 (all groups) and Phase 2 (every step, with the newer entries its group's
@@ -268,7 +269,7 @@ void run_sample(Backend& be, std::mt19937& rng) {
 
 int main(int argc, char** argv) {
   const std::string only = argc > 1 ? argv[1] : "";
-  auto be = make_cpu_backend(0);
+  auto be = std::make_unique<CpuBackend>(0);
   std::printf("backend: %s\n", be->name().c_str());
   std::mt19937 rng(1);
   if (only == "sample") {
@@ -276,6 +277,12 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (only.empty()) run_gemv(be.get(), rng);
+  if (only.empty() && CpuBackend::bf16_linear_inputs_supported()) {
+    std::printf("with bf16 linear inputs:\n");
+    be->set_bf16_linear_inputs(true);
+    run_gemv(be.get(), rng);
+    be->set_bf16_linear_inputs(false);
+  }
   if (only.empty() || only == "depth") run_depth(be.get(), rng);
   if (only == "depth") return 0;
   // {R, K (in), N (out)}: 100M's q/gate/up (512 -> 1536) and down (1536 -> 512); 0.6B's
@@ -288,9 +295,14 @@ int main(int argc, char** argv) {
     Tensor x = Tensor::empty({r, in}, DType::F32);
     for (int64_t i = 0; i < x.numel(); ++i) x.ptr<float>()[i] = 0.01f * static_cast<float>(i % 97);
     Tensor out = Tensor::empty({r, out_n}, DType::F32);
-    const double t = time_linear(*be, x, w, out, 20);
-    std::printf("bf16 GEMM R=%lld %lld -> %lld: %.2f ms, %.1f GFLOP/s\n", (long long)r,
-                (long long)in, (long long)out_n, t * 1e3, 2.0 * r * in * out_n / t / 1e9);
+    for (const bool bf16_inputs : {false, true}) {
+      if (bf16_inputs && !CpuBackend::bf16_linear_inputs_supported()) continue;
+      be->set_bf16_linear_inputs(bf16_inputs);
+      const double t = time_linear(*be, x, w, out, 20);
+      std::printf("bf16 GEMM R=%lld %lld -> %lld, %s inputs: %.2f ms, %.1f GFLOP/s\n",
+                  (long long)r, (long long)in, (long long)out_n, bf16_inputs ? "bf16" : "f32",
+                  t * 1e3, 2.0 * r * in * out_n / t / 1e9);
+    }
   }
   return 0;
 }
