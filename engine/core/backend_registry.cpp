@@ -47,6 +47,8 @@ void register_backend(const std::string& name, BackendFactory factory, BackendTr
   }
   if (!traits.kv_memory_bytes)
     traits.kv_memory_bytes = [](int) { return host_physical_memory_bytes(); };
+  if (!traits.supports_bf16_linear_inputs) traits.supports_bf16_linear_inputs = [] { return false; };
+  if (!traits.prefers_bf16_linear_inputs) traits.prefers_bf16_linear_inputs = [] { return false; };
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   r.factories[name] = std::move(factory);

@@ -31,6 +31,9 @@ struct BackendOptions {
   // CPU: the ranks of a tensor-parallel group on this host share `threads` (or all cores)
   // evenly, each getting at least one.
   int ranks_sharing_host = 1;
+  // Round a linear's input to bf16 before it meets bf16 weights (--linear-input-dtype,
+  // resolved: BackendTraits::supports_bf16_linear_inputs says whether a backend takes it).
+  bool bf16_linear_inputs = false;
 };
 
 using BackendFactory = std::function<std::unique_ptr<Backend>(const BackendOptions& options)>;
@@ -53,6 +56,10 @@ struct BackendTraits {
   // runtime's own needs come out of the rest.
   // (The initializer keeps registrations that stop at the dtype queries warning-free.)
   std::function<size_t(int device_index)> kv_memory_bytes = nullptr;
+  // Whether BackendOptions::bf16_linear_inputs can be honoured (null: no), and whether it is
+  // the faster choice for bf16 weights, which --linear-input-dtype auto takes (null: no).
+  std::function<bool()> supports_bf16_linear_inputs = nullptr;
+  std::function<bool()> prefers_bf16_linear_inputs = nullptr;
 };
 
 // The host's physical memory in bytes (the default BackendTraits::kv_memory_bytes).
@@ -62,7 +69,7 @@ size_t host_physical_memory_bytes();
 void register_backend(const std::string& name, BackendFactory factory, BackendTraits traits = {});
 bool has_backend(const std::string& name);
 // The traits `name` was registered with (throws like make_backend if there is none), with
-// display_name, the dtype queries and kv_memory_bytes filled in.
+// display_name, the dtype and bf16-linear-input queries and kv_memory_bytes filled in.
 BackendTraits backend_traits(const std::string& name);
 // The registered names, sorted.
 std::vector<std::string> registered_backends();

@@ -90,6 +90,7 @@ class Transformer {
   const DepthPlan& plan() const { return plan_; }
   const ModelConfig& config() const { return config_; }
   Backend& backend() { return backend_; }
+  const Backend& backend() const { return backend_; }
   // Bytes of weights one decode step reads (the roofline numerator before the KV cache).
   size_t weight_bytes() const { return weight_bytes_; }
   const ForwardFootprint& last_footprint() const { return footprint_; }

@@ -94,6 +94,7 @@ std::string encode_load(const LoadMessage& m) {
   w.put(static_cast<int32_t>(m.args.sequence_parallel_min_tokens));
   w.put(m.args.kv_cache_dtype);
   w.put(m.args.depth_bank_dtype);
+  w.put(m.args.linear_input_dtype);
   w.put(static_cast<int32_t>(m.num_kv_blocks));
   w.put(static_cast<int32_t>(m.block_size));
   w.put(m.model_summary);
@@ -110,6 +111,7 @@ LoadMessage decode_load(const std::string& message) {
   m.args.sequence_parallel_min_tokens = r.get<int32_t>();
   m.args.kv_cache_dtype = r.get_string();
   m.args.depth_bank_dtype = r.get_string();
+  m.args.linear_input_dtype = r.get_string();
   m.num_kv_blocks = r.get<int32_t>();
   m.block_size = r.get<int32_t>();
   m.model_summary = r.get_string();

@@ -19,8 +19,8 @@ namespace attnres {
 enum class ControlKind : uint8_t { Load = 1, Step = 2, Unload = 3, Exit = 4 };
 
 struct LoadMessage {
-  // model, device, threads, tensor_parallel_size, sp tokens, kv_cache_dtype and
-  // depth_bank_dtype (both resolved by rank 0: never "auto")
+  // model, device, threads, tensor_parallel_size, sp tokens, kv_cache_dtype,
+  // depth_bank_dtype and linear_input_dtype (all three resolved by rank 0: never "auto")
   EngineArgs args;
   int num_kv_blocks = 0;
   int block_size = 16;

@@ -25,6 +25,11 @@ struct EngineArgs {
   // --depth-bank-dtype: the same choice for the AttnRes depth bank (model_execution.h:
   // depth_bank_dtype).
   std::string depth_bank_dtype = "auto";
+  // --linear-input-dtype: "auto" | "bfloat16" | "float32", what a linear's input rows are
+  // rounded to before they meet bf16 weights (model_execution.h: bf16_linear_inputs). auto =
+  // bfloat16 for a bf16 checkpoint on a backend whose bf16 dot products are the faster ones
+  // (the CPU with AVX512_BF16 where vdpbf16ps outruns f32 FMAs: Zen 4), else float32.
+  std::string linear_input_dtype = "auto";
   // --enforce-eager: run every step op by op, never as a replayed step graph (graphs are
   // used only where the backend records them: CUDA; engine/sched/decode_graphs.h).
   bool enforce_eager = false;

@@ -27,14 +27,18 @@ namespace {
   throw Error("--device: unknown device '" + device + "' (expected cpu or cuda)");
 }
 
+// What ModelExecution::description adds for the linear inputs.
+std::string linear_inputs_note(bool bf16) { return bf16 ? ", bf16 linear inputs" : ""; }
+
 // The config one rank computes with (its KV heads decide its cache size).
 ModelConfig rank_config(const EngineArgs& args, const LoadedModel& model) {
   const int size = tensor_parallel_size(args, model);
   return local_config(model.config, shard_of(model.config, 0, size));
 }
 
-TensorParallelOptions parallel_options(const EngineArgs& args, int size, int num_kv_blocks,
-                                       int block_size, DType kv_dtype, DType bank_dtype) {
+TensorParallelOptions parallel_options(const EngineArgs& args, const LoadedModel& model, int size,
+                                       int num_kv_blocks, int block_size, DType kv_dtype,
+                                       DType bank_dtype) {
   if (!has_communicator_group(args.device)) {
     if (args.device == "cuda") {
       throw Error("--tensor-parallel-size with --device cuda needs a build with CUDA and NCCL");
@@ -51,6 +55,7 @@ TensorParallelOptions parallel_options(const EngineArgs& args, int size, int num
   BackendOptions backend;
   backend.threads = args.threads;
   backend.ranks_sharing_host = size;
+  backend.bf16_linear_inputs = bf16_linear_inputs(args, model);
   options.make_backend = [device = args.device, backend](int rank) {
     BackendOptions for_rank = backend;
     for_rank.device_index = rank;
@@ -62,7 +67,8 @@ TensorParallelOptions parallel_options(const EngineArgs& args, int size, int num
 
 // The backend of this process's rank in a multi-process job (its share of the machine's cores,
 // or the GPU of its local rank).
-std::unique_ptr<Backend> process_rank_backend(const EngineArgs& args, const ProcessGroup& group) {
+std::unique_ptr<Backend> process_rank_backend(const EngineArgs& args, const LoadedModel& model,
+                                              const ProcessGroup& group) {
   if (!has_process_communicator(args.device)) {
     if (!has_backend(args.device)) throw_unknown_device(args.device);
     throw Error("--device " + args.device +
@@ -72,6 +78,7 @@ std::unique_ptr<Backend> process_rank_backend(const EngineArgs& args, const Proc
   options.threads = args.threads;
   options.ranks_sharing_host = group.local_size();
   options.device_index = group.local_rank();
+  options.bf16_linear_inputs = bf16_linear_inputs(args, model);
   return attnres::make_backend(args.device, options);
 }
 
@@ -96,6 +103,7 @@ std::unique_ptr<ModelExecution> make_process_execution(const EngineArgs& args,
   // Every rank allocates what rank 0 sized: send the resolved dtype, not "auto".
   load.args.kv_cache_dtype = storage_dtype_name(kv_cache_dtype(args, model));
   load.args.depth_bank_dtype = storage_dtype_name(depth_bank_dtype(args, model));
+  load.args.linear_input_dtype = linear_input_dtype_name(args, model);
   load.num_kv_blocks = num_kv_blocks;
   load.block_size = block_size;
   load.model_summary = model.config.summary();
@@ -105,10 +113,11 @@ std::unique_ptr<ModelExecution> make_process_execution(const EngineArgs& args,
   exec->depth_bank_dtype =
       storage_dtype_from_name(load.args.depth_bank_dtype, "--depth-bank-dtype");
   auto runner = std::make_unique<ProcessGroupRunner>(group, load, model.config, model.weights,
-                                                     process_rank_backend(args, group),
+                                                     process_rank_backend(args, model, group),
                                                      process_communicator(args.device, group));
   exec->weight_bytes_per_rank = runner->shard().model().weight_bytes();
-  exec->description = runner->description();
+  exec->bf16_linear_inputs = bf16_linear_inputs(args, model);
+  exec->description = runner->description() + linear_inputs_note(exec->bf16_linear_inputs);
   exec->runner = std::move(runner);
   return exec;
 }
@@ -133,7 +142,7 @@ int run_process_rank(ProcessGroup& group) {
     options.depth_bank_dtype = depth_bank_dtype(load.args, model);
     options.sequence_parallel_min_tokens = load.args.sequence_parallel_min_tokens;
     return std::make_unique<ShardRank>(model.config, model.weights, options,
-                                       process_rank_backend(load.args, group),
+                                       process_rank_backend(load.args, model, group),
                                        process_communicator(load.args.device, group));
   });
 }
@@ -175,6 +184,32 @@ DType storage_dtype(const std::string& flag, const std::string& name, const Engi
 
 }  // namespace
 
+bool bf16_linear_inputs(const EngineArgs& args, const LoadedModel& model) {
+  const std::string& name = args.linear_input_dtype;
+  if (name != "auto" && name != "float32" && name != "bfloat16") {
+    throw Error("--linear-input-dtype: '" + name + "' is not one of auto, bfloat16, float32");
+  }
+  if (name == "float32" || !has_backend(args.device)) return false;
+  const BackendTraits traits = backend_traits(args.device);
+  const bool bf16_weights = model.weights.dtype == DType::BF16;
+  if (name == "auto") return bf16_weights && traits.prefers_bf16_linear_inputs();
+  if (!bf16_weights) {
+    throw Error("--linear-input-dtype bfloat16: the checkpoint's weights are " +
+                storage_dtype_name(model.weights.dtype) +
+                "; inputs are rounded to bf16 only to meet bf16 weights");
+  }
+  if (!traits.supports_bf16_linear_inputs()) {
+    throw Error("--linear-input-dtype bfloat16: the " + traits.display_name +
+                " backend does not compute linears from bf16 inputs here (the CPU needs a "
+                "build for a CPU with AVX512_BF16)");
+  }
+  return true;
+}
+
+std::string linear_input_dtype_name(const EngineArgs& args, const LoadedModel& model) {
+  return bf16_linear_inputs(args, model) ? "bfloat16" : "float32";
+}
+
 DType kv_cache_dtype(const EngineArgs& args, const LoadedModel& model) {
   return storage_dtype("--kv-cache-dtype", args.kv_cache_dtype, args, model,
                        &BackendTraits::supports_kv_dtype, "attention reads an f32 cache");
@@ -196,7 +231,7 @@ int kv_blocks_for_budget(const EngineArgs& args, const LoadedModel& model, int b
                                     kv_cache_dtype(args, model));
 }
 
-std::unique_ptr<Backend> make_backend(const EngineArgs& args) {
+std::unique_ptr<Backend> make_backend(const EngineArgs& args, const LoadedModel& model) {
   if (args.threads < 0) throw Error("--threads: must be >= 0");
   if (!has_backend(args.device)) {
     if (args.device == "cuda" && !registered_backends().empty()) {
@@ -206,6 +241,7 @@ std::unique_ptr<Backend> make_backend(const EngineArgs& args) {
   }
   BackendOptions options;
   options.threads = args.threads;
+  options.bf16_linear_inputs = bf16_linear_inputs(args, model);
   return make_backend(args.device, options);
 }
 
@@ -221,7 +257,7 @@ std::unique_ptr<ModelExecution> make_model_execution(const EngineArgs& args,
   exec->kv_cache_dtype = kv_cache_dtype(args, model);
   exec->depth_bank_dtype = depth_bank_dtype(args, model);
   if (exec->tensor_parallel_size == 1) {
-    exec->backend = make_backend(args);
+    exec->backend = make_backend(args, model);
     exec->transformer = std::make_unique<Transformer>(model.config, model.weights, *exec->backend,
                                                       ParallelRole{}, exec->depth_bank_dtype);
     RunnerOptions runner;
@@ -230,15 +266,17 @@ std::unique_ptr<ModelExecution> make_model_execution(const EngineArgs& args,
     exec->runner =
         std::make_unique<TransformerRunner>(*exec->transformer, num_kv_blocks, block_size, runner);
     exec->weight_bytes_per_rank = exec->transformer->weight_bytes();
-    exec->description = exec->backend->name();
+    exec->bf16_linear_inputs = bf16_linear_inputs(args, model);
+    exec->description = exec->backend->name() + linear_inputs_note(exec->bf16_linear_inputs);
     return exec;
   }
   auto runner = std::make_unique<TensorParallelRunner>(
       model.config, model.weights,
-      parallel_options(args, exec->tensor_parallel_size, num_kv_blocks, block_size,
+      parallel_options(args, model, exec->tensor_parallel_size, num_kv_blocks, block_size,
                        exec->kv_cache_dtype, exec->depth_bank_dtype));
   exec->weight_bytes_per_rank = runner->rank_model(0).weight_bytes();
-  exec->description = runner->backend_name();
+  exec->bf16_linear_inputs = bf16_linear_inputs(args, model);
+  exec->description = runner->backend_name() + linear_inputs_note(exec->bf16_linear_inputs);
   exec->runner = std::move(runner);
   return exec;
 }

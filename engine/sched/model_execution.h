@@ -30,8 +30,10 @@ struct ModelExecution {
   int tensor_parallel_size = 1;
   DType kv_cache_dtype = DType::F32;    // what the KV cache holds (kv_cache_dtype below)
   DType depth_bank_dtype = DType::F32;  // what the depth bank holds (depth_bank_dtype below)
+  bool bf16_linear_inputs = false;      // linears round their inputs to bf16 (below)
   size_t weight_bytes_per_rank = 0;     // what one rank's decode step reads
-  std::string description;              // for logs: "cpu (2 threads)", "cpu x2 (in-process)"
+  // For logs: "cpu(2 threads)", "cpu x2 (in-process)", with ", bf16 linear inputs" when on.
+  std::string description;
 };
 
 // The model named by args.model (a directory, builtin:NAME, or the demo model when empty).
@@ -52,6 +54,16 @@ DType kv_cache_dtype(const EngineArgs& args, const LoadedModel& model);
 // setting then changes nothing.
 DType depth_bank_dtype(const EngineArgs& args, const LoadedModel& model);
 
+// Whether linears round their input rows to bf16 (BackendOptions::bf16_linear_inputs), from
+// args.linear_input_dtype: "float32" -> no; "bfloat16" -> yes (the model's weights must be
+// bf16 and args.device's backend must take it, BackendTraits::supports_bf16_linear_inputs);
+// "auto" -> yes for bf16 weights where the backend prefers it
+// (BackendTraits::prefers_bf16_linear_inputs). Throws for an unknown name or a refusal.
+bool bf16_linear_inputs(const EngineArgs& args, const LoadedModel& model);
+// "bfloat16" or "float32": what bf16_linear_inputs resolves to, for logs and for the other
+// ranks of a multi-process job.
+std::string linear_input_dtype_name(const EngineArgs& args, const LoadedModel& model);
+
 // Bytes one KV block takes on one rank (a rank caches only its KV heads), in
 // kv_cache_dtype(args, model).
 size_t kv_bytes_per_block(const EngineArgs& args, const LoadedModel& model, int block_size);
@@ -59,8 +71,9 @@ size_t kv_bytes_per_block(const EngineArgs& args, const LoadedModel& model, int 
 int kv_blocks_for_budget(const EngineArgs& args, const LoadedModel& model, int block_size,
                          size_t budget_bytes);
 
-// The single-device backend args.device names (threads for the CPU).
-std::unique_ptr<Backend> make_backend(const EngineArgs& args);
+// The single-device backend args.device names (threads for the CPU, bf16 linear inputs as
+// bf16_linear_inputs(args, model) says).
+std::unique_ptr<Backend> make_backend(const EngineArgs& args, const LoadedModel& model);
 
 // Builds the backend(s), uploads or shards the weights and allocates `num_kv_blocks` blocks
 // of KV cache (per rank). In a multi-process job (job_process_group(), started by mpirun) this

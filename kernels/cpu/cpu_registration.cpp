@@ -20,10 +20,15 @@ void register_cpu_backend() {
           const int total = threads > 0 ? threads : cpu::default_thread_count();
           threads = std::max(1, total / options.ranks_sharing_host);
         }
-        return make_cpu_backend(threads);
+        auto backend = std::make_unique<CpuBackend>(threads);
+        backend->set_bf16_linear_inputs(options.bf16_linear_inputs);
+        return std::unique_ptr<Backend>(std::move(backend));
       },
-      BackendTraits{"CPU", &CpuBackend::kv_dtype_supported,
-                    &CpuBackend::depth_bank_dtype_supported});
+      BackendTraits{.display_name = "CPU",
+                    .supports_kv_dtype = &CpuBackend::kv_dtype_supported,
+                    .supports_depth_bank_dtype = &CpuBackend::depth_bank_dtype_supported,
+                    .supports_bf16_linear_inputs = &CpuBackend::bf16_linear_inputs_supported,
+                    .prefers_bf16_linear_inputs = &CpuBackend::bf16_linear_inputs_faster});
   register_communicator_group("cpu", [](int size) -> CommunicatorFactory {
     auto group = InProcessGroup::create(size);
     return [group](int rank, Backend&) { return group->communicator(rank); };

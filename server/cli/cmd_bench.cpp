@@ -24,6 +24,7 @@ namespace {
 
 struct LatencyResult {
   std::string model;
+  std::string runs_on;  // ModelExecution::description: backend, threads, bf16 linear inputs
   bool attnres = false;
   int hidden = 0, layers = 0;     // the shape, to find the no-AttnRes twin
   double prefill_seconds = 0;     // median over iterations
@@ -117,6 +118,7 @@ class LatencyRun {
     const double avg_context = input_len_ + output_len_ / 2.0;
     LatencyResult r;
     r.model = model_.source;
+    r.runs_on = exec_->description;
     r.attnres = c.attnres_mode != AttnResMode::None;
     r.hidden = c.hidden_size;
     r.layers = c.num_layers;
@@ -213,6 +215,7 @@ int run_latency(const std::vector<std::string>& args) {
   const int input_len = flags.get_int("input-len", 128);
   const std::vector<LatencyResult> results = measure_all(models, flags, bandwidth);
   std::printf("memory bandwidth (copy, read+write): %.1f GB/s\n", bandwidth);
+  for (const LatencyResult& r : results) std::printf("%s: %s\n", r.model.c_str(), r.runs_on.c_str());
   std::printf("batch %d, input %d, output %d\n\n", batch, input_len,
               flags.get_int("output-len", 32));
   std::printf("%-36s %14s %14s %12s %10s %10s %10s %10s\n", "model", "prefill tok/s",
@@ -240,6 +243,7 @@ int run_latency(const std::vector<std::string>& args) {
                 100.0 * r.floor_ms / r.decode_ms_per_step, r.decode_ms_per_step / first_decode,
                 prefill_vs, decode_vs);
     out.push_back({{"model", r.model},
+                   {"runs_on", r.runs_on},
                    {"batch", batch},
                    {"input_len", input_len},
                    {"output_len", flags.get_int("output-len", 32)},

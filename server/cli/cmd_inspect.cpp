@@ -201,6 +201,13 @@ int run_inspect(const std::vector<std::string>& args) {
             << "\n"
             << "tokenizer:  " << model.tokenizer->vocab_size() << " tokens, chat template "
             << (model.chat_template ? "present" : "absent") << "\n";
+  // What the engine would store and compute in with these flags on this machine (the
+  // resolved auto settings: --kv-cache-dtype, --depth-bank-dtype, --linear-input-dtype).
+  const EngineArgs engine = engine_args_from_flags(flags);
+  std::cout << "engine:     " << engine.device << ", KV cache "
+            << storage_dtype_name(kv_cache_dtype(engine, model)) << ", depth bank "
+            << storage_dtype_name(depth_bank_dtype(engine, model)) << ", linear inputs "
+            << linear_input_dtype_name(engine, model) << "\n";
   std::cout << DepthPlan::build(model.config, model.weights.final_res.has_value()).describe();
   if (with_prompt) report_prompt_depth(flags, model);
   return 0;

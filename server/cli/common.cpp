@@ -28,6 +28,12 @@ std::vector<FlagSpec> model_flags() {
        "stores: bfloat16 takes half the memory (entries rounded to nearest even); "
        "auto = bfloat16 for a bf16 checkpoint on a backend that "
        "supports it, else float32 (default auto)"},
+      {"linear-input-dtype", "auto|bfloat16|float32",
+       "what a linear's input rows are rounded to before they meet bf16 weights: bfloat16 "
+       "doubles the CPU's multiply rate where it has AVX512_BF16 (vdpbf16ps, e.g. Zen 4), as "
+       "a bf16 model's own PyTorch code rounds them; float32 keeps them exact; auto = "
+       "bfloat16 for a bf16 checkpoint on a CPU where that is faster, else float32 "
+       "(default auto)"},
       {"enforce-eager", "",
        "run every step op by op: no replayed CUDA graphs for decode steps (graphs are "
        "only used with --device cuda)"},
@@ -52,6 +58,7 @@ EngineArgs engine_args_from_flags(const Flags& flags) {
   args.sequence_parallel_min_tokens = flags.get_int("sequence-parallel-min-tokens", 128);
   args.kv_cache_dtype = flags.get("kv-cache-dtype", "auto");
   args.depth_bank_dtype = flags.get("depth-bank-dtype", "auto");
+  args.linear_input_dtype = flags.get("linear-input-dtype", "auto");
   args.enforce_eager = flags.has("enforce-eager");
   args.device_sampling = !flags.has("no-device-sampling");
   args.async_scheduling = !flags.has("no-async-scheduling");

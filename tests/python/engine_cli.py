@@ -8,11 +8,13 @@ Error measure ("relative"): max|engine - ref| / max|ref| over the whole array.
 """
 
 import json
+import re
 import subprocess
 
 import numpy as np
 import pytest
 
+import attnres_ref
 from make_checkpoint import TOKENIZER_VOCAB
 
 PROMPT_LEN, PREFILL = 12, 8  # the logits tests' shape: an 8-token prefill, then 4 decode steps
@@ -62,6 +64,30 @@ def engine_logits(binary, model_dir, ids, out, *extra, prefill=PREFILL):
     run_cli(binary, "logits", "--model", model_dir, "--token-ids", ",".join(map(str, ids)),
             "--prefill", prefill, "--out", out, *extra)
     return np.load(out)
+
+
+def engine_settings(binary, model_dir, *flags):
+    """What the engine resolves for this model on this machine (`attnres inspect`'s engine line,
+    "engine:     cpu, KV cache bfloat16, depth bank bfloat16, linear inputs float32"):
+    {"kv_cache": ..., "depth_bank": ..., "linear_inputs": ...}, each "bfloat16" or "float32".
+    auto's linear inputs depend on the CPU (kernels/cpu/bf16_dot_rate.h), so a reference of
+    the default engine asks rather than assumes."""
+    out = run_cli(binary, "inspect", "--model", model_dir, *flags)
+    found = re.search(r"^engine: .*KV cache (\w+), depth bank (\w+), linear inputs (\w+)$", out,
+                      re.MULTILINE)
+    if not found:
+        pytest.fail(f"attnres inspect printed no engine line:\n{out}", pytrace=False)
+    return dict(zip(("kv_cache", "depth_bank", "linear_inputs"), found.groups()))
+
+
+def default_reference(binary, model_dir):
+    """The float64 reference rounding what the default engine rounds here: K/V, bank entries
+    and linear inputs where engine_settings says bfloat16."""
+    s = engine_settings(binary, model_dir)
+    as_ref = {"bfloat16": "bfloat16", "float32": "float64"}
+    return attnres_ref.load(model_dir, kv_cache_dtype=as_ref[s["kv_cache"]],
+                            depth_bank_dtype=as_ref[s["depth_bank"]],
+                            linear_input_dtype=as_ref[s["linear_inputs"]])
 
 
 def relative_error(engine, reference):

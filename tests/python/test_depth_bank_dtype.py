@@ -51,22 +51,14 @@ import attnres_ref as ref
 from checkpoint_cache import checkpoint_fixture
 from engine_cli import (PREFILL, PROMPT_LEN, engine_logits, parse_json_object, prompt_ids,
                         relative_error, require_binary, run_cli)
+from make_checkpoint import MODE_CASES
 from server_process import ServerProcess
 
 BANK_BF16_TOL = 1.5e-3
 BANK_BF16_MEDIAN_TOL = 2e-4
 BANK_CLOSER_RATIO = 0.1
 
-BANK_CASES = (
-    ("attnres_block", {}),
-    ("attnres_full", {}),
-    ("attnres_block_reset", {"shards": 2}),
-    ("attnres_delta", {}),
-    ("attnres_delta_block", {}),
-    ("attnres_delta_v", {"gate": "sigmoid_vector", "null_source": True}),
-    ("attnres_pre_gated", {}),
-    ("attnres_first_layer", {}),
-)
+BANK_CASES = MODE_CASES
 
 
 def row_errors(engine, want):

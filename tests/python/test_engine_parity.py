@@ -13,11 +13,14 @@ whole [T, vocab] logits array, ref = float64 NumPy reference (tests/reference).
 Tolerances: 1e-4 for f32 checkpoints; 2e-2 for bf16 and f16 checkpoints (the
 reference widens the stored bf16/f16 weights exactly; the engine computes in f32 from
 the same weights). The engine's defaults store a bf16 checkpoint's KV cache and depth bank
-in bf16 (--kv-cache-dtype / --depth-bank-dtype auto), so the logits test compares those
-with the reference rounding the same K/V and bank entries (default_storage_reference):
-measured <= 1.5e-3 on every bf16 case but yarn's (<= 7e-3), where the unrounded reference
-sits up to 6.6e-2 away (2b block sums: the final mix reads the bank straight into the
-hidden state).
+in bf16 (--kv-cache-dtype / --depth-bank-dtype auto), and on a CPU where bf16 dot products
+are the faster ones (Zen 4) also round its linears' inputs to bf16 (--linear-input-dtype
+auto), so the logits test compares with the reference rounding what this machine's engine
+rounds (engine_cli.default_reference, from `attnres inspect`): measured <= 1.5e-3 on every
+bf16 case but yarn's (<= 7e-3) with f32 linear inputs, where the unrounded reference sits up
+to 6.6e-2 away (2b block sums: the final mix reads the bank straight into the hidden state);
+with bf16 linear inputs a rounding-boundary flip moves a case by up to ~7e-3
+(test_linear_input_dtype.py).
 
 A missing binary makes every test here FAIL (not skip): these are acceptance tests.
 """
@@ -27,8 +30,9 @@ import pytest
 
 import attnres_ref as ref
 from checkpoint_cache import checkpoint_fixture
-from engine_cli import (F32_TOL, NEAR_TIE, PREFILL, PROMPT_LEN, first_divergence,
-                        parse_json_object, prompt_ids, relative_error, require_binary, run_cli)
+from engine_cli import (F32_TOL, NEAR_TIE, PREFILL, PROMPT_LEN, default_reference,
+                        first_divergence, parse_json_object, prompt_ids, relative_error,
+                        require_binary, run_cli)
 from make_checkpoint import GATE_TYPES, VARIANTS
 
 PLAIN_VARIANTS = ("qwen3", "qwen2", "llama")
@@ -54,14 +58,6 @@ LOGPROB_ATOL = 1e-3
 
 
 
-
-
-def default_storage_reference(model_dir, dtype):
-    """The reference storing K/V and depth-bank entries as the engine's defaults do: rounded
-    to bf16 for a bf16 checkpoint on the CPU (`auto`), exact otherwise."""
-    if dtype == "bf16":
-        return ref.load(model_dir, kv_cache_dtype="bfloat16", depth_bank_dtype="bfloat16")
-    return ref.load(model_dir)
 
 
 def reference_greedy(model, prompt, n):
@@ -183,7 +179,7 @@ def test_logits_prefill_then_decode(attnres_bin, checkpoint, tmp_path, variant, 
     run_cli(attnres_bin, "logits", "--model", model_dir, "--token-ids", ",".join(map(str, ids)),
             "--prefill", PREFILL, "--out", out)
     engine = np.load(out)
-    model = default_storage_reference(model_dir, dtype)
+    model = default_reference(attnres_bin, model_dir)
     assert engine.dtype == np.float32, f"logits .npy dtype {engine.dtype}, want float32"
     assert engine.shape == (PROMPT_LEN, model.vocab), f"logits shape {engine.shape}"
     assert np.all(np.isfinite(engine)), "non-finite engine logits"

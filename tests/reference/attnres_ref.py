@@ -11,8 +11,12 @@ API:
     m = load(model_dir)    (kv_cache_dtype="bfloat16": K and V rounded to bf16 as they
                             enter the KV cache, like the engine's --kv-cache-dtype bfloat16;
                             depth_bank_dtype="bfloat16": every depth-bank entry rounded to
-                            bf16 as it is appended, like --depth-bank-dtype bfloat16. The two
-                            are independent; both default to "float64" = no rounding)
+                            bf16 as it is appended, like --depth-bank-dtype bfloat16;
+                            linear_input_dtype="bfloat16": the input rows of every linear
+                            whose weight is stored in bf16 rounded to bf16 first, like
+                            --linear-input-dtype bfloat16 (and a bf16 model's own PyTorch
+                            code). The three are independent; all default to "float64" = no
+                            rounding)
     m.logits(ids)          -> np.ndarray [T, vocab]   full causal forward
     m.greedy(prompt, n)    -> list[int]               argmax, no EOS stop
     m.depth_weights(ids)   -> list of [T, n_sources]  one per depth mix, in order
@@ -258,15 +262,19 @@ def round_to_bf16(x: np.ndarray) -> np.ndarray:
 
 KV_CACHE_DTYPES = ("float64", "bfloat16")
 DEPTH_BANK_DTYPES = ("float64", "bfloat16")
+LINEAR_INPUT_DTYPES = ("float64", "bfloat16")
 
 
 class Model:
     def __init__(self, config: dict, tensors: dict[str, np.ndarray],
-                 kv_cache_dtype: str = "float64", depth_bank_dtype: str = "float64"):
+                 kv_cache_dtype: str = "float64", depth_bank_dtype: str = "float64",
+                 linear_input_dtype: str = "float64"):
         if kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ValueError(f"kv_cache_dtype must be one of {KV_CACHE_DTYPES}")
         if depth_bank_dtype not in DEPTH_BANK_DTYPES:
             raise ValueError(f"depth_bank_dtype must be one of {DEPTH_BANK_DTYPES}")
+        if linear_input_dtype not in LINEAR_INPUT_DTYPES:
+            raise ValueError(f"linear_input_dtype must be one of {LINEAR_INPUT_DTYPES}")
         # "bfloat16": every K and V row is rounded (round_to_bf16) when it enters the cache,
         # i.e. before attention reads it, for the tokens of the current step too.
         self.kv_cache_dtype = kv_cache_dtype
@@ -275,6 +283,9 @@ class Model:
         # rounded value. The running partial, sublayer outputs added into it, null sources,
         # queries and gates stay float64.
         self.depth_bank_dtype = depth_bank_dtype
+        # "bfloat16": a linear whose weight is stored in bf16 (projections, gates, the LM
+        # head) reads its input rounded with round_to_bf16 (_linear); the rest stays float64.
+        self.linear_input_dtype = linear_input_dtype
         self.config = config
         self.stored = tensors  # as stored (for dtype checks)
         self.w = {k: v.astype(np.float64) for k, v in tensors.items()}
@@ -308,7 +319,8 @@ class Model:
         # LM head: HF ties when tie_word_embeddings (these model classes default it to
         # False); a checkpoint without lm_head.weight can only mean tied.
         tied = c.get("tie_word_embeddings", False) or "lm_head.weight" not in self.w
-        self.lm_head = self.w["model.embed_tokens.weight"] if tied else self.w["lm_head.weight"]
+        self.lm_head_name = "model.embed_tokens.weight" if tied else "lm_head.weight"
+        self.lm_head = self.w[self.lm_head_name]
         if self.lm_head.shape[0] != self.vocab:
             raise ValueError(f"LM head rows {self.lm_head.shape[0]} != vocab_size {self.vocab}")
 
@@ -320,6 +332,16 @@ class Model:
     def _layer(self, i: int, suffix: str) -> np.ndarray | None:
         return self.w.get(f"model.layers.{i}.{suffix}")
 
+    def _linear(self, x: np.ndarray, prefix: str) -> np.ndarray:
+        """The linear `prefix`.weight (+ `prefix`.bias when present) over x; with
+        linear_input_dtype "bfloat16" and a bf16-stored weight, over x rounded to bf16."""
+        weight = f"{prefix}.weight"
+        return linear(self._linear_input(x, weight), self.w[weight], self.w.get(f"{prefix}.bias"))
+
+    def _linear_input(self, x: np.ndarray, weight: str) -> np.ndarray:
+        bf16 = self.stored[weight].dtype == np.dtype(ml_dtypes.bfloat16)
+        return round_to_bf16(x) if self.linear_input_dtype == "bfloat16" and bf16 else x
+
     # --- sublayers (public so the self-check can drive its own two-phase loop) --
 
     def attn_sublayer(self, i: int, h: np.ndarray, positions: np.ndarray, cache: KVCache | None,
@@ -330,9 +352,10 @@ class Model:
         x = rms_norm(h, L("input_layernorm.weight"), self.eps)
         x_v = x if h_v is None else rms_norm(h_v, L("input_layernorm.weight"), self.eps)
         T, hd = h.shape[0], self.head_dim
-        q = linear(x, L("self_attn.q_proj.weight"), L("self_attn.q_proj.bias"))
-        k = linear(x, L("self_attn.k_proj.weight"), L("self_attn.k_proj.bias"))
-        v = linear(x_v, L("self_attn.v_proj.weight"), L("self_attn.v_proj.bias"))
+        P = f"model.layers.{i}.self_attn"
+        q = self._linear(x, f"{P}.q_proj")
+        k = self._linear(x, f"{P}.k_proj")
+        v = self._linear(x_v, f"{P}.v_proj")
         q = q.reshape(T, self.n_heads, hd).transpose(1, 0, 2)  # [H, T, hd]
         k = k.reshape(T, self.n_kv, hd).transpose(1, 0, 2)
         v = v.reshape(T, self.n_kv, hd).transpose(1, 0, 2)
@@ -360,14 +383,14 @@ class Model:
         scores = np.where(causal[None], scores, -np.inf)
         ctx = softmax(scores, axis=-1) @ v  # [H, T, hd]
         ctx = ctx.transpose(1, 0, 2).reshape(T, self.n_heads * hd)
-        return linear(ctx, L("self_attn.o_proj.weight"), L("self_attn.o_proj.bias"))
+        return self._linear(ctx, f"{P}.o_proj")
 
     def mlp_sublayer(self, i: int, h: np.ndarray) -> np.ndarray:
-        L = lambda s: self._layer(i, s)
-        x = rms_norm(h, L("post_attention_layernorm.weight"), self.eps)
-        gate = linear(x, L("mlp.gate_proj.weight"), L("mlp.gate_proj.bias"))
-        up = linear(x, L("mlp.up_proj.weight"), L("mlp.up_proj.bias"))
-        return linear(silu(gate) * up, L("mlp.down_proj.weight"), L("mlp.down_proj.bias"))
+        x = rms_norm(h, self._layer(i, "post_attention_layernorm.weight"), self.eps)
+        P = f"model.layers.{i}.mlp"
+        gate = self._linear(x, f"{P}.gate_proj")
+        up = self._linear(x, f"{P}.up_proj")
+        return self._linear(silu(gate) * up, f"{P}.down_proj")
 
     def mix_params(self, prefix: str):
         """(w [d], g [d], bias or None) of one depth mix; prefix like 'model.layers.3.attn_res'."""
@@ -402,7 +425,7 @@ class Model:
         if self.gate_type == "sigmoid_scalar":
             s = sigmoid(self.w[f"{p}_res_gate_logit"])
         elif self.gate_type == "sigmoid_vector":
-            s = sigmoid(linear(x, self.w[f"{p}_res_gate_proj.weight"], self.w[f"{p}_res_gate_proj.bias"]))
+            s = sigmoid(self._linear(x, f"{p}_res_gate_proj"))
         elif self.gate_type == "learnable_alpha":
             s = self.w[f"{p}_res_alpha"]
         elif self.gate_type == "bias":
@@ -487,7 +510,7 @@ class Model:
         prefix = f"model.layers.{i}.{side}"
         sources, labels = list(bank), list(names)
         if self.mode == "pre_gated":
-            g = sigmoid(linear(x, self.w[f"{prefix}_pre_gate.weight"], self.w[f"{prefix}_pre_gate.bias"]))
+            g = sigmoid(self._linear(x, f"{prefix}_pre_gate"))
             sources = [g * s for s in sources]
         elif self.null_source:
             null = self.w[f"{prefix}_null_source"]
@@ -552,7 +575,7 @@ class Model:
         start = cache.length if cache is not None else 0
         positions = np.arange(start, start + len(ids))
         hidden = self.hidden_states(ids, positions, cache, trace)
-        return hidden @ self.lm_head.T
+        return self._linear_input(hidden, self.lm_head_name) @ self.lm_head.T
 
     def logits(self, token_ids) -> np.ndarray:
         return self.forward(list(token_ids))
@@ -619,8 +642,9 @@ class Model:
         return labels
 
 
-def load(model_dir, kv_cache_dtype: str = "float64", depth_bank_dtype: str = "float64") -> Model:
+def load(model_dir, kv_cache_dtype: str = "float64", depth_bank_dtype: str = "float64",
+         linear_input_dtype: str = "float64") -> Model:
     model_dir = Path(model_dir)
     config = json.loads((model_dir / "config.json").read_text())
     return Model(config, read_checkpoint_tensors(model_dir), kv_cache_dtype=kv_cache_dtype,
-                 depth_bank_dtype=depth_bank_dtype)
+                 depth_bank_dtype=depth_bank_dtype, linear_input_dtype=linear_input_dtype)

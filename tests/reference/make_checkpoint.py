@@ -57,6 +57,19 @@ ATTNRES_VARIANTS = VARIANTS[:4]
 MODE_VARIANTS = ("attnres_delta", "attnres_delta_block", "attnres_delta_v", "attnres_first_layer",
                  "attnres_pre_gated")
 ALL_VARIANTS = VARIANTS + MODE_VARIANTS
+# One checkpoint per way of mixing depth, with the options that exercise most of it (2b with a
+# sharded file; delta_v with a vector gate and a null source): for the suites that check a
+# numerics setting (--depth-bank-dtype, --linear-input-dtype) across every mode compactly.
+MODE_CASES = (
+    ("attnres_block", {}),
+    ("attnres_full", {}),
+    ("attnres_block_reset", {"shards": 2}),
+    ("attnres_delta", {}),
+    ("attnres_delta_block", {}),
+    ("attnres_delta_v", {"gate": "sigmoid_vector", "null_source": True}),
+    ("attnres_pre_gated", {}),
+    ("attnres_first_layer", {}),
+)
 GATE_TYPES = ("bias", "sigmoid_scalar", "sigmoid_vector", "learnable_alpha")
 
 # Scalings with a small original context so that they change frequencies at the short

@@ -13,8 +13,10 @@
 #include "engine/core/error.h"
 #include "engine/model/random_weights.h"
 #include "engine/parallel/communicator_registry.h"
+#include "engine/parallel/tensor_parallel_runner.h"
 #include "engine/sched/model_execution.h"
 #include "kernels/builtin_backends.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "tests/cpp/engine/parallel/parallel_test_util.h"
 
 namespace attnres::test {
@@ -207,6 +209,61 @@ TEST(EngineArgs, DepthBankDtypeFollowsTheCheckpointAndTheBackend) {
   run.depth_bank_dtype = "float32";
   EXPECT_EQ(make_model_execution(run, bf16_model, 2, 16)->transformer->depth_bank_dtype(),
             DType::F32);
+}
+
+// --linear-input-dtype: auto takes bf16 inputs for bf16 weights exactly where the CPU backend
+// says they are faster (a measured property of the core: cpu/bf16_dot_rate.h); float32 never;
+// bfloat16 wherever the build can, refused for non-bf16 weights or a build without
+// AVX512_BF16. The resolved choice reaches the backend, on one device and on every rank.
+TEST(EngineArgs, LinearInputDtypeFollowsTheCheckpointAndTheCore) {
+  register_builtin_backends();
+  const LoadedModel f32_model = test_model(DType::F32);
+  const LoadedModel bf16_model = test_model(DType::BF16);
+  const bool supported = CpuBackend::bf16_linear_inputs_supported();
+  const bool faster = CpuBackend::bf16_linear_inputs_faster();
+  EngineArgs args;  // auto, cpu
+  EXPECT_FALSE(bf16_linear_inputs(args, f32_model));
+  EXPECT_EQ(bf16_linear_inputs(args, bf16_model), faster);
+  EXPECT_EQ(linear_input_dtype_name(args, bf16_model), faster ? "bfloat16" : "float32");
+  args.linear_input_dtype = "float32";
+  EXPECT_FALSE(bf16_linear_inputs(args, bf16_model));
+  args.linear_input_dtype = "bfloat16";
+  EXPECT_EQ(error_of([&] { bf16_linear_inputs(args, f32_model); }),
+            "--linear-input-dtype bfloat16: the checkpoint's weights are float32; inputs are "
+            "rounded to bf16 only to meet bf16 weights");
+  if (supported) {
+    EXPECT_TRUE(bf16_linear_inputs(args, bf16_model));
+  } else {
+    EXPECT_NE(error_of([&] { bf16_linear_inputs(args, bf16_model); }).find("AVX512_BF16"),
+              std::string::npos);
+  }
+  args.linear_input_dtype = "bf16";
+  EXPECT_EQ(error_of([&] { bf16_linear_inputs(args, bf16_model); }),
+            "--linear-input-dtype: 'bf16' is not one of auto, bfloat16, float32");
+
+  if (!supported) return;
+  EngineArgs run;
+  run.threads = 1;
+  run.linear_input_dtype = "bfloat16";
+  auto exec = make_model_execution(run, bf16_model, 2, 16);
+  ASSERT_TRUE(dynamic_cast<CpuBackend*>(exec->backend.get()));
+  EXPECT_TRUE(dynamic_cast<CpuBackend*>(exec->backend.get())->bf16_linear_inputs());
+  run.linear_input_dtype = "float32";
+  exec = make_model_execution(run, bf16_model, 2, 16);
+  EXPECT_FALSE(dynamic_cast<CpuBackend*>(exec->backend.get())->bf16_linear_inputs());
+  // Under tensor parallelism every rank's backend is built with the same choice.
+  run.tensor_parallel_size = 2;
+  for (const char* dtype : {"bfloat16", "float32"}) {
+    run.linear_input_dtype = dtype;
+    exec = make_model_execution(run, bf16_model, 2, 16);
+    const auto* tp = dynamic_cast<const TensorParallelRunner*>(exec->runner.get());
+    ASSERT_TRUE(tp);
+    for (int rank = 0; rank < 2; ++rank) {
+      const auto* cpu = dynamic_cast<const CpuBackend*>(&tp->rank_model(rank).backend());
+      ASSERT_TRUE(cpu);
+      EXPECT_EQ(cpu->bf16_linear_inputs(), std::string(dtype) == "bfloat16") << dtype << rank;
+    }
+  }
 }
 
 // In a CUDA build the CUDA registration says its attention reads a bf16 KV cache and its depth
