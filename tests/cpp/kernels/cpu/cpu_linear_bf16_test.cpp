@@ -84,7 +84,8 @@ TEST(Bf16LinearInputs, ThreadCountsRowChunksAndWideOutputs) {
   if (!CpuBackend::bf16_linear_inputs_supported()) GTEST_SKIP() << "no AVX512_BF16 in this build";
   expect_definition(1, 130, 700, 97, true, 101);   // one thread, 2 k blocks, tails everywhere
   expect_definition(3, 64, 512, 1536, false, 102);  // three threads over many tiles
-  // 1 MiB row chunks of 2200-byte rows hold 476 rows: 600 rows take two chunks.
+  // Row chunks (half the L2: at most 1 MiB on the machines here) of 2200-byte rows hold at most
+  // 476 rows: 600 rows take two chunks or more.
   expect_definition(2, 600, 1100, 13, true, 103);
   expect_definition(2, 1, 151, 3000, true, 104);  // a GEMV over many output chunks
 }
