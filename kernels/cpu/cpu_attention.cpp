@@ -6,13 +6,20 @@
 // positions 0..positions[t] inclusive, which covers both a cached prefix and the tokens of
 // this step (store_kv runs first). Query head h reads KV head h / (Hq / Hkv).
 //
-// One work item per (token, KV head), parallel over all of them: each item computes the
-// scores of the KV head's query heads (q . k * scale, kept in a per-thread buffer), takes the
-// max, exponentiates, and accumulates the weighted V rows — an exact two-pass softmax in f32.
-// KV rows are hd contiguous values, so every dot / axpy is a straight SIMD loop; a bf16 cache
-// (--kv-cache-dtype bfloat16) is rounded to nearest even by store_kv and widened in registers
-// by the same loops, so its attention equals the f32 cache's over K/V rounded to bf16, bit
-// for bit.
+// One work item per (tile of up to kTileTokens consecutive query tokens of a sequence, KV
+// head), parallel over all of them. Its rows are the tile's query heads of that KV head; for
+// them it computes the scores (q . k * scale, kept in a per-thread buffer), takes each row's
+// max, exponentiates, and accumulates the weighted V rows: an exact two-pass softmax in f32.
+// The rows share the loads: a block of 16 K rows is widened to f32 once and each K vector
+// feeds kRowBlock rows' dot products; each V vector feeds kRowBlock rows' sums. Items run in
+// KV-head-major order, so the K / V rows of the head the threads work on stay in L2 (token-
+// major, every item touched every head's rows: a 512-token 0.6B layer's 2 MB of K / V came
+// from L3 for each item). Every row's
+// arithmetic is what it would be alone (the same FMA chains in the same order), so decode and
+// prefill round alike. A bf16 cache (--kv-cache-dtype bfloat16) is rounded to nearest even by
+// store_kv and widened exactly, so its attention equals the f32 cache's over K/V rounded to
+// bf16, bit for bit. (Per (token, KV head) items, each K / V row widened per query head, took
+// 18% of a 512-token 0.6B prefill once the linears used bf16 inputs: docs/BENCHMARKS.md.)
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -35,61 +42,147 @@ void check_cache(const KvCacheLayer& cache) {
                 "kv cache must be on the CPU");
 }
 
-constexpr int64_t kKeyBlock = 16;  // keys whose scores share one hsum_many
-constexpr int64_t kOutVecs = 4;    // output vectors per head kept in registers across keys
+constexpr int64_t kKeyBlock = 16;   // keys whose scores share one hsum_many per row
+constexpr int64_t kOutVecs = 4;     // output vectors per row kept in registers across keys
+constexpr int64_t kTileTokens = 8;  // query tokens of one sequence per work item
+constexpr int kRowBlock = 4;        // query rows (tokens x heads) sharing each K / V load
 
-// Scores of `group` query heads against `count` keys (K rows krow[0 .. count)) of one KV
-// head, into scores[g][0 .. count); each score is exactly cpu::dot_w (its folded vector's
-// hsum, shared with the block's other keys through hsum_many, plus the scalar tail) * scale.
-template <DType W>
-void score_block(const float* const* qh, int64_t group, const cpu::StoredT<W>* const* krow,
-                 int64_t count, int64_t hd, float scale, float* const* scores) {
-  for (int64_t g = 0; g < group; ++g) {
-    cpu::VecF folded[kKeyBlock];
-    for (int64_t i = 0; i < count; ++i) folded[i] = cpu::dot_w_fold<W>(qh[g], krow[i], hd);
-    float sums[kKeyBlock];
-    cpu::hsum_many(folded, static_cast<int>(count), sums);
-    for (int64_t i = 0; i < count; ++i)
-      scores[g][i] = cpu::dot_w_tail<W>(qh[g], krow[i], hd, sums[i]) * scale;
-  }
-}
+using cpu::kLanes;
+using cpu::VecF;
 
-// oh[i] = sum over the keys p in order of fma(weights[p], v_p[i], .), from 0: per element the
-// same chain of FMAs whatever the tiling, with kOutVecs vectors of oh held in registers while
-// the keys stream by.
-template <DType W>
-void weighted_sum(const float* weights, const cpu::StoredT<W>* const* vrow, int64_t ctx,
-                  int64_t hd, float* oh) {
-  using cpu::kLanes;
-  int64_t i0 = 0;
-  for (; i0 + kOutVecs * kLanes <= hd; i0 += kOutVecs * kLanes) {
-    cpu::VecF acc[kOutVecs];
-    for (int64_t j = 0; j < kOutVecs; ++j) acc[j] = cpu::vzero();
-    for (int64_t p = 0; p < ctx; ++p) {
-      const cpu::VecF w = cpu::vset1(weights[p]);
-      for (int64_t j = 0; j < kOutVecs; ++j)
-        acc[j] = cpu::vfma(w, cpu::vload_w<W>(vrow[p] + i0 + j * kLanes), acc[j]);
+// The folded score vectors of R query rows q[0 .. R) against the keys kf[0 .. count) (f32
+// rows of hd: the K rows, widened when stored in bf16): folded[r][i] = dot_w_fold<F32>(q[r],
+// kf[i], hd), two keys at a time so that each K vector is loaded once for all R rows. Each
+// (row, key) pair runs dot_w_fold's two FMA chains in its order, so the bits are those of
+// dot_w_fold over the stored row (widening is exact).
+template <int R>
+void fold_rows(const float* const* q, const float* const* kf, int64_t count, int64_t hd,
+               VecF (*folded)[kKeyBlock]) {
+  for (int64_t i = 0; i < count; i += 2) {
+    const float* k0 = kf[i];
+    const float* k1 = i + 1 < count ? kf[i + 1] : kf[i];  // an odd last key: computed twice
+    VecF a0[R][2], a1[R][2];
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < 2; ++j) a0[r][j] = a1[r][j] = cpu::vzero();
+    int64_t e = 0;
+    for (; e + 2 * kLanes <= hd; e += 2 * kLanes) {
+      const VecF k00 = cpu::vload(k0 + e), k01 = cpu::vload(k0 + e + kLanes);
+      const VecF k10 = cpu::vload(k1 + e), k11 = cpu::vload(k1 + e + kLanes);
+      for (int r = 0; r < R; ++r) {
+        const VecF qa = cpu::vload(q[r] + e), qb = cpu::vload(q[r] + e + kLanes);
+        a0[r][0] = cpu::vfma(qa, k00, a0[r][0]);
+        a1[r][0] = cpu::vfma(qb, k01, a1[r][0]);
+        a0[r][1] = cpu::vfma(qa, k10, a0[r][1]);
+        a1[r][1] = cpu::vfma(qb, k11, a1[r][1]);
+      }
     }
-    for (int64_t j = 0; j < kOutVecs; ++j) cpu::vstore(oh + i0 + j * kLanes, acc[j]);
-  }
-  for (; i0 + kLanes <= hd; i0 += kLanes) {
-    cpu::VecF acc = cpu::vzero();
-    for (int64_t p = 0; p < ctx; ++p)
-      acc = cpu::vfma(cpu::vset1(weights[p]), cpu::vload_w<W>(vrow[p] + i0), acc);
-    cpu::vstore(oh + i0, acc);
-  }
-  for (; i0 < hd; ++i0) {
-    float acc = 0.0f;
-    for (int64_t p = 0; p < ctx; ++p)
-      acc = std::fma(weights[p], cpu::load_scalar<W>(vrow[p] + i0), acc);
-    oh[i0] = acc;
+    for (; e + kLanes <= hd; e += kLanes) {
+      const VecF k0v = cpu::vload(k0 + e), k1v = cpu::vload(k1 + e);
+      for (int r = 0; r < R; ++r) {
+        const VecF qa = cpu::vload(q[r] + e);
+        a0[r][0] = cpu::vfma(qa, k0v, a0[r][0]);
+        a0[r][1] = cpu::vfma(qa, k1v, a0[r][1]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      folded[r][i] = cpu::vadd(a0[r][0], a1[r][0]);
+      if (i + 1 < count) folded[r][i + 1] = cpu::vadd(a0[r][1], a1[r][1]);
+    }
   }
 }
+
+// oh[r][e] for e in [e0, e0 + C * kLanes), r < R: the chain of fma(weights[r][p], v_p[e], .) over
+// the keys p in [p_begin, p_end) in order, from zero or (from_zero false) from oh's current
+// values; each V vector is loaded and widened once for all R rows.
+template <DType W, int R, int C>
+void weighted_block(const float* const* weights, const cpu::StoredT<W>* const* vrow,
+                    int64_t p_begin, int64_t p_end, int64_t e0, bool from_zero, float* const* oh) {
+  VecF acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c)
+      acc[r][c] = from_zero ? cpu::vzero() : cpu::vload(oh[r] + e0 + c * kLanes);
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    VecF v[C];
+    for (int c = 0; c < C; ++c) v[c] = cpu::vload_w<W>(vrow[p] + e0 + c * kLanes);
+    for (int r = 0; r < R; ++r) {
+      const VecF w = cpu::vset1(weights[r][p]);
+      for (int c = 0; c < C; ++c) acc[r][c] = cpu::vfma(w, v[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) cpu::vstore(oh[r] + e0 + c * kLanes, acc[r][c]);
+}
+
+// oh[r][e] = sum over the keys p in [p_begin, p_end) in order of fma(weights[r][p], v_p[e], .),
+// continuing from zero (from_zero) or from oh: per element the same chain of FMAs whatever
+// the tiling and however the key range is split, kOutVecs vectors of R rows held in registers
+// while the keys stream by.
+template <DType W, int R>
+void weighted_rows(const float* const* weights, const cpu::StoredT<W>* const* vrow,
+                   int64_t p_begin, int64_t p_end, int64_t hd, bool from_zero, float* const* oh) {
+  int64_t e0 = 0;
+  for (; e0 + kOutVecs * kLanes <= hd; e0 += kOutVecs * kLanes)
+    weighted_block<W, R, kOutVecs>(weights, vrow, p_begin, p_end, e0, from_zero, oh);
+  for (; e0 + kLanes <= hd; e0 += kLanes)
+    weighted_block<W, R, 1>(weights, vrow, p_begin, p_end, e0, from_zero, oh);
+  for (; e0 < hd; ++e0) {
+    for (int r = 0; r < R; ++r) {
+      float acc = from_zero ? 0.0f : oh[r][e0];
+      for (int64_t p = p_begin; p < p_end; ++p)
+        acc = std::fma(weights[r][p], cpu::load_scalar<W>(vrow[p] + e0), acc);
+      oh[r][e0] = acc;
+    }
+  }
+}
+
+// x[i] *= c for i < n: the same product per element as a scalar loop, a vector at a time.
+inline void scale_in_place(float* x, int64_t n, float c) {
+  const VecF vc = cpu::vset1(c);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) cpu::vstore(x + i, cpu::vmul(cpu::vload(x + i), vc));
+  for (; i < n; ++i) x[i] *= c;
+}
+
+// Runs F<R> for a block of r rows (1 <= r <= kRowBlock), R chosen once per call.
+template <template <int> class F, class... Args>
+void for_rows(int r, Args&&... args) {
+  switch (r) {
+    case 1:
+      return F<1>::run(args...);
+    case 2:
+      return F<2>::run(args...);
+    case 3:
+      return F<3>::run(args...);
+    default:
+      return F<4>::run(args...);
+  }
+}
+template <int R>
+struct FoldRows {
+  static void run(const float* const* q, const float* const* kf, int64_t count, int64_t hd,
+                  VecF (*folded)[kKeyBlock]) {
+    fold_rows<R>(q, kf, count, hd, folded);
+  }
+};
+template <DType W>
+struct WeightedRows {
+  template <int R>
+  struct Of {
+    static void run(const float* const* weights, const cpu::StoredT<W>* const* vrow,
+                    int64_t p_begin, int64_t p_end, int64_t hd, bool from_zero, float* const* oh) {
+      weighted_rows<W, R>(weights, vrow, p_begin, p_end, hd, from_zero, oh);
+    }
+  };
+};
 
 // One layer's attention over a cache stored as W (the body of CpuBackend::attention). A work
-// item is one token and one KV head with its `group` query heads, so the K / V rows the heads
-// share are still in L1 / L2 when the next head reads them. What a query computes depends only on its q, its positions'
-// K / V and its context length, never on the other items: decode and prefill round alike.
+// item is up to kTileTokens consecutive query tokens of one sequence and one KV head, i.e.
+// tokens x `group` query rows: each K row of a 16-key block is widened once (into f32, for
+// all the rows) and each V vector once per block of kRowBlock rows, while the rows' dot
+// products and weighted sums run the same chains, in the same order, as one row alone
+// (dot_w_fold, hsum, the tail; fma over the keys in order). So what a query computes depends
+// only on its q, its positions' K / V and its context length, never on the other rows: decode
+// and prefill round alike, bit for bit.
 template <DType W>
 void attend(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
             const std::vector<int32_t>& seq_of, int64_t max_ctx, int64_t hd, int64_t hq,
@@ -98,36 +191,95 @@ void attend(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
   const int64_t hkv = cache.k.dim(2), block_size = cache.k.dim(1);
   const S* kc = cache.k.ptr<S>();
   const S* vc = cache.v.ptr<S>();
-  const int64_t t_dim = cpu::rows_of(q);
-  const int64_t items = t_dim * hkv;
+  // The work items' first tokens: each sequence's query tokens in tiles of kTileTokens.
+  std::vector<int32_t> tile_start;
+  for (int s = 0; s < batch.num_seqs(); ++s)
+    for (int32_t t = batch.query_start[s]; t < batch.query_start[s + 1]; t += kTileTokens)
+      tile_start.push_back(t);
+  const int64_t items = static_cast<int64_t>(tile_start.size()) * hkv;
+  const int64_t max_rows = kTileTokens * group;
   cpu::DynamicSchedule schedule(items, 2);
   pool.run(threads > 1 && items > 1 ? threads : 1, [&](int, int) {
-    std::vector<float> scores(static_cast<size_t>(max_ctx * group));
+    std::vector<float> scores(static_cast<size_t>(max_ctx * max_rows));
+    std::vector<float> widened(W == DType::F32 ? 0 : static_cast<size_t>(kKeyBlock * hd));
     std::vector<const S*> krows(static_cast<size_t>(max_ctx)), vrows(krows.size());
-    std::vector<const float*> qh(static_cast<size_t>(group));
-    std::vector<float*> score_rows(qh.size());
+    std::vector<const float*> qrow(static_cast<size_t>(max_rows)), kf(kKeyBlock);
+    std::vector<float*> orow(qrow.size()), srow(qrow.size());
+    std::vector<int64_t> ctx(qrow.size());
+    std::vector<float> denom(qrow.size());
+    std::vector<VecF> folded_store(static_cast<size_t>(kRowBlock * kKeyBlock));
+    auto* folded = reinterpret_cast<VecF(*)[kKeyBlock]>(folded_store.data());
     for (int64_t item : schedule.claims()) {
-      const int64_t t = item / hkv, kvh = item % hkv;
-      const auto& table = batch.block_tables[seq_of[t]];
-      const int64_t ctx = batch.positions[t] + 1;
-      for (int64_t p = 0; p < ctx; ++p) {
+      const int64_t tiles = static_cast<int64_t>(tile_start.size());
+      const int64_t t0 = tile_start[item % tiles], kvh = item / tiles;
+      const int s = seq_of[t0];
+      const int64_t t_end = std::min<int64_t>(t0 + kTileTokens, batch.query_start[s + 1]);
+      int rows = 0;
+      int64_t tile_ctx = 0;
+      for (int64_t t = t0; t < t_end; ++t) {
+        for (int64_t g = 0; g < group; ++g, ++rows) {
+          const int64_t head_off = t * hq * hd + (kvh * group + g) * hd;
+          qrow[rows] = q.ptr<float>() + head_off;
+          orow[rows] = out.ptr<float>() + head_off;
+          srow[rows] = scores.data() + rows * max_ctx;
+          ctx[rows] = batch.positions[t] + 1;
+        }
+        tile_ctx = std::max<int64_t>(tile_ctx, batch.positions[t] + 1);
+      }
+      const auto& table = batch.block_tables[s];
+      for (int64_t p = 0; p < tile_ctx; ++p) {
         const int64_t slot = table[p / block_size] * block_size + p % block_size;
         krows[p] = kc + (slot * hkv + kvh) * hd;
         vrows[p] = vc + (slot * hkv + kvh) * hd;
       }
-      for (int64_t g = 0; g < group; ++g) qh[g] = q.ptr<float>() + t * hq * hd + (kvh * group + g) * hd;
-      for (int64_t p0 = 0; p0 < ctx; p0 += kKeyBlock) {
-        for (int64_t g = 0; g < group; ++g) score_rows[g] = scores.data() + g * max_ctx + p0;
-        score_block<W>(qh.data(), group, krows.data() + p0, std::min(kKeyBlock, ctx - p0), hd,
-                       scale, score_rows.data());
+      // Scores, a 16-key block at a time: the block's K rows as f32, then kRowBlock rows at once.
+      for (int64_t p0 = 0; p0 < tile_ctx; p0 += kKeyBlock) {
+        const int64_t count = std::min(kKeyBlock, tile_ctx - p0);
+        for (int64_t i = 0; i < count; ++i) {
+          if constexpr (W == DType::F32) {
+            kf[i] = krows[p0 + i];
+          } else {
+            float* dst = widened.data() + i * hd;
+            int64_t e = 0;
+            for (; e + kLanes <= hd; e += kLanes)
+              cpu::vstore(dst + e, cpu::vload_w<W>(krows[p0 + i] + e));
+            for (; e < hd; ++e) dst[e] = cpu::load_scalar<W>(krows[p0 + i] + e);
+            kf[i] = dst;
+          }
+        }
+        for (int r0 = 0; r0 < rows; r0 += kRowBlock) {
+          const int r = std::min(kRowBlock, rows - r0);
+          for_rows<FoldRows>(r, qrow.data() + r0, kf.data(), count, hd, folded);
+          for (int j = 0; j < r; ++j) {
+            const int64_t valid = std::min(count, ctx[r0 + j] - p0);  // keys this row sees
+            if (valid <= 0) continue;
+            float* sc = srow[r0 + j] + p0;
+            cpu::hsum_many(folded[j], static_cast<int>(valid), sc);
+            if (hd % kLanes == 0) {  // no tail: the sums times the scale, a vector at a time
+              scale_in_place(sc, valid, scale);
+            } else {
+              for (int64_t i = 0; i < valid; ++i)
+                sc[i] = cpu::dot_w_tail<W>(qrow[r0 + j], krows[p0 + i], hd, sc[i]) * scale;
+            }
+          }
+        }
       }
-      for (int64_t g = 0; g < group; ++g) {
-        float* sc = scores.data() + g * max_ctx;
-        const float denom = cpu::softmax_numerators(sc, ctx);
-        float* oh = out.ptr<float>() + t * hq * hd + (kvh * group + g) * hd;
-        weighted_sum<W>(sc, vrows.data(), ctx, hd, oh);
-        const float inv = 1.0f / denom;
-        for (int64_t i = 0; i < hd; ++i) oh[i] *= inv;
+      // Softmax per row, then the weighted V sum: the keys every row of a block sees, for the
+      // block at once; each row's later keys (the tile's later tokens) continue its chains.
+      for (int j = 0; j < rows; ++j) denom[j] = cpu::softmax_numerators(srow[j], ctx[j]);
+      for (int r0 = 0; r0 < rows; r0 += kRowBlock) {
+        const int r = std::min(kRowBlock, rows - r0);
+        int64_t shared = ctx[r0];
+        for (int j = 1; j < r; ++j) shared = std::min(shared, ctx[r0 + j]);
+        for_rows<WeightedRows<W>::template Of>(r, srow.data() + r0, vrows.data(), int64_t{0},
+                                               shared, hd, true, orow.data() + r0);
+        for (int j = 0; j < r; ++j) {
+          if (ctx[r0 + j] > shared) {
+            weighted_rows<W, 1>(srow.data() + r0 + j, vrows.data(), shared, ctx[r0 + j], hd,
+                                false, orow.data() + r0 + j);
+          }
+          scale_in_place(orow[r0 + j], hd, 1.0f / denom[r0 + j]);
+        }
       }
     }
   });

@@ -18,8 +18,10 @@
 // - Sampling (`sample`: batch 64, vocabulary 151936, rows of random temperature / top-k /
 //   top-p / min-p / penalties): ms per step for the engine's host path (one Sampler after
 //   another, on one thread) and for CpuBackend::sample (the same rows on the worker pool).
+// - Attention: a 128- and a 512-token prefill's attention over a bf16 cache, the 100M and 0.6B
+//   shapes (ms per call).
 // Best of several repetitions; run it on an idle machine. `bench_cpu_kernels gemm` (or
-// `depth`, or `sample`) runs only that part.
+// `depth`, `attention`, `sample`) runs only that part.
 
 #include <algorithm>
 #include <chrono>
@@ -265,6 +267,46 @@ void run_sample(Backend& be, std::mt19937& rng) {
               kVocab, host_best * 1e3, op_best * 1e3);
 }
 
+// Attention (prefill of T tokens of one sequence into an empty bf16 cache, then the layer's
+// attention over them), per shape: ms per call.
+void run_attention(Backend* be, std::mt19937& rng) {
+  struct Shape {
+    const char* name;
+    int hq, hkv, hd;
+  };
+  for (const Shape& sh : {Shape{"100M", 8, 4, 64}, Shape{"0.6B", 16, 8, 128}}) {
+    for (int t_dim : {128, 512}) {
+      constexpr int kBlockSize = 16;
+      const int blocks = (t_dim + kBlockSize - 1) / kBlockSize, row = sh.hkv * sh.hd;
+      KvCacheLayer cache{be->alloc({blocks, kBlockSize, sh.hkv, sh.hd}, DType::BF16),
+                         be->alloc({blocks, kBlockSize, sh.hkv, sh.hd}, DType::BF16)};
+      BatchMeta batch;
+      batch.num_tokens = t_dim;
+      batch.query_start = {0, t_dim};
+      batch.context_len = {t_dim};
+      batch.block_tables.resize(1);
+      for (int b = 0; b < blocks; ++b) batch.block_tables[0].push_back(b);
+      for (int t = 0; t < t_dim; ++t) {
+        batch.positions.push_back(t);
+        batch.slot_mapping.push_back(t);
+        batch.token_ids.push_back(0);
+      }
+      const Tensor k = random_f32({t_dim, row}, rng, 1.0f), v = random_f32({t_dim, row}, rng, 1.0f);
+      be->store_kv(k, v, batch, cache);
+      const Tensor q = random_f32({t_dim, sh.hq * sh.hd}, rng, 1.0f);
+      Tensor out = Tensor::empty({t_dim, sh.hq * sh.hd}, DType::F32);
+      double best = 1e30;
+      for (int rep = 0; rep < 8; ++rep) {
+        const double t0 = now_s();
+        be->attention(q, cache, batch, sh.hd, 0.1f, out);
+        best = std::min(best, now_s() - t0);
+      }
+      std::printf("attention %s (Hq %d, Hkv %d, hd %d), %d-token prefill, bf16 cache: %.3f ms\n",
+                  sh.name, sh.hq, sh.hkv, sh.hd, t_dim, best * 1e3);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -285,6 +327,8 @@ int main(int argc, char** argv) {
   }
   if (only.empty() || only == "depth") run_depth(be.get(), rng);
   if (only == "depth") return 0;
+  if (only.empty() || only == "attention") run_attention(be.get(), rng);
+  if (only == "attention") return 0;
   // {R, K (in), N (out)}: 100M's q/gate/up (512 -> 1536) and down (1536 -> 512); 0.6B's
   // gate/up (1024 -> 3072) and down (3072 -> 1024).
   const int64_t gemms[][3] = {{512, 512, 1536},  {512, 1536, 512},  {128, 1024, 3072},
