@@ -207,8 +207,7 @@ void attend(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
     std::vector<float*> orow(qrow.size()), srow(qrow.size());
     std::vector<int64_t> ctx(qrow.size());
     std::vector<float> denom(qrow.size());
-    std::vector<VecF> folded_store(static_cast<size_t>(kRowBlock * kKeyBlock));
-    auto* folded = reinterpret_cast<VecF(*)[kKeyBlock]>(folded_store.data());
+    VecF folded[kRowBlock][kKeyBlock];  // fold_rows' output for one row block and key block
     for (int64_t item : schedule.claims()) {
       const int64_t tiles = static_cast<int64_t>(tile_start.size());
       const int64_t t0 = tile_start[item % tiles], kvh = item / tiles;
