@@ -208,8 +208,8 @@ void attend(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
     std::vector<int64_t> ctx(qrow.size());
     std::vector<float> denom(qrow.size());
     VecF folded[kRowBlock][kKeyBlock];  // fold_rows' output for one row block and key block
+    const int64_t tiles = static_cast<int64_t>(tile_start.size());
     for (int64_t item : schedule.claims()) {
-      const int64_t tiles = static_cast<int64_t>(tile_start.size());
       const int64_t t0 = tile_start[item % tiles], kvh = item / tiles;
       const int s = seq_of[t0];
       const int64_t t_end = std::min<int64_t>(t0 + kTileTokens, batch.query_start[s + 1]);
