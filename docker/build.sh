@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Configures and builds everything (the CUDA backend too when nvcc is found) into build/.
 # Extra arguments go to cmake's configure step, e.g. -DATTNRES_ENABLE_CUDA=OFF.
+# ATTNRES_BUILD_TARGETS (space-separated, e.g. "attnres") builds only those targets.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 build=${ATTNRES_BUILD_DIR:-$repo/build}
@@ -12,4 +13,6 @@ if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 fi
 cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" "$@" >/dev/null
-cmake --build "$build" -j "$(nproc)"
+targets=()
+for t in ${ATTNRES_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
+cmake --build "$build" -j "$(nproc)" "${targets[@]}"

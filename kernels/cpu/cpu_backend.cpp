@@ -33,7 +33,7 @@ void CpuBackend::set_bf16_linear_inputs(bool on) {
 }
 
 std::string CpuBackend::name() const {
-  return "cpu(" + std::to_string(threads_) + " threads)";
+  return "cpu(" + std::to_string(threads_) + " threads, " + cpu::kSimdName + ")";
 }
 
 Tensor CpuBackend::alloc(const Shape& shape, DType dtype) { return Tensor::empty(shape, dtype); }

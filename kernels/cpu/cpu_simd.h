@@ -200,6 +200,20 @@ inline VecF vmax(VecF a, VecF b) { return a > b ? a : b; }
 
 #endif
 
+// The instructions these kernels are compiled for (the build's -march: ATTNRES_CPU_ARCH), as
+// CpuBackend::name() reports them: a portable image holds one build per level
+// (docker/build-cpu-variants.sh), and the log says which one runs.
+inline constexpr const char* kSimdName =
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+    "AVX-512 BF16";
+#elif defined(__AVX512F__)
+    "AVX-512";
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+    "AVX2";
+#else
+    "scalar";
+#endif
+
 // v, kept in a register: the compiler may otherwise fold a load into every FMA that reads
 // it as a memory operand, loading a vector R times where the kernel loads it once for R rows.
 // The dev VM's cores issue one 512-bit load per cycle against two FMAs, so such a loop is

@@ -15,8 +15,10 @@ from server_process import ServerProcess
 
 DOCKER = Path(__file__).resolve().parents[2] / "docker"
 DOCKERFILES = [DOCKER / "Dockerfile.cpu", DOCKER / "Dockerfile.cuda"]
-# Not serve flags: the engine's asset folder and the build script's output folder.
-NOT_FLAGS = {"ATTNRES_ASSETS_DIR", "ATTNRES_BUILD_DIR"}
+# Not serve flags: the engine's asset folder, the build script's output folder, and the CPU
+# image's build levels and the launcher's choice among them (test_docker_cpu_variants.py).
+NOT_FLAGS = {"ATTNRES_ASSETS_DIR", "ATTNRES_BUILD_DIR", "ATTNRES_CPU_VARIANTS",
+             "ATTNRES_CPU_VARIANT"}
 
 
 def serve_flags(attnres_bin) -> set[str]:
@@ -28,9 +30,13 @@ def serve_flags(attnres_bin) -> set[str]:
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
 def test_dockerfile_uses_ci_scripts_and_serving_conventions(dockerfile):
     text = dockerfile.read_text()
-    for script in ("docker/install-deps.sh", "docker/build.sh", "docker/collect-runtime-libs.sh"):
+    # The CPU image builds through build-cpu-variants.sh, which runs build.sh per level.
+    build = "docker/build-cpu-variants.sh" if dockerfile.name == "Dockerfile.cpu" else "docker/build.sh"
+    for script in ("docker/install-deps.sh", build, "docker/collect-runtime-libs.sh"):
         assert script in text, f"{dockerfile.name} does not run {script}"
         assert (DOCKER.parent / script).exists()
+    if build != "docker/build.sh":
+        assert "docker/build.sh" in (DOCKER.parent / build).read_text()
     assert text.count("FROM ") >= 2, "multi-stage: build stage and runtime stage"
     assert re.search(r"^EXPOSE 8000 50051$", text, flags=re.M)
     assert re.search(r"^HEALTHCHECK .*\n?.*/health", text, flags=re.M)
@@ -44,8 +50,18 @@ def test_dockerfile_uses_ci_scripts_and_serving_conventions(dockerfile):
 def test_binaries_the_image_copies_are_built_where_it_looks(dockerfile, build_dir):
     """The build stage builds into /src/build with docker/build.sh: every binary the runtime
     stage copies from there must be what our build produces at the same relative path."""
-    copied = re.findall(r"^COPY --from=build /src/build/(\S+) ", dockerfile.read_text(), flags=re.M)
-    assert "server/cli/attnres" in copied and "clients/cpp/attnres-client" in copied
+    text = dockerfile.read_text()
+    copied = re.findall(r"^COPY --from=build /src/build/(\S+) ", text, flags=re.M)
+    assert "clients/cpp/attnres-client" in copied
+    if dockerfile.name == "Dockerfile.cpu":
+        # attnres: one build per level from build-cpu-variants.sh, behind the launcher.
+        assert re.search(r"^COPY --from=build /out/libexec/ /usr/local/libexec/attnres/$", text,
+                         flags=re.M)
+        assert re.search(r"^COPY docker/attnres-launcher.sh /usr/local/bin/attnres$", text,
+                         flags=re.M)
+        assert "server/cli/attnres" in (DOCKER / "build-cpu-variants.sh").read_text()
+    else:
+        assert "server/cli/attnres" in copied
     for relative in copied:
         assert (build_dir / relative).is_file(), f"{dockerfile.name} copies {relative}: not built"
 
