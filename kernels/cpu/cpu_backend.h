@@ -73,6 +73,12 @@ class CpuBackend : public Backend {
   void embedding(const Tensor& table, const BatchMeta& batch, Tensor& out) override;
   void rms_norm(const Tensor& x, const Tensor& gain, float eps, Tensor& out) override;
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
+  // With bf16 linear inputs, x is rounded once for all the targets (or gate and up), not once
+  // per weight; the same bits as one linear per target.
+  void linear_many(const Tensor& x, std::span<const LinearTarget> targets) override;
+  void linear_swiglu(const Tensor& x, const Tensor& w_gate, const Tensor* b_gate,
+                     const Tensor& w_up, const Tensor* b_up, Tensor& gate, Tensor& up,
+                     Tensor& out) override;
   void qk_norm_rope(Tensor& q, Tensor& k, int head_dim, const Tensor* q_gain, const Tensor* k_gain,
                     float eps, const Tensor& inv_freq, const BatchMeta& batch) override;
   void store_kv(const Tensor& k, const Tensor& v, const BatchMeta& batch,
@@ -96,6 +102,9 @@ class CpuBackend : public Backend {
   void sample(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) override;
 
  private:
+  // Whether linear_many rounds x once for all of targets: bf16 linear inputs, bf16 weights.
+  bool rounds_linear_inputs(std::span<const LinearTarget> targets) const;
+
   std::unique_ptr<cpu::WorkerPool> pool_;
   int threads_;  // pool_->size()
   bool bf16_linear_inputs_ = false;

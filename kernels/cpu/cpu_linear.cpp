@@ -369,57 +369,107 @@ void linear_rows(const typename D::XT* x, int64_t r_dim, int64_t k_dim, const vo
 }
 
 #if defined(__AVX512BF16__)
-// x rounded to bf16 (f32_to_bf16) in the calling thread's scratch, then Bf16Dot's linear.
-// R x K roundings against R x K x N multiply-adds (1% of a 100M prefill, perf); the rows are
-// split over the threads from 64 rows on.
-void linear_bf16_inputs(const float* x, int64_t r_dim, int64_t k_dim, const void* w_data,
-                        const float* bias, float* out, int64_t n_dim, cpu::WorkerPool& pool) {
+// x rounded to bf16 (f32_to_bf16) in the calling thread's scratch, for Bf16Dot's linear:
+// R x K roundings against R x K x N multiply-adds. The rows are split over the threads from
+// 64 rows on. linear_many and linear_swiglu round once for all their weights.
+const uint16_t* round_inputs(const float* x, int64_t r_dim, int64_t k_dim, cpu::WorkerPool& pool) {
   uint16_t* xb = scratch_of<uint16_t>(cpu::ScratchSlot::LinearInput, r_dim * k_dim);
   pool.parallel_for(r_dim, pool.size() > 1 && r_dim >= 64, [&](int64_t r) {
     cpu::store_row_bf16(xb + r * k_dim, x + r * k_dim, k_dim);
   });
-  linear_rows<cpu::Bf16Dot>(xb, r_dim, k_dim, w_data, bias, out, n_dim, pool);
+  return xb;
 }
 #endif
+
+// One linear's operands, validated: x [.., K] and out [.., N] f32 with as many rows, w [N, K]
+// on the CPU, out not aliasing x; the bias as f32 (widened into `widened` when stored
+// narrower), or null.
+struct LinearOperands {
+  int64_t r_dim = 0, k_dim = 0, n_dim = 0;
+  const float* bias = nullptr;
+  std::vector<float> widened;
+
+  LinearOperands(const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& out) {
+    ATTNRES_CHECK(w.rank() == 2 && w.device == Device::CPU, "linear weight " + shape_str(w.shape));
+    n_dim = w.dim(0), k_dim = w.dim(1);
+    cpu::check_f32_rows(x, k_dim, "linear x");
+    cpu::check_f32_rows(out, n_dim, "linear out");
+    r_dim = cpu::rows_of(x);
+    ATTNRES_CHECK(cpu::rows_of(out) == r_dim,
+                  "linear rows: x " + shape_str(x.shape) + " out " + shape_str(out.shape));
+    ATTNRES_CHECK(x.data != out.data || r_dim == 0, "linear x and out must not alias");
+    if (b && b->defined()) {
+      if (b->dtype == DType::F32) {
+        ATTNRES_CHECK(b->numel() == n_dim, "linear bias " + shape_str(b->shape));
+        bias = b->ptr<float>();
+      } else {
+        widened = cpu::widen_vector(*b, n_dim, "linear bias");
+        bias = widened.data();
+      }
+    }
+  }
+};
 
 }  // namespace
 
 void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
-  ATTNRES_CHECK(w.rank() == 2 && w.device == Device::CPU, "linear weight " + shape_str(w.shape));
-  const int64_t n_dim = w.dim(0), k_dim = w.dim(1);
-  cpu::check_f32_rows(x, k_dim, "linear x");
-  cpu::check_f32_rows(out, n_dim, "linear out");
-  const int64_t r_dim = cpu::rows_of(x);
-  ATTNRES_CHECK(cpu::rows_of(out) == r_dim,
-                "linear rows: x " + shape_str(x.shape) + " out " + shape_str(out.shape));
-  ATTNRES_CHECK(x.data != out.data || r_dim == 0, "linear x and out must not alias");
-  std::vector<float> bias_widened;
-  const float* b = nullptr;
-  if (bias && bias->defined()) {
-    if (bias->dtype == DType::F32) {
-      ATTNRES_CHECK(bias->numel() == n_dim, "linear bias " + shape_str(bias->shape));
-      b = bias->ptr<float>();
-    } else {
-      bias_widened = cpu::widen_vector(*bias, n_dim, "linear bias");
-      b = bias_widened.data();
-    }
-  }
+  const LinearOperands op(x, w, bias, out);
   const float* xp = x.ptr<float>();
-  float* op = out.ptr<float>();
+  float* o = out.ptr<float>();
   switch (w.dtype) {
     case DType::F32:
-      return linear_rows<cpu::F32Dot<DType::F32>>(xp, r_dim, k_dim, w.data, b, op, n_dim, *pool_);
+      return linear_rows<cpu::F32Dot<DType::F32>>(xp, op.r_dim, op.k_dim, w.data, op.bias, o,
+                                                  op.n_dim, *pool_);
     case DType::BF16:
 #if defined(__AVX512BF16__)
-      if (bf16_linear_inputs_)
-        return linear_bf16_inputs(xp, r_dim, k_dim, w.data, b, op, n_dim, *pool_);
+      if (bf16_linear_inputs_) {
+        const uint16_t* xb = round_inputs(xp, op.r_dim, op.k_dim, *pool_);
+        return linear_rows<cpu::Bf16Dot>(xb, op.r_dim, op.k_dim, w.data, op.bias, o, op.n_dim,
+                                         *pool_);
+      }
 #endif
-      return linear_rows<cpu::F32Dot<DType::BF16>>(xp, r_dim, k_dim, w.data, b, op, n_dim, *pool_);
+      return linear_rows<cpu::F32Dot<DType::BF16>>(xp, op.r_dim, op.k_dim, w.data, op.bias, o,
+                                                   op.n_dim, *pool_);
     case DType::F16:
-      return linear_rows<cpu::F32Dot<DType::F16>>(xp, r_dim, k_dim, w.data, b, op, n_dim, *pool_);
+      return linear_rows<cpu::F32Dot<DType::F16>>(xp, op.r_dim, op.k_dim, w.data, op.bias, o,
+                                                  op.n_dim, *pool_);
     default:
       ATTNRES_CHECK(false, "linear weight dtype " + std::string(dtype_name(w.dtype)));
   }
+}
+
+bool CpuBackend::rounds_linear_inputs(std::span<const LinearTarget> targets) const {
+  if (!bf16_linear_inputs_ || targets.empty()) return false;
+  for (const LinearTarget& t : targets) {
+    if (t.w->dtype != DType::BF16) return false;
+  }
+  return true;
+}
+
+void CpuBackend::linear_many(const Tensor& x, std::span<const LinearTarget> targets) {
+#if defined(__AVX512BF16__)
+  if (rounds_linear_inputs(targets)) {
+    std::vector<LinearOperands> ops;
+    ops.reserve(targets.size());
+    for (const LinearTarget& t : targets) ops.emplace_back(x, *t.w, t.bias, *t.out);
+    const uint16_t* xb = round_inputs(x.ptr<float>(), ops[0].r_dim, ops[0].k_dim, *pool_);
+    for (size_t i = 0; i < targets.size(); ++i) {
+      const LinearOperands& op = ops[i];
+      linear_rows<cpu::Bf16Dot>(xb, op.r_dim, op.k_dim, targets[i].w->data, op.bias,
+                                targets[i].out->ptr<float>(), op.n_dim, *pool_);
+    }
+    return;
+  }
+#endif
+  Backend::linear_many(x, targets);
+}
+
+void CpuBackend::linear_swiglu(const Tensor& x, const Tensor& w_gate, const Tensor* b_gate,
+                               const Tensor& w_up, const Tensor* b_up, Tensor& gate, Tensor& up,
+                               Tensor& out) {
+  const LinearTarget targets[2] = {{&w_gate, b_gate, &gate}, {&w_up, b_up, &up}};
+  linear_many(x, targets);
+  swiglu(gate, up, out);
 }
 
 }  // namespace attnres

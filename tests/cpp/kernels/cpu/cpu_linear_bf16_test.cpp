@@ -131,6 +131,64 @@ TEST(Bf16LinearInputs, OffByDefaultAndOnlyForBf16Weights) {
   }
 }
 
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.data, b.data, a.nbytes()) == 0;
+}
+
+// linear_many and linear_swiglu round x once for all their weights: every output is what one
+// linear per weight gives, bit for bit, at decode and prefill row counts, with biases stored
+// as f32 and as bf16 and none; a weight that is not bf16 among them takes the per-weight path.
+TEST(Bf16LinearInputs, ManyAndSwigluRoundOnceWithTheSameBits) {
+  if (!CpuBackend::bf16_linear_inputs_supported()) GTEST_SKIP() << "no AVX512_BF16 in this build";
+  CpuBackend be(2);
+  be.set_bf16_linear_inputs(true);
+  std::mt19937 rng(17);
+  const int64_t k = 200;
+  for (int64_t r : {1, 7, 64, 130}) {
+    const Tensor x = random_tensor({r, k}, DType::F32, rng, -2.0f, 2.0f);
+    const Tensor wq = random_tensor({48, k}, DType::BF16, rng);
+    const Tensor wk = random_tensor({16, k}, DType::BF16, rng);
+    const Tensor wv = random_tensor({16, k}, DType::BF16, rng);
+    const Tensor bq = random_tensor({48}, DType::F32, rng);
+    const Tensor bv = random_tensor({16}, DType::BF16, rng);
+    Tensor q = be.alloc({r, 48}, DType::F32), kk = be.alloc({r, 16}, DType::F32),
+           v = be.alloc({r, 16}, DType::F32);
+    const Backend::LinearTarget qkv[3] = {{&wq, &bq, &q}, {&wk, nullptr, &kk}, {&wv, &bv, &v}};
+    be.linear_many(x, qkv);
+    Tensor q1 = be.alloc({r, 48}, DType::F32), k1 = be.alloc({r, 16}, DType::F32),
+           v1 = be.alloc({r, 16}, DType::F32);
+    be.linear(x, wq, &bq, q1);
+    be.linear(x, wk, nullptr, k1);
+    be.linear(x, wv, &bv, v1);
+    EXPECT_TRUE(same_bits(q, q1) && same_bits(kk, k1) && same_bits(v, v1)) << "R=" << r;
+
+    Tensor gate = be.alloc({r, 16}, DType::F32), up = be.alloc({r, 16}, DType::F32),
+           out = be.alloc({r, 16}, DType::F32);
+    be.linear_swiglu(x, wk, nullptr, wv, &bv, gate, up, out);
+    Tensor gate1 = be.alloc({r, 16}, DType::F32), up1 = be.alloc({r, 16}, DType::F32),
+           out1 = be.alloc({r, 16}, DType::F32);
+    be.linear(x, wk, nullptr, gate1);
+    be.linear(x, wv, &bv, up1);
+    be.swiglu(gate1, up1, out1);
+    EXPECT_TRUE(same_bits(out, out1) && same_bits(gate, gate1)) << "R=" << r;
+
+    const Tensor wf = random_tensor({16, k}, DType::F32, rng);  // mixed dtypes: per weight
+    Tensor a = be.alloc({r, 48}, DType::F32), f = be.alloc({r, 16}, DType::F32),
+           f1 = be.alloc({r, 16}, DType::F32);
+    const Backend::LinearTarget mixed[2] = {{&wq, &bq, &a}, {&wf, nullptr, &f}};
+    be.linear_many(x, mixed);
+    be.linear(x, wf, nullptr, f1);
+    EXPECT_TRUE(same_bits(a, q1) && same_bits(f, f1)) << "R=" << r;
+  }
+  // Operands are checked per weight: a weight of another K is refused.
+  const Tensor x = random_tensor({3, k}, DType::F32, rng);
+  const Tensor w = random_tensor({8, k}, DType::BF16, rng);
+  const Tensor w_short = random_tensor({8, k - 1}, DType::BF16, rng);
+  Tensor o1 = be.alloc({3, 8}, DType::F32), o2 = be.alloc({3, 8}, DType::F32);
+  const Backend::LinearTarget bad[2] = {{&w, nullptr, &o1}, {&w_short, nullptr, &o2}};
+  EXPECT_THROW(be.linear_many(x, bad), std::logic_error);
+}
+
 TEST(Bf16LinearInputs, RefusedWhereTheBuildHasNoBf16Dot) {
   if (CpuBackend::bf16_linear_inputs_supported()) GTEST_SKIP() << "this build has AVX512_BF16";
   CpuBackend be(1);
