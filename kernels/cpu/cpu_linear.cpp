@@ -115,10 +115,15 @@ void gemv(const typename D::XT* x, int64_t k_dim, const typename D::WT* w, const
 // registers, loading kMr x vectors and kNr panel vectors per k step (AVX-512: 24 FMAs or
 // vdpbf16ps for 10 loads). Row chunks keep x in L2.
 // The microkernel's tile: kMr input rows x kNr outputs (the outputs of one packed panel).
+// kBlockElems: the k elements of a block, the panel's share that every row block of a chunk
+// uses before the next (kNr x kBlockElems weights; 12 KB for F32Dot, in L1). Between blocks a
+// row block's kMr x kNr accumulators go to `partials` and come back: the same bits, but a
+// store and a load per accumulator.
 template <class D>
 struct Tile {
   static constexpr int kMr = kLanes >= 16 ? 4 : 3;
   static constexpr int kNr = kLanes >= 16 ? 6 : 4;
+  static constexpr int64_t kBlockElems = 512;
 };
 #if defined(__AVX512BF16__)
 // Bf16Dot: 3 x 8, whose 24 sums leave hsum16 as whole rows of 8 outputs (store_whole_tile).
@@ -128,6 +133,10 @@ template <>
 struct Tile<cpu::Bf16Dot> {
   static constexpr int kMr = 3;
   static constexpr int kNr = 8;
+  // 4096: unblocked up to K = 4096. Zen 4 streams the panel from L2 as fast as the
+  // microkernel multiplies, and the spills cost more: against 512, +10-20% at K = 1024..3072
+  // (bench_cpu_kernels gemm, alternated; 1024 and 2048 in between, docs/BENCHMARKS.md).
+  static constexpr int64_t kBlockElems = 4096;
 };
 
 // The finished sums of a whole 3 x 8 tile without a scalar tail, through hsum16 (bit for bit
@@ -165,7 +174,6 @@ int64_t chunk_bytes() {
   }();
   return bytes;
 }
-constexpr int64_t kBlockElems = 512;      // k elements per block (the panel's block in L1)
 
 // One microkernel call: k steps [s0, s1) for input rows xr[0 .. kMr) and the kNr outputs of
 // `panel`, with kMr x kNr lane-wise accumulators in registers. They start from zero when s0
@@ -286,7 +294,7 @@ void gemm(const typename D::XT* x, int64_t r_dim, int64_t k_dim, const typename 
           const float* bias, float* out, int64_t n_dim, cpu::WorkerPool& pool) {
   constexpr int kMr = Tile<D>::kMr, kNr = Tile<D>::kNr;
   const int64_t ksteps = k_dim / D::kStep;
-  const int64_t block_steps = kBlockElems / D::kStep;
+  const int64_t block_steps = Tile<D>::kBlockElems / D::kStep;
   const int64_t tiles = (n_dim + kNr - 1) / kNr;
   const int64_t row_bytes = k_dim * static_cast<int64_t>(sizeof(typename D::XT));
   // The fewest chunks that fit, of equal size (a last chunk of a few rows would pack every

@@ -65,11 +65,12 @@ void expect_definition(int threads, int64_t r_dim, int64_t k_dim, int64_t n_dim,
 
 TEST(Bf16LinearInputs, EveryElementIsTheScalarDefinitionBitForBit) {
   if (!CpuBackend::bf16_linear_inputs_supported()) GTEST_SKIP() << "no AVX512_BF16 in this build";
-  // K: whole steps (32, 512), a partial step only (1, 20), a tail after whole steps (40, 100),
-  // several k blocks of the GEMM with a tail (1100). N: below, at and past the GEMM's 6-output
-  // tile. R: every GEMV row count and GEMM row counts that leave partial 4-row blocks.
-  const int64_t ks[] = {1, 20, 32, 40, 100, 512, 1100};
-  const int64_t ns[] = {1, 5, 6, 13};
+  // K: whole steps (32, 512), a partial step only (1, 20), a tail after whole steps (40, 100,
+  // 1100), two k blocks of the GEMM with a tail (4200: its accumulators spill between blocks).
+  // N: below, at and past the GEMM's 8-output tile. R: every GEMV row count and GEMM row
+  // counts that leave partial 3-row blocks.
+  const int64_t ks[] = {1, 20, 32, 40, 100, 512, 1100, 4200};
+  const int64_t ns[] = {1, 5, 6, 8, 13};
   const int64_t rs[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 37};
   uint32_t seed = 1;
   for (int64_t k : ks)
@@ -82,7 +83,7 @@ TEST(Bf16LinearInputs, EveryElementIsTheScalarDefinitionBitForBit) {
 
 TEST(Bf16LinearInputs, ThreadCountsRowChunksAndWideOutputs) {
   if (!CpuBackend::bf16_linear_inputs_supported()) GTEST_SKIP() << "no AVX512_BF16 in this build";
-  expect_definition(1, 130, 700, 97, true, 101);   // one thread, 2 k blocks, tails everywhere
+  expect_definition(1, 130, 4500, 97, true, 101);  // one thread, 2 k blocks, tails everywhere
   expect_definition(3, 64, 512, 1536, false, 102);  // three threads over many tiles
   // Row chunks (half the L2: at most 1 MiB on the machines here) of 2200-byte rows hold at most
   // 476 rows: 600 rows take two chunks or more.
