@@ -110,10 +110,12 @@ void gemv(const typename D::XT* x, int64_t k_dim, const typename D::WT* w, const
 // hsum, the scalar tail, then the bias), so a row's result is bit for bit the same as when it
 // is decoded alone: batch-invariant by construction, whatever R, the tiling or the thread
 // count. The speed comes from reuse, not from reordering the sums: a tile of kNr outputs is
-// packed once into a panel ([k step][output][step's elements]; F32Dot widens it to f32 there)
-// and shared by every row of a row chunk; a microkernel keeps kMr x kNr accumulators in
-// registers, loading kMr x vectors and kNr panel vectors per k step (AVX-512: 24 FMAs or
-// vdpbf16ps for 10 loads). Row chunks keep x in L2.
+// shared by every row of a row chunk; a microkernel keeps kMr x kNr accumulators in
+// registers, loading kMr x vectors and kNr weight vectors per k step (AVX-512: 24 FMAs or
+// vdpbf16ps for 11 loads). F32Dot packs the tile once into a panel ([k step][output][step's
+// elements]), widened to f32 there; Bf16Dot reads the kNr weight rows where they are
+// stored, since its panel would be a plain copy (reading them in place: +5-15% in
+// bench_cpu_kernels gemm, docs/BENCHMARKS.md). Row chunks keep x in L2.
 // The microkernel's tile: kMr input rows x kNr outputs (the outputs of one packed panel).
 // kBlockElems: the k elements of a block, the panel's share that every row block of a chunk
 // uses before the next (kNr x kBlockElems weights; 12 KB for F32Dot, in L1). Between blocks a
@@ -182,8 +184,23 @@ int64_t chunk_bytes() {
 // the scalar tail, the bias) into out rows 0 .. m_valid, outputs o0 .. o0 + n_valid;
 // otherwise they are saved to `partial`. Splitting k into blocks this way changes nothing:
 // every lane still accumulates its k in order.
+// The tile's weights as the microkernel reads them: a packed panel ([k step][output][step's
+// elements], PanelT), or (DirectRows) the kNr weight rows where they are stored.
 template <class D>
-void gemm_micro(const typename D::XT* const* xr, const typename D::PanelT* panel, int64_t s0,
+struct PackedPanel {
+  const typename D::PanelT* panel;
+  typename D::WVec load(int64_t s, int j) const {
+    return D::load_panel(panel + (s * Tile<D>::kNr + j) * D::kStep);
+  }
+};
+template <class D>
+struct DirectRows {
+  const typename D::WT* rows[Tile<D>::kNr];
+  typename D::WVec load(int64_t s, int j) const { return D::load_w(rows[j] + s * D::kStep); }
+};
+
+template <class D, class Panel>
+void gemm_micro(const typename D::XT* const* xr, const Panel& panel, int64_t s0,
                 int64_t s1, int64_t ksteps, float* partial, int64_t k_dim,
                 const typename D::WT* w, const float* bias, int64_t o0, int64_t m_valid,
                 int64_t n_valid, float* out, int64_t n_dim) {
@@ -197,9 +214,8 @@ void gemm_micro(const typename D::XT* const* xr, const typename D::PanelT* panel
   for (int64_t s = s0; s < s1; ++s) {
     typename D::XVec xv[kMr];
     for (int i = 0; i < kMr; ++i) xv[i] = D::load_x(xp[i] + s * D::kStep);
-    const typename D::PanelT* p = panel + s * kNr * D::kStep;
     for (int j = 0; j < kNr; ++j) {
-      const typename D::WVec wv = D::load_panel(p + j * D::kStep);
+      const typename D::WVec wv = panel.load(s, j);
       for (int i = 0; i < kMr; ++i) acc[i][j] = D::dot(acc[i][j], wv, xv[i]);
     }
   }
@@ -256,10 +272,11 @@ int64_t micro_calls_per_tile(int64_t ksteps, int64_t block_steps, int64_t chunk_
 }
 
 // The next tile's weight rows, prefetched into L2 a few cache lines per microkernel call of
-// this tile, so that pack_panel finds them there. Without it pack_panel reads every tile's
-// rows from DRAM with nothing overlapping the wait (a 0.6B forward streams 1.2 GB of weights
-// past the caches); with it prefill was 4-10% faster (medians over three alternated rounds,
-// docs/BENCHMARKS.md). Only a hint: no value changes.
+// this tile, so that pack_panel (or Bf16Dot's microkernel, which reads them in place) finds
+// them there. Without it pack_panel read every tile's rows from DRAM with nothing overlapping
+// the wait (a 0.6B forward streams 1.2 GB of weights past the caches); with it prefill was
+// 4-10% faster (medians over three alternated rounds, docs/BENCHMARKS.md). Only a hint: no
+// value changes.
 class NextPanelPrefetch {
  public:
   // Weight rows [o0, o1) (none when o0 == o1) of w [N, k_dim], over `calls` steps.
@@ -308,8 +325,9 @@ void gemm(const typename D::XT* x, int64_t r_dim, int64_t k_dim, const typename 
   pool.run(parallel ? pool.size() : 1, [&](int tid, int team) {
     // Per-thread and cache-line aligned (thread_scratch.h: a heap block's placement cost up
     // to 12%).
-    auto* panel = scratch_of<typename D::PanelT>(cpu::ScratchSlot::GemmPanel,
-                                                  ksteps * kNr * D::kStep);
+    auto* panel = D::kPackFree ? nullptr
+                               : scratch_of<typename D::PanelT>(cpu::ScratchSlot::GemmPanel,
+                                                                ksteps * kNr * D::kStep);
     float* partials = cpu::thread_scratch(
         cpu::ScratchSlot::GemmPartials, static_cast<size_t>((chunk_rows / kMr) * kMr * kNr * kLanes));
     const cpu::IndexRange my_tiles = cpu::static_block(tiles, tid, team);
@@ -317,7 +335,14 @@ void gemm(const typename D::XT* x, int64_t r_dim, int64_t k_dim, const typename 
       const int64_t r_end = std::min(r_dim, r_begin + chunk_rows);
       for (int64_t tile : my_tiles) {
         const int64_t o0 = tile * kNr, n_valid = std::min<int64_t>(kNr, n_dim - o0);
-        pack_panel<D>(w, k_dim, n_dim, o0, ksteps, panel);
+        PackedPanel<D> packed{panel};
+        DirectRows<D> direct;
+        if constexpr (D::kPackFree) {
+          // Rows past n_dim repeat the last one (computed, not stored).
+          for (int j = 0; j < kNr; ++j) direct.rows[j] = w + std::min(o0 + j, n_dim - 1) * k_dim;
+        } else {
+          pack_panel<D>(w, k_dim, n_dim, o0, ksteps, panel);
+        }
         // The thread's next tile: the following one, or its first again for the next chunk.
         const int64_t next_tile = tile + 1 < my_tiles.end_ ? tile + 1
                                   : r_end < r_dim         ? my_tiles.begin_
@@ -335,8 +360,13 @@ void gemm(const typename D::XT* x, int64_t r_dim, int64_t k_dim, const typename 
             for (int i = 0; i < kMr; ++i) xr[i] = x + std::min(r0 + i, r_end - 1) * k_dim;
             float* partial = partials + (r0 - r_begin) * kNr * kLanes;
             next.step();
-            gemm_micro<D>(xr, panel, s0, s1, ksteps, partial, k_dim, w, bias, o0,
-                          std::min<int64_t>(kMr, r_end - r0), n_valid, out + r0 * n_dim, n_dim);
+            if constexpr (D::kPackFree) {
+              gemm_micro<D>(xr, direct, s0, s1, ksteps, partial, k_dim, w, bias, o0,
+                            std::min<int64_t>(kMr, r_end - r0), n_valid, out + r0 * n_dim, n_dim);
+            } else {
+              gemm_micro<D>(xr, packed, s0, s1, ksteps, partial, k_dim, w, bias, o0,
+                            std::min<int64_t>(kMr, r_end - r0), n_valid, out + r0 * n_dim, n_dim);
+            }
           }
         }
       }

@@ -36,6 +36,7 @@ struct F32Dot {
   using XVec = VecF;
   using WVec = VecF;
   static constexpr int64_t kStep = kLanes;  // elements per vector step
+  static constexpr bool kPackFree = false;   // the GEMM packs panels (widened once)
 
   static XVec load_x(const XT* p) { return vload(p); }
   static WVec load_w(const WT* p) { return vload_w<W>(p); }
@@ -58,6 +59,7 @@ struct Bf16Dot {
   using XVec = __m512i;
   using WVec = __m512i;
   static constexpr int64_t kStep = 32;
+  static constexpr bool kPackFree = true;
 
   static XVec load_x(const XT* p) { return _mm512_loadu_si512(p); }
   static WVec load_w(const WT* p) { return _mm512_loadu_si512(p); }
