@@ -116,7 +116,7 @@ void gemv(const typename D::XT* x, int64_t k_dim, const typename D::WT* w, const
 // elements]), widened to f32 there; Bf16Dot reads the kNr weight rows where they are
 // stored, since its panel would be a plain copy (reading them in place: +5-15% in
 // bench_cpu_kernels gemm, docs/BENCHMARKS.md). Row chunks keep x in L2.
-// The microkernel's tile: kMr input rows x kNr outputs (the outputs of one packed panel).
+// The microkernel's tile: kMr input rows x kNr outputs.
 // kBlockElems: the k elements of a block, the panel's share that every row block of a chunk
 // uses before the next (kNr x kBlockElems weights; 12 KB for F32Dot, in L1). Between blocks a
 // row block's kMr x kNr accumulators go to `partials` and come back: the same bits, but a
@@ -421,11 +421,15 @@ const uint16_t* round_inputs(const float* x, int64_t r_dim, int64_t k_dim, cpu::
 
 // One linear's operands, validated: x [.., K] and out [.., N] f32 with as many rows, w [N, K]
 // on the CPU, out not aliasing x; the bias as f32 (widened into `widened` when stored
-// narrower), or null.
+// narrower), or null. Not copyable: bias may point into `widened` (a move keeps its buffer).
 struct LinearOperands {
   int64_t r_dim = 0, k_dim = 0, n_dim = 0;
   const float* bias = nullptr;
   std::vector<float> widened;
+
+  LinearOperands(const LinearOperands&) = delete;
+  LinearOperands& operator=(const LinearOperands&) = delete;
+  LinearOperands(LinearOperands&&) = default;
 
   LinearOperands(const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& out) {
     ATTNRES_CHECK(w.rank() == 2 && w.device == Device::CPU, "linear weight " + shape_str(w.shape));
