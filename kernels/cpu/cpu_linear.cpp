@@ -135,7 +135,7 @@ template <>
 struct Tile<cpu::Bf16Dot> {
   static constexpr int kMr = 3;
   static constexpr int kNr = 8;
-  // 4096: unblocked up to K = 4096. Zen 4 streams the panel from L2 as fast as the
+  // 4096: unblocked up to K = 4096. Zen 4 streams the weight rows from L2 as fast as the
   // microkernel multiplies, and the spills cost more: against 512, +10-20% at K = 1024..3072
   // (bench_cpu_kernels gemm, alternated; 1024 and 2048 in between, docs/BENCHMARKS.md).
   static constexpr int64_t kBlockElems = 4096;
