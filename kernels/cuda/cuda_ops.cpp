@@ -271,11 +271,12 @@ void CudaBackend::linear_swiglu(const Tensor& x, const Tensor& w_gate, const Ten
   Impl& im = on_device();
   const auto g = gemv_segment(x, w_gate, b_gate, gate, w_gate.dtype);
   const auto u = gemv_segment(x, w_up, b_up, up, w_gate.dtype);
-  check_f32_rows(out, w_gate.dim(0), "linear_swiglu out");
+  // A prefill's out may be BF16: the down projection's input, rounded by swiglu's store.
+  check_linear_input(out, w_gate.dim(0), "linear_swiglu out");
   ATTNRES_CHECK(rows_of(out) == rows_of(x) && w_up.dim(0) == w_gate.dim(0),
                 "linear_swiglu: gate " + shape_str(w_gate.shape) + " up " + shape_str(w_up.shape) +
                     " out " + shape_str(out.shape));
-  if (!g || !u || rows_of(x) == 0) {  // the prefill path: two GEMMs and swiglu
+  if (!g || !u || rows_of(x) == 0 || out.dtype != DType::F32) {  // prefill: two GEMMs, swiglu
     Backend::linear_swiglu(x, w_gate, b_gate, w_up, b_up, gate, up, out);
     return;
   }
@@ -404,12 +405,12 @@ void CudaBackend::prenorm_linear_swiglu(const PrenormArgs& in, const Tensor& w_g
   const std::optional<cuda::GemvPrenorm> prenorm = gemv_prenorm(in);
   const auto g = gemv_segment(*in.partial, w_gate, b_gate, gate, w_gate.dtype);
   const auto u = gemv_segment(*in.partial, w_up, b_up, up, w_gate.dtype);
-  check_f32_rows(out, w_gate.dim(0), "linear_swiglu out");
+  check_linear_input(out, w_gate.dim(0), "linear_swiglu out");  // BF16 in a prefill
   ATTNRES_CHECK(rows_of(out) == rows_of(*in.partial) && w_up.dim(0) == w_gate.dim(0),
                 "linear_swiglu: gate " + shape_str(w_gate.shape) + " up " + shape_str(w_up.shape) +
                     " out " + shape_str(out.shape));
   const int64_t rows = rows_of(*in.partial);
-  if (prenorm && g && u && rows > 0 &&
+  if (prenorm && g && u && rows > 0 && out.dtype == DType::F32 &&
       cuda::launch_gemv_prenorm_swiglu(*prenorm, rows, in.partial->dim(-1), w_gate.dtype, *g, *u,
                                        f32(out), im.stream)) {
     return;

@@ -81,8 +81,9 @@ TEST(CudaLaunch, TheSwitchFollowsTheEnvironmentAndTheDevice) {
   EXPECT_FALSE(on.programmatic_launch());
 }
 
-// One launch per op here: a <= 8-row linear is one GEMV kernel; a 12-row f32 one a cuBLAS call
-// and the bias kernel; add_inplace one kernel; a captured op counts at capture, not at replay.
+// One launch per op here: a <= 8-row linear is one GEMV kernel; a 12-row f32 one a cuBLASLt
+// call with the f32 bias in its epilogue (no kernel of ours: seen on an H200, 2026-11-28);
+// add_inplace one kernel; a captured op counts at capture, not at replay.
 TEST(CudaLaunch, CountsOurKernelsAndCallsIntoCublas) {
   SKIP_WITHOUT_CUDA();
   CudaBackend be(0);
@@ -99,7 +100,7 @@ TEST(CudaLaunch, CountsOurKernelsAndCallsIntoCublas) {
     return std::pair<uint64_t, uint64_t>{b.kernels - a.kernels, b.cublas_calls - a.cublas_calls};
   };
   EXPECT_EQ(delta([&] { be.linear(x4, w, &bias, out4); }), (std::pair<uint64_t, uint64_t>{1, 0}));
-  EXPECT_EQ(delta([&] { be.linear(x12, w, &bias, out12); }), (std::pair<uint64_t, uint64_t>{1, 1}));
+  EXPECT_EQ(delta([&] { be.linear(x12, w, &bias, out12); }), (std::pair<uint64_t, uint64_t>{0, 1}));
   EXPECT_EQ(delta([&] { be.linear_residual(x4, w, &bias, out4, out4); }),
             (std::pair<uint64_t, uint64_t>{1, 0}));
   EXPECT_EQ(delta([&] { be.add_inplace(out4, out4); }), (std::pair<uint64_t, uint64_t>{1, 0}));

@@ -282,7 +282,11 @@ TEST(CudaSample, AsyncGivesTheSynchronousIdsAfterTheWait) {
   gpu.sample(dev, a, sync_a);
   dev = to_device(gpu, host_b);
   gpu.sample(dev, b, sync_b);
-  cpu.sample(host_a, a, cpu_a);
+  // The sampled rows are scratch (Backend::sample): the CPU samples a copy, so that host_a
+  // still holds the logits the async calls upload below.
+  Tensor cpu_logits = Tensor::empty(host_a.shape, DType::F32);
+  std::copy_n(host_a.ptr<float>(), host_a.numel(), cpu_logits.ptr<float>());
+  cpu.sample(cpu_logits, a, cpu_a);
   EXPECT_EQ(sync_a, cpu_a);
 
   std::vector<int32_t> async_a(64, -7), async_b(33, -7);
