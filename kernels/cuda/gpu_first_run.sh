@@ -45,6 +45,12 @@ case "$mode" in
     rm -rf "$bundle"
     # libnccl is too large to carry (~200 MB): the run uses the GPU machine's own (PyTorch's
     # nvidia-nccl wheel or the CUDA toolkit's).
+    # Step 10's client: the GPU machine has Python 3.12 and no `openai` (nor network), so its
+    # wheels travel, with their dependencies (~8 MB).
+    python3 -m pip download -q --only-binary=:all: --python-version "${WHEELS_PYTHON:-3.12}" --implementation cp \
+      --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+      --platform manylinux2014_x86_64 -d "$dev/wheels" "openai>=1.0" \
+      || echo "stage: the openai wheels were not fetched; step 10 cannot run"
     ls -la "$dev"
     ;;
   run)
@@ -67,7 +73,7 @@ case "$mode" in
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt" || true
     # STEPS picks the numbered steps below (default all); one device command may run 10
     # minutes, so a session runs e.g. STEPS="1 2 3" and then STEPS="4 5 6 7".
-    steps=" ${STEPS:-1 2 3 4 5 6 7 8 9} "
+    steps=" ${STEPS:-1 2 3 4 5 6 7 8 9 10} "
     want() { [[ "$steps" == *" $1 "* ]]; }
     if want 1; then
       # 1. Every op and the whole forward against the CPU backend (bf16 KV cache and depth bank,
@@ -92,6 +98,24 @@ case "$mode" in
       python3 clients/bench/transformers/peer_check.py "$peer" --attnres "$dev/attnres" \
         --json "$out/peer_check.json" 2>&1 | grep -v -i warn | tee "$out/peer_check.log" \
         || echo "peer check: FAILED"
+    fi
+    if want 10; then
+      # 10. The server end to end on the GPU (issue #12): the HTTP suites, the official openai
+      #     client included, against `attnres serve --device cuda` (tests/python/
+      #     server_process.py appends $ATTNRES_TEST_SERVER_ARGS to every server it starts).
+      #     E2E_TESTS picks the files. 20 s on the CPU; not yet run on a GPU.
+      site=/tmp/attnres-site
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target "$site" "$libs"/wheels/*.whl
+      mkdir -p /tmp/attnres-e2e/server/cli
+      ln -sf "$dev/attnres" /tmp/attnres-e2e/server/cli/attnres
+      PYTHONPATH="$site" ATTNRES_BUILD_DIR=/tmp/attnres-e2e \
+        ATTNRES_TEST_SERVER_ARGS="${E2E_SERVER_ARGS:---device cuda}" \
+        python3 -m pytest -q -p no:cacheprovider ${E2E_TESTS:-tests/python/test_http_api.py \
+        tests/python/test_http_errors.py tests/python/test_device_sampling.py \
+        tests/python/test_depth_modes_server.py tests/python/test_fault_isolation.py} \
+        > "$out/e2e.log" 2>&1 && echo "e2e: passed" || echo "e2e: FAILED (see e2e.log)"
+      tail -25 "$out/e2e.log"
     fi
     if want 9; then
       # 9. Where a decode step's time goes: every kernel's duration under Nsight Compute (its

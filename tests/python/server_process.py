@@ -6,9 +6,15 @@
 Ports: each server binds free ports chosen here (bind to port 0, read it back, release it),
 so tests can run side by side. On exit the server gets SIGTERM and must exit with code 0
 within the timeout: a clean shutdown is part of what every test checks.
+
+$ATTNRES_TEST_SERVER_ARGS (shell words) is appended to every server's flags: the suite
+against a GPU server is `ATTNRES_TEST_SERVER_ARGS="--device cuda" pytest ...`
+(kernels/cuda/gpu_first_run.sh, step 10). A test that gives one of those flags itself
+gets the server's "given twice" error, and fails.
 """
 
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -38,7 +44,8 @@ class ServerProcess:
         defaults = [] if "--kv-cache-memory" in extra else ["--kv-cache-memory", "256MiB"]
         # A launcher (mpirun ...) runs the binary as several processes.
         self.args = [*(launcher or []), str(attnres_bin), "serve", "--port", str(self.http_port), "--grpc-port",
-                     str(self.grpc_port), *defaults, *extra]
+                     str(self.grpc_port), *defaults, *extra,
+                     *shlex.split(os.environ.get("ATTNRES_TEST_SERVER_ARGS", ""))]
         # One engine thread by default: these tests check behaviour, not speed, and OpenMP's
         # spin-waiting collapses when a 2-core CI machine also runs the test clients.
         self.env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
