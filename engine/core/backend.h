@@ -98,9 +98,10 @@ class Backend {
   // The dtype the forward allocates a linear's input rows in (the normed rows, the attention
   // and SwiGLU outputs, the LM head's rows), for `rows` rows read by weights of `weight_dtype`.
   // F32, the default: f32 activations everywhere, as the conventions above say. BF16: a
-  // backend whose GEMM reads bf16 activations anyway (CUDA above 8 rows with bf16 weights)
-  // has the producers write them rounded to nearest even (as f32_to_bf16) and skips its own
-  // conversion, so its GEMMs see the same bits. Where it answers BF16 for a tensor, these ops
+  // backend whose GEMM reads bf16 activations anyway (CUDA above 8 rows with bf16 weights;
+  // the CPU with bf16 linear inputs and bf16 weights) has the producers write them rounded to
+  // nearest even (as f32_to_bf16) and skips its own conversion, so its GEMMs see the same
+  // bits. Where it answers BF16 for a tensor, these ops
   // take that tensor (or a view of it) in BF16: out of rms_norm, depth_phase2_prenorm (then
   // not aliasing the partial), attention and swiglu; x and out of gather_rows; x of linear,
   // linear_residual, linear_many and linear_swiglu; `normed` of prenorm_linear_*. The forward

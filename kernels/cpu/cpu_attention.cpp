@@ -205,6 +205,11 @@ void attend(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
     std::vector<const S*> krows(static_cast<size_t>(max_ctx)), vrows(krows.size());
     std::vector<const float*> qrow(static_cast<size_t>(max_rows)), kf(kKeyBlock);
     std::vector<float*> orow(qrow.size()), srow(qrow.size());
+    // A bf16 out (the o projection's input rows): the rows are formed in f32 here, then
+    // rounded into out once scaled.
+    const bool bf16_out = out.dtype == DType::BF16;
+    std::vector<float> staged(bf16_out ? static_cast<size_t>(max_rows * hd) : 0);
+    std::vector<uint16_t*> orow16(bf16_out ? qrow.size() : 0);
     std::vector<int64_t> ctx(qrow.size());
     std::vector<float> denom(qrow.size());
     VecF folded[kRowBlock][kKeyBlock];  // fold_rows' output for one row block and key block
@@ -219,7 +224,12 @@ void attend(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
         for (int64_t g = 0; g < group; ++g, ++rows) {
           const int64_t head_off = t * hq * hd + (kvh * group + g) * hd;
           qrow[rows] = q.ptr<float>() + head_off;
-          orow[rows] = out.ptr<float>() + head_off;
+          if (bf16_out) {
+            orow[rows] = staged.data() + rows * hd;
+            orow16[rows] = out.ptr<uint16_t>() + head_off;
+          } else {
+            orow[rows] = out.ptr<float>() + head_off;
+          }
           srow[rows] = scores.data() + rows * max_ctx;
           ctx[rows] = batch.positions[t] + 1;
         }
@@ -278,6 +288,7 @@ void attend(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
                                 false, orow.data() + r0 + j);
           }
           scale_in_place(orow[r0 + j], hd, 1.0f / denom[r0 + j]);
+          if (bf16_out) cpu::store_row_bf16(orow16[r0 + j], orow[r0 + j], hd);
         }
       }
     }
@@ -324,7 +335,7 @@ void CpuBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Bat
   ATTNRES_CHECK(hq % hkv == 0, "attention: Hq must be a multiple of Hkv");
   const int64_t group = hq / hkv;
   cpu::check_f32_rows(q, hq * hd, "attention q");
-  cpu::check_f32_rows(out, hq * hd, "attention out");
+  cpu::check_float_rows(out, hq * hd, "attention out");  // BF16: the o projection's input
   const int64_t t_dim = cpu::rows_of(q);
   ATTNRES_CHECK(cpu::rows_of(out) == t_dim && t_dim == batch.num_tokens &&
                     static_cast<int64_t>(batch.positions.size()) == t_dim,

@@ -32,6 +32,11 @@ void CpuBackend::set_bf16_linear_inputs(bool on) {
   bf16_linear_inputs_ = on;
 }
 
+DType CpuBackend::linear_input_dtype(int64_t rows, DType weight_dtype) const {
+  (void)rows;  // the GEMV and the GEMM both read bf16 rows (Bf16Dot)
+  return bf16_linear_inputs_ && weight_dtype == DType::BF16 ? DType::BF16 : DType::F32;
+}
+
 std::string CpuBackend::name() const {
   return "cpu(" + std::to_string(threads_) + " threads, " + cpu::kSimdName + ")";
 }
@@ -109,7 +114,7 @@ void check_f32_rows(const Tensor& t, int64_t n, const char* what) {
                 std::string(what) + " must be F32, got " + std::string(dtype_name(t.dtype)));
 }
 
-void check_bank_rows(const Tensor& t, int64_t n, const char* what) {
+void check_float_rows(const Tensor& t, int64_t n, const char* what) {
   check_cpu_rows(t, n, what);
   ATTNRES_CHECK(
       t.dtype == DType::F32 || t.dtype == DType::BF16,

@@ -61,6 +61,10 @@ class CpuBackend : public Backend {
   // vdpbf16ps does at least 1.5x the multiply-adds per second of its f32 FMAs
   // (bf16_dot_rate.h: 2x on Zen 4, 0.5x on the Xeon VM of earlier sessions).
   static bool bf16_linear_inputs_faster();
+  // BF16 with bf16 linear inputs and bf16 weights: the producers of a linear's input rows
+  // (rms_norm, depth_phase2_prenorm, attention, swiglu) then write them rounded, as CUDA's
+  // do, instead of linear rounding an f32 copy in a pass of its own. The same bits.
+  DType linear_input_dtype(int64_t rows, DType weight_dtype) const override;
 
   Tensor alloc(const Shape& shape, DType dtype) override;
   Tensor alloc_kept(const Shape& shape, DType dtype) override;
@@ -118,8 +122,11 @@ namespace cpu {
 int64_t rows_of(const Tensor& t);
 // Checks t is a CPU tensor of dtype F32 whose last dimension is n.
 void check_f32_rows(const Tensor& t, int64_t n, const char* what);
-// The same for a depth bank (or its newer entries): F32 or BF16.
-void check_bank_rows(const Tensor& t, int64_t n, const char* what);
+// The same for F32 or BF16: a depth bank (or its newer entries), a linear's input rows.
+void check_float_rows(const Tensor& t, int64_t n, const char* what);
+inline void check_bank_rows(const Tensor& t, int64_t n, const char* what) {
+  check_float_rows(t, n, what);
+}
 // f32 copy of a small vector of any float dtype (gains, inv_freq): [n] -> std::vector.
 std::vector<float> widen_vector(const Tensor& t, int64_t n, const char* what);
 }  // namespace cpu

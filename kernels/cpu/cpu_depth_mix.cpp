@@ -212,15 +212,18 @@ void weighted_sum(const TokenSources<B>& src, int n, const float* w, int64_t d, 
   }
 }
 
-// The PreNorm's last pass over a token's h (d values, their sum of squares hss): h = h /
-// rms(h) * gain, in place.
-inline void scale_by_rms(float* h, float hss, const float* gain, int64_t d, float eps) {
+// The PreNorm's last pass over a token's h (d values, their sum of squares hss): out = h /
+// rms(h) * gain, in place (out == h, f32) or rounded into bf16 rows (a linear's input,
+// CpuBackend::linear_input_dtype): the same f32 value either way.
+template <class OutT>
+inline void scale_by_rms(const float* h, float hss, const float* gain, int64_t d, float eps,
+                         OutT* out) {
   const float inv_rms = 1.0f / std::sqrt(hss / static_cast<float>(d) + eps);
   const VecF vs = cpu::vset1(inv_rms);
   int64_t i = 0;
   for (; i + kLanes <= d; i += kLanes)
-    cpu::vstore(h + i, cpu::vmul(cpu::vmul(cpu::vload(h + i), vs), cpu::vload(gain + i)));
-  for (; i < d; ++i) h[i] = h[i] * inv_rms * gain[i];
+    cpu::vstore_as(out + i, cpu::vmul(cpu::vmul(cpu::vload(h + i), vs), cpu::vload(gain + i)));
+  for (; i < d; ++i) cpu::store_as(out + i, h[i] * inv_rms * gain[i]);
 }
 
 // The logits of rows [j, j + R) for the S queries, into logits[l * n + j + r]; prefetches
@@ -342,6 +345,7 @@ struct Phase2Operands {
   const void* newer = nullptr;         // [K, T, d] in the bank's dtype, K the kernel's
   const float* p = nullptr;            // the partial [T, d]
   float* out = nullptr;                // per stream: [T, d], may alias p (one stream only)
+  uint16_t* out_bf16 = nullptr;        // per stream, instead of out: bf16 rows [T, d]
   const float* gain = nullptr;         // the PreNorm's [d], widened
   const float* null_source = nullptr;  // [d], or null
   const float* gate_logits = nullptr;  // [T, d] with DepthGate::Vector, else null
@@ -509,6 +513,8 @@ struct TokenMix {
 // the partial's element x and the stream's mix and return it (the caller sums h^2); finish()
 // then scales out by the PreNorm in place. Each out[i] is written after p[i] (and the bank
 // side's [i], the null source and the gate logit) are read, so one stream's out may alias p.
+// A bf16 out: h is formed in `stage` (d floats of the thread's), and finish() rounds the
+// scaled row into out.
 // Plain: the paper's form (the partial a source, no §2d switch); otherwise the softmax over
 // the sources present, the residual base and the gate, whose switches are the same for every
 // element (the branches predict). Const: its weights and row pointers are read in every
@@ -518,9 +524,10 @@ class StreamPass {
  public:
   using Mix = TokenMix<K, B, Stateless>;
 
-  StreamPass(const Phase2Operands& op, int64_t t, const float* logits)
+  StreamPass(const Phase2Operands& op, int64_t t, const float* logits, float* stage)
       : mix_(op, t, logits),
-        h_(op.out + t * op.d),
+        h_(op.out_bf16 ? stage : op.out + t * op.d),
+        out_bf16_(op.out_bf16 ? op.out_bf16 + t * op.d : nullptr),
         d_(op.d),
         gain_(op.gain),
         norm_eps_(op.norm_eps),
@@ -574,11 +581,18 @@ class StreamPass {
   }
 
   // hss: the sum of h^2 over the token.
-  void finish(float hss) const { scale_by_rms(h_, hss, gain_, d_, norm_eps_); }
+  void finish(float hss) const {
+    if (out_bf16_) {
+      scale_by_rms(h_, hss, gain_, d_, norm_eps_, out_bf16_);
+    } else {
+      scale_by_rms(h_, hss, gain_, d_, norm_eps_, h_);
+    }
+  }
 
  private:
   const Mix mix_;
   float* const h_;
+  uint16_t* const out_bf16_;
   const int64_t d_;
   const float* const gain_;
   const float norm_eps_;
@@ -643,11 +657,13 @@ template <bool Plain, int K, DType B, bool Stateless, int S>
   const Phase2Operands& op = *ops[0];  // the operands the streams share
   float logits[S * Mix::kLogits];
   Mix::template logits_of<S>(op, t, query_stride, logits);
-  const Pass a(op, t, logits);
+  // Bf16 outs: each stream's h in f32 first (phase2_operands makes both streams' outs alike).
+  float* stage = op.out_bf16 ? cpu::thread_scratch(cpu::ScratchSlot::DepthRows, S * op.d) : nullptr;
+  const Pass a(op, t, logits, stage);
   if constexpr (S == 1) {
     mix_passes<Plain>(op, t, a, static_cast<const Pass*>(nullptr));
   } else {
-    const Pass b(*ops[1], t, logits + Mix::kLogits);
+    const Pass b(*ops[1], t, logits + Mix::kLogits, stage ? stage + op.d : nullptr);
     mix_passes<Plain>(op, t, a, &b);
   }
 }
@@ -684,7 +700,7 @@ Phase2Operands phase2_operands(const Backend::DepthMixArgs& mix, const Tensor& p
   ATTNRES_CHECK(partial.rank() >= 1, "depth_phase2 partial " + shape_str(partial.shape));
   const int64_t d = partial.dim(-1);
   cpu::check_f32_rows(partial, d, "depth_phase2 partial");
-  cpu::check_f32_rows(out, d, "depth_phase2 out");
+  cpu::check_float_rows(out, d, "depth_phase2 out");  // BF16: a linear's input rows
   const int64_t t_dim = cpu::rows_of(partial);
   ATTNRES_CHECK(out.numel() == partial.numel(), "depth_phase2 out " + shape_str(out.shape));
   // No Phase-1 state but newer entries: the first of them stands for it (the header comment).
@@ -732,7 +748,15 @@ Phase2Operands phase2_operands(const Backend::DepthMixArgs& mix, const Tensor& p
   }
   op.newer = mix.newer ? mix.newer->data : nullptr;
   op.p = partial.ptr<float>();
-  op.out = out.ptr<float>();
+  if (out.dtype == DType::BF16) {
+    const char* o0 = static_cast<const char*>(out.data);
+    const char* p0 = static_cast<const char*>(partial.data);
+    ATTNRES_CHECK(o0 + out.nbytes() <= p0 || p0 + partial.nbytes() <= o0,
+                  "depth_phase2: a bf16 out must not overlap the partial");
+    op.out_bf16 = out.ptr<uint16_t>();
+  } else {
+    op.out = out.ptr<float>();
+  }
   op.gain = gain;
   op.null_source = mix.null_source ? mix.null_source->ptr<float>() : nullptr;
   op.gate_logits = mix.gate == Backend::DepthGate::Vector ? mix.gate_logits->ptr<float>() : nullptr;
@@ -817,6 +841,7 @@ void CpuBackend::depth_phase2_prenorm_pair(const DepthMixArgs& a, const DepthMix
   ATTNRES_CHECK(partial.rank() >= 1, "depth_phase2 partial " + shape_str(partial.shape));
   const std::vector<float> gain =
       cpu::widen_vector(prenorm_gain, partial.dim(-1), "depth_phase2 gain");
+  ATTNRES_CHECK(out_a.dtype == out_b.dtype, "depth_phase2_prenorm_pair: outputs of two dtypes");
   const Phase2Operands op_a = phase2_operands(a, partial, gain.data(), norm_eps, out_a);
   const Phase2Operands op_b = phase2_operands(b, partial, gain.data(), norm_eps, out_b);
   // The second query's place relative to the first's (whole floats: both are f32 arrays).

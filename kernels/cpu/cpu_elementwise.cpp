@@ -1,7 +1,8 @@
 // Row-wise and element-wise ops: embedding (gather + widen), swiglu, add_inplace (and
 // add_inplace_push, the residual add that also writes a bf16 depth-bank entry), gather_rows. All
-// are pure streaming over contiguous f32 rows; each parallelises over rows (or flat chunks) only
-// when the op is large enough to amortise waking the thread team.
+// are pure streaming over contiguous f32 rows (swiglu may write bf16 ones, a linear's input);
+// each parallelises over rows (or flat chunks) only when the op is large enough to amortise
+// waking the thread team.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -28,6 +29,32 @@ void embed_rows(const void* table, const int32_t* ids, int64_t t_dim, int64_t d,
   const auto* tab = static_cast<const cpu::StoredT<W>*>(table);
   pool.parallel_for(t_dim, pool.size() > 1 && t_dim * d >= kParallelMin,
                     [&](int64_t t) { widen_row<W>(tab + ids[t] * d, d, out + t * d); });
+}
+
+// out = silu(g) * u with a vector exp; every element goes through the same lanes' arithmetic
+// (the tail padded into a vector), so the result does not depend on the chunking. OutT:
+// float, or uint16_t for bf16 rows (the result rounded at the store).
+template <class OutT>
+void swiglu_into(const float* g, const float* u, OutT* o, int64_t total, cpu::WorkerPool& pool) {
+  const auto silu_mul = [](cpu::VecF gv, cpu::VecF uv) {
+    const cpu::VecF one = cpu::vset1(1.0f);
+    return cpu::vmul(cpu::vdiv(gv, cpu::vadd(one, cpu::vexp(cpu::vsub(cpu::vzero(), gv)))), uv);
+  };
+  constexpr int64_t kChunk = 4096;  // elements per task (a multiple of every kLanes)
+  pool.parallel_for((total + kChunk - 1) / kChunk, pool.size() > 1 && total >= kParallelMin,
+                    [&](int64_t c) {
+                      const int64_t end = std::min(total, (c + 1) * kChunk);
+                      int64_t i = c * kChunk;
+                      for (; i + cpu::kLanes <= end; i += cpu::kLanes)
+                        cpu::vstore_as(o + i, silu_mul(cpu::vload(g + i), cpu::vload(u + i)));
+                      if (i < end) {
+                        alignas(64) float gt[cpu::kLanes] = {}, ut[cpu::kLanes] = {};
+                        std::copy(g + i, g + end, gt);
+                        std::copy(u + i, u + end, ut);
+                        cpu::vstore(gt, silu_mul(cpu::vload(gt), cpu::vload(ut)));
+                        for (int64_t e = i; e < end; ++e) cpu::store_as(o + e, gt[e - i]);
+                      }
+                    });
 }
 
 }  // namespace
@@ -62,33 +89,14 @@ void CpuBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor& out) {
   const int64_t n = gate.dim(-1);
   cpu::check_f32_rows(gate, n, "swiglu gate");
   cpu::check_f32_rows(up, n, "swiglu up");
-  cpu::check_f32_rows(out, n, "swiglu out");
+  cpu::check_float_rows(out, n, "swiglu out");  // BF16: the down projection's input rows
   const int64_t total = gate.numel();
   ATTNRES_CHECK(up.numel() == total && out.numel() == total, "swiglu: shape mismatch");
-  const float* g = gate.ptr<float>();
-  const float* u = up.ptr<float>();
-  float* o = out.ptr<float>();
-  // silu(g) * u with a vector exp; every element goes through the same lanes' arithmetic
-  // (the tail padded into a vector), so the result does not depend on the chunking.
-  const auto silu_mul = [](cpu::VecF gv, cpu::VecF uv) {
-    const cpu::VecF one = cpu::vset1(1.0f);
-    return cpu::vmul(cpu::vdiv(gv, cpu::vadd(one, cpu::vexp(cpu::vsub(cpu::vzero(), gv)))), uv);
-  };
-  constexpr int64_t kChunk = 4096;  // elements per task (a multiple of every kLanes)
-  pool_->parallel_for((total + kChunk - 1) / kChunk, threads_ > 1 && total >= kParallelMin,
-                      [&](int64_t c) {
-                        const int64_t end = std::min(total, (c + 1) * kChunk);
-                        int64_t i = c * kChunk;
-                        for (; i + cpu::kLanes <= end; i += cpu::kLanes)
-                          cpu::vstore(o + i, silu_mul(cpu::vload(g + i), cpu::vload(u + i)));
-                        if (i < end) {
-                          alignas(64) float gt[cpu::kLanes] = {}, ut[cpu::kLanes] = {};
-                          std::copy(g + i, g + end, gt);
-                          std::copy(u + i, u + end, ut);
-                          cpu::vstore(gt, silu_mul(cpu::vload(gt), cpu::vload(ut)));
-                          std::copy(gt, gt + (end - i), o + i);
-                        }
-                      });
+  if (out.dtype == DType::BF16) {
+    swiglu_into(gate.ptr<float>(), up.ptr<float>(), out.ptr<uint16_t>(), total, *pool_);
+  } else {
+    swiglu_into(gate.ptr<float>(), up.ptr<float>(), out.ptr<float>(), total, *pool_);
+  }
 }
 
 void CpuBackend::add_inplace(Tensor& x, const Tensor& y) {

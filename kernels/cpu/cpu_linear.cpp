@@ -419,9 +419,10 @@ const uint16_t* round_inputs(const float* x, int64_t r_dim, int64_t k_dim, cpu::
 }
 #endif
 
-// One linear's operands, validated: x [.., K] and out [.., N] f32 with as many rows, w [N, K]
-// on the CPU, out not aliasing x; the bias as f32 (widened into `widened` when stored
-// narrower), or null. Not copyable: bias may point into `widened` (a move keeps its buffer).
+// One linear's operands, validated: x [.., K] (f32, or bf16 rows written by their producer:
+// CpuBackend::linear_input_dtype) and out [.., N] f32 with as many rows, w [N, K] on the
+// CPU, out not aliasing x; the bias as f32 (widened into `widened` when stored narrower), or
+// null. Not copyable: bias may point into `widened` (a move keeps its buffer).
 struct LinearOperands {
   int64_t r_dim = 0, k_dim = 0, n_dim = 0;
   const float* bias = nullptr;
@@ -434,7 +435,10 @@ struct LinearOperands {
   LinearOperands(const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& out) {
     ATTNRES_CHECK(w.rank() == 2 && w.device == Device::CPU, "linear weight " + shape_str(w.shape));
     n_dim = w.dim(0), k_dim = w.dim(1);
-    cpu::check_f32_rows(x, k_dim, "linear x");
+    cpu::check_float_rows(x, k_dim, "linear x");
+    ATTNRES_CHECK(x.dtype == DType::F32 || (cpu::kHasBf16Dot && w.dtype == DType::BF16),
+                  "linear: bf16 x rows need bf16 weights and AVX512_BF16, got " +
+                      std::string(dtype_name(w.dtype)) + " weights");
     cpu::check_f32_rows(out, n_dim, "linear out");
     r_dim = cpu::rows_of(x);
     ATTNRES_CHECK(cpu::rows_of(out) == r_dim,
@@ -456,8 +460,14 @@ struct LinearOperands {
 
 void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
   const LinearOperands op(x, w, bias, out);
-  const float* xp = x.ptr<float>();
   float* o = out.ptr<float>();
+#if defined(__AVX512BF16__)
+  if (x.dtype == DType::BF16) {  // rounded by its producer (bf16 weights: checked above)
+    return linear_rows<cpu::Bf16Dot>(x.ptr<uint16_t>(), op.r_dim, op.k_dim, w.data, op.bias, o,
+                                     op.n_dim, *pool_);
+  }
+#endif
+  const float* xp = x.ptr<float>();
   switch (w.dtype) {
     case DType::F32:
       return linear_rows<cpu::F32Dot<DType::F32>>(xp, op.r_dim, op.k_dim, w.data, op.bias, o,
@@ -494,7 +504,9 @@ void CpuBackend::linear_many(const Tensor& x, std::span<const LinearTarget> targ
     std::vector<LinearOperands> ops;
     ops.reserve(targets.size());
     for (const LinearTarget& t : targets) ops.emplace_back(x, *t.w, t.bias, *t.out);
-    const uint16_t* xb = round_inputs(x.ptr<float>(), ops[0].r_dim, ops[0].k_dim, *pool_);
+    const uint16_t* xb = x.dtype == DType::BF16  // rounded by its producer
+                             ? x.ptr<uint16_t>()
+                             : round_inputs(x.ptr<float>(), ops[0].r_dim, ops[0].k_dim, *pool_);
     for (size_t i = 0; i < targets.size(); ++i) {
       const LinearOperands& op = ops[i];
       linear_rows<cpu::Bf16Dot>(xb, op.r_dim, op.k_dim, targets[i].w->data, op.bias,

@@ -3,7 +3,8 @@
 // rms_norm: out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * gain, f32 rows [R, n], gain [n] in
 // any float dtype (widened in registers). Two passes over the row (sum of squares, then
 // scale), both in L1; because pass 2 reads x[i] before writing out[i], x and out may alias.
-// Parallel over rows when there are enough of them.
+// out may be bf16 (a linear's input rows, CpuBackend::linear_input_dtype): the f32 result
+// rounded at the store. Parallel over rows when there are enough of them.
 //
 // qk_norm_rope: in place on q [T, Hq * hd] and k [T, Hkv * hd]. Per head of hd values:
 // optional RMSNorm with a per-head gain [hd] (Qwen3 q_norm / k_norm), then the rotate-half
@@ -24,23 +25,34 @@ namespace {
 using cpu::kLanes;
 using cpu::VecF;
 
-template <DType G>
-void rms_norm_row(const float* x, const cpu::StoredT<G>* gain, float eps, int64_t n, float* out) {
+// OutT: float, or uint16_t for bf16 rows (a linear's input, CpuBackend::linear_input_dtype).
+template <DType G, class OutT>
+void rms_norm_row(const float* x, const cpu::StoredT<G>* gain, float eps, int64_t n, OutT* out) {
   const float inv_rms = 1.0f / std::sqrt(cpu::sum_squares_f32(x, n) / static_cast<float>(n) + eps);
   const VecF vs = cpu::vset1(inv_rms);
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
-    cpu::vstore(out + i, cpu::vmul(cpu::vmul(cpu::vload(x + i), vs), cpu::vload_w<G>(gain + i)));
-  for (; i < n; ++i) out[i] = x[i] * inv_rms * cpu::load_scalar<G>(gain + i);
+    cpu::vstore_as(out + i, cpu::vmul(cpu::vmul(cpu::vload(x + i), vs), cpu::vload_w<G>(gain + i)));
+  for (; i < n; ++i) cpu::store_as(out + i, x[i] * inv_rms * cpu::load_scalar<G>(gain + i));
 }
 
-template <DType G>
-void rms_norm_rows(const float* x, const void* gain, float eps, int64_t rows, int64_t n, float* out,
+template <DType G, class OutT>
+void rms_norm_rows(const float* x, const void* gain, float eps, int64_t rows, int64_t n, OutT* out,
                    cpu::WorkerPool& pool) {
   const auto* g = static_cast<const cpu::StoredT<G>*>(gain);
   const bool parallel = pool.size() > 1 && rows > 1 && rows * n >= (1 << 14);
   pool.parallel_for(rows, parallel,
                     [&](int64_t r) { rms_norm_row<G>(x + r * n, g, eps, n, out + r * n); });
+}
+
+template <DType G>
+void rms_norm_into(const Tensor& x, const void* gain, float eps, int64_t rows, int64_t n,
+                   Tensor& out, cpu::WorkerPool& pool) {
+  if (out.dtype == DType::BF16) {
+    rms_norm_rows<G>(x.ptr<float>(), gain, eps, rows, n, out.ptr<uint16_t>(), pool);
+  } else {
+    rms_norm_rows<G>(x.ptr<float>(), gain, eps, rows, n, out.ptr<float>(), pool);
+  }
 }
 
 // In place: optional per-head RMSNorm (gain may be empty), then rotate-half RoPE.
@@ -67,7 +79,7 @@ void CpuBackend::rms_norm(const Tensor& x, const Tensor& gain, float eps, Tensor
   ATTNRES_CHECK(x.rank() >= 1, "rms_norm x " + shape_str(x.shape));
   const int64_t n = x.dim(-1);
   cpu::check_f32_rows(x, n, "rms_norm x");
-  cpu::check_f32_rows(out, n, "rms_norm out");
+  cpu::check_float_rows(out, n, "rms_norm out");  // BF16: a linear's input rows
   ATTNRES_CHECK(out.numel() == x.numel(),
                 "rms_norm x " + shape_str(x.shape) + " out " + shape_str(out.shape));
   ATTNRES_CHECK(gain.defined() && gain.numel() == n && gain.device == Device::CPU,
@@ -75,14 +87,11 @@ void CpuBackend::rms_norm(const Tensor& x, const Tensor& gain, float eps, Tensor
   const int64_t rows = cpu::rows_of(x);
   switch (gain.dtype) {
     case DType::F32:
-      return rms_norm_rows<DType::F32>(x.ptr<float>(), gain.data, eps, rows, n, out.ptr<float>(),
-                                       *pool_);
+      return rms_norm_into<DType::F32>(x, gain.data, eps, rows, n, out, *pool_);
     case DType::BF16:
-      return rms_norm_rows<DType::BF16>(x.ptr<float>(), gain.data, eps, rows, n, out.ptr<float>(),
-                                        *pool_);
+      return rms_norm_into<DType::BF16>(x, gain.data, eps, rows, n, out, *pool_);
     case DType::F16:
-      return rms_norm_rows<DType::F16>(x.ptr<float>(), gain.data, eps, rows, n, out.ptr<float>(),
-                                       *pool_);
+      return rms_norm_into<DType::F16>(x, gain.data, eps, rows, n, out, *pool_);
     default:
       ATTNRES_CHECK(false, "rms_norm gain dtype " + std::string(dtype_name(gain.dtype)));
   }

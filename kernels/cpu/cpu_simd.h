@@ -242,6 +242,14 @@ inline void hsum_many(const VecF* v, int n, float* sums) {
   for (; j < n; ++j) sums[j] = hsum(v[j]);
 }
 
+// An op's output element, f32 or bf16: a linear's input rows may be written in bf16 by their
+// producer (Backend::linear_input_dtype), rounded as f32_to_bf16, the same bits as an f32
+// store followed by a rounding pass.
+inline void vstore_as(float* p, VecF v) { vstore(p, v); }
+inline void vstore_as(uint16_t* p, VecF v) { vstore_bf16(p, v); }
+inline void store_as(float* p, float v) { *p = v; }
+inline void store_as(uint16_t* p, float v) { *p = f32_to_bf16(v); }
+
 // dst[i] = x[i] rounded to bf16 (f32_to_bf16), a vector at a time.
 inline void store_row_bf16(uint16_t* dst, const float* x, int64_t n) {
   int64_t i = 0;

@@ -77,7 +77,7 @@ class Bf16ActivationBackend : public GemmRoundingBackend {
          [&](Tensor& o) { GemmRoundingBackend::depth_phase2_prenorm(mix, partial, gain, eps, o); });
   }
   // delta_v's two streams: as two depth_phase2_prenorm calls (the Backend default), each
-  // through the override above (the CPU's own pair takes f32 outputs only).
+  // through the override above, which records them.
   void depth_phase2_prenorm_pair(const DepthMixArgs& a, const DepthMixArgs& b,
                                  const Tensor& partial, const Tensor& gain, float eps,
                                  Tensor& out_a, Tensor& out_b) override {
@@ -321,6 +321,56 @@ TEST_P(Bf16Activations, ChunkedPrefillWithOneLogitRowPerChunk) {
   EXPECT_EQ(backend.bf16_linears[weights.lm_head.data], 0);
   EXPECT_EQ(backend.f32_linears[weights.lm_head.data], 3);
   EXPECT_EQ(backend.bf16_linears[weights.layers[0].q_proj.data], 3);
+}
+
+// The CPU backend's own bf16 linear inputs (AVX512_BF16, vdpbf16ps): its producers write the
+// normed rows, the attention and SwiGLU outputs and the LM head's rows in bf16, and the
+// logits equal those of the same backend rounding each linear's f32 x itself (its path
+// before the producers did), bit for bit, for a prefill, decode steps and chunked prefill.
+class RoundingInTheLinearCpu : public CpuBackend {
+ public:
+  RoundingInTheLinearCpu() : CpuBackend(2) { set_bf16_linear_inputs(true); }
+  DType linear_input_dtype(int64_t, DType) const override { return DType::F32; }
+};
+
+TEST_P(Bf16Activations, TheCpuProducersWriteTheRowsItsLinearsRounded) {
+  if (!CpuBackend::bf16_linear_inputs_supported()) GTEST_SKIP() << "no AVX512_BF16 in this build";
+  const Mode m = GetParam();
+  const ModelConfig config = test::tp_test_config(m.mode, m.gate, m.null_source);
+  const ModelWeights weights = make_random_weights(config, {DType::BF16, 47, m.final_mix});
+  const std::vector<int32_t> ids = random_ids(kTokens, config.vocab_size, 7);
+  auto run = [&](Backend& backend, bool chunked) {
+    Transformer model(config, weights, backend);
+    TransformerRunner runner(model, 4, kBlockSize);
+    if (!chunked) return run_prefill_then_decode(runner, ids, kPrefill, kBlockSize);
+    BlockManager blocks(4, kBlockSize);
+    SequenceBlocks seq;
+    blocks.append(seq, kTokens);
+    std::vector<float> all;
+    StepResult step;
+    int done = 0;
+    for (int chunk : {12, 20, 12}) {  // one logit row per chunk: the LM head's gather
+      StepBatch batch;
+      add_to_batch(batch.meta, seq, std::span(ids).subspan(done, chunk), kBlockSize);
+      batch.logit_rows = {chunk - 1};
+      runner.execute(batch, step);
+      all.insert(all.end(), step.logits.begin(), step.logits.end());
+      done += chunk;
+    }
+    return all;
+  };
+  CpuBackend producers(2);
+  producers.set_bf16_linear_inputs(true);
+  ASSERT_EQ(producers.linear_input_dtype(1, DType::BF16), DType::BF16);
+  ASSERT_EQ(producers.linear_input_dtype(64, DType::F32), DType::F32);
+  RoundingInTheLinearCpu reference;
+  for (bool chunked : {false, true}) {
+    const std::vector<float> want = run(reference, chunked);
+    const std::vector<float> got = run(producers, chunked);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_EQ(got[i], want[i]) << "logit " << i << (chunked ? ", chunked" : "");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryMode, Bf16Activations, ::testing::ValuesIn(modes()),
