@@ -227,6 +227,29 @@ constexpr int kBlockSize = 16, kTokens = 44, kPrefill = 40;
 
 class Bf16Activations : public ::testing::TestWithParam<Mode> {};
 
+// Chunked prefill: chunks of 12, 20 and 12 rows (every one GEMM-sized), each step asking for
+// the logits of its last row only (the LM head's rows gathered). Every step's logits.
+std::vector<float> run_chunked(const ModelConfig& config, const ModelWeights& weights,
+                               const std::vector<int32_t>& ids, Backend& backend) {
+  Transformer model(config, weights, backend);
+  TransformerRunner runner(model, 4, kBlockSize);
+  BlockManager blocks(4, kBlockSize);
+  SequenceBlocks seq;
+  blocks.append(seq, kTokens);
+  std::vector<float> all;
+  StepResult step;
+  int done = 0;
+  for (int chunk : {12, 20, 12}) {
+    StepBatch batch;
+    add_to_batch(batch.meta, seq, std::span(ids).subspan(done, chunk), kBlockSize);
+    batch.logit_rows = {chunk - 1};
+    runner.execute(batch, step);
+    all.insert(all.end(), step.logits.begin(), step.logits.end());
+    done += chunk;
+  }
+  return all;
+}
+
 TEST_P(Bf16Activations, SameLogitsAsRoundingInTheLinearBitForBit) {
   const Mode m = GetParam();
   const ModelConfig config = test::tp_test_config(m.mode, m.gate, m.null_source);
@@ -292,29 +315,10 @@ TEST_P(Bf16Activations, ChunkedPrefillWithOneLogitRowPerChunk) {
   const ModelConfig config = test::tp_test_config(m.mode, m.gate, m.null_source);
   const ModelWeights weights = make_random_weights(config, {DType::BF16, 43, m.final_mix});
   const std::vector<int32_t> ids = random_ids(kTokens, config.vocab_size, 6);
-  auto run = [&](Backend& backend) {
-    Transformer model(config, weights, backend);
-    TransformerRunner runner(model, 4, kBlockSize);
-    BlockManager blocks(4, kBlockSize);
-    SequenceBlocks seq;
-    blocks.append(seq, kTokens);
-    std::vector<float> all;
-    StepResult step;
-    int done = 0;
-    for (int chunk : {12, 20, 12}) {
-      StepBatch batch;
-      add_to_batch(batch.meta, seq, std::span(ids).subspan(done, chunk), kBlockSize);
-      batch.logit_rows = {chunk - 1};
-      runner.execute(batch, step);
-      all.insert(all.end(), step.logits.begin(), step.logits.end());
-      done += chunk;
-    }
-    return all;
-  };
   GemmRoundingBackend reference_backend;
   Bf16ActivationBackend backend;
-  const std::vector<float> want = run(reference_backend);
-  const std::vector<float> got = run(backend);
+  const std::vector<float> want = run_chunked(config, weights, ids, reference_backend);
+  const std::vector<float> got = run_chunked(config, weights, ids, backend);
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "logit " << i;
   EXPECT_TRUE(backend.undeclared.empty()) << *backend.undeclared.begin();
@@ -340,24 +344,10 @@ TEST_P(Bf16Activations, TheCpuProducersWriteTheRowsItsLinearsRounded) {
   const ModelWeights weights = make_random_weights(config, {DType::BF16, 47, m.final_mix});
   const std::vector<int32_t> ids = random_ids(kTokens, config.vocab_size, 7);
   auto run = [&](Backend& backend, bool chunked) {
+    if (chunked) return run_chunked(config, weights, ids, backend);
     Transformer model(config, weights, backend);
     TransformerRunner runner(model, 4, kBlockSize);
-    if (!chunked) return run_prefill_then_decode(runner, ids, kPrefill, kBlockSize);
-    BlockManager blocks(4, kBlockSize);
-    SequenceBlocks seq;
-    blocks.append(seq, kTokens);
-    std::vector<float> all;
-    StepResult step;
-    int done = 0;
-    for (int chunk : {12, 20, 12}) {  // one logit row per chunk: the LM head's gather
-      StepBatch batch;
-      add_to_batch(batch.meta, seq, std::span(ids).subspan(done, chunk), kBlockSize);
-      batch.logit_rows = {chunk - 1};
-      runner.execute(batch, step);
-      all.insert(all.end(), step.logits.begin(), step.logits.end());
-      done += chunk;
-    }
-    return all;
+    return run_prefill_then_decode(runner, ids, kPrefill, kBlockSize);
   };
   CpuBackend producers(2);
   producers.set_bf16_linear_inputs(true);
