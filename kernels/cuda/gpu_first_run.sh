@@ -73,7 +73,7 @@ case "$mode" in
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt" || true
     # STEPS picks the numbered steps below (default all); one device command may run 10
     # minutes, so a session runs e.g. STEPS="1 2 3" and then STEPS="4 5 6 7".
-    steps=" ${STEPS:-1 2 3 4 5 6 7 8 9 10} "
+    steps=" ${STEPS:-1 2 3 4 5 6 7 8 9 10 11} "
     want() { [[ "$steps" == *" $1 "* ]]; }
     if want 1; then
       # 1. Every op and the whole forward against the CPU backend (bf16 KV cache and depth bank,
@@ -116,6 +116,15 @@ case "$mode" in
         tests/python/test_depth_modes_server.py tests/python/test_fault_isolation.py} \
         > "$out/e2e.log" 2>&1 && echo "e2e: passed" || echo "e2e: FAILED (see e2e.log)"
       tail -25 "$out/e2e.log"
+    fi
+    if want 11; then
+      # 11. Every checkpoint variant, CUDA against the CPU (issue #12): logits of a prefill and
+      #     decode steps, greedy tokens (tests/gpu/variant_parity.py; ~2 min estimated, 12
+      #     variants; VARIANTS=a,b narrows it). Run here with PARITY_DEVICES=cpu,cpu in 20 s.
+      python3 tests/gpu/variant_parity.py --attnres "$dev/attnres" --devices "${PARITY_DEVICES:-cuda,cpu}" \
+        --json "$out/variant_parity.json" \
+        ${VARIANTS:+--variants "$VARIANTS"} 2>&1 | tee "$out/variant_parity.log" \
+        || echo "variant parity: FAILED"
     fi
     if want 9; then
       # 9. Where a decode step's time goes: every kernel's duration under Nsight Compute (its
