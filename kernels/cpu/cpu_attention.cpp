@@ -56,7 +56,7 @@ using cpu::VecF;
 // A KV head's rows of consecutive positions are Hkv * hd elements apart (2 KB at the 0.6B
 // shape in bf16), so a head's scan touches a new page every few keys, where the hardware
 // prefetchers stop: without these a long-context decode ran at 57% of the bandwidth floor.
-constexpr int64_t kPrefetchKeys = 16;
+constexpr int64_t kPrefetchKeys = 32;
 
 // Asks for the cache lines of [p, p + bytes) into L2 (prefetcht1).
 inline void prefetch_bytes(const void* p, int64_t bytes) {
