@@ -103,7 +103,8 @@ class Backend {
   // nearest even (as f32_to_bf16) and skips its own conversion, so its GEMMs see the same
   // bits. Where it answers BF16 for a tensor, these ops
   // take that tensor (or a view of it) in BF16: out of rms_norm, depth_phase2_prenorm (then
-  // not aliasing the partial), attention and swiglu; x and out of gather_rows; x of linear,
+  // not aliasing the partial), attention and swiglu, and so of linear_swiglu and
+  // prenorm_linear_swiglu (the SwiGLU output); x and out of gather_rows; x of linear,
   // linear_residual, linear_many and linear_swiglu; `normed` of prenorm_linear_*. The forward
   // asks only for tensors every reader of which is one of those.
   virtual DType linear_input_dtype(int64_t rows, DType weight_dtype) const {

@@ -124,9 +124,6 @@ int64_t rows_of(const Tensor& t);
 void check_f32_rows(const Tensor& t, int64_t n, const char* what);
 // The same for F32 or BF16: a depth bank (or its newer entries), a linear's input rows.
 void check_float_rows(const Tensor& t, int64_t n, const char* what);
-inline void check_bank_rows(const Tensor& t, int64_t n, const char* what) {
-  check_float_rows(t, n, what);
-}
 // f32 copy of a small vector of any float dtype (gains, inv_freq): [n] -> std::vector.
 std::vector<float> widen_vector(const Tensor& t, int64_t n, const char* what);
 }  // namespace cpu

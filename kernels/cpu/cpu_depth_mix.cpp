@@ -304,7 +304,7 @@ void CpuBackend::depth_phase1(const Tensor& queries, const Tensor& bank, int n, 
   cpu::check_f32_rows(queries, d, "depth_phase1 queries");
   ATTNRES_CHECK(bank.rank() == 3 && n >= 1 && bank.dim(0) >= n,
                 "depth_phase1 bank " + shape_str(bank.shape) + " n " + std::to_string(n));
-  cpu::check_bank_rows(bank, d, "depth_phase1 bank");
+  cpu::check_float_rows(bank, d, "depth_phase1 bank");
   const int64_t t_dim = bank.dim(1);
   ATTNRES_CHECK(m.numel() == s_dim * t_dim && s.numel() == s_dim * t_dim && m.dtype == DType::F32 &&
                     s.dtype == DType::F32,
@@ -712,7 +712,7 @@ Phase2Operands phase2_operands(const Backend::DepthMixArgs& mix, const Tensor& p
     ATTNRES_CHECK(mix.query->numel() == d, "depth_phase2 query " + shape_str(mix.query->shape));
   }
   if (mix.newer) {
-    cpu::check_bank_rows(*mix.newer, d, "depth_phase2 newer entries");
+    cpu::check_float_rows(*mix.newer, d, "depth_phase2 newer entries");
     ATTNRES_CHECK(mix.newer->rank() == 3 && mix.newer->dim(0) >= 1 &&
                       mix.newer->dim(0) <= Backend::kMaxNewerSources && mix.newer->dim(1) == t_dim,
                   "depth_phase2 newer entries " + shape_str(mix.newer->shape));

@@ -68,7 +68,7 @@ void CpuBackend::depth_weights(const Tensor& query, const Tensor& bank, int n,
   ATTNRES_CHECK(bank.rank() == 3 && n >= 1 && bank.dim(0) >= n && bank.dim(1) == t_dim,
                 "depth_weights bank " + shape_str(bank.shape) + " n " + std::to_string(n) + " T " +
                     std::to_string(t_dim));
-  cpu::check_bank_rows(bank, d, "depth_weights bank");
+  cpu::check_float_rows(bank, d, "depth_weights bank");
   const int width = sources.width(n);
   cpu::check_f32_rows(out, width, "depth_weights out");
   ATTNRES_CHECK(cpu::rows_of(out) == t_dim, "depth_weights out " + shape_str(out.shape));

@@ -5,7 +5,7 @@
 // op's f32 output rounded to nearest even (f32_to_bf16), bit for bit: what linear did itself
 // before, in a rounding pass of its own. These ops run on any build; the whole forward with
 // bf16 linear inputs (which needs AVX512_BF16) is checked in
-// tests/cpp/engine/model/bf16_linear_inputs_forward_test.cpp.
+// tests/cpp/engine/parallel/bf16_activations_test.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,8 +26,8 @@ namespace {
 
 constexpr float kEps = 1e-6f, kNormEps = 1e-5f;
 
-// got (bf16) equals want (f32) rounded, element by element; want must not be NaN-free
-// trivially: the callers' inputs are random and non-zero.
+// got (bf16) equals want (f32) rounded, element by element. The callers' inputs are random
+// and non-zero, and got starts as a NaN pattern, so an element the op did not write fails.
 ::testing::AssertionResult equals_rounded(const Tensor& got, const Tensor& want) {
   if (got.dtype != DType::BF16 || want.dtype != DType::F32 || got.numel() != want.numel())
     return ::testing::AssertionFailure() << "dtypes or sizes differ";
