@@ -22,12 +22,17 @@
 // 18% of a 512-token 0.6B prefill once the linears used bf16 inputs: docs/BENCHMARKS.md.)
 // The K and V rows are prefetched kPrefetchKeys keys ahead (a head's rows are strided across
 // pages): 1.5-1.9x faster decode at 4096 tokens of context.
+// With bf16 inputs over a bf16 cache (CpuBackend::set_bf16_linear_inputs), the same items and
+// row blocks run cpu_attention_bf16.h's arithmetic instead: q rounded to bf16 once per item,
+// scores by vdpbf16ps against K as stored (no widening), and the V sum from bf16 weights a key
+// pair per instruction.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "engine/core/error.h"
+#include "kernels/cpu/cpu_attention_bf16.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_simd.h"
 
@@ -191,6 +196,91 @@ struct WeightedRows {
   };
 };
 
+// Bf16In's two stages (cpu_attention_bf16.h), declared on every build so that attend's
+// branches for them parse; defined, and instantiated, only where AVX512_BF16 is.
+template <DType W>
+void score_block_bf16(const uint16_t* const* q16, const uint16_t* const* krows, int64_t count,
+                      int64_t p0, int rows, const int64_t* ctx, int64_t hd, float scale,
+                      float* const* srow, VecF (*folded)[kKeyBlock]);
+template <DType W>
+void weigh_values_bf16(const uint16_t* const* prow, const uint16_t* const* vrows,
+                       const uint16_t* zero_row, int rows, const int64_t* ctx, int64_t hd,
+                       float* const* orow);
+
+#if defined(__AVX512BF16__)
+template <int R>
+struct FoldRowsBf16 {
+  static void run(const uint16_t* const* q, const uint16_t* const* k, int64_t count, int64_t hd,
+                  VecF (*folded)[kKeyBlock]) {
+    cpu::fold_rows_bf16<R, kKeyBlock>(q, k, count, hd, folded);
+  }
+};
+template <int R>
+struct WeightedPairs {
+  static void run(const uint16_t* const* pairs, const uint16_t* const* vrow, int64_t j_begin,
+                  int64_t j_end, int64_t hd, bool from_zero, float* const* oh) {
+    cpu::weighted_pairs<R>(pairs, vrow, j_begin, j_end, hd, from_zero, oh, kPrefetchKeys);
+  }
+};
+
+// The scores of keys [p0, p0 + count) (krows: their bf16 K rows) for an item's rows,
+// kRowBlock rows at a time: the folded chains, one hsum_many per row, the elements past the
+// last 32-element step in order, times the scale.
+template <DType W>
+void score_block_bf16(const uint16_t* const* q16, const uint16_t* const* krows, int64_t count,
+                      int64_t p0, int rows, const int64_t* ctx, int64_t hd, float scale,
+                      float* const* srow, VecF (*folded)[kKeyBlock]) {
+  const int64_t whole = hd / 32 * 32;
+  for (int r0 = 0; r0 < rows; r0 += kRowBlock) {
+    const int r = std::min(kRowBlock, rows - r0);
+    for_rows<FoldRowsBf16>(r, q16 + r0, krows, count, hd, folded);
+    for (int j = 0; j < r; ++j) {
+      const int64_t valid = std::min(count, ctx[r0 + j] - p0);  // keys this row sees
+      if (valid <= 0) continue;
+      float* sc = srow[r0 + j] + p0;
+      cpu::hsum_many(folded[j], static_cast<int>(valid), sc);
+      if (whole == hd) {
+        scale_in_place(sc, valid, scale);
+        continue;
+      }
+      const uint16_t* q = q16[r0 + j];
+      for (int64_t i = 0; i < valid; ++i) {
+        float acc = sc[i];
+        for (int64_t e = whole; e < hd; ++e)
+          acc = std::fma(bf16_to_f32(krows[i][e]), bf16_to_f32(q[e]), acc);
+        sc[i] = acc * scale;
+      }
+    }
+  }
+}
+
+// out rows (unscaled) from the rows' weight pairs: the key pairs every row of a block sees for
+// the block at once, then each row's later pairs, then its odd last key (weight 0 and a zero
+// row beside it).
+template <DType W>
+void weigh_values_bf16(const uint16_t* const* prow, const uint16_t* const* vrows,
+                       const uint16_t* zero_row, int rows, const int64_t* ctx, int64_t hd,
+                       float* const* orow) {
+  for (int r0 = 0; r0 < rows; r0 += kRowBlock) {
+    const int r = std::min(kRowBlock, rows - r0);
+    int64_t shared = ctx[r0];
+    for (int j = 1; j < r; ++j) shared = std::min(shared, ctx[r0 + j]);
+    const int64_t shared_pairs = shared / 2;
+    for_rows<WeightedPairs>(r, prow + r0, vrows, int64_t{0}, shared_pairs, hd, true, orow + r0);
+    for (int j = 0; j < r; ++j) {
+      const int64_t c = ctx[r0 + j];
+      if (c / 2 > shared_pairs)
+        WeightedPairs<1>::run(prow + r0 + j, vrows, shared_pairs, c / 2, hd, false, orow + r0 + j);
+      if (c % 2 != 0) {
+        const uint16_t* lone[2] = {vrows[c - 1], zero_row};
+        const uint16_t* last = prow[r0 + j] + (c - 1);
+        WeightedPairs<1>::run(&last, lone, 0, 1, hd, false, orow + r0 + j);
+      }
+    }
+  }
+}
+#endif
+
 // One layer's attention over a cache stored as W (the body of CpuBackend::attention). A work
 // item is up to kTileTokens consecutive query tokens of one sequence and one KV head, i.e.
 // tokens x `group` query rows: each K row of a 16-key block is widened once (into f32, for
@@ -198,8 +288,9 @@ struct WeightedRows {
 // products and weighted sums run the same chains, in the same order, as one row alone
 // (dot_w_fold, hsum, the tail; fma over the keys in order). So what a query computes depends
 // only on its q, its positions' K / V and its context length, never on the other rows: decode
-// and prefill round alike, bit for bit.
-template <DType W>
+// and prefill round alike, bit for bit. Bf16In (a bf16 cache, the backend's bf16 inputs):
+// cpu_attention_bf16.h's arithmetic instead, q rounded once per item, K read as stored.
+template <DType W, bool Bf16In>
 void attend(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
             const std::vector<int32_t>& seq_of, int64_t max_ctx, int64_t hd, int64_t hq,
             int64_t group, float scale, cpu::WorkerPool& pool, int threads, Tensor& out) {
@@ -216,8 +307,19 @@ void attend(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
   const int64_t max_rows = kTileTokens * group;
   cpu::DynamicSchedule schedule(items, 2);
   pool.run(threads > 1 && items > 1 ? threads : 1, [&](int, int) {
-    std::vector<float> scores(static_cast<size_t>(max_ctx * max_rows));
-    std::vector<float> widened(W == DType::F32 ? 0 : static_cast<size_t>(kKeyBlock * hd));
+    // Each row's scores a cache line past a multiple of 16 floats apart: at 1024 or 4096 keys,
+    // rows a power of two apart share their L1 sets, and a key block's stores into 16 rows
+    // thrashed them (28% of the bf16 path's own samples at 4096 tokens).
+    const int64_t score_stride = (max_ctx + kLanes - 1) / kLanes * kLanes + 16;
+    std::vector<float> scores(static_cast<size_t>(score_stride * max_rows));
+    std::vector<float> widened(W == DType::F32 || Bf16In ? 0 : static_cast<size_t>(kKeyBlock * hd));
+    // Bf16In: the rows' q in bf16, and each row's softmax numerators as bf16 key pairs.
+    std::vector<uint16_t> q16(Bf16In ? static_cast<size_t>(max_rows * hd) : 0);
+    std::vector<const uint16_t*> q16row(Bf16In ? static_cast<size_t>(max_rows) : 0);
+    const int64_t pair_row = max_ctx + 1;  // bf16 weights, padded to whole pairs
+    std::vector<uint16_t> pair_store(Bf16In ? static_cast<size_t>(max_rows * pair_row) : 0);
+    std::vector<uint16_t*> prow(Bf16In ? static_cast<size_t>(max_rows) : 0);
+    std::vector<uint16_t> zero_row(Bf16In ? static_cast<size_t>(hd) : 0, 0);
     std::vector<const S*> krows(static_cast<size_t>(max_ctx)), vrows(krows.size());
     std::vector<const float*> qrow(static_cast<size_t>(max_rows)), kf(kKeyBlock);
     std::vector<float*> orow(qrow.size()), srow(qrow.size());
@@ -246,8 +348,14 @@ void attend(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
           } else {
             orow[rows] = out.ptr<float>() + head_off;
           }
-          srow[rows] = scores.data() + rows * max_ctx;
+          srow[rows] = scores.data() + rows * score_stride;
           ctx[rows] = batch.positions[t] + 1;
+          if constexpr (Bf16In) {
+            uint16_t* qb = q16.data() + rows * hd;
+            cpu::store_row_bf16(qb, qrow[rows], hd);
+            q16row[rows] = qb;
+            prow[rows] = pair_store.data() + rows * pair_row;
+          }
         }
         tile_ctx = std::max<int64_t>(tile_ctx, batch.positions[t] + 1);
       }
@@ -263,6 +371,11 @@ void attend(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
         const int64_t ahead_end = std::min(tile_ctx, p0 + kPrefetchKeys + count);
         for (int64_t p = p0 + kPrefetchKeys; p < ahead_end; ++p)
           prefetch_bytes(krows[p], hd * static_cast<int64_t>(sizeof(S)));
+        if constexpr (Bf16In) {
+          score_block_bf16<W>(q16row.data(), krows.data() + p0, count, p0, rows, ctx.data(), hd,
+                           scale, srow.data(), folded);
+          continue;
+        }
         for (int64_t i = 0; i < count; ++i) {
           if constexpr (W == DType::F32) {
             kf[i] = krows[p0 + i];
@@ -295,20 +408,28 @@ void attend(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
       // Softmax per row, then the weighted V sum: the keys every row of a block sees, for the
       // block at once; each row's later keys (the tile's later tokens) continue its chains.
       for (int j = 0; j < rows; ++j) denom[j] = cpu::softmax_numerators(srow[j], ctx[j]);
-      for (int r0 = 0; r0 < rows; r0 += kRowBlock) {
-        const int r = std::min(kRowBlock, rows - r0);
-        int64_t shared = ctx[r0];
-        for (int j = 1; j < r; ++j) shared = std::min(shared, ctx[r0 + j]);
-        for_rows<WeightedRows<W>::template Of>(r, srow.data() + r0, vrows.data(), int64_t{0},
-                                               shared, hd, true, orow.data() + r0);
-        for (int j = 0; j < r; ++j) {
-          if (ctx[r0 + j] > shared) {
-            weighted_rows<W, 1>(srow.data() + r0 + j, vrows.data(), shared, ctx[r0 + j], hd,
-                                false, orow.data() + r0 + j);
+      if constexpr (Bf16In) {
+        for (int j = 0; j < rows; ++j) cpu::pack_weight_pairs(srow[j], ctx[j], prow[j]);
+        weigh_values_bf16<W>(prow.data(), vrows.data(), zero_row.data(), rows, ctx.data(), hd,
+                             orow.data());
+      } else {
+        for (int r0 = 0; r0 < rows; r0 += kRowBlock) {
+          const int r = std::min(kRowBlock, rows - r0);
+          int64_t shared = ctx[r0];
+          for (int j = 1; j < r; ++j) shared = std::min(shared, ctx[r0 + j]);
+          for_rows<WeightedRows<W>::template Of>(r, srow.data() + r0, vrows.data(), int64_t{0},
+                                                 shared, hd, true, orow.data() + r0);
+          for (int j = r0; j < r0 + r; ++j) {
+            if (ctx[j] > shared) {
+              weighted_rows<W, 1>(srow.data() + j, vrows.data(), shared, ctx[j], hd, false,
+                                  orow.data() + j);
+            }
           }
-          scale_in_place(orow[r0 + j], hd, 1.0f / denom[r0 + j]);
-          if (bf16_out) cpu::store_row_bf16(orow16[r0 + j], orow[r0 + j], hd);
         }
+      }
+      for (int j = 0; j < rows; ++j) {
+        scale_in_place(orow[j], hd, 1.0f / denom[j]);
+        if (bf16_out) cpu::store_row_bf16(orow16[j], orow[j], hd);
       }
     }
   });
@@ -384,11 +505,18 @@ void CpuBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Bat
   }
 
   if (cache.k.dtype == DType::BF16) {
-    attend<DType::BF16>(q, cache, batch, seq_of, max_ctx, hd, hq, group, scale, *pool_, threads_,
-                        out);
+#if defined(__AVX512BF16__)
+    if (bf16_linear_inputs_) {  // bf16 q and weights (cpu_attention_bf16.h)
+      attend<DType::BF16, true>(q, cache, batch, seq_of, max_ctx, hd, hq, group, scale, *pool_,
+                                threads_, out);
+      return;
+    }
+#endif
+    attend<DType::BF16, false>(q, cache, batch, seq_of, max_ctx, hd, hq, group, scale, *pool_,
+                               threads_, out);
   } else {
-    attend<DType::F32>(q, cache, batch, seq_of, max_ctx, hd, hq, group, scale, *pool_, threads_,
-                       out);
+    attend<DType::F32, false>(q, cache, batch, seq_of, max_ctx, hd, hq, group, scale, *pool_,
+                              threads_, out);
   }
 }
 

@@ -30,7 +30,8 @@ std::vector<FlagSpec> model_flags() {
        "auto = bfloat16 for a bf16 checkpoint on a backend that "
        "supports it, else float32 (default auto)"},
       {"linear-input-dtype", "auto|bfloat16|float32",
-       "what a linear's input rows are rounded to before they meet bf16 weights: bfloat16 "
+       "what a linear's input rows (and, over a bf16 KV cache, attention's queries and "
+       "softmax weights) are rounded to before they meet bf16 weights (or K / V): bfloat16 "
        "doubles the CPU's multiply rate where it has AVX512_BF16 (vdpbf16ps, e.g. Zen 4), as "
        "a bf16 model's own PyTorch code rounds them; float32 keeps them exact; auto = "
        "bfloat16 for a bf16 checkpoint on a CPU where that is faster, else float32 "

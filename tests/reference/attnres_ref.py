@@ -15,8 +15,11 @@ API:
                             linear_input_dtype="bfloat16": the input rows of every linear
                             whose weight is stored in bf16 rounded to bf16 first, like
                             --linear-input-dtype bfloat16 (and a bf16 model's own PyTorch
-                            code). The three are independent; all default to "float64" = no
-                            rounding)
+                            code); with both this and kv_cache_dtype "bfloat16", attention's
+                            queries and its softmax numerators are rounded to bf16 as well
+                            before they meet K and V, the denominator summed unrounded, as the
+                            engine's bf16-input attention does. Otherwise independent; all
+                            default to "float64" = no rounding)
     m.logits(ids)          -> np.ndarray [T, vocab]   full causal forward
     m.greedy(prompt, n)    -> list[int]               argmax, no EOS stop
     m.depth_weights(ids)   -> list of [T, n_sources]  one per depth mix, in order
@@ -377,11 +380,18 @@ class Model:
         group = self.n_heads // self.n_kv  # GQA: query head j uses kv head j // group
         k = np.repeat(k, group, axis=0)
         v = np.repeat(v, group, axis=0)
+        bf16_inputs = self.kv_cache_dtype == "bfloat16" and self.linear_input_dtype == "bfloat16"
+        if bf16_inputs:
+            q = round_to_bf16(q)
         scores = q @ k.transpose(0, 2, 1) / math.sqrt(hd)  # [H, T, S]
         key_pos = np.arange(k.shape[1])
         causal = key_pos[None, :] <= positions[:, None]
         scores = np.where(causal[None], scores, -np.inf)
-        ctx = softmax(scores, axis=-1) @ v  # [H, T, hd]
+        if bf16_inputs:  # the numerators rounded for the V product, the denominator not
+            num = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            ctx = (round_to_bf16(num) @ v) / num.sum(axis=-1, keepdims=True)
+        else:
+            ctx = softmax(scores, axis=-1) @ v  # [H, T, hd]
         ctx = ctx.transpose(1, 0, 2).reshape(T, self.n_heads * hd)
         return self._linear(ctx, f"{P}.o_proj")
 
