@@ -18,8 +18,8 @@
 // - Sampling (`sample`: batch 64, vocabulary 151936, rows of random temperature / top-k /
 //   top-p / min-p / penalties): ms per step for the engine's host path (one Sampler after
 //   another, on one thread) and for CpuBackend::sample (the same rows on the worker pool).
-// - Attention: a 128- and a 512-token prefill's attention over a bf16 cache, the 100M and 0.6B
-//   shapes (ms per call).
+// - Attention: a 128-, 512- and 2048-token prefill's attention over a bf16 cache, the 100M
+//   and 0.6B shapes, with f32 and (AVX512_BF16 builds) bf16 inputs (ms per call).
 // Best of several repetitions; run it on an idle machine. `bench_cpu_kernels gemm` (or
 // `depth`, `attention`, `sample`) runs only that part.
 
@@ -268,14 +268,15 @@ void run_sample(Backend& be, std::mt19937& rng) {
 }
 
 // Attention (prefill of T tokens of one sequence into an empty bf16 cache, then the layer's
-// attention over them), per shape: ms per call.
-void run_attention(Backend* be, std::mt19937& rng) {
+// attention over them), per shape and length: ms per call, with f32 inputs and, where the
+// build has AVX512_BF16, with bf16 inputs (q and the softmax weights rounded: cpu_attention_bf16.h).
+void run_attention(CpuBackend* be, std::mt19937& rng) {
   struct Shape {
     const char* name;
     int hq, hkv, hd;
   };
   for (const Shape& sh : {Shape{"100M", 8, 4, 64}, Shape{"0.6B", 16, 8, 128}}) {
-    for (int t_dim : {128, 512}) {
+    for (int t_dim : {128, 512, 2048}) {
       constexpr int kBlockSize = 16;
       const int blocks = (t_dim + kBlockSize - 1) / kBlockSize, row = sh.hkv * sh.hd;
       KvCacheLayer cache{be->alloc({blocks, kBlockSize, sh.hkv, sh.hd}, DType::BF16),
@@ -295,14 +296,25 @@ void run_attention(Backend* be, std::mt19937& rng) {
       be->store_kv(k, v, batch, cache);
       const Tensor q = random_f32({t_dim, sh.hq * sh.hd}, rng, 1.0f);
       Tensor out = Tensor::empty({t_dim, sh.hq * sh.hd}, DType::F32);
-      double best = 1e30;
-      for (int rep = 0; rep < 8; ++rep) {
-        const double t0 = now_s();
-        be->attention(q, cache, batch, sh.hd, 0.1f, out);
-        best = std::min(best, now_s() - t0);
+      auto best_ms = [&] {
+        double best = 1e30;
+        for (int rep = 0; rep < (t_dim > 512 ? 3 : 8); ++rep) {
+          const double t0 = now_s();
+          be->attention(q, cache, batch, sh.hd, 0.1f, out);
+          best = std::min(best, now_s() - t0);
+        }
+        return best * 1e3;
+      };
+      const double f32_inputs = best_ms();
+      std::printf("attention %s (Hq %d, Hkv %d, hd %d), %d-token prefill, bf16 cache: %.3f ms",
+                  sh.name, sh.hq, sh.hkv, sh.hd, t_dim, f32_inputs);
+      if (CpuBackend::bf16_linear_inputs_supported()) {
+        const bool was = be->bf16_linear_inputs();
+        be->set_bf16_linear_inputs(true);
+        std::printf(", with bf16 inputs %.3f ms", best_ms());
+        be->set_bf16_linear_inputs(was);
       }
-      std::printf("attention %s (Hq %d, Hkv %d, hd %d), %d-token prefill, bf16 cache: %.3f ms\n",
-                  sh.name, sh.hq, sh.hkv, sh.hd, t_dim, best * 1e3);
+      std::printf("\n");
     }
   }
 }
