@@ -18,8 +18,9 @@
 // - Sampling (`sample`: batch 64, vocabulary 151936, rows of random temperature / top-k /
 //   top-p / min-p / penalties): ms per step for the engine's host path (one Sampler after
 //   another, on one thread) and for CpuBackend::sample (the same rows on the worker pool).
-// - Attention: a 128-, 512- and 2048-token prefill's attention over a bf16 cache, the 100M
-//   and 0.6B shapes, with f32 and (AVX512_BF16 builds) bf16 inputs (ms per call).
+// - Attention: a 128-, 512- and 2048-token prefill's attention over a bf16 cache, and a decode
+//   step of 8 sequences at context 160 and 2048, the 100M and 0.6B shapes, with f32 and
+//   (AVX512_BF16 builds) bf16 inputs (ms per call).
 // Best of several repetitions; run it on an idle machine. `bench_cpu_kernels gemm` (or
 // `depth`, `attention`, `sample`) runs only that part.
 
@@ -267,51 +268,90 @@ void run_sample(Backend& be, std::mt19937& rng) {
               kVocab, host_best * 1e3, op_best * 1e3);
 }
 
-// Attention (prefill of T tokens of one sequence into an empty bf16 cache, then the layer's
-// attention over them), per shape and length: ms per call, with f32 inputs and, where the
-// build has AVX512_BF16, with bf16 inputs (q and the softmax weights rounded: cpu_attention_bf16.h).
+// A bf16 cache holding `tokens` random K / V rows in consecutive slots (blocks of 16).
+KvCacheLayer random_cache(Backend* be, int tokens, int hkv, int hd, std::mt19937& rng) {
+  constexpr int kBlockSize = 16;
+  const int blocks = (tokens + kBlockSize - 1) / kBlockSize, row = hkv * hd;
+  KvCacheLayer cache{be->alloc({blocks, kBlockSize, hkv, hd}, DType::BF16),
+                     be->alloc({blocks, kBlockSize, hkv, hd}, DType::BF16)};
+  BatchMeta fill;
+  fill.num_tokens = tokens;
+  fill.query_start = {0, tokens};
+  fill.context_len = {tokens};
+  fill.block_tables.resize(1);
+  for (int b = 0; b < blocks; ++b) fill.block_tables[0].push_back(b);
+  for (int t = 0; t < tokens; ++t) {
+    fill.positions.push_back(t);
+    fill.slot_mapping.push_back(t);
+    fill.token_ids.push_back(0);
+  }
+  const Tensor k = random_f32({tokens, row}, rng, 1.0f), v = random_f32({tokens, row}, rng, 1.0f);
+  be->store_kv(k, v, fill, cache);
+  return cache;
+}
+
+// `seqs` sequences of `ctx` positions each, sequence s in slots [s * ctx, (s + 1) * ctx) (ctx
+// a multiple of 16); `query_tokens` per sequence: all of them (a prefill) or the last (a decode).
+BatchMeta attention_batch(int seqs, int ctx, bool prefill) {
+  BatchMeta batch;
+  batch.query_start.push_back(0);
+  for (int s = 0; s < seqs; ++s) {
+    for (int p = prefill ? 0 : ctx - 1; p < ctx; ++p) {
+      batch.positions.push_back(p);
+      batch.slot_mapping.push_back(s * ctx + p);
+      batch.token_ids.push_back(0);
+    }
+    batch.query_start.push_back(static_cast<int32_t>(batch.positions.size()));
+    batch.context_len.push_back(ctx);
+    std::vector<int32_t> table;
+    for (int b = 0; b < ctx / 16; ++b) table.push_back(s * ctx / 16 + b);
+    batch.block_tables.push_back(table);
+  }
+  batch.num_tokens = static_cast<int>(batch.positions.size());
+  return batch;
+}
+
+// Attention, per shape: a prefill of T tokens of one sequence (its whole causal attention
+// over the cache it filled) and a decode step of 8 sequences at context C, each timed with f32
+// inputs and, where the build has AVX512_BF16, with bf16 inputs (q and the softmax weights
+// rounded: cpu_attention_bf16.h); best of several calls, ms per call.
 void run_attention(CpuBackend* be, std::mt19937& rng) {
   struct Shape {
     const char* name;
     int hq, hkv, hd;
   };
+  struct Case {
+    int seqs, ctx;
+    bool prefill;
+  };
   for (const Shape& sh : {Shape{"100M", 8, 4, 64}, Shape{"0.6B", 16, 8, 128}}) {
-    for (int t_dim : {128, 512, 2048}) {
-      constexpr int kBlockSize = 16;
-      const int blocks = (t_dim + kBlockSize - 1) / kBlockSize, row = sh.hkv * sh.hd;
-      KvCacheLayer cache{be->alloc({blocks, kBlockSize, sh.hkv, sh.hd}, DType::BF16),
-                         be->alloc({blocks, kBlockSize, sh.hkv, sh.hd}, DType::BF16)};
-      BatchMeta batch;
-      batch.num_tokens = t_dim;
-      batch.query_start = {0, t_dim};
-      batch.context_len = {t_dim};
-      batch.block_tables.resize(1);
-      for (int b = 0; b < blocks; ++b) batch.block_tables[0].push_back(b);
-      for (int t = 0; t < t_dim; ++t) {
-        batch.positions.push_back(t);
-        batch.slot_mapping.push_back(t);
-        batch.token_ids.push_back(0);
-      }
-      const Tensor k = random_f32({t_dim, row}, rng, 1.0f), v = random_f32({t_dim, row}, rng, 1.0f);
-      be->store_kv(k, v, batch, cache);
-      const Tensor q = random_f32({t_dim, sh.hq * sh.hd}, rng, 1.0f);
-      Tensor out = Tensor::empty({t_dim, sh.hq * sh.hd}, DType::F32);
+    for (const Case c : {Case{1, 128, true}, Case{1, 512, true}, Case{1, 2048, true},
+                         Case{8, 160, false}, Case{8, 2048, false}}) {
+      const KvCacheLayer cache = random_cache(be, c.seqs * c.ctx, sh.hkv, sh.hd, rng);
+      const BatchMeta batch = attention_batch(c.seqs, c.ctx, c.prefill);
+      const Tensor q = random_f32({batch.num_tokens, sh.hq * sh.hd}, rng, 1.0f);
+      Tensor out = Tensor::empty({batch.num_tokens, sh.hq * sh.hd}, DType::F32);
+      const int reps = c.prefill ? (c.ctx > 512 ? 3 : 8) : 50;
       auto best_ms = [&] {
         double best = 1e30;
-        for (int rep = 0; rep < (t_dim > 512 ? 3 : 8); ++rep) {
+        for (int rep = 0; rep < reps; ++rep) {
           const double t0 = now_s();
           be->attention(q, cache, batch, sh.hd, 0.1f, out);
           best = std::min(best, now_s() - t0);
         }
         return best * 1e3;
       };
-      const double f32_inputs = best_ms();
-      std::printf("attention %s (Hq %d, Hkv %d, hd %d), %d-token prefill, bf16 cache: %.3f ms",
-                  sh.name, sh.hq, sh.hkv, sh.hd, t_dim, f32_inputs);
+      if (c.prefill) {
+        std::printf("attention %s (Hq %d, Hkv %d, hd %d), %d-token prefill, bf16 cache: %.3f ms",
+                    sh.name, sh.hq, sh.hkv, sh.hd, c.ctx, best_ms());
+      } else {
+        std::printf("attention %s (Hq %d, Hkv %d, hd %d), %d decodes at context %d, bf16 cache: "
+                    "%.4f ms", sh.name, sh.hq, sh.hkv, sh.hd, c.seqs, c.ctx, best_ms());
+      }
       if (CpuBackend::bf16_linear_inputs_supported()) {
         const bool was = be->bf16_linear_inputs();
         be->set_bf16_linear_inputs(true);
-        std::printf(", with bf16 inputs %.3f ms", best_ms());
+        std::printf(", with bf16 inputs %.4f ms", best_ms());
         be->set_bf16_linear_inputs(was);
       }
       std::printf("\n");
