@@ -111,9 +111,20 @@ class CpuBackend : public Backend {
   // Whether linear_many rounds x once for all of targets: bf16 linear inputs, bf16 weights.
   bool rounds_linear_inputs(std::span<const LinearTarget> targets) const;
 
+  // The rotary cos / sin table of the last qk_norm_rope call: every layer of a forward asks
+  // for the same positions and inverse frequencies, so only the first computes it.
+  struct RopeTable {
+    std::vector<int32_t> positions;
+    std::vector<float> inv_freq;
+    std::vector<float> cos, sin;  // [T, hd / 2]
+  };
+  // rope_table_ for these positions and frequencies, recomputed when either differs.
+  const RopeTable& rope_table(const std::vector<int32_t>& positions, std::vector<float> inv_freq);
+
   std::unique_ptr<cpu::WorkerPool> pool_;
   int threads_;  // pool_->size()
   bool bf16_linear_inputs_ = false;
+  RopeTable rope_table_;
 };
 
 std::unique_ptr<Backend> make_cpu_backend(int num_threads = 0);

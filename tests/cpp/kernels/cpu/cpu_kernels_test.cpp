@@ -237,6 +237,39 @@ TEST(CpuQkNormRope, MatchesReferenceWithAndWithoutGains) {
       }
 }
 
+// The backend keeps the last call's cos / sin table for the next layer's call: a call with
+// other positions, or other frequencies of the same count, must not get the stale one.
+TEST(CpuQkNormRope, ReusesItsTableOnlyForTheSamePositionsAndFrequencies) {
+  auto be = make_cpu_backend(2);
+  std::mt19937 rng(37);
+  constexpr int64_t hd = 64, hq = 4, hkv = 2, t_dim = 5;
+  auto frequencies = [&](double base) {
+    Tensor freq = Tensor::empty({hd / 2}, DType::F32);
+    for (int64_t i = 0; i < hd / 2; ++i)
+      freq.ptr<float>()[i] = static_cast<float>(std::pow(base, -2.0 * i / hd));
+    return freq;
+  };
+  const Tensor f1 = frequencies(1e6), f2 = frequencies(1e4);
+  const std::vector<std::pair<std::vector<int32_t>, const Tensor*>> calls = {
+      {{0, 1, 2, 3, 4}, &f1}, {{0, 1, 2, 3, 4}, &f1},  // a reuse
+      {{9, 10, 11, 12, 13}, &f1},                        // new positions
+      {{9, 10, 11, 12, 13}, &f2},                        // new frequencies
+      {{0, 1, 2, 3, 4}, &f1}};
+  for (const auto& [positions, freq] : calls) {
+    BatchMeta batch;
+    batch.positions = positions;
+    batch.num_tokens = static_cast<int>(t_dim);
+    Tensor q = random_tensor({t_dim, hq * hd}, DType::F32, rng);
+    Tensor k = random_tensor({t_dim, hkv * hd}, DType::F32, rng);
+    auto qref = values(q), kref = values(k);
+    ref_norm_rope(qref, hq, hd, nullptr, 1e-6, values(*freq), batch.positions);
+    ref_norm_rope(kref, hkv, hd, nullptr, 1e-6, values(*freq), batch.positions);
+    be->qk_norm_rope(q, k, static_cast<int>(hd), nullptr, nullptr, 1e-6f, *freq, batch);
+    EXPECT_TRUE(all_close(q, qref, 1e-5, 1e-5)) << "q at position " << positions[0];
+    EXPECT_TRUE(all_close(k, kref, 1e-5, 1e-5)) << "k at position " << positions[0];
+  }
+}
+
 // --- element-wise ---
 
 TEST(CpuElementwise, SwigluAddGather) {
