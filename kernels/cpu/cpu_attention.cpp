@@ -224,36 +224,23 @@ struct WeightedPairs {
 };
 
 // The scores of keys [p0, p0 + count) (krows: their bf16 K rows) for an item's rows,
-// kRowBlock rows at a time: the folded chains, one hsum_many per row, the elements past the
-// last 32-element step in order, times the scale.
+// kRowBlock rows at a time: the folded chains, then per row one hsum16, times the scale.
 template <DType W>
 void score_block_bf16(const uint16_t* const* q16, const uint16_t* const* krows, int64_t count,
                       int64_t p0, int rows, const int64_t* ctx, int64_t hd, float scale,
                       float* const* srow, VecF (*folded)[kKeyBlock]) {
   static_assert(kKeyBlock == 16, "a key block's scores are one hsum16");
-  const int64_t whole = hd / 32 * 32;
   for (int r0 = 0; r0 < rows; r0 += kRowBlock) {
     const int r = std::min(kRowBlock, rows - r0);
     for_rows<FoldRowsBf16>(r, q16 + r0, krows, count, hd, folded);
     for (int j = 0; j < r; ++j) {
       const int64_t valid = std::min(count, ctx[r0 + j] - p0);  // keys this row sees
       if (valid <= 0) continue;
-      float* sc = srow[r0 + j] + p0;
-      if (whole == hd) {  // the block's sums times the scale, stored once (hsum_many's bits)
-        VecF block[kKeyBlock];
-        for (int64_t i = 0; i < kKeyBlock; ++i) block[i] = i < valid ? folded[j][i] : cpu::vzero();
-        const VecF scaled = cpu::vmul(cpu::hsum16(block), cpu::vset1(scale));
-        _mm512_mask_storeu_ps(sc, static_cast<__mmask16>((1u << valid) - 1u), scaled);
-        continue;
-      }
-      cpu::hsum_many(folded[j], static_cast<int>(valid), sc);
-      const uint16_t* q = q16[r0 + j];
-      for (int64_t i = 0; i < valid; ++i) {
-        float acc = sc[i];
-        for (int64_t e = whole; e < hd; ++e)
-          acc = std::fma(bf16_to_f32(krows[i][e]), bf16_to_f32(q[e]), acc);
-        sc[i] = acc * scale;
-      }
+      // The block's sums times the scale, stored once (hsum_many's bits for each).
+      VecF block[kKeyBlock];
+      for (int64_t i = 0; i < kKeyBlock; ++i) block[i] = i < valid ? folded[j][i] : cpu::vzero();
+      const VecF scaled = cpu::vmul(cpu::hsum16(block), cpu::vset1(scale));
+      _mm512_mask_storeu_ps(srow[r0 + j] + p0, static_cast<__mmask16>((1u << valid) - 1u), scaled);
     }
   }
 }

@@ -11,17 +11,17 @@
 // The definition, per query row q (hd elements) over its ctx keys (the kernels are tested
 // against attention_bf16_reference bit for bit; vdpbf16ps flushes denormals, the reference
 // does not, which random tests never reach):
-//   score_p = bf16_dot_reference(bf16(q), k_p, hd) * scale   (cpu_linear_dot.h: Bf16Dot's
-//             order: 16 lanes of pair chains over the whole 32-element steps, the hsum tree,
-//             the tail elements in order)
+//   score_p = bf16_dot_reference(bf16(q), k_p, hd32) * scale, with q and k zero-padded to
+//             hd32 = hd rounded up to a multiple of 32 (cpu_linear_dot.h: Bf16Dot's order:
+//             16 lanes of pair chains over the 32-element steps, the last one padded, then the
+//             hsum tree; the padding adds exact zeros)
 //   w_p = e^(score_p - max) and den = their f32 sum (cpu::softmax_numerators, unrounded)
 //   out[e] = acc[e] / den (times the reciprocal), acc[e] over the key pairs (p, p + 1) from
 //             key 0 in order: acc = fma(bf16(w_p), v_p[e], fma(bf16(w_p+1), v_p+1[e], acc)),
 //             an odd last key paired with weight 0 and a zero row.
 // Per element one chain whatever else the call holds, so decode and prefill round alike.
-// Head sizes that are not a multiple of 32 take their last elements in scalar code (the score
-// tail per key, the V sum's elements past the last 32): correct, but for hd 48 or 80 slower
-// than the f32 path. Qwen3, Qwen2 and Llama checkpoints have hd 64 or 128.
+// A head size that is not a multiple of 32 (open_llama_3b's 100, say) takes its last step with
+// masked loads and stores, not in scalar code: the same chains.
 #pragma once
 
 #include <algorithm>
@@ -55,11 +55,15 @@ inline float weight_pair_fma(const uint16_t* pair, float v_first, float v_second
 inline void attention_bf16_reference(const float* q, const uint16_t* const* k,
                                      const uint16_t* const* v, int64_t ctx, int64_t hd,
                                      float scale, float* out) {
-  std::vector<uint16_t> qb(static_cast<size_t>(hd));
+  const int64_t hd32 = (hd + 31) / 32 * 32;
+  std::vector<uint16_t> qb(static_cast<size_t>(hd32), 0), kb(qb.size(), 0);
   std::vector<float> w(static_cast<size_t>(ctx));
   std::vector<uint16_t> pairs(static_cast<size_t>(ctx + 1));
   for (int64_t e = 0; e < hd; ++e) qb[e] = f32_to_bf16(q[e]);
-  for (int64_t p = 0; p < ctx; ++p) w[p] = bf16_dot_reference(k[p], qb.data(), hd, nullptr) * scale;
+  for (int64_t p = 0; p < ctx; ++p) {
+    std::copy(k[p], k[p] + hd, kb.begin());
+    w[p] = bf16_dot_reference(kb.data(), qb.data(), hd32, nullptr) * scale;
+  }
   const float den = softmax_numerators(w.data(), ctx);
   pack_weight_pairs(w.data(), ctx, pairs.data());
   for (int64_t e = 0; e < hd; ++e) {
@@ -91,11 +95,22 @@ void fold_rows_bf16(const uint16_t* const* q, const uint16_t* const* k, int64_t 
     VecF acc[R][kKeys];
     for (int r = 0; r < R; ++r)
       for (int j = 0; j < kKeys; ++j) acc[r][j] = vzero();
-    for (int64_t e = 0; e + 32 <= hd; e += 32) {
+    int64_t e = 0;
+    for (; e + 32 <= hd; e += 32) {
       __m512i kv[kKeys];
       for (int j = 0; j < kKeys; ++j) kv[j] = _mm512_loadu_si512(kp[j] + e);
       for (int r = 0; r < R; ++r) {
         const __m512i qv = _mm512_loadu_si512(q[r] + e);
+        for (int j = 0; j < kKeys; ++j)
+          acc[r][j] = _mm512_dpbf16_ps(acc[r][j], as_bh(kv[j]), as_bh(qv));
+      }
+    }
+    if (e < hd) {  // the last hd - e elements, the rest of the step zeros
+      const auto mask = static_cast<__mmask32>((uint64_t{1} << (hd - e)) - 1);
+      __m512i kv[kKeys];
+      for (int j = 0; j < kKeys; ++j) kv[j] = _mm512_maskz_loadu_epi16(mask, kp[j] + e);
+      for (int r = 0; r < R; ++r) {
+        const __m512i qv = _mm512_maskz_loadu_epi16(mask, q[r] + e);
         for (int j = 0; j < kKeys; ++j)
           acc[r][j] = _mm512_dpbf16_ps(acc[r][j], as_bh(kv[j]), as_bh(qv));
       }
@@ -119,15 +134,28 @@ inline __m512i interleave_pair(__m512i first, __m512i second, bool high) {
 // oh[r][e] for e in [e0, e0 + 32 * C2), r < R: the chains over key pairs [j_begin, j_end) (pair j:
 // rows vrow[2j], vrow[2j + 1]; weights pairs[r] + 2j), from zero or from oh's values. Each V
 // vector is loaded and interleaved once for all R rows.
-template <int R, int C2>
+// Masked (C2 = 1): only the first `left` (< 32) elements exist; loads and stores stop there.
+template <int R, int C2, bool Masked = false>
 void weighted_pairs_block(const uint16_t* const* pairs, const uint16_t* const* vrow,
                           int64_t j_begin, int64_t j_end, int64_t e0, bool from_zero,
-                          float* const* oh, int64_t prefetch_keys) {
+                          float* const* oh, int64_t prefetch_keys, int64_t left = 32 * C2) {
   constexpr int C = 2 * C2;  // 16-lane accumulators per row
+  static_assert(!Masked || C2 == 1);
+  const auto load_mask = static_cast<__mmask32>((uint64_t{1} << std::min<int64_t>(left, 32)) - 1);
+  __mmask16 lane_mask[C];  // the elements of accumulator c that exist
+  for (int c = 0; c < C; ++c) {
+    const int64_t in_c = std::clamp<int64_t>(left - c * kLanes, 0, kLanes);
+    lane_mask[c] = static_cast<__mmask16>((1u << in_c) - 1u);
+  }
+  auto load_v = [&](const uint16_t* p) {
+    return Masked ? _mm512_maskz_loadu_epi16(load_mask, p) : _mm512_loadu_si512(p);
+  };
   VecF acc[R][C];
   for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c)
-      acc[r][c] = from_zero ? vzero() : vload(oh[r] + e0 + c * kLanes);
+    for (int c = 0; c < C; ++c) {
+      float* o = oh[r] + e0 + c * kLanes;
+      acc[r][c] = from_zero ? vzero() : Masked ? _mm512_maskz_loadu_ps(lane_mask[c], o) : vload(o);
+    }
   for (int64_t j = j_begin; j < j_end; ++j) {
     const uint16_t* first = vrow[2 * j] + e0;
     const uint16_t* second = vrow[2 * j + 1] + e0;
@@ -139,7 +167,7 @@ void weighted_pairs_block(const uint16_t* const* pairs, const uint16_t* const* v
     }
     __m512i x[C];
     for (int c = 0; c < C2; ++c) {
-      const __m512i a = _mm512_loadu_si512(first + 32 * c), b = _mm512_loadu_si512(second + 32 * c);
+      const __m512i a = load_v(first + 32 * c), b = load_v(second + 32 * c);
       x[2 * c] = interleave_pair(a, b, false);
       x[2 * c + 1] = interleave_pair(a, b, true);
     }
@@ -151,11 +179,18 @@ void weighted_pairs_block(const uint16_t* const* pairs, const uint16_t* const* v
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) vstore(oh[r] + e0 + c * kLanes, acc[r][c]);
+    for (int c = 0; c < C; ++c) {
+      float* o = oh[r] + e0 + c * kLanes;
+      if constexpr (Masked) {
+        _mm512_mask_storeu_ps(o, lane_mask[c], acc[r][c]);
+      } else {
+        vstore(o, acc[r][c]);
+      }
+    }
 }
 
-// The same over all hd elements: blocks of 64, then of 32, then the elements past them in
-// scalar code (weight_pair_fma, the same chain).
+// The same over all hd elements: blocks of 64, then of 32, then the elements left in a masked
+// block of 32.
 template <int R>
 void weighted_pairs(const uint16_t* const* pairs, const uint16_t* const* vrow, int64_t j_begin,
                     int64_t j_end, int64_t hd, bool from_zero, float* const* oh,
@@ -165,15 +200,9 @@ void weighted_pairs(const uint16_t* const* pairs, const uint16_t* const* vrow, i
     weighted_pairs_block<R, 2>(pairs, vrow, j_begin, j_end, e0, from_zero, oh, prefetch_keys);
   for (; e0 + 32 <= hd; e0 += 32)
     weighted_pairs_block<R, 1>(pairs, vrow, j_begin, j_end, e0, from_zero, oh, prefetch_keys);
-  for (; e0 < hd; ++e0) {
-    for (int r = 0; r < R; ++r) {
-      float acc = from_zero ? 0.0f : oh[r][e0];
-      for (int64_t j = j_begin; j < j_end; ++j)
-        acc = weight_pair_fma(pairs[r] + 2 * j, bf16_to_f32(vrow[2 * j][e0]),
-                              bf16_to_f32(vrow[2 * j + 1][e0]), acc);
-      oh[r][e0] = acc;
-    }
-  }
+  if (e0 < hd)
+    weighted_pairs_block<R, 1, true>(pairs, vrow, j_begin, j_end, e0, from_zero, oh,
+                                     prefetch_keys, hd - e0);
 }
 
 #endif  // __AVX512BF16__

@@ -1,7 +1,7 @@
 // CPU attention with bf16 inputs over a bf16 KV cache (cpu_attention_bf16.h): q and the softmax
 // numerators rounded to bf16, vdpbf16ps products. Checked three ways, on mixed batches (prefill
 // chunks over cached prefixes, decodes, several sequences), GQA groups, head sizes with and
-// without a tail past the last 32-element step, and thread counts:
+// without a partial last 32-element step (masked), and thread counts:
 // - bit for bit against the scalar definition, attention_bf16_reference, per query row;
 // - against attention in double precision over the same stored K / V, within the bf16 rounding
 //   of q and P (a bound the f32-input path meets 100 times over, so the test sees the rounding);
@@ -98,7 +98,7 @@ TEST(CpuAttentionBf16, EqualsTheDefinitionBitForBit) {
   uint32_t seed = 11;
   for (const auto& seqs : kBatches)
     for (auto [hq, hkv] : {std::pair<int, int>{4, 4}, {4, 2}, {16, 2}})
-      for (int hd : {24, 48, 64, 128})
+      for (int hd : {24, 48, 64, 100, 128})
         for (int threads : {1, 3}) {
           CpuBackend be(threads);
           be.set_bf16_linear_inputs(true);
@@ -185,7 +185,7 @@ TEST(CpuAttentionBf16, EveryTokenEqualsItselfAloneBitForBit) {
   if (!CpuBackend::bf16_linear_inputs_supported()) GTEST_SKIP() << "no AVX512_BF16 in this build";
   uint32_t seed = 300;
   for (auto [hq, hkv] : {std::pair<int, int>{4, 4}, {6, 2}, {16, 2}})
-    for (int hd : {24, 64, 128})
+    for (int hd : {24, 64, 100, 128})
       for (int threads : {1, 3}) {
         CpuBackend be(threads);
         be.set_bf16_linear_inputs(true);
