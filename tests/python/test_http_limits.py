@@ -190,12 +190,16 @@ def test_connections_are_counted(server):
     finally:
         for s in socks:
             s.close()
-    # Closed, all 20 leave the count (the next scrape's connection replaces this one's).
+    # Closed, the 20 leave the count. Each scrape is a connection of its own, and an earlier
+    # scrape's may still be closing when the next one counts (2 <= 21 - 20 failed once), so
+    # two of those are allowed for: a count that kept the 20 would stay at 21 or more.
+    def settled():
+        return server.metrics()["attnres:http_connections"] <= with_them - 18
+
     deadline = time.monotonic() + 5
-    while (server.metrics()["attnres:http_connections"] > with_them - 20
-           and time.monotonic() < deadline):
+    while not settled() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert server.metrics()["attnres:http_connections"] <= with_them - 20
+    assert settled()
 
 
 def test_connections_past_the_cap_get_503(attnres_bin):
