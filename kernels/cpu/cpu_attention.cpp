@@ -236,10 +236,15 @@ void score_block_bf16(const uint16_t* const* q16, const uint16_t* const* krows, 
     for (int j = 0; j < r; ++j) {
       const int64_t valid = std::min(count, ctx[r0 + j] - p0);  // keys this row sees
       if (valid <= 0) continue;
-      // The block's sums times the scale, stored once (hsum_many's bits for each).
-      VecF block[kKeyBlock];
-      for (int64_t i = 0; i < kKeyBlock; ++i) block[i] = i < valid ? folded[j][i] : cpu::vzero();
-      const VecF scaled = cpu::vmul(cpu::hsum16(block), cpu::vset1(scale));
+      // The block's sums times the scale, stored once (hsum_many's bits for each); a partial
+      // block is padded with zeros first.
+      const VecF* sums_of = folded[j];
+      VecF padded[kKeyBlock];
+      if (valid < kKeyBlock) {
+        for (int64_t i = 0; i < kKeyBlock; ++i) padded[i] = i < valid ? folded[j][i] : cpu::vzero();
+        sums_of = padded;
+      }
+      const VecF scaled = cpu::vmul(cpu::hsum16(sums_of), cpu::vset1(scale));
       _mm512_mask_storeu_ps(srow[r0 + j] + p0, static_cast<__mmask16>((1u << valid) - 1u), scaled);
     }
   }
@@ -298,11 +303,7 @@ void attend(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
   const int64_t max_rows = kTileTokens * group;
   cpu::DynamicSchedule schedule(items, 2);
   pool.run(threads > 1 && items > 1 ? threads : 1, [&](int, int) {
-    // Each row's scores a cache line past a multiple of 16 floats apart: at 1024 or 4096 keys,
-    // rows a power of two apart share their L1 sets, and a key block's stores into 16 rows
-    // thrashed them (28% of the bf16 path's own samples at 4096 tokens).
-    const int64_t score_stride = (max_ctx + kLanes - 1) / kLanes * kLanes + 16;
-    std::vector<float> scores(static_cast<size_t>(score_stride * max_rows));
+    std::vector<float> scores(static_cast<size_t>(max_ctx * max_rows));
     std::vector<float> widened(W == DType::F32 || Bf16In ? 0 : static_cast<size_t>(kKeyBlock * hd));
     // Bf16In: the rows' q in bf16, and each row's softmax numerators as bf16 key pairs.
     std::vector<uint16_t> q16(Bf16In ? static_cast<size_t>(max_rows * hd) : 0);
@@ -339,7 +340,7 @@ void attend(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
           } else {
             orow[rows] = out.ptr<float>() + head_off;
           }
-          srow[rows] = scores.data() + rows * score_stride;
+          srow[rows] = scores.data() + rows * max_ctx;
           ctx[rows] = batch.positions[t] + 1;
           if constexpr (Bf16In) {
             uint16_t* qb = q16.data() + rows * hd;

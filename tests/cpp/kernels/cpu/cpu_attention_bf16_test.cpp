@@ -4,14 +4,13 @@
 // without a partial last 32-element step (masked), and thread counts:
 // - bit for bit against the scalar definition, attention_bf16_reference, per query row;
 // - against attention in double precision over the same stored K / V, within the bf16 rounding
-//   of q and P (a bound the f32-input path meets 100 times over, so the test sees the rounding);
-// - every token equal to itself attended alone (a decode), bit for bit: batch invariance.
+//   of q and P (a bound the f32-input path meets 100 times over, so the test sees the rounding).
+// Batch invariance with bf16 inputs: cpu_attention_invariance_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <numeric>
 #include <random>
 #include <vector>
 
@@ -46,17 +45,10 @@ Case make_case(Backend& be, const std::vector<SeqSpec>& seqs, int hq, int hkv, i
   Case c{{be.alloc({kBlocks, kBlockSize, hkv, hd}, DType::BF16),
           be.alloc({kBlocks, kBlockSize, hkv, hd}, DType::BF16)},
          {}, {}, hq, hkv, hd};
-  std::vector<int> free_blocks(kBlocks);
-  std::iota(free_blocks.begin(), free_blocks.end(), 0);
-  std::shuffle(free_blocks.begin(), free_blocks.end(), rng);  // non-contiguous tables
-  std::vector<std::vector<int32_t>> tables(seqs.size());
+  const auto tables = shuffled_block_tables(seqs, kBlockSize, kBlocks, rng);
   std::vector<Tensor> k_all, v_all;
-  for (size_t s = 0; s < seqs.size(); ++s) {
-    const int len = seqs[s].cached + seqs[s].chunk;
-    for (int b = 0; b < (len + kBlockSize - 1) / kBlockSize; ++b) {
-      tables[s].push_back(free_blocks.back());
-      free_blocks.pop_back();
-    }
+  for (const SeqSpec& spec : seqs) {
+    const int len = spec.cached + spec.chunk;
     k_all.push_back(random_tensor({len, row}, DType::F32, rng, -2.0f, 2.0f));
     v_all.push_back(random_tensor({len, row}, DType::F32, rng, -2.0f, 2.0f));
   }
@@ -178,31 +170,6 @@ TEST(CpuAttentionBf16, WithinTheRoundingOfQAndPOfExactAttention) {
         // ... and the rounding is there: not within the f32 path's bound.
         EXPECT_FALSE(all_close(bf16_inputs, want, kBound / 100, 0.0, &mag))
             << "hq=" << hq << " hkv=" << hkv << " hd=" << hd;
-      }
-}
-
-TEST(CpuAttentionBf16, EveryTokenEqualsItselfAloneBitForBit) {
-  if (!CpuBackend::bf16_linear_inputs_supported()) GTEST_SKIP() << "no AVX512_BF16 in this build";
-  uint32_t seed = 300;
-  for (auto [hq, hkv] : {std::pair<int, int>{4, 4}, {6, 2}, {16, 2}})
-    for (int hd : {24, 64, 100, 128})
-      for (int threads : {1, 3}) {
-        CpuBackend be(threads);
-        be.set_bf16_linear_inputs(true);
-        std::mt19937 rng(seed++);
-        const Case c = make_case(be, kBatches[0], hq, hkv, hd, rng);
-        Tensor all = be.alloc({c.batch.num_tokens, hq * hd}, DType::F32);
-        be.attention(c.q, c.cache, c.batch, hd, scale_of(hd), all);
-        for (int s = 0; s < c.batch.num_seqs(); ++s)
-          for (int t = c.batch.query_start[s]; t < c.batch.query_start[s + 1]; ++t) {
-            const BatchMeta alone = single_token_step(c.batch.positions[t], c.batch.slot_mapping[t],
-                                                      c.batch.block_tables[s]);
-            Tensor one = be.alloc({1, hq * hd}, DType::F32);
-            be.attention(c.q.rows(t, t + 1), c.cache, alone, hd, scale_of(hd), one);
-            ASSERT_EQ(0, std::memcmp(one.data, all.rows(t, t + 1).data, one.nbytes()))
-                << "hq=" << hq << " hkv=" << hkv << " hd=" << hd << " threads=" << threads
-                << ": token " << t << " of sequence " << s;
-          }
       }
 }
 

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <algorithm>
+#include <numeric>
+#include <random>
 #include <vector>
 
 #include "engine/core/backend.h"
@@ -49,6 +51,25 @@ inline BatchMeta store_paged_step(Backend& be, const std::vector<SeqSpec>& seqs,
     }
   if (b.num_tokens > 0) be.store_kv(k, v, b, cache);
   return b;
+}
+
+// Block tables for `seqs` (each covering its cached prefix and chunk) drawn from `num_blocks`
+// blocks in a shuffled order, so that no table is contiguous.
+inline std::vector<std::vector<int32_t>> shuffled_block_tables(const std::vector<SeqSpec>& seqs,
+                                                               int block_size, int num_blocks,
+                                                               std::mt19937& rng) {
+  std::vector<int> free_blocks(num_blocks);
+  std::iota(free_blocks.begin(), free_blocks.end(), 0);
+  std::shuffle(free_blocks.begin(), free_blocks.end(), rng);
+  std::vector<std::vector<int32_t>> tables(seqs.size());
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const int len = seqs[s].cached + seqs[s].chunk;
+    for (int b = 0; b < (len + block_size - 1) / block_size; ++b) {
+      tables[s].push_back(free_blocks.back());
+      free_blocks.pop_back();
+    }
+  }
+  return tables;
 }
 
 // One sequence of one token at `position`, written to `slot` (its block table: `table`).
