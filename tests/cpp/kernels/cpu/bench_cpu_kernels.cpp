@@ -12,7 +12,9 @@
 //   Phase 1 did not read), f32 and bf16 bank; Phase 2 also as `delta` runs it (the partial
 //   added, not a source: the general kernel); and the twin's PreNorms Phase 2 stands in for.
 //   Then delta_v's attention steps (every other sublayer), whose K and V streams mix the same
-//   sources: as two depth_phase2_prenorm calls and as one depth_phase2_prenorm_pair.
+//   sources: as two depth_phase2_prenorm calls and as one depth_phase2_prenorm_pair. And
+//   `full`'s pushes (add_inplace_push: the residual add that also writes the next bank
+//   entry) against the twin's residual adds.
 //   The bank (15-30 MB) stays in L3 between calls here; in a forward the GEMMs' weights pass
 //   through the cache between them.
 // - Sampling (`sample`: batch 64, vocabulary 151936, rows of random temperature / top-k /
@@ -121,11 +123,19 @@ void run_depth_shape(Backend* be, std::mt19937& rng, const char* name, int64_t d
   auto prenorms = [&] {
     for (int i = 0; i < groups * kSlots; ++i) be->rms_norm(partial, gain, 1e-6f, out);
   };
-  double best_norm = 1e30;
+  // The twin's residual adds, one per sublayer (a forward's pushes replace them).
+  Tensor sublayer_out = random_f32({T, d}, rng, 0.01f);
+  auto adds = [&] {
+    for (int i = 0; i < groups * kSlots; ++i) be->add_inplace(partial, sublayer_out);
+  };
+  double best_norm = 1e30, best_adds = 1e30;
   for (int r = 0; r < kReps; ++r) {
-    const double t0 = now_s();
+    double t0 = now_s();
     prenorms();
     best_norm = std::min(best_norm, now_s() - t0);
+    t0 = now_s();
+    adds();
+    best_adds = std::min(best_adds, now_s() - t0);
   }
   for (DType dtype : {DType::F32, DType::BF16}) {
     Tensor bank = be->alloc(bank_f32.shape, dtype);
@@ -183,7 +193,15 @@ void run_depth_shape(Backend* be, std::mt19937& rng, const char* name, int64_t d
         }
       }
     };
+    // `full`'s pushes: the residual add that also writes the next bank entry, every sublayer.
+    auto pushes = [&] {
+      for (int i = 0; i < groups * kSlots; ++i) {
+        Tensor entry = bank.row(1 + i);
+        be->add_inplace_push(partial, sublayer_out, entry, Backend::PushedRow::Sum);
+      }
+    };
     double best1 = 1e30, best2 = 1e30, best2_delta = 1e30, best_two = 1e30, best_pair = 1e30;
+    double best_push = 1e30;
     phase1();  // warm-up (and the Phase-1 state Phase 2 reads)
     for (int r = 0; r < kReps; ++r) {
       double t0 = now_s();
@@ -201,6 +219,9 @@ void run_depth_shape(Backend* be, std::mt19937& rng, const char* name, int64_t d
       t0 = now_s();
       phase2_streams(true);
       best_pair = std::min(best_pair, now_s() - t0);
+      t0 = now_s();
+      pushes();
+      best_push = std::min(best_push, now_s() - t0);
     }
     std::printf(
         "depth (%s shape, d %lld, T %lld, %d groups of %d) %s bank: Phase 1 %.3f ms, Phase 2 "
@@ -209,6 +230,8 @@ void run_depth_shape(Backend* be, std::mt19937& rng, const char* name, int64_t d
         best1 * 1e3, best2 * 1e3, best2_delta * 1e3, best_norm * 1e3);
     std::printf("  delta_v's two streams at %d steps: two calls %.3f ms, one pair %.3f ms\n",
                 groups * kSlots / 2, best_two * 1e3, best_pair * 1e3);
+    std::printf("  pushes (add + entry) %.3f ms, the twin's adds %.3f ms per prefill\n",
+                best_push * 1e3, best_adds * 1e3);
   }
 }
 
