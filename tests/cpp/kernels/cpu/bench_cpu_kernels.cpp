@@ -314,7 +314,7 @@ KvCacheLayer random_cache(Backend* be, int tokens, int hkv, int hd, std::mt19937
 }
 
 // `seqs` sequences of `ctx` positions each, sequence s in slots [s * ctx, (s + 1) * ctx) (ctx
-// a multiple of 16); `query_tokens` per sequence: all of them (a prefill) or the last (a decode).
+// a multiple of 16); the query tokens of each: all of them (prefill) or the last (a decode).
 BatchMeta attention_batch(int seqs, int ctx, bool prefill) {
   BatchMeta batch;
   batch.query_start.push_back(0);

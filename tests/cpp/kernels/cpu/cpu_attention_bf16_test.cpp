@@ -1,7 +1,7 @@
 // CPU attention with bf16 inputs over a bf16 KV cache (cpu_attention_bf16.h): q and the softmax
-// numerators rounded to bf16, vdpbf16ps products. Checked three ways, on mixed batches (prefill
-// chunks over cached prefixes, decodes, several sequences), GQA groups, head sizes with and
-// without a partial last 32-element step (masked), and thread counts:
+// numerators rounded to bf16, vdpbf16ps products. Checked two ways here, on mixed batches
+// (prefill chunks over cached prefixes, decodes, several sequences), GQA groups, head sizes
+// with and without a partial last 32-element step (masked), and thread counts:
 // - bit for bit against the scalar definition, attention_bf16_reference, per query row;
 // - against attention in double precision over the same stored K / V, within the bf16 rounding
 //   of q and P (a bound the f32-input path meets 100 times over, so the test sees the rounding).
@@ -42,9 +42,10 @@ struct Case {
 Case make_case(Backend& be, const std::vector<SeqSpec>& seqs, int hq, int hkv, int hd,
                std::mt19937& rng) {
   const int row = hkv * hd;
-  Case c{{be.alloc({kBlocks, kBlockSize, hkv, hd}, DType::BF16),
-          be.alloc({kBlocks, kBlockSize, hkv, hd}, DType::BF16)},
-         {}, {}, hq, hkv, hd};
+  Case c;
+  c.cache = {be.alloc({kBlocks, kBlockSize, hkv, hd}, DType::BF16),
+             be.alloc({kBlocks, kBlockSize, hkv, hd}, DType::BF16)};
+  c.hq = hq, c.hkv = hkv, c.hd = hd;
   const auto tables = shuffled_block_tables(seqs, kBlockSize, kBlocks, rng);
   std::vector<Tensor> k_all, v_all;
   for (const SeqSpec& spec : seqs) {
@@ -83,7 +84,7 @@ void for_each_row(const Case& c, F f) {
 
 const std::vector<std::vector<SeqSpec>> kBatches = {
     {{0, 9}, {21, 1}, {5, 7}, {0, 1}, {30, 12}},  // prefills, decodes, tiles of 1 and 4 tokens
-    {{40, 1}, {3, 1}, {16, 1}}};                   // a decode-only step (odd and even contexts)
+    {{40, 1}, {3, 1}, {16, 1}}};                  // a decode-only step (odd and even contexts)
 
 TEST(CpuAttentionBf16, EqualsTheDefinitionBitForBit) {
   if (!CpuBackend::bf16_linear_inputs_supported()) GTEST_SKIP() << "no AVX512_BF16 in this build";

@@ -3,15 +3,15 @@
 // attended alone as a one-token step (a decode), for f32 and bf16 caches, with f32 inputs and
 // (AVX512_BF16 builds, bf16 cache) bf16 inputs (cpu_attention_bf16.h), GQA groups of 1 to 8
 // query heads per KV head (work items of up to 8 tokens x 8 heads, in row blocks of 4), head
-// sizes with a partial last vector, and any thread count. This is batch invariance for attention: the
-// kernel shares K / V loads among the rows of a work item (cpu_attention.cpp) but never their
+// sizes with a partial last vector, and any thread count. This is batch invariance for attention:
+// the kernel shares K / V loads among the rows of a work item (cpu_attention.cpp) but never their
 // arithmetic.
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <memory>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -56,8 +56,8 @@ void expect_tokens_alone_equal_batch(DType dtype, bool bf16_inputs, int hq, int 
       Tensor one = be->alloc({1, hq * hd}, DType::F32);
       be->attention(q.rows(t, t + 1), cache, alone, hd, scale, one);
       ASSERT_EQ(0, std::memcmp(one.data, all.rows(t, t + 1).data, one.nbytes()))
-          << name(dtype) << (bf16_inputs ? " bf16 inputs" : "") << " hq=" << hq << " hkv=" << hkv << " hd=" << hd
-          << " threads=" << threads << ": token " << t << " of sequence " << s;
+          << name(dtype) << (bf16_inputs ? " bf16 inputs" : "") << " hq=" << hq << " hkv=" << hkv
+          << " hd=" << hd << " threads=" << threads << ": token " << t << " of sequence " << s;
     }
   }
 }
