@@ -37,22 +37,40 @@ using cpu::VecF;
 constexpr int kMaxGemvRows = 8;
 constexpr int64_t kPrefetchBytes = 32768;  // GEMV software-prefetch distance (at least)
 
-// Output rows handled per GEMV iteration for R input rows: keeps O * R >= 8 FMA chains in
-// flight (two FMA units, four cycles each) and, for one row, 8 weight streams.
-constexpr int gemv_outputs_per_step(int r) { return r <= 1 ? 8 : r <= 4 ? 2 : 1; }
+// Whether a GEMV of R rows reads its weights one output row at a time with no software
+// prefetch: one input row over bf16 weights with bf16 inputs (Bf16Dot, decode on a bf16
+// checkpoint). A thread's outputs are consecutive weight rows, so it then reads one
+// sequential stream, which the hardware prefetchers follow on their own. Zen 4, 2 threads,
+// cold weights (docs/BENCHMARKS.md, "Decode's GEMV as one stream per thread"): 33-49 GB/s
+// against 28-41 with 8 rows in lockstep and the software prefetch below, which reads 8
+// streams 2 KB apart and needs it (17-31 GB/s without).
+template <class D>
+constexpr bool gemv_one_stream(int r) {
+  return r == 1 && D::kOneRowAtATime;
+}
 
-// out[r, o] for o in [o_begin, o_end), O outputs at a time.
-template <class D, int R, int O>
+// Output rows handled per GEMV iteration for R input rows: keeps O * R >= 8 FMA chains in
+// flight (two FMA units, four cycles each) and, for one row, 8 weight streams; one where the
+// rows are read one at a time (gemv_one_stream).
+template <class D>
+constexpr int gemv_outputs_per_step(int r) {
+  return gemv_one_stream<D>(r) ? 1 : r <= 1 ? 8 : r <= 4 ? 2 : 1;
+}
+
+// out[r, o] for o in [o_begin, o_end), O outputs at a time. Whatever O, each output is one
+// chain of D's steps over k in order, then hsum, the tail and the bias: the same bits.
+template <class D, int R, int O, bool SoftwarePrefetch>
 void gemv_block(const typename D::XT* x, int64_t k_dim, const typename D::WT* w,
                 const float* bias, float* out, int64_t n_dim, int64_t o_begin, int64_t o_end) {
-  // Software prefetch into L2 (prefetcht1) a fixed distance ahead in the contiguous weight
-  // stream: a core alone cannot keep enough misses in flight to use DRAM's bandwidth. Measured
-  // on the 2-core Xeon (docs/BENCHMARKS.md, issue #19): 32 KB ahead into L2 streams 26-27 GB/s
-  // from DRAM against 17-22 without, while 4 KB ahead with prefetchnta (into L1, the earlier
-  // choice, tuned on an EPYC) was slower than none, its line-fill buffers being the limit.
-  // Each line is asked for twice: one prefetch per 32 bytes of a step (a prefetch the L2
-  // drops while its miss queue is full gets a second chance). With one per line, Bf16Dot's
-  // 64-byte steps streamed 7-10% slower than F32Dot's 32-byte ones on Zen 4 (issue #19).
+  // SoftwarePrefetch: into L2 (prefetcht1) a fixed distance ahead in the contiguous weight
+  // stream: a core alone cannot keep enough misses in flight to use DRAM's bandwidth over O
+  // interleaved rows. Measured on the 2-core Xeon (docs/BENCHMARKS.md, issue #19): 32 KB ahead
+  // into L2 streams 26-27 GB/s from DRAM against 17-22 without, while 4 KB ahead with
+  // prefetchnta (into L1, the earlier choice, tuned on an EPYC) was slower than none, its
+  // line-fill buffers being the limit. Each line is asked for twice: one prefetch per 32 bytes
+  // of a step (a prefetch the L2 drops while its miss queue is full gets a second chance).
+  // With one per line, Bf16Dot's 64-byte steps streamed 7-10% slower than F32Dot's 32-byte
+  // ones on Zen 4 (issue #19).
   using WT = typename D::WT;
   constexpr int64_t kStepBytes = D::kStep * static_cast<int64_t>(sizeof(WT));
   constexpr int64_t kPrefetches = std::max<int64_t>(1, kStepBytes / 32);
@@ -71,8 +89,10 @@ void gemv_block(const typename D::XT* x, int64_t k_dim, const typename D::WT* w,
       typename D::XVec xv[R];
       for (int r = 0; r < R; ++r) xv[r] = D::load_x(x + r * k_dim + k);
       for (int j = 0; j < O; ++j) {
-        for (int64_t p = 0; p < kPrefetches; ++p)
-          __builtin_prefetch(wrow[j] + k + ahead + p * (64 / sizeof(WT)), 0, 2);
+        if constexpr (SoftwarePrefetch) {
+          for (int64_t p = 0; p < kPrefetches; ++p)
+            __builtin_prefetch(wrow[j] + k + ahead + p * (64 / sizeof(WT)), 0, 2);
+        }
         const typename D::WVec wv = D::load_w(wrow[j] + k);
         for (int r = 0; r < R; ++r) acc[j][r] = D::dot(acc[j][r], wv, xv[r]);
       }
@@ -89,7 +109,7 @@ void gemv_block(const typename D::XT* x, int64_t k_dim, const typename D::WT* w,
     }
   }
   if constexpr (O > 1) {
-    if (o < o_end) gemv_block<D, R, 1>(x, k_dim, w, bias, out, n_dim, o, o_end);
+    if (o < o_end) gemv_block<D, R, 1, SoftwarePrefetch>(x, k_dim, w, bias, out, n_dim, o, o_end);
   }
 }
 
@@ -101,7 +121,8 @@ void gemv(const typename D::XT* x, int64_t k_dim, const typename D::WT* w, const
   const bool parallel = pool.size() > 1 && n_dim * k_dim >= (1 << 15);
   pool.parallel_for(chunks, parallel, [&](int64_t c) {
     int64_t begin = c * kChunk, end = std::min(n_dim, begin + kChunk);
-    gemv_block<D, R, gemv_outputs_per_step(R)>(x, k_dim, w, bias, out, n_dim, begin, end);
+    gemv_block<D, R, gemv_outputs_per_step<D>(R), !gemv_one_stream<D>(R)>(x, k_dim, w, bias, out,
+                                                                         n_dim, begin, end);
   });
 }
 

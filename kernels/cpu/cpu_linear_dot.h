@@ -37,6 +37,9 @@ struct F32Dot {
   using WVec = VecF;
   static constexpr int64_t kStep = kLanes;  // elements per vector step
   static constexpr bool kPackFree = false;   // the GEMM packs panels (widened once)
+  // Whether a one-row GEMV reads one weight row at a time (cpu_linear.cpp, gemv): no, an FMA
+  // chain per output at 4 cycles a step would trail the weight stream (AVX2: 8 lanes).
+  static constexpr bool kOneRowAtATime = false;
 
   static XVec load_x(const XT* p) { return vload(p); }
   static WVec load_w(const WT* p) { return vload_w<W>(p); }
@@ -60,6 +63,8 @@ struct Bf16Dot {
   using WVec = __m512i;
   static constexpr int64_t kStep = 32;
   static constexpr bool kPackFree = true;
+  // One weight row at a time in a one-row GEMV: 64 bytes per vdpbf16ps keep the chain ahead.
+  static constexpr bool kOneRowAtATime = true;
 
   static XVec load_x(const XT* p) { return _mm512_loadu_si512(p); }
   static WVec load_w(const WT* p) { return _mm512_loadu_si512(p); }

@@ -1,6 +1,6 @@
 // Microbenchmark (not a test): bf16 linear throughput of the CPU backend on the 100M model's
 // shapes, against the machine's measured copy bandwidth.
-// - GEMV (R = 1 and 8): GB/s of weight bytes streamed. "cold" cycles through enough weight
+// - GEMV (R = 1 and 8; the 100M and 0.6B shapes' MLP and LM head): GB/s of weight bytes streamed. "cold" cycles through enough weight
 //   copies (>= 512 MiB) that every call reads DRAM, the decode-step situation; "hot" repeats one
 //   matrix, which stays in cache when it fits (an upper bound, not a roofline figure).
 // - GEMM (prefill: R = 128 and 512 rows, the 100M and 0.6B shapes' projections): GFLOP/s =
@@ -24,7 +24,8 @@
 //   step of 8 sequences at context 160 and 2048, the 100M and 0.6B shapes, with f32 and
 //   (AVX512_BF16 builds) bf16 inputs (ms per call).
 // Best of several repetitions; run it on an idle machine. `bench_cpu_kernels gemm` (or
-// `depth`, `attention`, `sample`) runs only that part.
+// `depth`, `attention`, `sample`) runs only that part; `gemv` only the GEMV with bf16 inputs
+// (decode's path on a bf16 checkpoint where AVX512_BF16 runs).
 
 #include <algorithm>
 #include <chrono>
@@ -69,7 +70,9 @@ double time_linear(Backend& be, const Tensor& x, std::vector<Tensor>& ws, Tensor
 void run_gemv(Backend* be, std::mt19937& rng) {
   const double copy_gbps = measure_copy_bandwidth_gbps();
   std::printf("copy bandwidth (read + write, 2 x 256 MiB): %.1f GB/s\n\n", copy_gbps);
-  const int64_t shapes[][2] = {{512, 1536}, {1536, 512}, {512, 151936}};  // in -> out
+  // in -> out: 100M's gate/up, down and LM head; 0.6B's gate/up, down and LM head.
+  const int64_t shapes[][2] = {{512, 1536},  {1536, 512},  {512, 151936},
+                               {1024, 3072}, {3072, 1024}, {1024, 151936}};
   std::printf("%-16s %3s %6s %9s %9s %8s\n", "bf16 GEMV", "R", "mode", "us/call", "GB/s",
               "of copy");
   for (auto& s : shapes) {
@@ -394,12 +397,13 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (only.empty()) run_gemv(be.get(), rng);
-  if (only.empty() && CpuBackend::bf16_linear_inputs_supported()) {
+  if ((only.empty() || only == "gemv") && CpuBackend::bf16_linear_inputs_supported()) {
     std::printf("with bf16 linear inputs:\n");
     be->set_bf16_linear_inputs(true);
     run_gemv(be.get(), rng);
     be->set_bf16_linear_inputs(false);
   }
+  if (only == "gemv") return 0;
   if (only.empty() || only == "depth") run_depth(be.get(), rng);
   if (only == "depth") return 0;
   if (only.empty() || only == "attention") run_attention(be.get(), rng);
