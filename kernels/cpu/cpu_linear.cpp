@@ -122,7 +122,7 @@ void gemv(const typename D::XT* x, int64_t k_dim, const typename D::WT* w, const
   pool.parallel_for(chunks, parallel, [&](int64_t c) {
     int64_t begin = c * kChunk, end = std::min(n_dim, begin + kChunk);
     gemv_block<D, R, gemv_outputs_per_step<D>(R), !gemv_one_stream<D>(R)>(x, k_dim, w, bias, out,
-                                                                         n_dim, begin, end);
+                                                                          n_dim, begin, end);
   });
 }
 
