@@ -37,9 +37,10 @@ struct F32Dot {
   using WVec = VecF;
   static constexpr int64_t kStep = kLanes;  // elements per vector step
   static constexpr bool kPackFree = false;   // the GEMM packs panels (widened once)
-  // Whether a one-row GEMV reads one weight row at a time (cpu_linear.cpp, gemv): not
-  // measured for F32Dot, so it keeps the 8-row reading it was tuned with (one FMA chain per
-  // output, 4 cycles a step of 8 or 16 elements, might trail the stream).
+  // Whether a one-row GEMV reads one weight row at a time (cpu_linear.cpp, gemv): no. With
+  // AVX-512 it was no clear gain on Zen 4 (bf16 weights, 0.6B decode: faster in 6 of 11
+  // alternated pairs, slower in 3; docs/BENCHMARKS.md), one FMA chain per output at 4 cycles
+  // a 16-element step being close to the stream's pace; with AVX2's 8 lanes it would be slower.
   static constexpr bool kOneRowAtATime = false;
 
   static XVec load_x(const XT* p) { return vload(p); }
