@@ -54,8 +54,7 @@ class CpuBackend : public Backend {
   // batch invariance holds in either setting; over a bf16 KV cache, attention then rounds q
   // and its softmax weights to bf16 as well (cpu_attention_bf16.h). Off by default (f32
   // inputs, exact); the engine turns it on for --linear-input-dtype bfloat16 (or auto, where
-  // it is faster). Throws where
-  // the build has no AVX512_BF16 (bf16_linear_inputs_supported()).
+  // it is faster). Throws where the build has no AVX512_BF16 (bf16_linear_inputs_supported()).
   void set_bf16_linear_inputs(bool on);
   bool bf16_linear_inputs() const { return bf16_linear_inputs_; }
   static bool bf16_linear_inputs_supported();

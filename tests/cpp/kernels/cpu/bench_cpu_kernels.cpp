@@ -1,8 +1,9 @@
-// Microbenchmark (not a test): bf16 linear throughput of the CPU backend on the 100M model's
-// shapes, against the machine's measured copy bandwidth.
-// - GEMV (R = 1 and 8; the 100M and 0.6B shapes' MLP and LM head): GB/s of weight bytes streamed. "cold" cycles through enough weight
-//   copies (>= 512 MiB) that every call reads DRAM, the decode-step situation; "hot" repeats one
-//   matrix, which stays in cache when it fits (an upper bound, not a roofline figure).
+// Microbenchmark (not a test): bf16 linear throughput of the CPU backend on the 100M and 0.6B
+// models' shapes, against the machine's measured copy bandwidth.
+// - GEMV (R = 1 and 8; the MLP and LM head shapes): GB/s of weight bytes streamed. "cold"
+//   cycles through enough weight copies (>= 512 MiB) that every call reads DRAM, the
+//   decode-step situation; "hot" repeats one matrix, which stays in cache when it fits (an
+//   upper bound, not a roofline figure).
 // - GEMM (prefill: R = 128 and 512 rows, the 100M and 0.6B shapes' projections): GFLOP/s =
 //   2 R K N / time. GEMV and GEMM also with bf16 linear inputs where the build has AVX512_BF16
 //   (CpuBackend::set_bf16_linear_inputs).
@@ -403,7 +404,11 @@ int main(int argc, char** argv) {
     run_gemv(be.get(), rng);
     be->set_bf16_linear_inputs(false);
   }
-  if (only == "gemv") return 0;
+  if (only == "gemv") {
+    if (!CpuBackend::bf16_linear_inputs_supported())
+      std::printf("gemv: this build has no AVX512_BF16, so no GEMV with bf16 inputs to time\n");
+    return 0;
+  }
   if (only.empty() || only == "depth") run_depth(be.get(), rng);
   if (only == "depth") return 0;
   if (only.empty() || only == "attention") run_attention(be.get(), rng);
