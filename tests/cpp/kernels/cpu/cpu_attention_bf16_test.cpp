@@ -45,7 +45,9 @@ Case make_case(Backend& be, const std::vector<SeqSpec>& seqs, int hq, int hkv, i
   Case c;
   c.cache = {be.alloc({kBlocks, kBlockSize, hkv, hd}, DType::BF16),
              be.alloc({kBlocks, kBlockSize, hkv, hd}, DType::BF16)};
-  c.hq = hq, c.hkv = hkv, c.hd = hd;
+  c.hq = hq;
+  c.hkv = hkv;
+  c.hd = hd;
   const auto tables = shuffled_block_tables(seqs, kBlockSize, kBlocks, rng);
   std::vector<Tensor> k_all, v_all;
   for (const SeqSpec& spec : seqs) {
