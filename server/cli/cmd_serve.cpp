@@ -71,6 +71,9 @@ std::vector<FlagSpec> serve_flags() {
       {"http-max-connections", "N",
        "open HTTP connections at most; one more gets 503 (default 32768, lowered to fit "
        "the file-descriptor limit)"},
+      {"max-stored-responses", "N",
+       "/v1/responses kept for previous_response_id, least recently used evicted first "
+       "(default 1024; 0 stores none)"},
   };
   specs.insert(specs.end(), own.begin(), own.end());
   return specs;
@@ -241,6 +244,9 @@ int run_serve(const std::vector<std::string>& args) {
   options.max_model_len = max_model_len;
   options.grace_period_seconds = flags.get_int("grace-period", 30);
   if (options.grace_period_seconds < 0) throw Error("--grace-period: must be >= 0");
+  const int max_stored_responses = flags.get_int("max-stored-responses", 1024);
+  if (max_stored_responses < 0) throw Error("--max-stored-responses: must be >= 0");
+  options.max_stored_responses = static_cast<size_t>(max_stored_responses);
   const server::http::HttpLimits http_limits = http_limits_from_flags(flags);
   server::Metrics metrics(options.served_model_name);
   server::ServerState state(model, engine, metrics, options);

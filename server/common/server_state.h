@@ -13,6 +13,7 @@
 #include "engine/sample/sampling_params.h"
 #include "engine/sched/engine_core.h"
 #include "server/common/metrics.h"
+#include "server/common/response_store.h"
 
 namespace attnres::server {
 
@@ -20,10 +21,11 @@ struct ServeOptions {
   std::string host = "127.0.0.1";
   int http_port = 8000;
   int grpc_port = 50051;
-  std::vector<std::string> api_keys;  // empty: no authentication
-  std::string served_model_name;      // the "model" clients name and /v1/models lists
-  int max_model_len = 0;              // prompt + max_tokens limit, in tokens
-  int grace_period_seconds = 30;      // SIGTERM: time running requests get to finish
+  std::vector<std::string> api_keys;   // empty: no authentication
+  std::string served_model_name;       // the "model" clients name and /v1/models lists
+  int max_model_len = 0;               // prompt + max_tokens limit, in tokens
+  int grace_period_seconds = 30;       // SIGTERM: time running requests get to finish
+  size_t max_stored_responses = 1024;  // /v1/responses kept for previous_response_id
 };
 
 class ServerState {
@@ -49,6 +51,9 @@ class ServerState {
   // (temperature, top_p, top_k, min_p, repetition_penalty), as vLLM applies them.
   SamplingParams default_sampling() const;
 
+  // /v1/responses' store (thread-safe), options().max_stored_responses entries at most.
+  ResponseStore& response_store() const { return response_store_; }
+
  private:
   const LoadedModel& model_;
   EngineCore& engine_;
@@ -57,6 +62,7 @@ class ServerState {
   const int64_t created_unix_;
   std::atomic<bool> accepting_{true};
   std::atomic<uint64_t> request_counter_;
+  mutable ResponseStore response_store_;
 };
 
 }  // namespace attnres::server

@@ -24,6 +24,7 @@ constexpr RouteEntry kRoutes[] = {
     {"POST", "/v1/completions", {handle_completions, true, false}},
     {"POST", "/v1/chat/completions", {handle_chat_completions, true, false}},
     {"GET", "/v1/models", {handle_models, true, true}},
+    {"POST", "/v1/responses", {handle_responses, true, false}},
     // ---- vLLM's extras ----
     {"POST", "/tokenize", {handle_tokenize, true, false}},
     {"POST", "/detokenize", {handle_detokenize, true, false}},

@@ -17,6 +17,9 @@ void send_json(HttpResponse& res, int status, const nlohmann::ordered_json& body
 void handle_completions(ServerState& state, const HttpRequest& req, HttpResponse& res);
 void handle_chat_completions(ServerState& state, const HttpRequest& req, HttpResponse& res);
 
+// routes_responses.cpp
+void handle_responses(ServerState& state, const HttpRequest& req, HttpResponse& res);
+
 // routes_info.cpp
 void handle_models(ServerState& state, const HttpRequest& req, HttpResponse& res);
 void handle_health(ServerState& state, const HttpRequest& req, HttpResponse& res);

@@ -1,0 +1,150 @@
+// POST /v1/responses: the Responses API over the chat path. The request becomes a rendered
+// chat conversation (responses_requests.h) run as one Generation; the answer is split into
+// output items (responses_output.h), stored for previous_response_id unless store is false,
+// and sent whole or as the Responses event stream. A message's text streams as it is generated
+// when no tool is active; with tools, each item is sent whole once generation ends, since the
+// tool-call parser needs the complete text.
+#include <chrono>
+#include <memory>
+
+#include "server/common/choice_result.h"
+#include "server/common/generation.h"
+#include "server/http/api_error.h"
+#include "server/http/responses_output.h"
+#include "server/http/responses_requests.h"
+#include "server/http/router.h"
+#include "server/http/routes.h"
+
+namespace attnres::server::http {
+namespace {
+
+// "<prefix>_<32 hex>", OpenAI's id spelling (resp_..., msg_..., call_...).
+std::string openai_id(ServerState& state, std::string_view prefix) {
+  std::string id = state.next_request_id(prefix);
+  id[prefix.size()] = '_';
+  return id;
+}
+
+// The generated text split into reasoning, message content and function calls.
+AssistantTurn split_answer(const ChoiceResult& result) {
+  AssistantTurn turn;
+  turn.content = result.text;
+  return turn;
+}
+
+class ResponsesBody : public AsyncBody {
+ public:
+  ResponsesBody(ServerState& state, std::shared_ptr<const ResponsesRequest> request,
+                ResponseState response, std::unique_ptr<Generation> generation)
+      : state_(state),
+        request_(std::move(request)),
+        response_(std::move(response)),
+        generation_(std::move(generation)),
+        stream_text_(request_->chat.options.stream && !request_->tools_active) {}
+
+  bool streamed() const override { return request_->chat.options.stream; }
+  void set_wake(std::function<void()> wake) override { generation_->set_listener(std::move(wake)); }
+  void cancel() override { generation_->cancel(); }
+
+  bool pump(std::string& chunk, HttpResponse& whole) override {
+    ResponseEventWriter events(chunk, sequence_number_);
+    if (streamed() && !started_) {
+      started_ = true;
+      events.started(response_json(response_, request_->echo));
+    }
+    RequestOutput o;
+    while (generation_->next(o)) {
+      result_.add(o);
+      if (!stream_text_ || o.text.empty() || !o.error.empty()) continue;
+      if (message_id_.empty()) {
+        message_id_ = openai_id(state_, "msg");
+        events.message_started(0, message_id_);
+      }
+      events.text_delta(0, message_id_, o.text);
+    }
+    if (!generation_->ended()) return false;
+    if (!result_.error.empty()) {
+      const int status = state_.engine().stats().alive ? 500 : 503;
+      const std::string message = "generation failed: " + result_.error;
+      if (!streamed()) {
+        send_error(whole, status, message);
+        return true;
+      }
+      response_.status = "failed";
+      response_.error = {{"code", "server_error"}, {"message", message}};
+      events.failed(response_json(response_, request_->echo));
+      return true;
+    }
+    finish();
+    const Json body = response_json(response_, request_->echo);
+    if (request_->store) {
+      Json conversation = request_->conversation;
+      for (const Json& item : response_.output) conversation.push_back(item);
+      state_.response_store().put(response_.id, StoredResponse{std::move(conversation), body});
+    }
+    if (streamed()) {
+      events.finished(body, message_id_.empty() ? 0 : 1);
+    } else {
+      send_json(whole, 200, body);
+    }
+    return true;
+  }
+
+ private:
+  // The final output items, status and usage.
+  void finish() {
+    AssistantTurn turn = split_answer(result_);
+    if (!request_->parallel_tool_calls && turn.calls.size() > 1) turn.calls.resize(1);
+    if (request_->max_tool_calls && turn.calls.size() > size_t(*request_->max_tool_calls)) {
+      turn.calls.resize(size_t(*request_->max_tool_calls));
+    }
+    const bool incomplete = result_.finish_reason == FinishReason::Length;
+    // The message that streamed keeps its id.
+    bool reuse_message_id = !message_id_.empty();
+    response_.output = output_items(turn, incomplete, [&](std::string_view prefix) {
+      if (prefix == "msg" && reuse_message_id) {
+        reuse_message_id = false;
+        return message_id_;
+      }
+      return openai_id(state_, prefix);
+    });
+    response_.status = incomplete ? "incomplete" : "completed";
+    if (incomplete) response_.incomplete_details = {{"reason", "max_output_tokens"}};
+    response_.usage = responses_usage_json(generation_->usage(), 0);
+  }
+
+  ServerState& state_;
+  const std::shared_ptr<const ResponsesRequest> request_;
+  ResponseState response_;
+  std::unique_ptr<Generation> generation_;
+  const bool stream_text_;  // message text sent as generated (no parser needs the whole)
+  ChoiceResult result_;
+  bool started_ = false;
+  std::string message_id_;  // the streamed message's, once begun
+  int sequence_number_ = 0;
+};
+
+}  // namespace
+
+void handle_responses(ServerState& state, const HttpRequest& req, HttpResponse& res) {
+  const Json body = parse_json_body(req);
+  auto request = std::make_shared<const ResponsesRequest>(parse_responses_request(body, state));
+  ResponseState response;
+  response.id = openai_id(state, "resp");
+  response.created_at = std::chrono::duration_cast<std::chrono::seconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+  response.model = state.options().served_model_name;
+  auto generation = std::make_unique<Generation>(
+      state, response.id, std::vector<std::vector<int32_t>>{request->chat.prompt.ids},
+      request->chat.options.params, 1);
+  if (request->chat.options.stream) {
+    res.status = 200;
+    res.content_type = "text/event-stream";
+    res.headers.emplace_back("Cache-Control", "no-cache");
+  }
+  res.async = std::make_shared<ResponsesBody>(state, std::move(request), std::move(response),
+                                              std::move(generation));
+}
+
+}  // namespace attnres::server::http
