@@ -31,10 +31,26 @@ Json message_item(const std::string& id, const std::string& text, const char* st
           {"content", Json::array({output_text_part(text)})}};
 }
 
-Json function_call_item(const std::string& id, const std::string& call_id,
-                        const ParsedFunctionCall& call, const char* status) {
+Json function_call_item(const std::string& id, const ToolCall& call, const char* status) {
   return {{"id", id},           {"type", "function_call"}, {"status", status},
-          {"call_id", call_id}, {"name", call.name},       {"arguments", call.arguments}};
+          {"call_id", call.id}, {"name", call.name},       {"arguments", call.arguments}};
+}
+
+AssistantTurn split_answer(const AnswerFormats& formats, std::string_view text) {
+  AssistantTurn turn;
+  std::string rest(text);
+  if (formats.reasoning != ReasoningFormat::None) {
+    ParsedReasoning parsed = parse_reasoning(formats.reasoning, formats.prompt_thinking, text);
+    turn.reasoning = parsed.reasoning.value_or("");
+    rest = parsed.content.value_or("");
+  }
+  if (formats.tool_calls != ToolCallFormat::None) {
+    ParsedToolCalls parsed = parse_tool_calls(formats.tool_calls, rest);
+    turn.calls = std::move(parsed.calls);
+    rest = parsed.content.value_or("");
+  }
+  turn.content = std::move(rest);
+  return turn;
 }
 
 Json output_items(const AssistantTurn& turn, bool incomplete, const ItemIdMaker& ids) {
@@ -44,9 +60,8 @@ Json output_items(const AssistantTurn& turn, bool incomplete, const ItemIdMaker&
   if (!turn.content.empty() || turn.calls.empty()) {
     items.push_back(message_item(ids("msg"), turn.content, status));
   }
-  for (const ParsedFunctionCall& call : turn.calls) {
-    const std::string id = ids("fc");
-    items.push_back(function_call_item(id, ids("call"), call, status));
+  for (const ToolCall& call : turn.calls) {
+    items.push_back(function_call_item(ids("fc"), call, status));
   }
   return items;
 }

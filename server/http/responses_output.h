@@ -11,31 +11,40 @@
 #include <vector>
 
 #include "engine/sched/request_stream.h"
+#include "server/common/reasoning_parser.h"
+#include "server/common/tool_call_parser.h"
 
 namespace attnres::server::http {
 
 using Json = nlohmann::ordered_json;
 
-// A function call the model's text held, as a tool-call parser reads it.
-struct ParsedFunctionCall {
-  std::string name;
-  std::string arguments;  // JSON text
-};
-
 // One generated answer, split into its parts.
 struct AssistantTurn {
-  std::string reasoning;  // empty: no reasoning item
-  std::string content;    // empty with calls: no message item
-  std::vector<ParsedFunctionCall> calls;
+  std::string reasoning;        // empty: no reasoning item
+  std::string content;          // empty with calls: no message item
+  std::vector<ToolCall> calls;  // each call's id is its call_id
 };
+
+// How answers split: the reasoning and tool-call syntaxes of the model's chat template (None:
+// not parsed) and where the rendered prompt left thinking.
+struct AnswerFormats {
+  ReasoningFormat reasoning = ReasoningFormat::None;
+  PromptThinking prompt_thinking = PromptThinking::Unopened;
+  ToolCallFormat tool_calls = ToolCallFormat::None;
+  bool parses() const {
+    return reasoning != ReasoningFormat::None || tool_calls != ToolCallFormat::None;
+  }
+};
+
+// The reasoning parser first, then the tool-call parser over what follows the reasoning.
+AssistantTurn split_answer(const AnswerFormats& formats, std::string_view text);
 
 // Makes "<prefix>_<hex>" ids ("msg", "fc", "call", "rs").
 using ItemIdMaker = std::function<std::string(std::string_view prefix)>;
 
 Json reasoning_item(const std::string& id, const std::string& text);
 Json message_item(const std::string& id, const std::string& text, const char* status);
-Json function_call_item(const std::string& id, const std::string& call_id,
-                        const ParsedFunctionCall& call, const char* status);
+Json function_call_item(const std::string& id, const ToolCall& call, const char* status);
 
 // The turn's items in order: reasoning, message (when there is content, or nothing else),
 // function calls. `incomplete` (the token budget ended it) marks the message incomplete.

@@ -470,6 +470,12 @@ ResponsesRequest parse_responses_request(const Json& body, const ServerState& st
     throw renamed(e);
   }
 
+  if (const auto& chat_template = state.model().tokenizer_config.chat_template) {
+    request.formats.reasoning = detect_reasoning_format(*chat_template);
+    if (request.tools_active) request.formats.tool_calls = detect_tool_call_format(*chat_template);
+  }
+  request.formats.prompt_thinking = prompt_thinking(request.chat.prompt.text);
+
   const SamplingParams& params = request.chat.options.params;
   echo["instructions"] = instructions ? Json(*instructions) : Json(nullptr);
   echo["max_output_tokens"] = max_output_tokens ? Json(*max_output_tokens) : Json(nullptr);

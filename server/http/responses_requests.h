@@ -12,6 +12,7 @@
 
 #include "server/common/server_state.h"
 #include "server/http/openai_requests.h"
+#include "server/http/responses_output.h"
 
 namespace attnres::server::http {
 
@@ -27,6 +28,9 @@ struct ResponsesRequest {
   bool tools_active = false;
   bool parallel_tool_calls = true;
   std::optional<int> max_tool_calls;
+  // How the answer splits into reasoning, message and function calls (calls only when tools
+  // are active).
+  AnswerFormats formats;
 };
 
 ResponsesRequest parse_responses_request(const nlohmann::ordered_json& body,

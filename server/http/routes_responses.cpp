@@ -2,8 +2,8 @@
 // chat conversation (responses_requests.h) run as one Generation; the answer is split into
 // output items (responses_output.h), stored for previous_response_id unless store is false,
 // and sent whole or as the Responses event stream. A message's text streams as it is generated
-// when no tool is active; with tools, each item is sent whole once generation ends, since the
-// tool-call parser needs the complete text.
+// when no parser splits the answer; with a reasoning parser (the template thinks) or active
+// tools (the template has a call syntax), each item is sent whole once generation ends.
 #include <chrono>
 #include <memory>
 
@@ -25,13 +25,6 @@ std::string openai_id(ServerState& state, std::string_view prefix) {
   return id;
 }
 
-// The generated text split into reasoning, message content and function calls.
-AssistantTurn split_answer(const ChoiceResult& result) {
-  AssistantTurn turn;
-  turn.content = result.text;
-  return turn;
-}
-
 class ResponsesBody : public AsyncBody {
  public:
   ResponsesBody(ServerState& state, std::shared_ptr<const ResponsesRequest> request,
@@ -40,7 +33,7 @@ class ResponsesBody : public AsyncBody {
         request_(std::move(request)),
         response_(std::move(response)),
         generation_(std::move(generation)),
-        stream_text_(request_->chat.options.stream && !request_->tools_active) {}
+        stream_text_(request_->chat.options.stream && !request_->formats.parses()) {}
 
   bool streamed() const override { return request_->chat.options.stream; }
   void set_wake(std::function<void()> wake) override { generation_->set_listener(std::move(wake)); }
@@ -93,7 +86,7 @@ class ResponsesBody : public AsyncBody {
  private:
   // The final output items, status and usage.
   void finish() {
-    AssistantTurn turn = split_answer(result_);
+    AssistantTurn turn = split_answer(request_->formats, result_.text);
     if (!request_->parallel_tool_calls && turn.calls.size() > 1) turn.calls.resize(1);
     if (request_->max_tool_calls && turn.calls.size() > size_t(*request_->max_tool_calls)) {
       turn.calls.resize(size_t(*request_->max_tool_calls));
@@ -110,14 +103,21 @@ class ResponsesBody : public AsyncBody {
     });
     response_.status = incomplete ? "incomplete" : "completed";
     if (incomplete) response_.incomplete_details = {{"reason", "max_output_tokens"}};
-    response_.usage = responses_usage_json(generation_->usage(), 0);
+    // Reasoning tokens as the tokenizer encodes the reasoning text.
+    const int reasoning_tokens =
+        turn.reasoning.empty()
+            ? 0
+            : int(state_.model()
+                      .tokenizer->encode(turn.reasoning, /*add_special_tokens=*/false)
+                      .size());
+    response_.usage = responses_usage_json(generation_->usage(), reasoning_tokens);
   }
 
   ServerState& state_;
   const std::shared_ptr<const ResponsesRequest> request_;
   ResponseState response_;
   std::unique_ptr<Generation> generation_;
-  const bool stream_text_;  // message text sent as generated (no parser needs the whole)
+  const bool stream_text_;  // message text sent as generated (no parser splits the answer)
   ChoiceResult result_;
   bool started_ = false;
   std::string message_id_;  // the streamed message's, once begun

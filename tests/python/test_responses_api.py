@@ -308,3 +308,16 @@ def test_bad_input_through_the_client(client, model):
     assert e.value.body["param"] == "tools"
     with pytest.raises(openai.NotFoundError):
         client.responses.create(model="no-such-model", input="x")
+
+
+def test_qwen3_streamed_items_equal_the_whole_response(qwen3_server):
+    # The Qwen3 template thinks and has a call syntax: the answer is parsed, and the stream
+    # sends each item whole at the end, equal to the non-streamed response's items.
+    client = make_client(qwen3_server)
+    model = client.models.list().data[0].id
+    whole = respond(client, model, "Weather in Paris?", tools=[WEATHER_TOOL])
+    events = list(respond(client, model, "Weather in Paris?", tools=[WEATHER_TOOL], stream=True))
+    assert events[0].type == "response.created" and events[-1].type == "response.incomplete"
+    done = [e.item for e in events if e.type == "response.output_item.done"]
+    assert [i.type for i in done] == [i.type for i in whole.output]
+    assert events[-1].response.output_text == whole.output_text

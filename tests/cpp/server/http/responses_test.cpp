@@ -133,15 +133,41 @@ TEST(ResponsesOutput, PlainTextIsOneMessage) {
 }
 
 TEST(ResponsesOutput, ReasoningAndFunctionCalls) {
-  AssistantTurn turn{"why", "", {{"f", "{\"a\":1}"}, {"g", "{}"}}};
+  AssistantTurn turn{"why", "", {{"call_a", "f", "{\"a\":1}"}, {"call_b", "g", "{}"}}};
   const Json items = output_items(turn, false, counting_ids());
   ASSERT_EQ(items.size(), 3u);  // no empty message next to calls
   EXPECT_EQ(items[0]["type"], "reasoning");
   EXPECT_EQ(items[0]["content"][0]["text"], "why");
   EXPECT_EQ(items[1], Json::parse(R"({"id": "fc_2", "type": "function_call", "status":
-    "completed", "call_id": "call_3", "name": "f", "arguments": "{\"a\":1}"})"));
+    "completed", "call_id": "call_a", "name": "f", "arguments": "{\"a\":1}"})"));
   EXPECT_EQ(items[2]["name"], "g");
-  EXPECT_EQ(items[2]["call_id"], "call_5");
+  EXPECT_EQ(items[2]["call_id"], "call_b");
+  EXPECT_EQ(items[2]["id"], "fc_3");
+}
+
+TEST(ResponsesOutput, SplitsAQwen3AnswerIntoReasoningContentAndCalls) {
+  const AnswerFormats qwen3{ReasoningFormat::Qwen3, PromptThinking::Unopened,
+                            ToolCallFormat::Hermes};
+  const std::string text =
+      "<think>\nNeed the weather.\n</think>\n\nChecking.\n<tool_call>\n{\"name\": "
+      "\"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+  const AssistantTurn turn = split_answer(qwen3, text);
+  EXPECT_EQ(turn.reasoning, "\nNeed the weather.\n");
+  EXPECT_EQ(turn.content, "\n\nChecking.");
+  ASSERT_EQ(turn.calls.size(), 1u);
+  EXPECT_EQ(turn.calls[0].name, "get_weather");
+  EXPECT_EQ(Json::parse(turn.calls[0].arguments), Json::parse(R"({"city": "Paris"})"));
+  EXPECT_EQ(turn.calls[0].id.rfind("call_", 0), 0u);
+  const Json items = output_items(turn, false, counting_ids());
+  ASSERT_EQ(items.size(), 3u);
+  EXPECT_EQ(items[0]["type"], "reasoning");
+  EXPECT_EQ(items[1]["type"], "message");
+  EXPECT_EQ(items[2]["type"], "function_call");
+  EXPECT_EQ(items[2]["call_id"], turn.calls[0].id);
+
+  // Without parsers (no tools, a template that does not think) the text is all content.
+  EXPECT_EQ(split_answer(AnswerFormats{}, text).content, text);
+  EXPECT_TRUE(split_answer(AnswerFormats{}, text).calls.empty());
 }
 
 TEST(ResponsesOutput, UsageShape) {
@@ -183,7 +209,7 @@ TEST(ResponseEvents, StreamedMessageThenFunctionCall) {
   events.text_delta(0, "msg_1", "lo");
   state.status = "completed";
   state.output = Json::array({message_item("msg_1", "hello", "completed"),
-                              function_call_item("fc_2", "call_3", {"f", "{}"}, "completed")});
+                              function_call_item("fc_2", {"call_3", "f", "{}"}, "completed")});
   events.finished(response_json(state, echo), 1);
 
   const auto parsed = parse_events(bytes);
