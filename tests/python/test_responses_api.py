@@ -321,3 +321,31 @@ def test_qwen3_streamed_items_equal_the_whole_response(qwen3_server):
     done = [e.item for e in events if e.type == "response.output_item.done"]
     assert [i.type for i in done] == [i.type for i in whole.output]
     assert events[-1].response.output_text == whole.output_text
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_engine_failure_is_a_failed_response(attnres_bin, stream):
+    # A forward that fails after its first steps (the test-only fault injection): the stream
+    # ends with response.failed carrying the error; a whole response is a 500 / 503.
+    server = ServerProcess(attnres_bin, env={**SERVER_ENV, "ATTNRES_TEST_FAIL_FORWARD_AFTER": "3"})
+    server.__enter__()
+    try:
+        client = make_client(server)
+        if stream:
+            events = list(client.responses.create(input="Hello", max_output_tokens=16,
+                                                  temperature=0, stream=True,
+                                                  extra_body=NO_EOS))
+            assert events[0].type == "response.created"
+            assert events[-1].type == "response.failed"
+            failed = events[-1].response
+            assert failed.status == "failed" and failed.error.code == "server_error"
+            assert "injected forward failure" in failed.error.message
+        else:
+            with pytest.raises(openai.InternalServerError) as e:
+                client.responses.create(input="Hello", max_output_tokens=16, temperature=0,
+                                        extra_body=NO_EOS)
+            assert "injected forward failure" in e.value.body["message"]
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
+            server.proc.wait()
