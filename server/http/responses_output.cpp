@@ -36,36 +36,6 @@ Json function_call_item(const std::string& id, const ToolCall& call, const char*
           {"call_id", call.id}, {"name", call.name},       {"arguments", call.arguments}};
 }
 
-AssistantTurn split_answer(const AnswerFormats& formats, std::string_view text) {
-  AssistantTurn turn;
-  std::string rest(text);
-  if (formats.reasoning != ReasoningFormat::None) {
-    ParsedReasoning parsed = parse_reasoning(formats.reasoning, formats.prompt_thinking, text);
-    turn.reasoning = parsed.reasoning.value_or("");
-    rest = parsed.content.value_or("");
-  }
-  if (formats.tool_calls != ToolCallFormat::None) {
-    ParsedToolCalls parsed = parse_tool_calls(formats.tool_calls, rest);
-    turn.calls = std::move(parsed.calls);
-    rest = parsed.content.value_or("");
-  }
-  turn.content = std::move(rest);
-  return turn;
-}
-
-Json output_items(const AssistantTurn& turn, bool incomplete, const ItemIdMaker& ids) {
-  const char* status = incomplete ? "incomplete" : "completed";
-  Json items = Json::array();
-  if (!turn.reasoning.empty()) items.push_back(reasoning_item(ids("rs"), turn.reasoning));
-  if (!turn.content.empty() || turn.calls.empty()) {
-    items.push_back(message_item(ids("msg"), turn.content, status));
-  }
-  for (const ToolCall& call : turn.calls) {
-    items.push_back(function_call_item(ids("fc"), call, status));
-  }
-  return items;
-}
-
 Json responses_usage_json(const Usage& usage, int reasoning_tokens) {
   Json j;
   j["input_tokens"] = usage.prompt_tokens;
@@ -97,11 +67,11 @@ void ResponseEventWriter::event(const char* type, Json fields) {
   data["type"] = type;
   data["sequence_number"] = sequence_number_++;
   for (auto& [key, value] : fields.items()) data[key] = std::move(value);
-  out_ += "event: ";
-  out_ += type;
-  out_ += "\ndata: ";
-  out_ += dump_json(data);
-  out_ += "\n\n";
+  *out_ += "event: ";
+  *out_ += type;
+  *out_ += "\ndata: ";
+  *out_ += dump_json(data);
+  *out_ += "\n\n";
 }
 
 void ResponseEventWriter::started(const Json& response) {
@@ -110,16 +80,10 @@ void ResponseEventWriter::started(const Json& response) {
 }
 
 void ResponseEventWriter::item_added(int output_index, const Json& item) {
-  Json pending = item;
-  pending["status"] = "in_progress";
-  if (item["type"] == "message") pending["content"] = Json::array();
-  if (item["type"] == "function_call") pending["arguments"] = "";
-  if (item["type"] == "reasoning") pending["content"] = Json::array();
-  event("response.output_item.added", {{"output_index", output_index}, {"item", pending}});
+  event("response.output_item.added", {{"output_index", output_index}, {"item", item}});
 }
 
-void ResponseEventWriter::message_started(int output_index, const std::string& item_id) {
-  item_added(output_index, message_item(item_id, "", "in_progress"));
+void ResponseEventWriter::content_part_added(int output_index, const std::string& item_id) {
   event("response.content_part.added", {{"item_id", item_id},
                                         {"output_index", output_index},
                                         {"content_index", 0},
@@ -135,45 +99,51 @@ void ResponseEventWriter::text_delta(int output_index, const std::string& item_i
                                        {"logprobs", Json::array()}});
 }
 
-void ResponseEventWriter::item_body(int output_index, const Json& item, bool started) {
-  const std::string id = item["id"];
-  const std::string type = item["type"];
-  if (type == "message") {
-    if (!started) message_started(output_index, id);
-    const Json& part = item["content"][0];
-    const std::string text = part["text"];
-    if (!started && !text.empty()) text_delta(output_index, id, text);
-    event("response.output_text.done", {{"item_id", id},
-                                        {"output_index", output_index},
-                                        {"content_index", 0},
-                                        {"text", text},
-                                        {"logprobs", Json::array()}});
-    event("response.content_part.done",
-          {{"item_id", id}, {"output_index", output_index}, {"content_index", 0}, {"part", part}});
-  } else if (type == "function_call") {
-    item_added(output_index, item);
-    event("response.function_call_arguments.delta",
-          {{"item_id", id}, {"output_index", output_index}, {"delta", item["arguments"]}});
-    event("response.function_call_arguments.done", {{"item_id", id},
-                                                    {"output_index", output_index},
-                                                    {"name", item["name"]},
-                                                    {"arguments", item["arguments"]}});
-  } else if (type == "reasoning") {
-    item_added(output_index, item);
-    const std::string text = item["content"][0]["text"];
-    event("response.reasoning_text.delta",
-          {{"item_id", id}, {"output_index", output_index}, {"content_index", 0}, {"delta", text}});
-    event("response.reasoning_text.done",
-          {{"item_id", id}, {"output_index", output_index}, {"content_index", 0}, {"text", text}});
-  }
+void ResponseEventWriter::text_done(int output_index, const std::string& item_id,
+                                    const Json& part) {
+  event("response.output_text.done", {{"item_id", item_id},
+                                      {"output_index", output_index},
+                                      {"content_index", 0},
+                                      {"text", part["text"]},
+                                      {"logprobs", Json::array()}});
+  event(
+      "response.content_part.done",
+      {{"item_id", item_id}, {"output_index", output_index}, {"content_index", 0}, {"part", part}});
+}
+
+void ResponseEventWriter::reasoning_delta(int output_index, const std::string& item_id,
+                                          const std::string& delta) {
+  event("response.reasoning_text.delta", {{"item_id", item_id},
+                                          {"output_index", output_index},
+                                          {"content_index", 0},
+                                          {"delta", delta}});
+}
+
+void ResponseEventWriter::reasoning_done(int output_index, const std::string& item_id,
+                                         const std::string& text) {
+  event(
+      "response.reasoning_text.done",
+      {{"item_id", item_id}, {"output_index", output_index}, {"content_index", 0}, {"text", text}});
+}
+
+void ResponseEventWriter::arguments_delta(int output_index, const std::string& item_id,
+                                          const std::string& delta) {
+  event("response.function_call_arguments.delta",
+        {{"item_id", item_id}, {"output_index", output_index}, {"delta", delta}});
+}
+
+void ResponseEventWriter::arguments_done(int output_index, const Json& item) {
+  event("response.function_call_arguments.done", {{"item_id", item["id"]},
+                                                  {"output_index", output_index},
+                                                  {"name", item["name"]},
+                                                  {"arguments", item["arguments"]}});
+}
+
+void ResponseEventWriter::item_done(int output_index, const Json& item) {
   event("response.output_item.done", {{"output_index", output_index}, {"item", item}});
 }
 
-void ResponseEventWriter::finished(const Json& response, int started_items) {
-  const Json& items = response["output"];
-  for (size_t i = 0; i < items.size(); ++i) {
-    item_body(static_cast<int>(i), items[i], static_cast<int>(i) < started_items);
-  }
+void ResponseEventWriter::ended(const Json& response) {
   event(response["status"] == "incomplete" ? "response.incomplete" : "response.completed",
         {{"response", response}});
 }

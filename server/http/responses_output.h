@@ -18,13 +18,6 @@ namespace attnres::server::http {
 
 using Json = nlohmann::ordered_json;
 
-// One generated answer, split into its parts.
-struct AssistantTurn {
-  std::string reasoning;        // empty: no reasoning item
-  std::string content;          // empty with calls: no message item
-  std::vector<ToolCall> calls;  // each call's id is its call_id
-};
-
 // How answers split: the reasoning and tool-call syntaxes of the model's chat template (None:
 // not parsed) and where the rendered prompt left thinking.
 struct AnswerFormats {
@@ -36,19 +29,12 @@ struct AnswerFormats {
   }
 };
 
-// The reasoning parser first, then the tool-call parser over what follows the reasoning.
-AssistantTurn split_answer(const AnswerFormats& formats, std::string_view text);
-
 // Makes "<prefix>_<hex>" ids ("msg", "fc", "call", "rs").
 using ItemIdMaker = std::function<std::string(std::string_view prefix)>;
 
 Json reasoning_item(const std::string& id, const std::string& text);
 Json message_item(const std::string& id, const std::string& text, const char* status);
 Json function_call_item(const std::string& id, const ToolCall& call, const char* status);
-
-// The turn's items in order: reasoning, message (when there is content, or nothing else),
-// function calls. `incomplete` (the token budget ended it) marks the message incomplete.
-Json output_items(const AssistantTurn& turn, bool incomplete, const ItemIdMaker& ids);
 
 // {input_tokens, input_tokens_details.cached_tokens, output_tokens,
 //  output_tokens_details.reasoning_tokens, total_tokens}
@@ -69,33 +55,34 @@ struct ResponseState {
 // The response object: `state` with the request's echoed fields (ResponsesRequest::echo).
 Json response_json(const ResponseState& state, const Json& echo);
 
-// Appends a streamed response's events to the bytes a connection sends next. The events of a
-// message whose text streams as it is generated: message_started, text_delta..., then
-// finish() with the final items (the first of which is that message).
+// Writes a streamed response's events to the bytes a connection sends next (set_output
+// before each batch), numbering them with sequence_number.
 class ResponseEventWriter {
  public:
-  explicit ResponseEventWriter(std::string& out, int& sequence_number)
-      : out_(out), sequence_number_(sequence_number) {}
+  void set_output(std::string* out) { out_ = out; }
 
   // response.created and response.in_progress.
   void started(const Json& response);
-  // response.output_item.added + response.content_part.added for a message at output_index.
-  void message_started(int output_index, const std::string& item_id);
+  // response.output_item.added with the item as given (its in-progress form).
+  void item_added(int output_index, const Json& item);
+  void content_part_added(int output_index, const std::string& item_id);
   void text_delta(int output_index, const std::string& item_id, const std::string& delta);
-  // Every item's remaining events (whole items for those not started), then
-  // response.completed or response.incomplete. `started_items`: how many of the leading items
-  // were begun with message_started.
-  void finished(const Json& response, int started_items);
-  // response.failed.
+  // response.output_text.done and response.content_part.done.
+  void text_done(int output_index, const std::string& item_id, const Json& part);
+  void reasoning_delta(int output_index, const std::string& item_id, const std::string& delta);
+  void reasoning_done(int output_index, const std::string& item_id, const std::string& text);
+  void arguments_delta(int output_index, const std::string& item_id, const std::string& delta);
+  void arguments_done(int output_index, const Json& item);
+  void item_done(int output_index, const Json& item);
+  // response.completed, or response.incomplete for an incomplete response.
+  void ended(const Json& response);
   void failed(const Json& response);
 
  private:
   void event(const char* type, Json fields);
-  void item_added(int output_index, const Json& item);
-  void item_body(int output_index, const Json& item, bool started);
 
-  std::string& out_;
-  int& sequence_number_;
+  std::string* out_ = nullptr;
+  int sequence_number_ = 0;
 };
 
 }  // namespace attnres::server::http

@@ -1,10 +1,12 @@
 // POST /v1/responses: the Responses API over the chat path. The request becomes a rendered
 // chat conversation (responses_requests.h) run as one Generation; the answer is split into
 // output items (responses_output.h), stored for previous_response_id unless store is false,
-// and sent whole or as the Responses event stream. A message's text streams as it is generated
-// when no parser splits the answer; with a reasoning parser (the template thinks) or active
-// tools (the template has a call syntax), each item is sent whole once generation ends.
+// and sent whole or as the Responses event stream. The items are built as the text arrives
+// (responses_stream.h), so a stream sends reasoning, message text and call arguments as they
+// are generated.
+#include <algorithm>
 #include <chrono>
+#include <climits>
 #include <memory>
 
 #include "server/common/choice_result.h"
@@ -12,6 +14,7 @@
 #include "server/http/api_error.h"
 #include "server/http/responses_output.h"
 #include "server/http/responses_requests.h"
+#include "server/http/responses_stream.h"
 #include "server/http/router.h"
 #include "server/http/routes.h"
 
@@ -25,6 +28,13 @@ std::string openai_id(ServerState& state, std::string_view prefix) {
   return id;
 }
 
+// Calls an answer may make: parallel_tool_calls false allows one, max_tool_calls caps them.
+int max_calls(const ResponsesRequest& request) {
+  int limit = request.parallel_tool_calls ? INT32_MAX : 1;
+  if (request.max_tool_calls) limit = std::min(limit, *request.max_tool_calls);
+  return limit;
+}
+
 class ResponsesBody : public AsyncBody {
  public:
   ResponsesBody(ServerState& state, std::shared_ptr<const ResponsesRequest> request,
@@ -33,27 +43,25 @@ class ResponsesBody : public AsyncBody {
         request_(std::move(request)),
         response_(std::move(response)),
         generation_(std::move(generation)),
-        stream_text_(request_->chat.options.stream && !request_->formats.parses()) {}
+        items_(
+            request_->formats,
+            [this](std::string_view prefix) { return openai_id(state_, prefix); },
+            request_->chat.options.stream ? &events_ : nullptr, max_calls(*request_)) {}
 
   bool streamed() const override { return request_->chat.options.stream; }
   void set_wake(std::function<void()> wake) override { generation_->set_listener(std::move(wake)); }
   void cancel() override { generation_->cancel(); }
 
   bool pump(std::string& chunk, HttpResponse& whole) override {
-    ResponseEventWriter events(chunk, sequence_number_);
+    events_.set_output(&chunk);
     if (streamed() && !started_) {
       started_ = true;
-      events.started(response_json(response_, request_->echo));
+      events_.started(response_json(response_, request_->echo));
     }
     RequestOutput o;
     while (generation_->next(o)) {
       result_.add(o);
-      if (!stream_text_ || o.text.empty() || !o.error.empty()) continue;
-      if (message_id_.empty()) {
-        message_id_ = openai_id(state_, "msg");
-        events.message_started(0, message_id_);
-      }
-      events.text_delta(0, message_id_, o.text);
+      if (o.error.empty() && !o.text.empty()) items_.push(o.text);
     }
     if (!generation_->ended()) return false;
     if (!result_.error.empty()) {
@@ -65,7 +73,7 @@ class ResponsesBody : public AsyncBody {
       }
       response_.status = "failed";
       response_.error = {{"code", "server_error"}, {"message", message}};
-      events.failed(response_json(response_, request_->echo));
+      events_.failed(response_json(response_, request_->echo));
       return true;
     }
     finish();
@@ -76,7 +84,7 @@ class ResponsesBody : public AsyncBody {
       state_.response_store().put(response_.id, StoredResponse{std::move(conversation), body});
     }
     if (streamed()) {
-      events.finished(body, message_id_.empty() ? 0 : 1);
+      events_.ended(body);
     } else {
       send_json(whole, 200, body);
     }
@@ -84,32 +92,18 @@ class ResponsesBody : public AsyncBody {
   }
 
  private:
-  // The final output items, status and usage.
+  // The final output items (the last one's done events when streamed), status and usage.
   void finish() {
-    AssistantTurn turn = split_answer(request_->formats, result_.text);
-    if (!request_->parallel_tool_calls && turn.calls.size() > 1) turn.calls.resize(1);
-    if (request_->max_tool_calls && turn.calls.size() > size_t(*request_->max_tool_calls)) {
-      turn.calls.resize(size_t(*request_->max_tool_calls));
-    }
     const bool incomplete = result_.finish_reason == FinishReason::Length;
-    // The message that streamed keeps its id.
-    bool reuse_message_id = !message_id_.empty();
-    response_.output = output_items(turn, incomplete, [&](std::string_view prefix) {
-      if (prefix == "msg" && reuse_message_id) {
-        reuse_message_id = false;
-        return message_id_;
-      }
-      return openai_id(state_, prefix);
-    });
+    response_.output = items_.finish(incomplete);
     response_.status = incomplete ? "incomplete" : "completed";
     if (incomplete) response_.incomplete_details = {{"reason", "max_output_tokens"}};
     // Reasoning tokens as the tokenizer encodes the reasoning text.
+    const std::string& reasoning = items_.reasoning_text();
     const int reasoning_tokens =
-        turn.reasoning.empty()
+        reasoning.empty()
             ? 0
-            : int(state_.model()
-                      .tokenizer->encode(turn.reasoning, /*add_special_tokens=*/false)
-                      .size());
+            : int(state_.model().tokenizer->encode(reasoning, /*add_special_tokens=*/false).size());
     response_.usage = responses_usage_json(generation_->usage(), reasoning_tokens);
   }
 
@@ -117,11 +111,10 @@ class ResponsesBody : public AsyncBody {
   const std::shared_ptr<const ResponsesRequest> request_;
   ResponseState response_;
   std::unique_ptr<Generation> generation_;
-  const bool stream_text_;  // message text sent as generated (no parser splits the answer)
+  ResponseEventWriter events_;
+  ResponseItemBuilder items_;  // sends its events when streamed
   ChoiceResult result_;
   bool started_ = false;
-  std::string message_id_;  // the streamed message's, once begun
-  int sequence_number_ = 0;
 };
 
 }  // namespace

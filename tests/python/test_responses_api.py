@@ -173,7 +173,7 @@ def test_stream_helper(client, model):
     assert deltas[-1].snapshot == done[0].text  # the helper's running snapshot
 
 
-def test_stream_with_tools_sends_whole_items(client, model):
+def test_stream_with_tools_equals_whole(client, model):
     events = list(respond(client, model, "Weather?", max_output_tokens=5, stream=True,
                           tools=[WEATHER_TOOL]))
     whole = respond(client, model, "Weather?", max_output_tokens=5, tools=[WEATHER_TOOL])
@@ -311,8 +311,8 @@ def test_bad_input_through_the_client(client, model):
 
 
 def test_qwen3_streamed_items_equal_the_whole_response(qwen3_server):
-    # The Qwen3 template thinks and has a call syntax: the answer is parsed, and the stream
-    # sends each item whole at the end, equal to the non-streamed response's items.
+    # The Qwen3 template thinks and has a call syntax: the answer goes through both parsers as
+    # it streams, and the streamed items equal the non-streamed response's.
     client = make_client(qwen3_server)
     model = client.models.list().data[0].id
     whole = respond(client, model, "Weather in Paris?", tools=[WEATHER_TOOL])
@@ -321,6 +321,8 @@ def test_qwen3_streamed_items_equal_the_whole_response(qwen3_server):
     done = [e.item for e in events if e.type == "response.output_item.done"]
     assert [i.type for i in done] == [i.type for i in whole.output]
     assert events[-1].response.output_text == whole.output_text
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert text == whole.output_text
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -2,6 +2,8 @@
 // items (function calls included), the event stream and the bounded response store.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -9,6 +11,7 @@
 #include "server/http/api_error.h"
 #include "server/http/responses_output.h"
 #include "server/http/responses_requests.h"
+#include "server/http/responses_stream.h"
 
 namespace attnres::server::http {
 namespace {
@@ -123,63 +126,6 @@ ItemIdMaker counting_ids() {
   return [n](std::string_view prefix) { return std::string(prefix) + "_" + std::to_string(++*n); };
 }
 
-TEST(ResponsesOutput, PlainTextIsOneMessage) {
-  const Json items = output_items(AssistantTurn{"", "hello", {}}, false, counting_ids());
-  EXPECT_EQ(items, Json::parse(R"([{"id": "msg_1", "type": "message", "status": "completed",
-    "role": "assistant", "content": [{"type": "output_text", "text": "hello",
-    "annotations": [], "logprobs": []}]}])"));
-  const Json cut = output_items(AssistantTurn{"", "hel", {}}, true, counting_ids());
-  EXPECT_EQ(cut[0]["status"], "incomplete");
-}
-
-TEST(ResponsesOutput, ReasoningAndFunctionCalls) {
-  AssistantTurn turn{"why", "", {{"call_a", "f", "{\"a\":1}"}, {"call_b", "g", "{}"}}};
-  const Json items = output_items(turn, false, counting_ids());
-  ASSERT_EQ(items.size(), 3u);  // no empty message next to calls
-  EXPECT_EQ(items[0]["type"], "reasoning");
-  EXPECT_EQ(items[0]["content"][0]["text"], "why");
-  EXPECT_EQ(items[1], Json::parse(R"({"id": "fc_2", "type": "function_call", "status":
-    "completed", "call_id": "call_a", "name": "f", "arguments": "{\"a\":1}"})"));
-  EXPECT_EQ(items[2]["name"], "g");
-  EXPECT_EQ(items[2]["call_id"], "call_b");
-  EXPECT_EQ(items[2]["id"], "fc_3");
-}
-
-TEST(ResponsesOutput, SplitsAQwen3AnswerIntoReasoningContentAndCalls) {
-  const AnswerFormats qwen3{ReasoningFormat::Qwen3, PromptThinking::Unopened,
-                            ToolCallFormat::Hermes};
-  const std::string text =
-      "<think>\nNeed the weather.\n</think>\n\nChecking.\n<tool_call>\n{\"name\": "
-      "\"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
-  const AssistantTurn turn = split_answer(qwen3, text);
-  EXPECT_EQ(turn.reasoning, "\nNeed the weather.\n");
-  EXPECT_EQ(turn.content, "\n\nChecking.");
-  ASSERT_EQ(turn.calls.size(), 1u);
-  EXPECT_EQ(turn.calls[0].name, "get_weather");
-  EXPECT_EQ(Json::parse(turn.calls[0].arguments), Json::parse(R"({"city": "Paris"})"));
-  EXPECT_EQ(turn.calls[0].id.rfind("call_", 0), 0u);
-  const Json items = output_items(turn, false, counting_ids());
-  ASSERT_EQ(items.size(), 3u);
-  EXPECT_EQ(items[0]["type"], "reasoning");
-  EXPECT_EQ(items[1]["type"], "message");
-  EXPECT_EQ(items[2]["type"], "function_call");
-  EXPECT_EQ(items[2]["call_id"], turn.calls[0].id);
-
-  // Without parsers (no tools, a template that does not think) the text is all content.
-  EXPECT_EQ(split_answer(AnswerFormats{}, text).content, text);
-  EXPECT_TRUE(split_answer(AnswerFormats{}, text).calls.empty());
-}
-
-TEST(ResponsesOutput, UsageShape) {
-  Usage usage;
-  usage.prompt_tokens = 10;
-  usage.completion_tokens = 4;
-  usage.cached_tokens = 8;
-  EXPECT_EQ(responses_usage_json(usage, 2), Json::parse(R"({"input_tokens": 10,
-    "input_tokens_details": {"cached_tokens": 8}, "output_tokens": 4,
-    "output_tokens_details": {"reasoning_tokens": 2}, "total_tokens": 14})"));
-}
-
 // The (event line, data) pairs of an SSE byte string.
 std::vector<std::pair<std::string, Json>> parse_events(const std::string& bytes) {
   std::vector<std::pair<std::string, Json>> events;
@@ -196,68 +142,168 @@ std::vector<std::pair<std::string, Json>> parse_events(const std::string& bytes)
   return events;
 }
 
-TEST(ResponseEvents, StreamedMessageThenFunctionCall) {
+// An answer's items built from pieces of `sizes` bytes (0: whole), with its events.
+struct Built {
+  Json items;
+  std::vector<std::pair<std::string, Json>> events;
+  std::string reasoning;
+};
+Built build(const AnswerFormats& formats, const std::string& text, size_t piece,
+            bool incomplete = false, int max_calls = 100) {
   std::string bytes;
-  int sequence = 0;
-  ResponseEventWriter events(bytes, sequence);
-  ResponseState state;
-  state.id = "resp_1";
-  const Json echo = {{"tools", Json::array()}};
-  events.started(response_json(state, echo));
-  events.message_started(0, "msg_1");
-  events.text_delta(0, "msg_1", "hel");
-  events.text_delta(0, "msg_1", "lo");
-  state.status = "completed";
-  state.output = Json::array({message_item("msg_1", "hello", "completed"),
-                              function_call_item("fc_2", {"call_3", "f", "{}"}, "completed")});
-  events.finished(response_json(state, echo), 1);
-
-  const auto parsed = parse_events(bytes);
-  std::vector<std::string> types;
-  for (size_t i = 0; i < parsed.size(); ++i) {
-    types.push_back(parsed[i].first);
-    EXPECT_EQ(parsed[i].second["type"], parsed[i].first);
-    EXPECT_EQ(parsed[i].second["sequence_number"], int(i));
-  }
-  const std::vector<std::string> expected = {
-      "response.created",
-      "response.in_progress",
-      "response.output_item.added",
-      "response.content_part.added",
-      "response.output_text.delta",
-      "response.output_text.delta",
-      "response.output_text.done",
-      "response.content_part.done",
-      "response.output_item.done",
-      "response.output_item.added",
-      "response.function_call_arguments.delta",
-      "response.function_call_arguments.done",
-      "response.output_item.done",
-      "response.completed",
-  };
-  EXPECT_EQ(types, expected);
-  EXPECT_EQ(parsed[0].second["response"]["status"], "in_progress");
-  EXPECT_EQ(parsed[2].second["item"]["status"], "in_progress");
-  EXPECT_EQ(parsed[6].second["text"], "hello");
-  EXPECT_EQ(parsed[9].second["item"]["arguments"], "");
-  EXPECT_EQ(parsed[9].second["output_index"], 1);
-  EXPECT_EQ(parsed[11].second["arguments"], "{}");
-  EXPECT_EQ(parsed[13].second["response"]["output"].size(), 2u);
+  ResponseEventWriter events;
+  events.set_output(&bytes);
+  ResponseItemBuilder builder(formats, counting_ids(), &events, max_calls);
+  if (piece == 0) piece = std::max<size_t>(text.size(), 1);
+  for (size_t at = 0; at < text.size(); at += piece) builder.push(text.substr(at, piece));
+  Built b;
+  b.items = builder.finish(incomplete);
+  b.events = parse_events(bytes);
+  b.reasoning = builder.reasoning_text();
+  return b;
 }
 
-TEST(ResponseEvents, IncompleteEndsWithResponseIncomplete) {
+// The items without their call ids (the tool-call parser draws them at random).
+Json without_call_ids(Json items) {
+  for (Json& item : items) item.erase("call_id");
+  return items;
+}
+
+const AnswerFormats kPlain{};
+const AnswerFormats kQwen3{ReasoningFormat::Qwen3, PromptThinking::Unopened,
+                           ToolCallFormat::Hermes};
+const std::string kQwen3Answer =
+    "<think>\nNeed the weather.\n</think>\n\nChecking.\n<tool_call>\n{\"name\": "
+    "\"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n"
+    "{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>";
+
+TEST(ResponseItems, PlainTextIsOneMessage) {
+  const Built b = build(kPlain, "hello", 2);
+  EXPECT_EQ(b.items, Json::parse(R"([{"id": "msg_1", "type": "message", "status": "completed",
+    "role": "assistant", "content": [{"type": "output_text", "text": "hello",
+    "annotations": [], "logprobs": []}]}])"));
+  EXPECT_EQ(build(kPlain, "hel", 0, /*incomplete=*/true).items[0]["status"], "incomplete");
+  // No text at all: still one (empty) message.
+  EXPECT_EQ(build(kPlain, "", 0).items[0]["content"][0]["text"], "");
+}
+
+TEST(ResponseItems, Qwen3AnswerSplitsIntoReasoningMessageAndCalls) {
+  const Built b = build(kQwen3, kQwen3Answer, 0);
+  ASSERT_EQ(b.items.size(), 4u) << b.items.dump();
+  EXPECT_EQ(b.items[0]["type"], "reasoning");
+  EXPECT_EQ(b.items[0]["content"][0]["text"], "\nNeed the weather.\n");
+  EXPECT_EQ(b.reasoning, "\nNeed the weather.\n");
+  EXPECT_EQ(b.items[1]["type"], "message");
+  EXPECT_EQ(b.items[1]["content"][0]["text"], "\n\nChecking.");
+  EXPECT_EQ(b.items[2]["type"], "function_call");
+  EXPECT_EQ(b.items[2]["name"], "get_weather");
+  EXPECT_EQ(Json::parse(b.items[2]["arguments"].get<std::string>()),
+            Json::parse(R"({"city": "Paris"})"));
+  EXPECT_EQ(b.items[2]["call_id"].get<std::string>().rfind("call_", 0), 0u);
+  EXPECT_EQ(b.items[2]["id"], "fc_3");
+  EXPECT_EQ(b.items[3]["name"], "get_time");
+  for (const Json& item : b.items) EXPECT_EQ(item["status"], "completed");
+  // Without parsers the same text is all content.
+  EXPECT_EQ(build(kPlain, kQwen3Answer, 0).items[0]["content"][0]["text"], kQwen3Answer);
+}
+
+TEST(ResponseItems, PiecesGiveTheWholeAnswersItemsAndTheirEventsAssembleToThem) {
+  const Json whole = without_call_ids(build(kQwen3, kQwen3Answer, 0).items);
+  for (size_t piece : {1, 2, 3, 7}) {
+    SCOPED_TRACE(piece);
+    const Built b = build(kQwen3, kQwen3Answer, piece);
+    EXPECT_EQ(without_call_ids(b.items), whole);
+    // Replay the events: every item's deltas assemble to its final text or arguments.
+    std::map<int, std::string> text, arguments, reasoning;
+    std::vector<std::string> opened, done;
+    for (size_t i = 0; i < b.events.size(); ++i) {
+      const auto& [type, data] = b.events[i];
+      EXPECT_EQ(data["type"], type);
+      EXPECT_EQ(data["sequence_number"], int(i));
+      const int index = data.value("output_index", -1);
+      if (type == "response.output_item.added") {
+        EXPECT_EQ(index, int(opened.size()));
+        EXPECT_EQ(data["item"]["status"], "in_progress");
+        opened.push_back(data["item"]["id"]);
+      } else if (type == "response.output_text.delta") {
+        text[index] += data["delta"].get<std::string>();
+      } else if (type == "response.function_call_arguments.delta") {
+        arguments[index] += data["delta"].get<std::string>();
+      } else if (type == "response.reasoning_text.delta") {
+        reasoning[index] += data["delta"].get<std::string>();
+      } else if (type == "response.output_item.done") {
+        EXPECT_EQ(index, int(done.size()));
+        EXPECT_EQ(data["item"], b.items[size_t(index)]);
+        done.push_back(data["item"]["id"]);
+      }
+    }
+    EXPECT_EQ(opened, done);
+    ASSERT_EQ(done.size(), 4u);
+    EXPECT_EQ(reasoning[0], b.items[0]["content"][0]["text"]);
+    EXPECT_EQ(text[1], b.items[1]["content"][0]["text"]);
+    EXPECT_EQ(arguments[2], b.items[2]["arguments"]);
+    EXPECT_EQ(arguments[3], b.items[3]["arguments"]);
+  }
+}
+
+TEST(ResponseItems, WhitespaceBeforeCallsIsNoMessageAndMaxCallsCaps) {
+  const std::string calls_only =
+      "\n\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>\n"
+      "<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>";
+  const AnswerFormats hermes{ReasoningFormat::None, PromptThinking::Unopened,
+                             ToolCallFormat::Hermes};
+  for (size_t piece : {0, 1}) {
+    const Built b = build(hermes, calls_only, piece);
+    ASSERT_EQ(b.items.size(), 2u) << b.items.dump();
+    EXPECT_EQ(b.items[0]["name"], "f");
+    EXPECT_EQ(b.items[1]["name"], "g");
+    const Built one = build(hermes, calls_only, piece, false, /*max_calls=*/1);
+    ASSERT_EQ(one.items.size(), 1u);
+    EXPECT_EQ(one.items[0]["name"], "f");
+  }
+}
+
+TEST(ResponseItems, ACutAnswerMarksOnlyItsLastItemIncomplete) {
+  const Built b = build(kQwen3, "<think>\nhm\n</think>\n\nPartial ans", 3, /*incomplete=*/true);
+  ASSERT_EQ(b.items.size(), 2u);
+  EXPECT_EQ(b.items[0]["status"], "completed");
+  EXPECT_EQ(b.items[1]["status"], "incomplete");
+}
+
+TEST(ResponsesOutput, FunctionCallItemShape) {
+  EXPECT_EQ(function_call_item("fc_2", {"call_a", "f", "{\"a\":1}"}, "completed"),
+            Json::parse(R"({"id": "fc_2", "type": "function_call", "status":
+    "completed", "call_id": "call_a", "name": "f", "arguments": "{\"a\":1}"})"));
+}
+
+TEST(ResponsesOutput, UsageShape) {
+  Usage usage;
+  usage.prompt_tokens = 10;
+  usage.completion_tokens = 4;
+  usage.cached_tokens = 8;
+  EXPECT_EQ(responses_usage_json(usage, 2), Json::parse(R"({"input_tokens": 10,
+    "input_tokens_details": {"cached_tokens": 8}, "output_tokens": 4,
+    "output_tokens_details": {"reasoning_tokens": 2}, "total_tokens": 14})"));
+}
+
+TEST(ResponseEvents, LifecycleEvents) {
   std::string bytes;
-  int sequence = 0;
-  ResponseEventWriter events(bytes, sequence);
+  ResponseEventWriter events;
+  events.set_output(&bytes);
   ResponseState state;
+  state.id = "resp_1";
+  events.started(response_json(state, Json::object()));
   state.status = "incomplete";
-  state.output = Json::array({message_item("msg_1", "cut", "incomplete")});
-  events.finished(response_json(state, Json::object()), 0);
-  const auto parsed = parse_events(bytes);
-  EXPECT_EQ(parsed.front().first, "response.output_item.added");
-  EXPECT_EQ(parsed[2].first, "response.output_text.delta");  // the whole text at once
-  EXPECT_EQ(parsed[2].second["delta"], "cut");
-  EXPECT_EQ(parsed.back().first, "response.incomplete");
+  events.ended(response_json(state, Json::object()));
+  state.status = "completed";
+  events.ended(response_json(state, Json::object()));
+  state.status = "failed";
+  events.failed(response_json(state, Json::object()));
+  std::vector<std::string> types;
+  for (const auto& [type, data] : parse_events(bytes)) types.push_back(type);
+  EXPECT_EQ(types, (std::vector<std::string>{"response.created", "response.in_progress",
+                                             "response.incomplete", "response.completed",
+                                             "response.failed"}));
 }
 
 TEST(ResponseStore, EvictsTheLeastRecentlyUsed) {
