@@ -109,6 +109,15 @@ void refuse_unsupported_fields(const FieldReader& f) {
            "conversations are not supported; chain turns with previous_response_id");
   }
   if (f.has("prompt")) refuse("prompt", "prompt templates are not supported");
+  if (f.has("moderation")) refuse("moderation", "moderation is not supported");
+  if (f.has("image")) refuse("image", "image generation is not supported");
+  if (f.has("access_programs"))
+    refuse("access_programs", "programmatic tool calling is not supported");
+  if (const Json* context = f.find("context_management")) {
+    if (!context->is_array() || !context->empty()) {
+      refuse("context_management", "context management (compaction) is not supported");
+    }
+  }
   if (const Json* include = f.find("include")) {
     if (!include->is_array()) {
       refuse("include", "expected a list, got " + json_type_name(*include));

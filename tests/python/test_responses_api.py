@@ -293,6 +293,8 @@ def test_function_call_output_round_trips_through_the_template(qwen3_server):
     ({"input": "x", "truncation": "auto"}, "truncation"),
     ({"input": "x", "conversation": "conv_1"}, "conversation"),
     ({"input": "x", "prompt": {"id": "pmpt_1"}}, "prompt"),
+    ({"input": "x", "context_management": [{"type": "compaction"}]}, "context_management"),
+    ({"input": "x", "moderation": {"model": "omni-moderation-latest"}}, "moderation"),
     ({"input": "x", "previous_response_id": 7}, "previous_response_id"),
     ({"input": "x" * 5000, "max_output_tokens": 10**6}, "input"),
 ])
