@@ -19,6 +19,8 @@ void handle_chat_completions(ServerState& state, const HttpRequest& req, HttpRes
 
 // routes_responses.cpp
 void handle_responses(ServerState& state, const HttpRequest& req, HttpResponse& res);
+// GET /v1/responses/{id}: a stored response (404 when not stored or evicted).
+void handle_response_get(ServerState& state, const HttpRequest& req, HttpResponse& res);
 
 // routes_info.cpp
 void handle_models(ServerState& state, const HttpRequest& req, HttpResponse& res);

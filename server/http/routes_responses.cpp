@@ -140,4 +140,20 @@ void handle_responses(ServerState& state, const HttpRequest& req, HttpResponse& 
                                               std::move(generation));
 }
 
+void handle_response_get(ServerState& state, const HttpRequest& req, HttpResponse& res) {
+  constexpr std::string_view kPrefix = "/v1/responses/";
+  const std::string id = req.path.substr(kPrefix.size());
+  std::optional<StoredResponse> stored = state.response_store().get(id);
+  if (!stored) {
+    throw ApiError(404,
+                   "Response with id '" + id +
+                       "' not found: it was not stored (store: false), was evicted from the store "
+                       "of the " +
+                       std::to_string(state.response_store().capacity()) +
+                       " most recent responses, or the server restarted",
+                   "response_id", "not_found");
+  }
+  send_json(res, 200, stored->response);
+}
+
 }  // namespace attnres::server::http

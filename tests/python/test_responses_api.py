@@ -214,11 +214,22 @@ def test_store_false_and_eviction(client, model):
     assert "evicted" in e.value.body["message"]
 
 
+def test_retrieve_a_stored_response(client, model):
+    r = respond(client, model, "Keep this.", metadata={"n": "1"})
+    got = client.responses.retrieve(r.id)
+    assert got.model_dump() == r.model_dump()
+    unstored = respond(client, model, "x", max_output_tokens=1, store=False)
+    with pytest.raises(openai.NotFoundError) as e:
+        client.responses.retrieve(unstored.id)
+    assert e.value.body["param"] == "response_id"
+
+
 def test_streamed_response_is_stored(client, model):
     events = list(respond(client, model, "Hi", max_output_tokens=3, stream=True))
     first = events[-1].response
     second = respond(client, model, "Next", previous_response_id=first.id)
     assert second.usage.input_tokens > first.usage.input_tokens
+    assert client.responses.retrieve(first.id).model_dump() == first.model_dump()
 
 
 # ---------------------------------------------------------------- function tools (Qwen3 template)
