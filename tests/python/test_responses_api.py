@@ -364,3 +364,45 @@ def test_engine_failure_is_a_failed_response(attnres_bin, stream):
         if server.proc.poll() is None:
             server.proc.kill()
             server.proc.wait()
+
+
+def _mutations(rng, value, depth=0):
+    """A random variant of a JSON value: a leaf replaced by a value of another type, a key
+    dropped, or a list emptied, at a random place."""
+    odd = [None, 0, -1, 1.5, "", "x", True, [], {}, [None], {"type": 3}]
+    if depth > 4 or not isinstance(value, (dict, list)) or not value or rng.random() < 0.25:
+        return rng.choice(odd)
+    if isinstance(value, dict):
+        out = dict(value)
+        key = rng.choice(list(out))
+        if rng.random() < 0.2:
+            del out[key]
+        else:
+            out[key] = _mutations(rng, out[key], depth + 1)
+        return out
+    out = list(value)
+    i = rng.randrange(len(out))
+    out[i] = _mutations(rng, out[i], depth + 1)
+    return out
+
+
+def test_mutated_bodies_are_answered_or_refused_never_a_5xx(server, model):
+    import random
+    rng = random.Random(45)
+    base = {"model": model, "instructions": "Be brief.", "max_output_tokens": 1,
+            "input": [{"role": "user", "content": [{"type": "input_text", "text": "Hi"}]},
+                      {"type": "function_call", "call_id": "c1", "name": "get_weather",
+                       "arguments": "{}"},
+                      {"type": "function_call_output", "call_id": "c1", "output": "ok"}],
+            "tools": [WEATHER_TOOL], "tool_choice": "auto", "text": {"format": {"type": "text"}},
+            "metadata": {"k": "v"}, "store": False, "temperature": 0}
+    for _ in range(150):
+        body = _mutations(rng, base)
+        if isinstance(body, dict):
+            body["max_output_tokens"] = 1
+            body["stream"] = False
+        status, _, reply = post_json(server.http_url, "/v1/responses", json.dumps(body))
+        assert status == 200 or 400 <= status < 500, (body, reply)
+        if status != 200:
+            assert_error_envelope(reply)
+    assert server.health() == 200
