@@ -56,13 +56,35 @@ def model(client) -> str:
 def qwen3_server(attnres_bin, ckpt_root):
     """A tiny random-weight Qwen3 checkpoint with the real Qwen3 tokenizer and chat template
     (tools, tool calls and tool results rendered as Qwen3 renders them)."""
-    out = make_checkpoint(ckpt_root / "responses_qwen3", "qwen3", seed=3, vocab_size=151936)
+    with ServerProcess(attnres_bin, "--model", str(make_qwen3_checkpoint(ckpt_root)),
+                       env=SERVER_ENV) as s:
+        yield s
+
+
+def make_qwen3_checkpoint(ckpt_root) -> Path:
+    out = ckpt_root / "responses_qwen3"
+    if (out / "tokenizer.json").exists():
+        return out
+    make_checkpoint(out, "qwen3", seed=3, vocab_size=151936)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copyfile(QWEN3_TOKENIZER / name, out / name)
     gen = json.loads((out / "generation_config.json").read_text())
     gen.update(bos_token_id=151643, eos_token_id=151645)
     (out / "generation_config.json").write_text(json.dumps(gen))
-    with ServerProcess(attnres_bin, "--model", str(out), env=SERVER_ENV) as s:
+    return out
+
+
+# What a trained Qwen3 writes when it calls a tool: its thinking, then a Hermes call.
+SCRIPTED_CALL = ("<think>\nThe user wants the weather.\n</think>\n\n<tool_call>\n"
+                 '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>')
+
+
+@pytest.fixture(scope="module")
+def calling_server(attnres_bin, ckpt_root):
+    """The Qwen3-template checkpoint made to answer with SCRIPTED_CALL (the test-only
+    ATTNRES_TEST_SCRIPTED_REPLY runner sets the logits; everything after is the server's)."""
+    with ServerProcess(attnres_bin, "--model", str(make_qwen3_checkpoint(ckpt_root)),
+                       env={**SERVER_ENV, "ATTNRES_TEST_SCRIPTED_REPLY": SCRIPTED_CALL}) as s:
         yield s
 
 
@@ -406,3 +428,74 @@ def test_mutated_bodies_are_answered_or_refused_never_a_5xx(server, model):
         if status != 200:
             assert_error_envelope(reply)
     assert server.health() == 200
+
+
+# ---------------------------------------------------------------- a model that calls a tool
+
+def test_a_tool_call_becomes_reasoning_and_function_call_items(calling_server):
+    client = make_client(calling_server)
+    model = client.models.list().data[0].id
+    r = client.responses.create(model=model, input="Weather in Paris?", tools=[WEATHER_TOOL],
+                                max_output_tokens=64)
+    assert r.status == "completed"
+    assert [i.type for i in r.output] == ["reasoning", "function_call"]
+    assert r.output[0].content[0].text == "\nThe user wants the weather.\n"
+    call = r.output[1]
+    assert call.name == "get_weather" and json.loads(call.arguments) == {"city": "Paris"}
+    assert call.call_id.startswith("call_") and call.id.startswith("fc_")
+    assert call.status == "completed" and r.output_text == ""
+    assert r.usage.output_tokens_details.reasoning_tokens > 0
+    # Without tools the same answer is reasoning and a message holding the raw call.
+    plain = client.responses.create(model=model, input="Weather in Paris?", max_output_tokens=64)
+    assert [i.type for i in plain.output] == ["reasoning", "message"]
+    assert plain.output_text.strip().startswith("<tool_call>")
+
+
+def test_a_streamed_tool_call_assembles_to_the_whole_one(calling_server):
+    client = make_client(calling_server)
+    model = client.models.list().data[0].id
+    kwargs = dict(model=model, input="Weather in Paris?", tools=[WEATHER_TOOL],
+                  max_output_tokens=64)
+    whole = client.responses.create(**kwargs)
+    events = list(client.responses.create(**kwargs, stream=True))
+    assert events[-1].type == "response.completed"
+    final = events[-1].response
+    assert [i.type for i in final.output] == ["reasoning", "function_call"]
+    call_index = 1
+    added = [e for e in events if e.type == "response.output_item.added"]
+    assert [e.item.type for e in added] == ["reasoning", "function_call"]
+    assert added[1].item.name == "get_weather" and added[1].item.arguments == ""
+    arguments = "".join(e.delta for e in events
+                        if e.type == "response.function_call_arguments.delta")
+    done = [e for e in events if e.type == "response.function_call_arguments.done"]
+    assert arguments == done[0].arguments == final.output[call_index].arguments
+    assert json.loads(arguments) == json.loads(whole.output[call_index].arguments)
+    reasoning = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+    assert reasoning == whole.output[0].content[0].text
+
+
+def test_a_tool_loop_over_previous_response_id(calling_server):
+    # The Agents SDK's loop: the model calls, the client runs the tool and sends its output
+    # as a function_call_output item continuing the stored response.
+    client = make_client(calling_server)
+    model = client.models.list().data[0].id
+    first = client.responses.create(model=model, input="Weather in Paris?", tools=[WEATHER_TOOL],
+                                    max_output_tokens=64)
+    call = first.output[1]
+    second = client.responses.create(
+        model=model, previous_response_id=first.id, tools=[WEATHER_TOOL], max_output_tokens=64,
+        input=[{"type": "function_call_output", "call_id": call.call_id, "output": "Sunny"}])
+    assert second.status == "completed"
+    # The second prompt is the chat conversation with the call and its result in it.
+    c = client.chat.completions.create(
+        model=model, max_tokens=64, tools=[WEATHER_TOOL_CHAT],
+        messages=[{"role": "user", "content": "Weather in Paris?"},
+                  {"role": "assistant", "content": "",
+                   "reasoning_content": first.output[0].content[0].text,
+                   "tool_calls": [{"id": call.call_id, "type": "function",
+                                   "function": {"name": call.name,
+                                                "arguments": call.arguments}}]},
+                  {"role": "tool", "tool_call_id": call.call_id, "name": call.name,
+                   "content": "Sunny"}])
+    assert second.usage.input_tokens == c.usage.prompt_tokens
+    assert second.usage.input_tokens > first.usage.input_tokens
