@@ -499,3 +499,40 @@ def test_a_tool_loop_over_previous_response_id(calling_server):
                    "content": "Sunny"}])
     assert second.usage.input_tokens == c.usage.prompt_tokens
     assert second.usage.input_tokens > first.usage.input_tokens
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_the_openai_agents_sdk_runs_a_tool_loop(calling_server, streamed):
+    # The OpenAI Agents SDK over /v1/responses: the model calls get_weather, the SDK runs it
+    # and (stop_on_first_tool) returns its result as the final output.
+    import asyncio
+
+    from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+
+    set_tracing_disabled(True)
+    calls = []
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """Weather in a city."""
+        calls.append(city)
+        return f"Sunny in {city}"
+
+    client = openai.AsyncOpenAI(base_url=calling_server.http_url + "/v1", api_key="none",
+                                timeout=120, max_retries=0)
+    model = make_client(calling_server).models.list().data[0].id
+    agent = Agent(name="weather", instructions="Answer with the weather.", tools=[get_weather],
+                  model=OpenAIResponsesModel(model=model, openai_client=client),
+                  tool_use_behavior="stop_on_first_tool")
+
+    async def run():
+        if not streamed:
+            return await Runner.run(agent, "Weather in Paris?")
+        result = Runner.run_streamed(agent, "Weather in Paris?")
+        async for _ in result.stream_events():
+            pass
+        return result
+
+    result = asyncio.run(run())
+    assert calls == ["Paris"]
+    assert result.final_output == "Sunny in Paris"
