@@ -25,7 +25,8 @@
 #   variants   every checkpoint variant, CUDA against the CPU (logits, greedy tokens)
 #   peer       our logits and greedy tokens against transformers on the same checkpoint
 #   ops        every CUDA op and the forward against the CPU backend (attnres_cuda_tests)
-#   memcheck, racecheck, synccheck, initcheck   compute-sanitizer (skipped under gVisor)
+#   memcheck, racecheck_norms, racecheck_decode, racecheck_attention, synccheck, initcheck
+#              compute-sanitizer over the CUDA tests (skipped under gVisor)
 #   bench      decode-step timings against the weight-read floor
 #   prefill    prefill attention and 1K / 8K prompts against the GEMM rate
 #   ncu        every kernel of a decode step under Nsight Compute (skipped under gVisor)

@@ -51,13 +51,14 @@ def run_lease(attnres_bin, tmp_path, *args, **env):
 def test_lease_rehearsal_runs_every_step_on_the_cpu(attnres_bin, tmp_path):
     require_binary(attnres_bin)
     output, verdicts, logs = run_lease(
-        attnres_bin, tmp_path, "--budget", "300", "e2e", "nccl", "variants", "peer",
+        attnres_bin, tmp_path, "--budget", "300", "e2e", "nccl", "variants", "peer", "racecheck_decode",
         E2E_TESTS="tests/python/test_http_api.py", E2E_PYTEST_ARGS="-k stream_equals_non_stream",
         VARIANTS="qwen3")
     assert verdicts["e2e"] == "PASS", output
     assert verdicts["nccl"] == "SKIP", output  # needs the CUDA build
     assert verdicts["variants"] == "PASS", output
     assert verdicts["peer"] in ("PASS", "SKIP"), output  # SKIP: no torch here
+    assert verdicts["racecheck_decode"] == "SKIP", output
     assert {"setup.log", "e2e.log", "nccl.log", "variants.log", "variant_parity.json",
             "verdicts.txt"} <= logs
 
