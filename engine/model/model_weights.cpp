@@ -266,4 +266,35 @@ ModelWeights ModelWeights::load(const ModelConfig& cfg, const WeightStore& store
   return w;
 }
 
+size_t ModelWeights::total_bytes() const {
+  std::set<const void*> seen;
+  size_t bytes = 0;
+  auto add = [&](const Tensor& t) {
+    if (t.defined() && seen.insert(t.data).second) bytes += t.nbytes();
+  };
+  auto add_mix = [&](const std::optional<AttnResWeights>& m) {
+    if (!m) return;
+    for (const Tensor* t : {&m->proj, &m->norm, &m->gate_proj, &m->gate_bias, &m->null_source,
+                            &m->pre_gate, &m->pre_gate_bias}) {
+      add(*t);
+    }
+  };
+  add(embed_tokens);
+  add(final_norm);
+  add(lm_head);
+  add_mix(final_res);
+  for (const LayerWeights& l : layers) {
+    for (const Tensor* t :
+         {&l.input_norm, &l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.q_norm, &l.k_norm,
+          &l.q_bias, &l.k_bias, &l.v_bias, &l.o_bias, &l.post_attention_norm, &l.gate_proj,
+          &l.up_proj, &l.down_proj, &l.gate_bias, &l.up_bias, &l.down_bias}) {
+      add(*t);
+    }
+    add_mix(l.attn_res);
+    add_mix(l.mlp_res);
+    add_mix(l.v_res);
+  }
+  return bytes;
+}
+
 }  // namespace attnres

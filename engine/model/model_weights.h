@@ -68,6 +68,10 @@ struct ModelWeights {
   // Validates names, shapes and dtypes against cfg and throws attnres::Error on the first
   // defect (naming the file, the tensor, what was found and what was expected).
   static ModelWeights load(const ModelConfig& cfg, const WeightStore& store);
+
+  // The bytes of every distinct tensor (a tied LM head counted once): what uploading the
+  // weights to a device takes.
+  size_t total_bytes() const;
 };
 
 }  // namespace attnres
