@@ -15,7 +15,7 @@ namespace {
 
 struct RouteEntry {
   std::string_view method;
-  std::string_view path;
+  std::string_view path;  // a trailing {name} matches any non-empty rest (the handler reads it)
   Route route;
 };
 
@@ -24,13 +24,21 @@ constexpr RouteEntry kRoutes[] = {
     {"POST", "/v1/completions", {handle_completions, true, false}},
     {"POST", "/v1/chat/completions", {handle_chat_completions, true, false}},
     {"GET", "/v1/models", {handle_models, true, true}},
+    {"GET", "/v1/models/{model}", {handle_model, true, true}},
     // ---- vLLM's extras ----
     {"POST", "/tokenize", {handle_tokenize, true, false}},
     {"POST", "/detokenize", {handle_detokenize, true, false}},
+    {"GET", "/version", {handle_version, true, true}},
     // ---- operations (no API key) ----
     {"GET", "/health", {handle_health, false, true}},
     {"GET", "/metrics", {handle_metrics, false, true}},
 };
+
+bool path_matches(std::string_view pattern, std::string_view path) {
+  const size_t name = pattern.find('{');
+  if (name == std::string_view::npos) return pattern == path;
+  return path.size() > name && path.substr(0, name) == pattern.substr(0, name);
+}
 
 // An error the front-end pipeline raised, as an HTTP status.
 ApiError to_api_error(const ServerState& state, const RequestError& e) {
@@ -62,7 +70,7 @@ void send_error(HttpResponse& res, int status, const std::string& message, const
 const Route* Router::find(const HttpRequest& request, HttpResponse& error) const {
   bool path_known = false;
   for (const RouteEntry& entry : kRoutes) {
-    if (entry.path != request.path) continue;
+    if (!path_matches(entry.path, request.path)) continue;
     path_known = true;
     // HEAD is GET without the body (RFC 9110); the connection drops the body.
     if (entry.method == request.method || (request.method == "HEAD" && entry.method == "GET")) {

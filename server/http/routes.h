@@ -19,6 +19,10 @@ void handle_chat_completions(ServerState& state, const HttpRequest& req, HttpRes
 
 // routes_info.cpp
 void handle_models(ServerState& state, const HttpRequest& req, HttpResponse& res);
+// GET /v1/models/{model} (the id percent-decoded; 404 model_not_found for another model).
+void handle_model(ServerState& state, const HttpRequest& req, HttpResponse& res);
+// GET /version: {"version": the project version} (vLLM's route).
+void handle_version(ServerState& state, const HttpRequest& req, HttpResponse& res);
 void handle_health(ServerState& state, const HttpRequest& req, HttpResponse& res);
 void handle_metrics(ServerState& state, const HttpRequest& req, HttpResponse& res);
 void handle_tokenize(ServerState& state, const HttpRequest& req, HttpResponse& res);
