@@ -250,6 +250,9 @@ def test_refusal_shows_the_servers_400_message(server, browser):
     shown = error_text(browser)
     assert shown == "The server refused the request (400): " + api["error"]["message"]
     assert "temperature" in shown
+    # The refused prompt is back in the input box, the conversation as it was.
+    assert browser.find_element(By.ID, "prompt").get_attribute("value") == "Hi"
+    assert browser.find_elements(By.CSS_SELECTOR, ".msg") == []
 
 
 class HeldStreams:
@@ -313,6 +316,14 @@ def test_queue_full_503_message(attnres_bin, browser):
         assert shown.startswith("The server is busy or unavailable (503): ")
         assert "Retry after 1 s." in shown
         assert browser.find_element(By.ID, "error").get_attribute("data-status") == "503"
+        # Once the server has room, sending the prompt the page kept succeeds.
+        WebDriverWait(browser, WAIT).until(
+            lambda d: s.metrics()["attnres:num_requests_running"] == 0
+            and s.metrics()["attnres:num_requests_waiting"] == 0)
+        assert browser.find_element(By.ID, "prompt").get_attribute("value") == "Hi"
+        browser.find_element(By.ID, "send").click()
+        wait_idle_after_send(browser)
+        assert last_answer(browser)[2] == "length" and error_text(browser) is None
 
 
 def test_api_key_page_asks_for_the_key(attnres_bin, browser):

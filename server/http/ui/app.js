@@ -56,7 +56,11 @@ async function getJson(path) {
   return res.json();
 }
 
+// An error event inside a stream the server had accepted (the engine failed mid-answer).
+class StreamError extends Error {}
+
 function describeError(e) {
+  if (e instanceof StreamError) return 'The server ended the answer with an error: ' + e.message;
   if (!(e instanceof HttpError)) return 'Cannot reach the server: ' + e.message;
   const retry = e.retryAfter ? ' Retry after ' + e.retryAfter + ' s.' : '';
   switch (e.status) {
@@ -262,7 +266,9 @@ function setBusy(busy) {
 }
 
 // Streams one answer into `entry` from the request for `context` (the entries before it).
+// Resolves to false when the request failed before any text came.
 async function generate(context, entry) {
+  let ok = true;
   clearError();
   const body = requestBody(context);
   const path = isChat() ? '/v1/chat/completions' : '/v1/completions';
@@ -280,13 +286,23 @@ async function generate(context, entry) {
   } catch (e) {
     if (e.name !== 'AbortError') {
       showError(e);
-      if (!entry.content) entry.el.classList.add('failed');
+      if (!entry.content) {
+        entry.el.classList.add('failed');
+        ok = false;
+      }
     }
   } finally {
     flushFrame();
     state.controller = null;
     setBusy(false);
   }
+  return ok;
+}
+
+function removeEntry(entry) {
+  state.entries.splice(state.entries.indexOf(entry), 1);
+  entry.el.remove();
+  if (state.view === entry) state.view = null;
 }
 
 // Server-sent events from a fetch body: calls onData with each event's parsed JSON.
@@ -311,8 +327,7 @@ async function readEvents(stream, onData) {
 }
 
 function onChunk(entry, event) {
-  if (event.error) throw new HttpError(event.error.code && Number(event.error.code) ||
-    500, event.error.message || 'the stream ended with an error');
+  if (event.error) throw new StreamError(event.error.message || JSON.stringify(event.error));
   for (const choice of event.choices || []) {
     const text = choice.delta ? (choice.delta.content || '') : (choice.text || '');
     const depth = choice.depth_attention;
@@ -361,23 +376,34 @@ function flushFrame() {
   $('log').scrollTop = $('log').scrollHeight;
 }
 
-function send(text) {
+// A refused message leaves the conversation as it was and goes back into the input box, to be
+// sent again once the settings are fixed or the server has room.
+async function send(text) {
   if (state.controller || !state.model) return;
+  let question, answer, ok;
   if (isChat()) {
-    addEntry('user', text);
-    const context = state.entries.filter((e) => e.role === 'user' || e.role === 'assistant');
-    generate(context, addEntry('assistant', ''));
+    question = addEntry('user', text);
+    const context = state.entries.filter((e) => e.role === 'user' ||
+      (e.role === 'assistant' && e.content));
+    answer = addEntry('assistant', '');
+    ok = await generate(context, answer);
   } else {
-    const prompt = addEntry('prompt', text);
-    generate([prompt], addEntry('completion', ''));
+    question = addEntry('prompt', text);
+    answer = addEntry('completion', '');
+    ok = await generate([question], answer);
+  }
+  if (!ok) {
+    removeEntry(answer);
+    removeEntry(question);
+    if (!$('prompt').value) $('prompt').value = text;
   }
 }
 
 function regenerate(entry) {
   if (state.controller) return;
   const at = state.entries.indexOf(entry);
-  const context = state.entries.slice(0, at).filter((e) =>
-    entry.role === 'assistant' ? (e.role === 'user' || e.role === 'assistant') : e.role === 'prompt');
+  const context = state.entries.slice(0, at).filter((e) => entry.role === 'assistant'
+    ? (e.role === 'user' || (e.role === 'assistant' && e.content)) : e.role === 'prompt');
   const input = entry.role === 'assistant' ? context : context.slice(-1);
   entry.content = '';
   entry.text.textContent = '';
