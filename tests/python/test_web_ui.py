@@ -221,6 +221,14 @@ def test_chat_streams_then_stop_and_regenerate(server, browser):
         "messages": [{"role": "system", "content": "Be brief."},
                      {"role": "user", "content": "Hello there"}]})
     assert status == 200 and api["choices"][0]["message"]["content"] == first
+    # Copy puts the answer on the clipboard.
+    browser.execute_cdp_cmd("Browser.grantPermissions", {
+        "origin": server.http_url, "permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"]})
+    browser.find_elements(By.CSS_SELECTOR, ".msg.assistant .copy")[-1].click()
+    WebDriverWait(browser, WAIT).until(
+        lambda d: d.find_elements(By.CSS_SELECTOR, ".msg.assistant .copy")[-1].text == "Copied")
+    assert browser.execute_async_script(
+        "navigator.clipboard.readText().then(arguments[0], (e) => arguments[0](String(e)))") == first
     # Regenerate (greedy): the same answer again, in the same message.
     browser.find_elements(By.CSS_SELECTOR, ".msg.assistant .regenerate")[-1].click()
     wait_idle_after_send(browser)
