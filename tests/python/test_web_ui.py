@@ -34,7 +34,9 @@ pytestmark = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER),
                                        "(docker/install-deps.sh --tests)")
 webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (tests/requirements.txt)")
 from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 WAIT = 30  # seconds a condition may take on a loaded 2-core machine before the test fails
@@ -203,6 +205,13 @@ def test_streamed_completion_and_heatmap_equal_the_api(server, browser, artifact
         assert shown_step == step
         assert rows == depth["sublayers"] and cols == depth["sources"]
         assert cells == matrix, step  # the exact numbers, unused cells included
+    # Hovering a piece of the answer shows the token that produced it; ← / → step.
+    span = browser.find_elements(By.CSS_SELECTOR, ".msg.completion .text span[data-token]")[2]
+    ActionChains(browser).move_to_element(span).perform()
+    assert heatmap(browser)[0] == span.get_attribute("data-token")
+    browser.find_element(By.TAG_NAME, "body").send_keys(Keys.ARROW_LEFT)
+    assert heatmap(browser)[0] == str(int(span.get_attribute("data-token")) - 1)
+    assert heatmap(browser)[3] == depth["per_token"][int(span.get_attribute("data-token")) - 1]
     browser.save_screenshot(str(artifacts / "web_ui_chromium.png"))
     assert console_errors(browser) == []
 
