@@ -69,6 +69,7 @@ std::vector<FlagSpec> serve_flags() {
       {"http-header-timeout", "SECONDS",
        "an HTTP request's headers must arrive within this of its first byte, else 408 (default "
        "10)"},
+      {"no-ui", "", "do not serve the web playground at /"},
       {"http-max-connections", "N",
        "open HTTP connections at most; one more gets 503 (default 32768, lowered to fit "
        "the file-descriptor limit)"},
@@ -268,6 +269,8 @@ int run_serve(const std::vector<std::string>& args) {
   options.served_model_name = flags.get("served-model-name", default_served_name(model));
   options.max_model_len = max_model_len;
   options.grace_period_seconds = flags.get_int("grace-period", 30);
+  options.ui = !flags.has("no-ui");
+  options.device = exec->description;
   if (options.grace_period_seconds < 0) throw Error("--grace-period: must be >= 0");
   const server::http::HttpLimits http_limits = http_limits_from_flags(flags);
   server::Metrics metrics(options.served_model_name);
@@ -292,6 +295,13 @@ int run_serve(const std::vector<std::string>& args) {
   std::cerr << "attnres serve: built without the HTTP front end (Boost missing)\n";
 #endif
   std::cerr << "attnres serve: ready" << std::endl;
+#ifdef ATTNRES_HAVE_HTTP
+  if (options.ui) {  // the last line: what a person opens
+    const bool any = options.host == "0.0.0.0" || options.host == "::";
+    std::cerr << "attnres serve: web playground: open http://" << (any ? "127.0.0.1" : options.host)
+              << ":" << http.port() << "/ in a browser" << std::endl;
+  }
+#endif
 
   // Wait for a shutdown signal, or for the engine to die.
   int signal_number = 0;

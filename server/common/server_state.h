@@ -24,6 +24,8 @@ struct ServeOptions {
   std::string served_model_name;      // the "model" clients name and /v1/models lists
   int max_model_len = 0;              // prompt + max_tokens limit, in tokens
   int grace_period_seconds = 30;      // SIGTERM: time running requests get to finish
+  bool ui = true;                     // the web playground at / (--no-ui: off)
+  std::string device;                 // where the model runs, for the playground's model card
 };
 
 class ServerState {

@@ -32,6 +32,11 @@ constexpr RouteEntry kRoutes[] = {
     // ---- operations (no API key) ----
     {"GET", "/health", {handle_health, false, true}},
     {"GET", "/metrics", {handle_metrics, false, true}},
+    // ---- the web playground (server/http/ui/; the page loads without the key) ----
+    {"GET", "/", {handle_ui_file, false, true}},
+    {"GET", "/ui/app.js", {handle_ui_file, false, true}},
+    {"GET", "/ui/app.css", {handle_ui_file, false, true}},
+    {"GET", "/ui/model-info", {handle_ui_model_info, true, true}},
 };
 
 bool path_matches(std::string_view pattern, std::string_view path) {

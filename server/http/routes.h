@@ -28,4 +28,8 @@ void handle_metrics(ServerState& state, const HttpRequest& req, HttpResponse& re
 void handle_tokenize(ServerState& state, const HttpRequest& req, HttpResponse& res);
 void handle_detokenize(ServerState& state, const HttpRequest& req, HttpResponse& res);
 
+// routes_ui.cpp
+void handle_ui_file(ServerState& state, const HttpRequest& req, HttpResponse& res);
+void handle_ui_model_info(ServerState& state, const HttpRequest& req, HttpResponse& res);
+
 }  // namespace attnres::server::http
