@@ -64,7 +64,7 @@ class WeightChecker {
     return store_.read_scalar(name);
   }
 
-  // A sublayer's depth query and what its mode and gate read (ATTNRES.md §2d). `prefix` is
+  // A sublayer's depth query and what its mode and gate read (docs/ATTNRES.md §2d). `prefix` is
   // "model.layers.{i}.attn" / ".mlp" / "model.final"; `null_prefix` names the null source
   // ("model.layers.{i}.attn_null_source"), empty for the final mix.
   AttnResWeights take_res(const std::string& prefix, const std::string& null_prefix = "") {
@@ -99,7 +99,7 @@ class WeightChecker {
     return res;
   }
 
-  // The gate tensors of attnres_gate_type (ATTNRES.md §2d); `unread`: the mode has no gate
+  // The gate tensors of attnres_gate_type (docs/ATTNRES.md §2d); `unread`: the mode has no gate
   // (first_layer, pre_gated) or this is the final mix, and present tensors are ignored.
   void take_gate(const std::string& prefix, bool unread, AttnResWeights& res) {
     const int64_t d = cfg_.hidden_size;
@@ -248,7 +248,7 @@ ModelWeights ModelWeights::load(const ModelConfig& cfg, const WeightStore& store
     w.lm_head = checker.take("lm_head.weight", {vocab, d});
   }
 
-  // Variant 2b is told apart from 2a only by the final-mix weights (ATTNRES.md §2b).
+  // Variant 2b is told apart from 2a only by the final-mix weights (docs/ATTNRES.md §2b).
   const char* kFinalResNames[] = {"model.final_res_proj.weight", "model.final_res_norm.weight",
                                   "model.final_res_bias"};
   for (const char* name : kFinalResNames) {

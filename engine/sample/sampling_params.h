@@ -43,7 +43,7 @@ struct SamplingParams {
   // (position 0 has none) plus the top k there, reported once per request.
   int prompt_logprobs = -1;
   bool skip_special_tokens = true;
-  // Depth-attention introspection (ATTNRES.md §5; models with depth mixes only): the
+  // Depth-attention introspection (docs/ATTNRES.md §5; models with depth mixes only): the
   // depth-mix weights averaged over the prompt, sent with each choice's first output; with
   // depth_attention_per_token (which implies depth_attention) also, with each generated
   // token, the weights of the forward that produced it (the position before it).

@@ -74,7 +74,7 @@ void read_sampling_fields(const FieldReader& f, SamplingParams& p) {
   }
 }
 
-// Depth-attention introspection (ATTNRES.md §5): return_depth_attention gives each choice the
+// Depth-attention introspection (docs/ATTNRES.md §5): return_depth_attention gives each choice the
 // depth-mix weights averaged over its prompt; depth_attention_per_token (which implies it)
 // also the weights behind each generated token.
 void read_depth_attention_fields(const FieldReader& f, SamplingParams& p,

@@ -50,7 +50,7 @@ Json completion_logprobs_json(const Tokenizer& tokenizer, std::span<const int32_
 // for the prompt's own token, then the top k at that position.
 Json prompt_logprobs_json(const Tokenizer& tokenizer, std::span<const int32_t> prompt_ids,
                           std::span<const std::optional<TokenLogprob>> prompt_logprobs);
-// A choice's depth-attention weights (request field return_depth_attention, ATTNRES.md §5):
+// A choice's depth-attention weights (request field return_depth_attention, docs/ATTNRES.md §5):
 // {"sublayers": [row labels], "sources": [column labels], "prompt_mean": [[...]],
 //  "per_token": [[[...]], ...]}, each matrix a list of rows, null in the cells a sublayer does
 // not have. The labels and prompt_mean are present when prompt_mean is given (non-streamed, or

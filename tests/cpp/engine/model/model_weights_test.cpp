@@ -291,7 +291,7 @@ TEST(ModelWeights, ShardedModelLoadsEndToEnd) {
 namespace attnres {
 namespace {
 
-// ATTNRES.md §2d: a tiny model in `mode` with `gate`, and the tensors the open-attnres code
+// docs/ATTNRES.md §2d: a tiny model in `mode` with `gate`, and the tensors the open-attnres code
 // writes for it added by hand (d = 8).
 TinyModel mode_model(const std::string& mode, const std::string& gate, bool null_source) {
   TinyModel m;
