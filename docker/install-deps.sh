@@ -14,8 +14,10 @@ packages=(build-essential cmake ninja-build pkg-config git
           protobuf-compiler-grpc
           libopenmpi-dev openmpi-bin)  # mpirun: one tensor-parallel rank per process
 # The fuzzers (tests/fuzz) build with Clang's libFuzzer runtime. (No OpenMP: the CPU backend
-# has its own worker pool, kernels/cpu/worker_pool.h.)
-test_packages=(clang libclang-rt-14-dev)
+# has its own worker pool, kernels/cpu/worker_pool.h.) The web playground's tests run it in
+# Debian's browsers: Chromium through its chromedriver (Selenium), firefox-esr over WebDriver
+# BiDi (tests/python/test_web_ui*.py).
+test_packages=(clang libclang-rt-14-dev chromium chromium-driver firefox-esr)
 
 sudo_cmd=""
 [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The serving benchmarks recorded in docs/BENCHMARKS.md, sized for a 2-core CPU:
+# The serving benchmarks recorded in docs/perf-log/serving.md, sized for a 2-core CPU:
 #   load (default)  "Server under load on the CPU": starts `attnres serve` (built-in demo
 #                   model, default flags) on spare ports, runs `attnres bench serve` over a
 #                   sweep of settings (a few minutes in all), plots them;

@@ -1,4 +1,4 @@
-"""Depth-attention heatmap of a prompt, from a running AttnRes Serve (ATTNRES.md §5): asks
+"""Depth-attention heatmap of a prompt, from a running AttnRes Serve (docs/ATTNRES.md §5): asks
 /v1/completions for the prompt's depth-attention weights with the official `openai` package
 (the request field `return_depth_attention`) and draws them as a PNG with matplotlib: one row
 per mixing sublayer (layer 0 attention at the top, ... "final" for models with a final mix),

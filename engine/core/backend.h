@@ -47,7 +47,7 @@ struct KvCacheLayer {
   int block_size() const { return static_cast<int>(k.dim(1)); }
 };
 
-// Which sources Backend::depth_weights reports beside the bank (ATTNRES.md §2d); see there.
+// Which sources Backend::depth_weights reports beside the bank (docs/ATTNRES.md §2d); see there.
 // At namespace scope so it can be a default argument of the member function.
 struct DepthSourceSwitches {
   bool partial_is_source = true;
@@ -276,7 +276,7 @@ class Backend {
   virtual void wait_sampled() {}
   virtual bool samples_asynchronously() const { return false; }
 
-  // --- depth attention (ATTNRES.md §3, §2d) ---
+  // --- depth attention (docs/ATTNRES.md §3, §2d) ---
   // Phase 1, once per block, for the S sublayers that read the same bank:
   //   logit[l, j, t] = queries[l] . bank[j, t] / rms(bank[j, t])   (rms with eps)
   //   m[l, t] = max_j logit;  s[l, t] = sum_j exp(logit - m);  o[l, t] = sum_j exp(logit - m)
@@ -285,14 +285,14 @@ class Backend {
   // with its first n entries live (n >= 1), F32 or a dtype of supports_depth_bank_dtype (every
   // bank read below, here and in the other depth ops, sees the stored value widened exactly);
   // m, s [S, T]; o [S, T, d].
-  // source_gate_logits [T, d] (pre_gated, ATTNRES.md §2d), when given: every source is first
+  // source_gate_logits [T, d] (pre_gated, docs/ATTNRES.md §2d), when given: every source is first
   // replaced by sigmoid(source_gate_logits[t]) * bank[j, t] (logit, rms and o all see it).
   virtual void depth_phase1(const Tensor& queries, const Tensor& bank, int n, float eps, Tensor& m,
                             Tensor& s, Tensor& o, const Tensor* source_gate_logits = nullptr) = 0;
 
   // Phase 2 fused with the sublayer's PreNorm. For each token, over the extra sources the
   // bank's Phase-1 state (m, s, o) does not hold:
-  //   the newer bank entries b_k (pushed after the group's Phase 1 ran; ATTNRES.md §3's
+  //   the newer bank entries b_k (pushed after the group's Phase 1 ran; docs/ATTNRES.md §3's
   //   Phase 2 generalised from one intra-block partial to a few): logit
   //   n_k = query . b_k / rms(b_k), as in Phase 1 (no bias)
   //   the partial p, when partial_is_source: logit q = query . p / rms(p) + bias
@@ -337,7 +337,7 @@ class Backend {
                                     const Tensor& prenorm_gain, float norm_eps, Tensor& out) = 0;
   // Two Phase-2 mixes of one step over the same partial, prenorm gain and sources, differing
   // only in their query, Phase-1 rows (m, s, o) and null logit: delta_v's K and V streams
-  // (ATTNRES.md §2d), whose queries are neighbouring rows of the group's. The same as
+  // (docs/ATTNRES.md §2d), whose queries are neighbouring rows of the group's. The same as
   // depth_phase2_prenorm(a, ..., out_a) then depth_phase2_prenorm(b, ..., out_b) (the
   // default); out_a and out_b overlap neither each other nor the partial. A backend may read
   // the shared sources once for both.
@@ -348,7 +348,7 @@ class Backend {
     depth_phase2_prenorm(b, partial, prenorm_gain, norm_eps, out_b);
   }
 
-  // The depth-mix weights of one mixing step, for introspection (ATTNRES.md §5; the forward
+  // The depth-mix weights of one mixing step, for introspection (docs/ATTNRES.md §5; the forward
   // runs it only when a request asked). For each token t, over the sources in the code's
   // order: [null source, when null_logit is set] + bank[0, n) + [partial, when
   // partial_is_source]:

@@ -49,6 +49,7 @@ void register_backend(const std::string& name, BackendFactory factory, BackendTr
     traits.kv_memory_bytes = [](int) { return host_physical_memory_bytes(); };
   if (!traits.supports_bf16_linear_inputs) traits.supports_bf16_linear_inputs = [] { return false; };
   if (!traits.prefers_bf16_linear_inputs) traits.prefers_bf16_linear_inputs = [] { return false; };
+  if (!traits.device_available) traits.device_available = [] { return true; };
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   r.factories[name] = std::move(factory);

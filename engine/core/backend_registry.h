@@ -60,6 +60,9 @@ struct BackendTraits {
   // the faster choice for bf16 weights, which --linear-input-dtype auto takes (null: no).
   std::function<bool()> supports_bf16_linear_inputs = nullptr;
   std::function<bool()> prefers_bf16_linear_inputs = nullptr;
+  // Whether a device of this kind is there to run on (--device auto picks CUDA when it is;
+  // null: always, as for the host).
+  std::function<bool()> device_available = nullptr;
 };
 
 // The host's physical memory in bytes (the default BackendTraits::kv_memory_bytes).

@@ -1,4 +1,4 @@
-// Depth-attention introspection (ATTNRES.md §5): the vocabulary shared by the forward, the
+// Depth-attention introspection (docs/ATTNRES.md §5): the vocabulary shared by the forward, the
 // engine loop and the front ends for reporting the depth-mix weights alpha of a request.
 //
 // A matrix has one row per *depth mix* of the model's DepthPlan, in plan order (layer 0

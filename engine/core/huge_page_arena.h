@@ -5,7 +5,7 @@
 // Why: a CPU decode step streams every weight once (230 MB at the 100M shape). Weights on
 // 4 KB heap pages land wherever the guest's free memory is fragmented, and there a model
 // decoded up to 10% slower than the same model on contiguous memory; in one process, the
-// models loaded first ran slowest (docs/BENCHMARKS.md, "in one process, the models loaded
+// models loaded first ran slowest (docs/perf-log/twin-gap.md, "in one process, the models loaded
 // first run slower"). 2 MB pages are contiguous by construction and cost one TLB entry per
 // 2 MB instead of 512.
 //

@@ -1,4 +1,4 @@
-// Column labels follow how each variant fills its bank (ATTNRES.md §2):
+// Column labels follow how each variant fills its bank (docs/ATTNRES.md §2):
 // - 2a (cumulative): entry 0 is the embedding; later entries are snapshots of the running
 //   sum x, taken after a layer's MLP ("after layer 5") or, in full mode, also after its
 //   attention ("after layer 5 attention"). The slot after the last stored entry only ever

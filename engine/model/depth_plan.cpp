@@ -87,7 +87,7 @@ void drop_unread_pushes(DepthPlan& plan) {
   plan.bank_capacity = std::max(size, read_end);
 }
 
-// 2a / 2b (ATTNRES.md §2a, §2b): the partial is the last source; full pushes after every
+// 2a / 2b (docs/ATTNRES.md §2a, §2b): the partial is the last source; full pushes after every
 // sublayer.
 void add_cumulative_steps(const ModelConfig& config, DepthPlan& plan) {
   const bool full = config.attnres_mode == AttnResMode::Full;
@@ -114,7 +114,7 @@ void add_cumulative_steps(const ModelConfig& config, DepthPlan& plan) {
   }
 }
 
-// delta, delta_block, delta_v, pre_gated (ATTNRES.md §2d): h_mix = x + mix([null?] + bank).
+// delta, delta_block, delta_v, pre_gated (docs/ATTNRES.md §2d): h_mix = x + mix([null?] + bank).
 void add_delta_steps(const ModelConfig& config, DepthPlan& plan) {
   const AttnResMode mode = config.attnres_mode;
   const bool per_block = mode == AttnResMode::DeltaBlock;
@@ -143,7 +143,7 @@ void add_delta_steps(const ModelConfig& config, DepthPlan& plan) {
   }
 }
 
-// first_layer (ATTNRES.md §2d): layer 0 runs unmixed and stores its MLP output; every later
+// first_layer (docs/ATTNRES.md §2d): layer 0 runs unmixed and stores its MLP output; every later
 // sublayer mixes [out_1, x] (bank entry 1 and the partial), with no bias and no gate.
 void add_first_layer_steps(const ModelConfig& config, DepthPlan& plan) {
   for (int i = 0; i < config.num_layers; ++i) {

@@ -1,14 +1,14 @@
-// The depth plan (ATTNRES.md §2): every AttnRes variant, and the plain pre-norm residual,
+// The depth plan (docs/ATTNRES.md §2): every AttnRes variant, and the plain pre-norm residual,
 // expressed as data that one forward executes. For each sublayer it says which bank
 // entries the depth mix reads, where the bank grows, where the partial resets, and which
-// Phase-1 group (ATTNRES.md §3) computes the bank side of its softmax.
+// Phase-1 group (docs/ATTNRES.md §3) computes the bank side of its softmax.
 //
 // Vocabulary: the *bank* is the list of completed representations (bank[0] is the token
 // embedding; later entries are snapshots of x, block sums, sublayer outputs or block deltas,
 // by mode); the *partial* is the running representation being accumulated (the cumulative
 // stream x in 2a and the delta modes, the current block sum p in 2b). Where the partial is a
 // source it is the last one, and a bias (when the mode reads one) applies to it alone.
-// The open-attnres modes of ATTNRES.md §2d are the same data with more switches: the partial
+// The open-attnres modes of docs/ATTNRES.md §2d are the same data with more switches: the partial
 // not a source and added to the mix (delta modes, pre_gated), a null source prepended, the
 // bank read from an offset (first_layer), a second query for the V stream (delta_v), the
 // sources gated before the softmax (pre_gated), and the gate after the mix.

@@ -70,7 +70,7 @@ std::vector<BuiltinShape> builtin_shapes() {
       {"plain-100m", shape_config("qwen3", 512, 12, 8, 4, 64, 1536, 151936, 0), false},
       {"attnres-0.6b", shape_config("qwen3_attnres", 1024, 28, 16, 8, 64, 3072, 151936, 8), false},
       {"plain-0.6b", shape_config("qwen3", 1024, 28, 16, 8, 64, 3072, 151936, 0), false},
-      // The open-attnres paper's best 0.6B result is a delta mode (ATTNRES.md §2d).
+      // The open-attnres paper's best 0.6B result is a delta mode (docs/ATTNRES.md §2d).
       {"attnres-delta-100m",
        shape_config("qwen3_attnres", 512, 12, 8, 4, 64, 1536, 151936, 4, true, "delta"), false},
       {"attnres-delta-0.6b",

@@ -205,7 +205,7 @@ void parse_rope(const Fields& config, const std::string& origin, ModelConfig& cf
   cfg.rope_scaling = scaling;
 }
 
-// The qwen3_attnres fields (ATTNRES.md §2a/2b/2d). Absent keys take the open-attnres code's
+// The qwen3_attnres fields (docs/ATTNRES.md §2a/2b/2d). Absent keys take the open-attnres code's
 // defaults: mode "block", 8 blocks, gate "bias", no null source.
 constexpr std::pair<const char*, AttnResMode> kAttnResModes[] = {
     {"block", AttnResMode::Block},       {"full", AttnResMode::Full},

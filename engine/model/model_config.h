@@ -16,12 +16,12 @@
 namespace attnres {
 
 enum class Architecture { Qwen3AttnRes, Qwen3, Qwen2, Llama };  // "mistral" loads as Llama
-// attnres_mode (ATTNRES.md §2a/2b/2d). Block and Full are the cumulative / block-sum mixes;
+// attnres_mode (docs/ATTNRES.md §2a/2b/2d). Block and Full are the cumulative / block-sum mixes;
 // Delta, DeltaBlock and DeltaV attend over sublayer outputs (or block deltas) and add the
 // mix to the running residual; FirstLayer mixes [x, layer 0's MLP output]; PreGated gates
 // the delta sources before the softmax.
 enum class AttnResMode { None, Block, Full, Delta, DeltaBlock, DeltaV, FirstLayer, PreGated };
-// attnres_gate_type (ATTNRES.md §2d): how the mix is blended with the running residual.
+// attnres_gate_type (docs/ATTNRES.md §2d): how the mix is blended with the running residual.
 enum class AttnResGate { Bias, SigmoidScalar, SigmoidVector, LearnableAlpha };
 
 // generation_config.json; unset fields stay nullopt (or empty).

@@ -64,7 +64,7 @@ class WeightChecker {
     return store_.read_scalar(name);
   }
 
-  // A sublayer's depth query and what its mode and gate read (ATTNRES.md §2d). `prefix` is
+  // A sublayer's depth query and what its mode and gate read (docs/ATTNRES.md §2d). `prefix` is
   // "model.layers.{i}.attn" / ".mlp" / "model.final"; `null_prefix` names the null source
   // ("model.layers.{i}.attn_null_source"), empty for the final mix.
   AttnResWeights take_res(const std::string& prefix, const std::string& null_prefix = "") {
@@ -99,7 +99,7 @@ class WeightChecker {
     return res;
   }
 
-  // The gate tensors of attnres_gate_type (ATTNRES.md §2d); `unread`: the mode has no gate
+  // The gate tensors of attnres_gate_type (docs/ATTNRES.md §2d); `unread`: the mode has no gate
   // (first_layer, pre_gated) or this is the final mix, and present tensors are ignored.
   void take_gate(const std::string& prefix, bool unread, AttnResWeights& res) {
     const int64_t d = cfg_.hidden_size;
@@ -248,7 +248,7 @@ ModelWeights ModelWeights::load(const ModelConfig& cfg, const WeightStore& store
     w.lm_head = checker.take("lm_head.weight", {vocab, d});
   }
 
-  // Variant 2b is told apart from 2a only by the final-mix weights (ATTNRES.md §2b).
+  // Variant 2b is told apart from 2a only by the final-mix weights (docs/ATTNRES.md §2b).
   const char* kFinalResNames[] = {"model.final_res_proj.weight", "model.final_res_norm.weight",
                                   "model.final_res_bias"};
   for (const char* name : kFinalResNames) {
@@ -264,6 +264,37 @@ ModelWeights ModelWeights::load(const ModelConfig& cfg, const WeightStore& store
   checker.reject_leftovers();
   w.dtype = checker.dtype();
   return w;
+}
+
+size_t ModelWeights::total_bytes() const {
+  std::set<const void*> seen;
+  size_t bytes = 0;
+  auto add = [&](const Tensor& t) {
+    if (t.defined() && seen.insert(t.data).second) bytes += t.nbytes();
+  };
+  auto add_mix = [&](const std::optional<AttnResWeights>& m) {
+    if (!m) return;
+    for (const Tensor* t : {&m->proj, &m->norm, &m->gate_proj, &m->gate_bias, &m->null_source,
+                            &m->pre_gate, &m->pre_gate_bias}) {
+      add(*t);
+    }
+  };
+  add(embed_tokens);
+  add(final_norm);
+  add(lm_head);
+  add_mix(final_res);
+  for (const LayerWeights& l : layers) {
+    for (const Tensor* t :
+         {&l.input_norm, &l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.q_norm, &l.k_norm,
+          &l.q_bias, &l.k_bias, &l.v_bias, &l.o_bias, &l.post_attention_norm, &l.gate_proj,
+          &l.up_proj, &l.down_proj, &l.gate_bias, &l.up_bias, &l.down_bias}) {
+      add(*t);
+    }
+    add_mix(l.attn_res);
+    add_mix(l.mlp_res);
+    add_mix(l.v_res);
+  }
+  return bytes;
 }
 
 }  // namespace attnres

@@ -3,7 +3,7 @@
 // and no tensor left over (a leftover means the config and the checkpoint disagree, and
 // computing without it would silently give a different model).
 //
-// Tensor names (Hugging Face layout; AttnRes names per ATTNRES.md §2a/2b):
+// Tensor names (Hugging Face layout; AttnRes names per docs/ATTNRES.md §2a/2b):
 //   model.embed_tokens.weight [V,d]   model.norm.weight [d]   lm_head.weight [V,d] (untied)
 //   model.layers.{i}.input_layernorm.weight [d]  .post_attention_layernorm.weight [d]
 //   model.layers.{i}.self_attn.{q,k,v,o}_proj.weight (+ .bias)  .self_attn.{q,k}_norm.weight [hd]
@@ -12,7 +12,7 @@
 //   model.layers.{i}.{attn,mlp}_res_bias []            (any attnres_gate_type; read by
 //                                                       block / full, ignored elsewhere)
 //   model.final_res_proj.weight [1,d]  model.final_res_norm.weight [d]  model.final_res_bias []
-// ATTNRES.md §2d, per sublayer prefix {attn,mlp}:
+// docs/ATTNRES.md §2d, per sublayer prefix {attn,mlp}:
 //   {p}_res_gate_logit []  (sigmoid_scalar)   {p}_res_alpha []  (learnable_alpha)
 //   {p}_res_gate_proj.weight [d,d] .bias [d]  (sigmoid_vector)
 //   {p}_null_source [d]  (attnres_use_null_source; read by the delta modes only)
@@ -32,7 +32,7 @@
 namespace attnres {
 
 // One depth-attention query: logit_j = proj . RMSNorm_norm(src_j) (+ bias on the last source),
-// and what the sublayer's mode and gate add around it (ATTNRES.md §2d). Only what the mode
+// and what the sublayer's mode and gate add around it (docs/ATTNRES.md §2d). Only what the mode
 // reads is set.
 struct AttnResWeights {
   Tensor proj;                // [1, d]
@@ -68,6 +68,10 @@ struct ModelWeights {
   // Validates names, shapes and dtypes against cfg and throws attnres::Error on the first
   // defect (naming the file, the tensor, what was found and what was expected).
   static ModelWeights load(const ModelConfig& cfg, const WeightStore& store);
+
+  // The bytes of every distinct tensor (a tied LM head counted once): what uploading the
+  // weights to a device takes.
+  size_t total_bytes() const;
 };
 
 }  // namespace attnres

@@ -51,7 +51,7 @@ AttnResWeights make_depth(Filler& fill, int64_t d) {
                         fill.make({d}, 0.1f, 1.0f), fill.scalar(1.0f)};
 }
 
-// What a sublayer's mode and gate read besides the query (ATTNRES.md §2d), as the loader
+// What a sublayer's mode and gate read besides the query (docs/ATTNRES.md §2d), as the loader
 // would leave it: only the tensors the mode reads.
 void add_mode_weights(Filler& fill, const ModelConfig& c, AttnResWeights& res) {
   const int64_t d = c.hidden_size;

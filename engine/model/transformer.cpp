@@ -19,14 +19,14 @@ Tensor host_f32(const std::vector<float>& values, const Shape& shape) {
 }
 
 // The depth RMSNorm's gain g and the pseudo-query w only ever appear as w . (g * x), so the
-// logit is (w * g) . x / rms(x): fold them once here (ATTNRES.md §3).
+// logit is (w * g) . x / rms(x): fold them once here (docs/ATTNRES.md §3).
 void fold_query(const AttnResWeights& res, int64_t d, float* out) {
   for (int64_t k = 0; k < d; ++k) {
     out[k] = element_as_float(res.proj, k) * element_as_float(res.norm, k);
   }
 }
 
-// query . v / rms(v) for the null source v: its logit never changes (ATTNRES.md §2d).
+// query . v / rms(v) for the null source v: its logit never changes (docs/ATTNRES.md §2d).
 float constant_logit(const float* query, const Tensor& v, int64_t d, float eps) {
   double dot = 0.0, ss = 0.0;
   for (int64_t k = 0; k < d; ++k) {
@@ -453,7 +453,7 @@ Tensor Transformer::forward_hidden(const BatchMeta& batch, KvCache& cache,
   Tensor sublayer_out = split.sharded ? s.unreduced.rows(0, T) : s.reduced;
 
   // The bank holds completed representations; entry 0 is the embedding, and the partial
-  // starts as the embedding too (ATTNRES.md §2a and §2b).
+  // starts as the embedding too (docs/ATTNRES.md §2a and §2b).
   const bool attnres = !plan_.groups.empty();
   Tensor bank, phase1_m, phase1_s, phase1_o;
   int bank_size = 0;

@@ -1,13 +1,13 @@
 // The decoder forward, written once against the Backend interface and driven by the
 // DepthPlan: embed -> for each sublayer: depth mix fused with PreNorm (two-phase,
-// ATTNRES.md §3) -> attention or SwiGLU MLP -> add into the partial / grow the bank ->
+// docs/ATTNRES.md §3) -> attention or SwiGLU MLP -> add into the partial / grow the bank ->
 // final mix (2b) -> norm -> LM head. The same code runs plain Qwen3 / Qwen2 / Llama models
 // (the plan then has no mixes) and every AttnRes variant.
 //
 // Tensor parallelism (engine/parallel) changes only where the forward communicates: a rank is
 // given its local config and weight slices, plus a Communicator. On the ordinary path every
 // rank holds every row of the step; the outputs of the row-parallel o_proj and down_proj are
-// all-reduced. On the sequence-parallel path (long prefill, ATTNRES.md §4) each rank holds
+// all-reduced. On the sequence-parallel path (long prefill, docs/ATTNRES.md §4) each rank holds
 // 1/P of the rows of the partial, the bank and the Phase-1 state: the depth mix and PreNorm
 // run on those rows, the sublayer input is all-gathered, and the sublayer output is
 // reduce-scattered back to the rows' owners instead of all-reduced.
@@ -45,7 +45,7 @@ struct ForwardFootprint {
   size_t bank_bytes = 0;  // the depth bank's allocation on this rank
 };
 
-// Depth-attention introspection (ATTNRES.md §5): which rows of a step to report the depth-mix
+// Depth-attention introspection (docs/ATTNRES.md §5): which rows of a step to report the depth-mix
 // weights of, and where to put them.
 struct DepthWeightsRequest {
   std::span<const int32_t> rows;  // rows of the step (any order, repeats allowed)
@@ -113,7 +113,7 @@ class Transformer {
   // A sublayer runs in two halves: its input projections (attention: q, k and v; MLP: gate
   // and up with SwiGLU into scratch.act), then the rest into `out`. The projections read the
   // normed rows (project_input; `value_input` feeds v_proj: the same tensor as `normed`
-  // except under delta_v, whose V stream has its own depth mix, ATTNRES.md §2d), or run
+  // except under delta_v, whose V stream has its own depth mix, docs/ATTNRES.md §2d), or run
   // fused with the PreNorm that makes them (project_prenormed: Backend::prenorm_linear_*).
   void project_input(const DepthStep& step, const Tensor& normed, const Tensor& value_input,
                      Scratch& scratch);
@@ -143,7 +143,7 @@ class Transformer {
   Backend& backend_;
   DepthPlan plan_;
   ModelWeights weights_;  // device tensors
-  // What one mixing step reads besides its query (ATTNRES.md §2d), on the device.
+  // What one mixing step reads besides its query (docs/ATTNRES.md §2d), on the device.
   struct StepMix {
     float bias = 0.0f;              // on the partial's logit (block / full mixes)
     float null_logit = 0.0f;        // query . null / rms(null): a per-step constant

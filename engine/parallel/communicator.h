@@ -1,5 +1,5 @@
 // Collective communication between the ranks of a tensor-parallel group: the four collectives
-// Megatron-style tensor and sequence parallelism need (ATTNRES.md §4). Every rank of the
+// Megatron-style tensor and sequence parallelism need (docs/ATTNRES.md §4). Every rank of the
 // group calls the same collective in the same order with tensors of the same shape; a call
 // returns when this rank's output is complete.
 //

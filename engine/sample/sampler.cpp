@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "engine/core/error.h"
+#include "engine/sample/bad_words.h"
 #include "engine/sample/sample_row.h"
 
 namespace attnres {
@@ -19,6 +20,7 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt
   if (want_logprobs) raw_logits_.assign(logits.begin(), logits.end());
 
   allow_only(logits, params_.allowed_token_ids, allowed_scratch_);
+  block_bad_words(logits, params_.bad_words, output_ids);
   apply_logit_bias(logits, params_.logit_bias);
   if (blocks_stop_ids(output_ids.size())) {
     block_tokens(logits, eos_ids);

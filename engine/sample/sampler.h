@@ -1,5 +1,5 @@
 // Turns one sequence's logits into its next token: vLLM's processing order (allowed_token_ids,
-// logit_bias, min_tokens blocking, penalties, temperature, top-k, top-p, min-p) then an
+// bad_words, logit_bias, min_tokens blocking, penalties, temperature, top-k, top-p, min-p) then an
 // inverse-CDF draw.
 #pragma once
 

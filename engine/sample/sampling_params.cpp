@@ -78,6 +78,17 @@ void SamplingParams::validate(const Vocabulary& vocabulary) const {
   for (size_t i = 0; i < allowed_token_ids.size(); ++i) {
     vocabulary.check("allowed_token_ids[" + std::to_string(i) + "]", allowed_token_ids[i]);
   }
+  size_t bad_word_ids = 0;
+  for (size_t i = 0; i < bad_words.size(); ++i) {
+    const std::string field = "bad_words[" + std::to_string(i) + "]";
+    if (bad_words[i].empty()) fail(field, "no tokens", "at least one token");
+    for (int32_t id : bad_words[i]) vocabulary.check(field, id);
+    bad_word_ids += bad_words[i].size();
+  }
+  if (bad_word_ids > kMaxBadWordTokenIds) {
+    fail("bad_words", std::to_string(bad_word_ids) + " token ids",
+         "at most " + std::to_string(kMaxBadWordTokenIds));
+  }
 }
 
 }  // namespace attnres

@@ -25,6 +25,7 @@ StopChecker::StopChecker(const SamplingParams& params, std::vector<int32_t> eos_
       stop_token_ids_(params.stop_token_ids),
       eos_ids_(std::move(eos_ids)),
       ignore_eos_(params.ignore_eos),
+      include_stop_str_(params.include_stop_str_in_output),
       min_tokens_(params.min_tokens),
       max_tokens_(params.max_tokens) {
   // Empty stop strings would match everywhere; validate() rejects them, and here they are
@@ -64,7 +65,8 @@ FinishReason StopChecker::check(int32_t token_id, int num_generated,
   if (num_generated >= min_tokens_ && is_stop_token(token_id)) {
     finish_reason_ = FinishReason::Stop;
     stop_token_ = token_id;
-    truncate_at_ = text_before_token;  // vLLM does not detokenize the stop token
+    // vLLM does not detokenize the stop token unless include_stop_str_in_output.
+    truncate_at_ = include_stop_str_ ? text_so_far.size() : text_before_token;
     return finish_reason_;
   }
   // vLLM checks stop strings only once more than min_tokens tokens exist; the search window
@@ -74,7 +76,7 @@ FinishReason StopChecker::check(int32_t token_id, int num_generated,
     if (auto pos = find_stop_string(text_so_far, &which)) {
       finish_reason_ = FinishReason::Stop;
       matched_stop_ = stop_[which];
-      truncate_at_ = *pos;
+      truncate_at_ = include_stop_str_ ? *pos + stop_[which].size() : *pos;
       return finish_reason_;
     }
   }
@@ -85,7 +87,7 @@ FinishReason StopChecker::check(int32_t token_id, int num_generated,
 
 size_t StopChecker::releasable_length(const std::string& text_so_far) const {
   if (truncate_at_) return std::min(*truncate_at_, text_so_far.size());
-  if (finish_reason_ != FinishReason::None) return text_so_far.size();
+  if (finish_reason_ != FinishReason::None || include_stop_str_) return text_so_far.size();
   // Hold back the longest suffix that could still grow into a stop string. Taking the longest
   // keeps the released length monotonic as text is appended.
   const std::string_view text(text_so_far);

@@ -1,5 +1,6 @@
 // Decides when a sequence ends and how much of its text may be released to a streaming client,
-// with OpenAI / vLLM semantics: stop strings and stop tokens are not part of the output.
+// with OpenAI / vLLM semantics: stop strings and stop tokens are not part of the output (unless
+// include_stop_str_in_output).
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,10 @@ enum class FinishReason { None, Stop, Length, Abort };
 // "stop" / "length" / "abort" (the OpenAI finish_reason strings); None gives "".
 const char* finish_reason_name(FinishReason reason);
 
+// With include_stop_str_in_output the stop string (or stop token's text) stays at the end of
+// the text instead, and nothing is held back while running: text released before a stop string
+// completes is part of the output either way.
+//
 // One per sequence. Assumes the detokenized text only grows by appending (incremental
 // detokenizers hold back incomplete UTF-8, so this holds).
 class StopChecker {
@@ -33,8 +38,8 @@ class StopChecker {
 
   // Length of the prefix of text_so_far that is final: while running, everything but the
   // longest suffix that is a proper prefix of some stop string (so streamed text never
-  // contains a stop string); after a stop string or stop token, the truncation point; after
-  // any other finish, everything.
+  // contains a stop string; everything with include_stop_str_in_output); after a stop string
+  // or stop token, the truncation point; after any other finish, everything.
   size_t releasable_length(const std::string& text_so_far) const;
 
   FinishReason finish_reason() const { return finish_reason_; }
@@ -52,6 +57,7 @@ class StopChecker {
   std::vector<int32_t> stop_token_ids_;
   std::vector<int32_t> eos_ids_;
   bool ignore_eos_;
+  bool include_stop_str_;
   int min_tokens_;
   int max_tokens_;
   size_t longest_stop_ = 0;

@@ -71,7 +71,7 @@ class ModelRunner {
   // (EngineConfig::async_scheduling is on only then). False by default.
   virtual bool launches_asynchronously() const { return false; }
 
-  // Depth-attention introspection (ATTNRES.md §5), optional. The rows and columns of the
+  // Depth-attention introspection (docs/ATTNRES.md §5), optional. The rows and columns of the
   // depth-mix weight matrices; empty (the default) when the runner's model has no depth mixes
   // or the runner cannot report them, and then the engine refuses requests that ask.
   virtual DepthAttentionLayout depth_attention_layout() const { return {}; }

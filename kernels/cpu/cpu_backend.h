@@ -6,8 +6,8 @@
 //   cpu_linear.cpp       linear: GEMV (decode, R <= 8) and packed GEMM (prefill)
 //   cpu_attention.cpp    store_kv, paged causal GQA attention
 //   cpu_norm_rope.cpp    rms_norm, qk_norm_rope
-//   cpu_depth_mix.cpp    depth_phase1, depth_phase2_prenorm(_pair) (ATTNRES.md §3)
-//   cpu_depth_weights.cpp  depth_weights (introspection, ATTNRES.md §5)
+//   cpu_depth_mix.cpp    depth_phase1, depth_phase2_prenorm(_pair) (docs/ATTNRES.md §3)
+//   cpu_depth_weights.cpp  depth_weights (introspection, docs/ATTNRES.md §5)
 //   cpu_elementwise.cpp  embedding, swiglu, add_inplace(_push), gather_rows
 //   cpu_sampling.cpp     sample (the host Sampler's pipeline per row, engine/sample/sample_row.h)
 // Each op opens at most one parallel region on the backend's pool (worker_pool.h), all

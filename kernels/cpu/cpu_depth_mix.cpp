@@ -1,4 +1,4 @@
-// Depth attention (ATTNRES.md §3), the two-phase form.
+// Depth attention (docs/ATTNRES.md §3), the two-phase form.
 //
 // Phase 1 (once per group: the S sublayers whose sources start with the same bank entries),
 // per token t:
@@ -42,7 +42,7 @@
 // (e^0 = 1, 1 * x = x), so the result is the same bits, without Phase 1 writing S o rows that
 // each hold a copy of the entry.
 //
-// The open-attnres modes (ATTNRES.md §2d) are switches of the same two ops: Phase 1 may gate
+// The open-attnres modes (docs/ATTNRES.md §2d) are switches of the same two ops: Phase 1 may gate
 // every source by sigmoid(gate logits[t]) first (pre_gated: the gated row is formed in
 // registers for the logits, and the weighted sum of the bare rows is gated once); Phase 2 may
 // drop the partial as a source, merge a null source with a constant logit, add the partial to
@@ -395,7 +395,7 @@ void query_logits(const Phase2Operands& op, int64_t t, const float* queries, int
   }
 }
 
-// Token t's softmax over its sources: ATTNRES.md §3's Phase 2, with K newer bank entries
+// Token t's softmax over its sources: docs/ATTNRES.md §3's Phase 2, with K newer bank entries
 // where the paper has one partial, and the §2d partial and null sources. wb and wc weigh the
 // partial and the null source; the bank side's part of h_mix is scale * at(i): o itself
 // (scale e^(m - big) / den) when K = 0, else c o + sum_j w_j row_j (scale 1), formed in

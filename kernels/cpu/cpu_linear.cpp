@@ -41,7 +41,7 @@ constexpr int64_t kPrefetchBytes = 32768;  // GEMV software-prefetch distance (a
 // prefetch: one input row over bf16 weights with bf16 inputs (Bf16Dot, decode on a bf16
 // checkpoint). A thread's outputs are consecutive weight rows, so it then reads one
 // sequential stream, which the hardware prefetchers follow on their own. Zen 4, 2 threads,
-// cold weights (docs/BENCHMARKS.md, "Decode's GEMV as one stream per thread"): 33-49 GB/s
+// cold weights (docs/perf-log/cpu-engine.md, "Decode's GEMV as one stream per thread"): 33-49 GB/s
 // against 28-41 with 8 rows in lockstep and the software prefetch below, which reads 8
 // streams 2 KB apart and needs it (17-31 GB/s without).
 template <class D>

@@ -28,8 +28,7 @@
 // memory pools), cuda_graph.cpp (capture_graph, CudaGraph), cuda_launch.cpp (programmatic
 // dependent launch switch, launch counts; the launch itself: cuda_common.cuh), and the
 // kernels: cuda_elementwise.cu, cuda_gemv.cu, cuda_norm_rope.cu, cuda_attention.cu,
-// cuda_depth_mix.cu, cuda_depth_weights.cu. gpu_first_run.sh: the first commands to run on a
-// GPU machine.
+// cuda_depth_mix.cu, cuda_depth_weights.cu. gpu_lease.sh: what a GPU lease runs.
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,4 @@
-// Depth attention (ATTNRES.md §3), the two-phase form, on the GPU.
+// Depth attention (docs/ATTNRES.md §3), the two-phase form, on the GPU.
 //
 // Phase 1 (once per block of layers, for the S sublayers that read the same bank), per
 // token t:
@@ -29,7 +29,7 @@
 // pass 1's reads of p are behind the reduction barrier, so out may alias p. The no-mix
 // case (plain pre-norm model, or an empty bank) is launch_rms_norm, called by the op.
 //
-// The open-attnres switches (ATTNRES.md §2d), mirroring kernels/cpu/cpu_depth_mix.cpp:
+// The open-attnres switches (docs/ATTNRES.md §2d), mirroring kernels/cpu/cpu_depth_mix.cpp:
 // Phase 1 may gate every source by sigmoid(gate logits[t]) (pre_gated; recomputed where the
 // row is read, so nothing extra is stored); the general Phase 2 kernel drops the partial as
 // a source, merges a null source with a constant logit, adds the partial to the mix and

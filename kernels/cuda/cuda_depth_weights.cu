@@ -1,7 +1,7 @@
-// Depth-attention weights of one mixing step, for introspection (ATTNRES.md §5), per token t:
+// Depth-attention weights of one mixing step, for introspection (docs/ATTNRES.md §5), per token t:
 //   logit_j = query . src_j / rms(src_j)  (+ bias on the partial)  rms(x) = sqrt(mean(x^2) + eps)
 //   out[t, j] = softmax_j(logit)
-// over [null source (constant logit)?] + bank[0, n) + [partial?] (ATTNRES.md §2d); under
+// over [null source (constant logit)?] + bank[0, n) + [partial?] (docs/ATTNRES.md §2d); under
 // pre_gated each bank source is sigmoid(gate logits[t]) * bank[j, t] first.
 // Layout: query [d], bank [>= n, T, d] (first n live; F32 or BF16, widened when read),
 // partial [T, d], out [T, width], f32. Rows are read 8 elements per thread with 16-byte loads

@@ -269,7 +269,7 @@ void launch_depth_phase2_prenorm(const float* m, const float* s, const float* o,
                                  void* out, DType out_dtype, cudaStream_t stream);
 
 constexpr int kMaxNewerSources = 8;
-// Phase 2 + PreNorm with the ATTNRES.md §2d switches (Backend::DepthMixArgs): newer bank
+// Phase 2 + PreNorm with the docs/ATTNRES.md §2d switches (Backend::DepthMixArgs): newer bank
 // entries to merge, the partial as a source or not, a null source, the partial added to the
 // mix, a scalar or vector gate.
 struct DepthPhase2Params {

@@ -1,5 +1,6 @@
 #include "kernels/cuda/cuda_registration.h"
 
+#include <utility>
 #include <vector>
 
 #include "engine/core/backend_registry.h"
@@ -17,14 +18,16 @@ void register_cuda_backend() {
   // depth_bank_dtype_supported, the functions the backend answers with), so --kv-cache-dtype
   // and --depth-bank-dtype auto pick bf16 for a bf16 checkpoint. A fractional
   // --kv-cache-memory is of the GPU's free memory, not the host's RAM.
+  BackendTraits traits{"CUDA", &CudaBackend::kv_dtype_supported,
+                       &CudaBackend::depth_bank_dtype_supported, &cuda_free_memory_bytes};
+  traits.device_available = &cuda_device_available;  // --device auto
   register_backend(
       "cuda",
       [](const BackendOptions& options) {
         if (!cuda_device_available()) throw Error("--device cuda: no CUDA device is visible");
         return make_cuda_backend(options.device_index);
       },
-      BackendTraits{"CUDA", &CudaBackend::kv_dtype_supported,
-                    &CudaBackend::depth_bank_dtype_supported, &cuda_free_memory_bytes});
+      std::move(traits));
 #ifdef ATTNRES_HAVE_NCCL
   register_communicator_group("cuda", [](int size) -> CommunicatorFactory {
     std::vector<int> devices(size);

@@ -4,7 +4,7 @@
 // first and to their no-AttnRes twin (the plain model of the same shape, when one is in the
 // run), paired iteration by iteration: run an AttnRes model and its twin together to read
 // the AttnRes overhead. --modes SIZE runs the
-// built-in plain-SIZE and attnres-SIZE in every attnres_mode (ATTNRES.md §2d).
+// built-in plain-SIZE and attnres-SIZE in every attnres_mode (docs/ATTNRES.md §2d).
 #include <algorithm>
 #include <cstdio>
 #include <fstream>

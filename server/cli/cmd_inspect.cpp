@@ -1,7 +1,7 @@
 // attnres inspect: what a model directory holds and how the engine will run it. With a prompt
 // (--prompt / --prompt-ids) it also runs the prompt offline, through the same engine loop and
 // ModelRunner as the server (so chunked prefill and the depth-weight path are the server's),
-// and reports the depth-attention weights averaged over the prompt (ATTNRES.md §5): a text
+// and reports the depth-attention weights averaged over the prompt (docs/ATTNRES.md §5): a text
 // table, a heatmap PNG (--out) and JSON (--json).
 #include <cmath>
 #include <fstream>

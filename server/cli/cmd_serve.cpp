@@ -53,8 +53,9 @@ std::vector<FlagSpec> serve_flags() {
       {"kv-cache-memory", "SIZE",
        "KV cache budget: bytes with a suffix (512MiB, 4GiB) or a fraction (0.2) of the "
        "memory the cache lives in: host RAM with --device cpu, the GPU's free memory "
-       "before the weights load with --device cuda; default 1GiB; per rank with "
-       "--tensor-parallel-size"},
+       "before the weights load with --device cuda; per rank with --tensor-parallel-size. "
+       "Default: 1GiB on the CPU; on a GPU 90% of its free memory less the weights and "
+       "1GiB of working memory"},
       {"block-size", "N", "tokens per KV cache block (default 16)"},
       {"max-queued-requests", "N",
        "requests waiting beyond the running batch before 503 "
@@ -69,6 +70,7 @@ std::vector<FlagSpec> serve_flags() {
       {"http-header-timeout", "SECONDS",
        "an HTTP request's headers must arrive within this of its first byte, else 408 (default "
        "10)"},
+      {"no-ui", "", "do not serve the web playground at /"},
       {"http-max-connections", "N",
        "open HTTP connections at most; one more gets 503 (default 32768, lowered to fit "
        "the file-descriptor limit)"},
@@ -116,6 +118,28 @@ size_t kv_fraction_base(const EngineArgs& args) {
   size_t base = traits.kv_memory_bytes(devices.front());
   for (int device : devices) base = std::min(base, traits.kv_memory_bytes(device));
   return base;
+}
+
+// --kv-cache-memory left out: 1 GiB in host RAM; on a GPU, what its free memory holds after
+// the weights, as vLLM's --gpu-memory-utilization 0.9 sizes it: 90% of the free memory, less
+// the rank's share of the weights and 1 GiB for activations, workspaces and decode graphs.
+size_t default_kv_cache_bytes(const EngineArgs& args, const LoadedModel& model) {
+  constexpr size_t kGiB = size_t{1} << 30;
+  if (args.device != "cuda" || !has_backend(args.device)) return kGiB;
+  const double free = static_cast<double>(kv_fraction_base(args));
+  const double weights = static_cast<double>(model.weights.total_bytes()) /
+                         static_cast<double>(std::max(1, args.tensor_parallel_size));
+  const double bytes = 0.9 * free - weights - static_cast<double>(kGiB);
+  if (bytes < 64.0 * 1024 * 1024) {
+    char message[256];
+    std::snprintf(message, sizeof(message),
+                  "the GPU's free memory (%.2f GiB) leaves no room for a KV cache after the "
+                  "weights (%.2f GiB per rank) and 1 GiB of working memory: give "
+                  "--kv-cache-memory",
+                  free / kGiB, weights / kGiB);
+    throw Error(message);
+  }
+  return static_cast<size_t>(bytes);
 }
 
 size_t parse_memory(const std::string& text, const EngineArgs& args) {
@@ -193,8 +217,10 @@ int run_serve(const std::vector<std::string>& args) {
   Flags flags(specs, args, "ATTNRES_");
 
   EngineArgs engine_args = engine_args_from_flags(flags);
-  engine_args.kv_cache_memory_bytes =
-      parse_memory(flags.get("kv-cache-memory", "1GiB"), engine_args);
+  const bool kv_memory_given = flags.has("kv-cache-memory");
+  if (kv_memory_given) {
+    engine_args.kv_cache_memory_bytes = parse_memory(flags.get("kv-cache-memory"), engine_args);
+  }
   engine_args.block_size = flags.get_int("block-size", 16);
   if (flags.has("max-model-len")) engine_args.max_model_len = flags.get_int("max-model-len", 0);
   engine_args.max_num_seqs = flags.get_int("max-num-seqs", 256);
@@ -204,6 +230,9 @@ int run_serve(const std::vector<std::string>& args) {
 
   LoadedModel model = load_model(engine_args);
   std::cerr << "attnres serve: loaded " << model.source << ": " << model.config.summary() << "\n";
+  if (!kv_memory_given) {
+    engine_args.kv_cache_memory_bytes = default_kv_cache_bytes(engine_args, model);
+  }
 
   const EngineConfig engine_config = make_engine_config(engine_args, model);
   const int num_blocks = engine_config.num_kv_blocks;
@@ -245,6 +274,8 @@ int run_serve(const std::vector<std::string>& args) {
   options.served_model_name = flags.get("served-model-name", default_served_name(model));
   options.max_model_len = max_model_len;
   options.grace_period_seconds = flags.get_int("grace-period", 30);
+  options.ui = !flags.has("no-ui");
+  options.device = exec->description;
   if (options.grace_period_seconds < 0) throw Error("--grace-period: must be >= 0");
   const int max_stored_responses = flags.get_int("max-stored-responses", 1024);
   if (max_stored_responses < 0) throw Error("--max-stored-responses: must be >= 0");
@@ -272,6 +303,13 @@ int run_serve(const std::vector<std::string>& args) {
   std::cerr << "attnres serve: built without the HTTP front end (Boost missing)\n";
 #endif
   std::cerr << "attnres serve: ready" << std::endl;
+#ifdef ATTNRES_HAVE_HTTP
+  if (options.ui) {  // the last line: what a person opens
+    const bool any = options.host == "0.0.0.0" || options.host == "::";
+    std::cerr << "attnres serve: web playground: open http://" << (any ? "127.0.0.1" : options.host)
+              << ":" << http.port() << "/ in a browser" << std::endl;
+  }
+#endif
 
   // Wait for a shutdown signal, or for the engine to die.
   int signal_number = 0;

@@ -26,6 +26,9 @@ int run_bench_serve(const std::vector<std::string>& args);
 std::vector<FlagSpec> model_flags();
 // The model named by --model (a directory, builtin:NAME, or the demo model when absent).
 LoadedModel load_model_from_flags(const Flags& flags);
+// --device auto: "cuda" when the CUDA backend is built and reports a visible GPU, else "cpu";
+// any other value as given.
+std::string resolve_device(const std::string& device);
 // The model flags (--model, --device, --threads, --tensor-parallel-size, --kv-cache-dtype,
 // --sequence-parallel-min-tokens) mapped onto EngineArgs; serve adds its own.
 EngineArgs engine_args_from_flags(const Flags& flags);

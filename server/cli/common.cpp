@@ -2,6 +2,7 @@
 
 #include <iostream>
 
+#include "engine/core/backend_registry.h"
 #include "engine/core/error.h"
 
 namespace attnres::cli {
@@ -9,10 +10,10 @@ namespace attnres::cli {
 std::vector<FlagSpec> model_flags() {
   return {
       {"model", "DIR", "Hugging Face model directory, or builtin:NAME (default: builtin:demo)"},
-      {"device", "cpu|cuda",
-       "backend to run on (default: cpu; cuda needs a CUDA build: its op and model "
-       "tests pass on an H200, the server is not yet verified end to end "
-       "on one)"},
+      {"device", "auto|cpu|cuda",
+       "backend to run on: auto = cuda when this is a CUDA build and a GPU is visible, else "
+       "cpu (default auto; the CUDA server is not yet verified end to end on a GPU: "
+       "README, \"Status\")"},
       {"threads", "N", "CPU threads (default: all cores; shared among the ranks)"},
       {"tensor-parallel-size", "N",
        "split the model across N ranks: N GPUs over NCCL with --device cuda, N thread "
@@ -49,12 +50,17 @@ std::vector<FlagSpec> model_flags() {
   };
 }
 
+std::string resolve_device(const std::string& device) {
+  if (device != "auto") return device;
+  return has_backend("cuda") && backend_traits("cuda").device_available() ? "cuda" : "cpu";
+}
+
 LoadedModel load_model_from_flags(const Flags& flags) { return load_model_arg(flags.get("model")); }
 
 EngineArgs engine_args_from_flags(const Flags& flags) {
   EngineArgs args;
   args.model = flags.get("model");
-  args.device = flags.get("device", "cpu");
+  args.device = resolve_device(flags.get("device", "auto"));
   args.threads = flags.get_int("threads", 0);
   args.tensor_parallel_size = flags.get_int("tensor-parallel-size", 1);
   args.sequence_parallel_min_tokens = flags.get_int("sequence-parallel-min-tokens", 128);

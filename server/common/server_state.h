@@ -21,11 +21,14 @@ struct ServeOptions {
   std::string host = "127.0.0.1";
   int http_port = 8000;
   int grpc_port = 50051;
-  std::vector<std::string> api_keys;   // empty: no authentication
-  std::string served_model_name;       // the "model" clients name and /v1/models lists
-  int max_model_len = 0;               // prompt + max_tokens limit, in tokens
-  int grace_period_seconds = 30;       // SIGTERM: time running requests get to finish
-  size_t max_stored_responses = 1024;  // /v1/responses kept for previous_response_id
+  std::vector<std::string> api_keys;  // empty: no authentication
+  std::string served_model_name;      // the "model" clients name and /v1/models lists
+  int max_model_len = 0;              // prompt + max_tokens limit, in tokens
+  int grace_period_seconds = 30;      // SIGTERM: time running requests get to finish
+  bool ui = true;                     // the web playground at / (--no-ui: off)
+  std::string device;                 // where the model runs, for the playground's model card
+  // /v1/responses kept for previous_response_id (--max-stored-responses).
+  size_t max_stored_responses = 1024;
 };
 
 class ServerState {

@@ -1,5 +1,6 @@
 #include "server/grpc/grpc_server.h"
 
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
@@ -42,6 +43,9 @@ GrpcServer::~GrpcServer() { stop(); }
 
 void GrpcServer::start() {
   const std::string address = listen_address(state_.options().host, state_.options().grpc_port);
+  // Server reflection (grpc.reflection.v1alpha / v1), so grpcurl and other tools list and call
+  // the services without the .proto files. Must precede the builder, which picks up plugins.
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int bound_port = 0;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound_port);

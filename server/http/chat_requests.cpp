@@ -85,7 +85,12 @@ nlohmann::ordered_json normalize_messages(const nlohmann::ordered_json& messages
 
 std::string render_chat_prompt(const LoadedModel& model, const nlohmann::ordered_json& messages,
                                bool add_generation_prompt, const nlohmann::ordered_json& tools,
-                               const nlohmann::ordered_json& extra) {
+                               const nlohmann::ordered_json& extra,
+                               const ChatTemplate* request_template) {
+  if (request_template) {
+    return request_template->apply_ordered(messages, add_generation_prompt, model.tokenizer_config,
+                                           tools, extra);
+  }
   if (!model.chat_template) {
     throw bad_request(
         "this model has no chat template (tokenizer_config.json chat_template): use "
@@ -94,6 +99,30 @@ std::string render_chat_prompt(const LoadedModel& model, const nlohmann::ordered
   // apply_ordered keeps the client's key order (tools | tojson must match transformers).
   return model.chat_template->apply_ordered(messages, add_generation_prompt, model.tokenizer_config,
                                             tools, extra);
+}
+
+std::string cut_after_final_message(const std::string& rendered,
+                                    const nlohmann::ordered_json& messages) {
+  const auto& final_message = messages.back();
+  auto content = final_message.find("content");
+  const std::string text =
+      content != final_message.end() && content->is_string() ? content->get<std::string>() : "";
+  constexpr const char* kSpace = " \t\n\r\f\v";
+  const size_t first = text.find_first_not_of(kSpace);
+  const std::string lstripped = first == std::string::npos ? "" : text.substr(first);
+  const std::string stripped = lstripped.substr(0, lstripped.find_last_not_of(kSpace) + 1);
+  const size_t at = rendered.rfind(stripped);
+  if (at == std::string::npos) {
+    throw bad_request(
+        "field continue_final_message: the final message does not appear in the conversation "
+        "the chat template rendered, so it cannot be continued",
+        "continue_final_message");
+  }
+  // Keep the message's trailing whitespace when the template kept it too.
+  if (rendered.compare(at, lstripped.size(), lstripped) == 0 && lstripped == text) {
+    return rendered.substr(0, at + lstripped.size());
+  }
+  return rendered.substr(0, at + stripped.size());
 }
 
 }  // namespace attnres::server::http

@@ -8,6 +8,8 @@
 #include "server/http/api_error.h"
 #include "server/http/chat_requests.h"
 #include "server/http/field_reader.h"
+#include "server/http/refused_fields.h"
+#include "server/http/vllm_request_fields.h"
 
 namespace attnres::server::http {
 namespace {
@@ -72,7 +74,7 @@ void read_sampling_fields(const FieldReader& f, SamplingParams& p) {
   }
 }
 
-// Depth-attention introspection (ATTNRES.md §5): return_depth_attention gives each choice the
+// Depth-attention introspection (docs/ATTNRES.md §5): return_depth_attention gives each choice the
 // depth-mix weights averaged over its prompt; depth_attention_per_token (which implies it)
 // also the weights behind each generated token.
 void read_depth_attention_fields(const FieldReader& f, SamplingParams& p,
@@ -100,14 +102,7 @@ void read_generation_options(const FieldReader& f, GenerationOptions& o, const S
   if (auto v = f.integer("n", 1, kMaxChoices)) o.n = int(*v);
   if (auto v = f.boolean("stream")) o.stream = *v;
   if (auto v = f.boolean("return_token_ids")) o.return_token_ids = *v;
-  if (const auto* so = f.find("stream_options")) {
-    if (!so->is_object()) {
-      throw bad_request("field stream_options: expected an object, got " + json_type_name(*so),
-                        "stream_options");
-    }
-    FieldReader options(*so);
-    if (auto v = options.boolean("include_usage")) o.include_usage = *v;
-  }
+  read_vllm_output_fields(f, o, *state.model().tokenizer);
   f.string("user");  // accepted for OpenAI compatibility; only its type is checked
 }
 
@@ -120,9 +115,9 @@ PromptInput prompt_from_ids(std::vector<int32_t> ids, const ServerState& state,
   return prompt;
 }
 
-PromptInput prompt_from_text(std::string text, const ServerState& state) {
+PromptInput prompt_from_text(std::string text, const ServerState& state, bool add_special_tokens) {
   PromptInput prompt;
-  prompt.ids = state.model().tokenizer->encode(text, /*add_special_tokens=*/true);
+  prompt.ids = state.model().tokenizer->encode(text, add_special_tokens);
   prompt.text = std::move(text);
   return prompt;
 }
@@ -141,12 +136,13 @@ std::vector<int32_t> ids_of(const nlohmann::ordered_json& list, const std::strin
 }
 
 // prompt: a string, a list of strings, a list of ids, or a list of id lists.
-std::vector<PromptInput> read_prompts(const FieldReader& f, const ServerState& state) {
+std::vector<PromptInput> read_prompts(const FieldReader& f, const ServerState& state,
+                                      bool add_special_tokens) {
   const auto* prompt = f.find("prompt");
   if (!prompt) throw bad_request("field prompt: is required", "prompt");
   std::vector<PromptInput> prompts;
   if (prompt->is_string()) {
-    prompts.push_back(prompt_from_text(prompt->get<std::string>(), state));
+    prompts.push_back(prompt_from_text(prompt->get<std::string>(), state, add_special_tokens));
   } else if (prompt->is_array() && !prompt->empty()) {
     const auto& first = prompt->front();
     if (first.is_number()) {
@@ -158,7 +154,7 @@ std::vector<PromptInput> read_prompts(const FieldReader& f, const ServerState& s
         where += std::to_string(i);
         where += ']';
         if (item.is_string()) {
-          prompts.push_back(prompt_from_text(item.get<std::string>(), state));
+          prompts.push_back(prompt_from_text(item.get<std::string>(), state, add_special_tokens));
         } else if (item.is_array()) {
           prompts.push_back(prompt_from_ids(ids_of(item, where), state, "prompt"));
         } else {
@@ -231,6 +227,7 @@ CompletionRequest parse_completion_request(const nlohmann::ordered_json& body,
                                            const ServerState& state) {
   FieldReader f(body);
   check_model_field(body, state);
+  refuse_unsupported_fields(body, Endpoint::Completions);
   CompletionRequest request;
   GenerationOptions& o = request.options;
   o.params = state.default_sampling();
@@ -239,10 +236,21 @@ CompletionRequest parse_completion_request(const nlohmann::ordered_json& body,
   if (auto v = f.integer("max_tokens", 1, INT32_MAX)) o.params.max_tokens = int(*v);
   if (auto v = f.integer("logprobs", 0, kMaxLogprobs)) o.params.logprobs = int(*v);
   if (auto v = f.boolean("echo")) request.echo = *v;
-  // echo with logprobs: the logprobs cover the echoed prompt too (vLLM's prompt_logprobs).
-  if (request.echo && o.params.logprobs >= 0) o.params.prompt_logprobs = o.params.logprobs;
-  request.prompts = read_prompts(f, state);
-  for (const PromptInput& p : request.prompts) {
+  // echo with logprobs: the logprobs cover the echoed prompt too (vLLM's prompt_logprobs, which
+  // an explicit prompt_logprobs overrides).
+  if (request.echo && o.params.logprobs >= 0 && o.params.prompt_logprobs < 0) {
+    o.params.prompt_logprobs = o.params.logprobs;
+  }
+  request.prompts = read_prompts(f, state, f.boolean("add_special_tokens").value_or(true));
+  const PromptTruncation truncation = read_prompt_truncation(f);
+  for (PromptInput& p : request.prompts) {
+    if (truncate_prompt(p.ids, truncation, o.params.max_tokens, state.options().max_model_len)) {
+      p.text = state.model().tokenizer->decode(p.ids, /*skip_special_tokens=*/false);
+      if (p.ids.empty()) {
+        throw bad_request("field truncate_prompt_tokens: leaves an empty prompt",
+                          "truncate_prompt_tokens");
+      }
+    }
     check_context_length(int(p.ids.size()), o.params.max_tokens, state.options().max_model_len,
                          "prompt");
   }
@@ -252,6 +260,7 @@ CompletionRequest parse_completion_request(const nlohmann::ordered_json& body,
 ChatRequest parse_chat_request(const nlohmann::ordered_json& body, const ServerState& state) {
   FieldReader f(body);
   check_model_field(body, state);
+  refuse_unsupported_fields(body, Endpoint::Chat);
   ChatRequest request;
   GenerationOptions& o = request.options;
   o.params = state.default_sampling();
@@ -277,22 +286,20 @@ ChatRequest parse_chat_request(const nlohmann::ordered_json& body, const ServerS
     }
     tools = *t;
   }
-  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
-  if (const auto* kwargs = f.find("chat_template_kwargs")) {
-    if (!kwargs->is_object()) {
-      throw bad_request(
-          "field chat_template_kwargs: expected an object, got " + json_type_name(*kwargs),
-          "chat_template_kwargs");
-    }
-    extra = *kwargs;
-  }
-  const bool add_generation_prompt = f.boolean("add_generation_prompt").value_or(true);
-
+  const ChatPromptOptions prompt_options = read_chat_prompt_options(f);
   std::string text =
-      render_chat_prompt(state.model(), normalized, add_generation_prompt, tools, extra);
-  // The template already wrote the special tokens it wants.
-  request.prompt.ids = state.model().tokenizer->encode(text, /*add_special_tokens=*/false);
+      render_chat_prompt(state.model(), normalized, prompt_options.add_generation_prompt, tools,
+                         prompt_options.variables,
+                         prompt_options.chat_template ? &*prompt_options.chat_template : nullptr);
+  if (prompt_options.continue_final_message) text = cut_after_final_message(text, normalized);
+  // The template already wrote the special tokens it wants (unless add_special_tokens).
+  request.prompt.ids = state.model().tokenizer->encode(text, prompt_options.add_special_tokens);
   request.prompt.text = std::move(text);
+  if (truncate_prompt(request.prompt.ids, read_prompt_truncation(f), max_tokens.value_or(0),
+                      state.options().max_model_len)) {
+    request.prompt.text =
+        state.model().tokenizer->decode(request.prompt.ids, /*skip_special_tokens=*/false);
+  }
   if (request.prompt.ids.empty()) {
     throw bad_request("field messages: the rendered conversation is empty", "messages");
   }

@@ -24,7 +24,9 @@ struct GenerationOptions {
   SamplingParams params;
   int n = 1;
   bool stream = false;
-  bool include_usage = false;     // stream_options.include_usage
+  bool include_usage = false;  // stream_options.include_usage
+  // stream_options.continuous_usage_stats (vLLM; with include_usage): usage in every chunk.
+  bool continuous_usage = false;
   bool return_token_ids = false;  // vLLM: choices carry token_ids, plus prompt_token_ids
 };
 

@@ -111,6 +111,33 @@ Json completion_logprobs_json(const Tokenizer& tokenizer, std::span<const int32_
   return j;
 }
 
+Json prompt_logprobs_json(const Tokenizer& tokenizer, std::span<const int32_t> prompt_ids,
+                          std::span<const std::optional<TokenLogprob>> prompt_logprobs) {
+  Json out = Json::array();
+  auto entry = [&](int32_t id, float logprob, int rank) {
+    Json e;
+    e["logprob"] = logprob;
+    e["rank"] = rank;
+    e["decoded_token"] = token_text(tokenizer, id);
+    return e;
+  };
+  for (size_t i = 0; i < prompt_logprobs.size() && i < prompt_ids.size(); ++i) {
+    if (!prompt_logprobs[i]) {
+      out.push_back(nullptr);
+      continue;
+    }
+    const TokenLogprob& lp = *prompt_logprobs[i];
+    Json position = Json::object();
+    position[std::to_string(prompt_ids[i])] = entry(prompt_ids[i], lp.logprob, lp.rank);
+    for (size_t k = 0; k < lp.top.size(); ++k) {
+      const auto& [id, logprob] = lp.top[k];
+      position[std::to_string(id)] = entry(id, logprob, static_cast<int>(k) + 1);
+    }
+    out.push_back(std::move(position));
+  }
+  return out;
+}
+
 Json depth_attention_json(const DepthAttentionLayout& layout,
                           const DepthAttentionMatrix* prompt_mean,
                           const std::vector<DepthAttentionMatrix>* per_token) {

@@ -45,7 +45,12 @@ Json completion_logprobs_json(const Tokenizer& tokenizer, std::span<const TokenL
 Json completion_logprobs_json(const Tokenizer& tokenizer, std::span<const int32_t> prompt_ids,
                               std::span<const std::optional<TokenLogprob>> prompt_logprobs,
                               std::span<const TokenLogprob> logprobs, size_t& text_offset);
-// A choice's depth-attention weights (request field return_depth_attention, ATTNRES.md §5):
+// vLLM's prompt_logprobs: one entry per prompt token, null for the first (nothing conditions
+// it); each an object keyed by token id (a string) with {"logprob", "rank", "decoded_token"}
+// for the prompt's own token, then the top k at that position.
+Json prompt_logprobs_json(const Tokenizer& tokenizer, std::span<const int32_t> prompt_ids,
+                          std::span<const std::optional<TokenLogprob>> prompt_logprobs);
+// A choice's depth-attention weights (request field return_depth_attention, docs/ATTNRES.md §5):
 // {"sublayers": [row labels], "sources": [column labels], "prompt_mean": [[...]],
 //  "per_token": [[[...]], ...]}, each matrix a list of rows, null in the cells a sublayer does
 // not have. The labels and prompt_mean are present when prompt_mean is given (non-streamed, or

@@ -100,7 +100,7 @@ Json float_json(float v) {
 
 // Fields the Responses API defines that would change the output and that this server does
 // not implement: refused unless absent or at their no-op value.
-void refuse_unsupported_fields(const FieldReader& f) {
+void refuse_unimplemented_fields(const FieldReader& f) {
   if (f.boolean("background").value_or(false)) {
     refuse("background", "background responses are not supported; send background: false");
   }
@@ -423,7 +423,7 @@ Json responses_tools_to_chat(const Json& tools) {
 ResponsesRequest parse_responses_request(const Json& body, const ServerState& state) {
   FieldReader f(body);
   check_model_field(body, state);
-  refuse_unsupported_fields(f);
+  refuse_unimplemented_fields(f);
   ResponsesRequest request;
   Json& echo = request.echo;
 

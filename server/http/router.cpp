@@ -24,14 +24,21 @@ constexpr RouteEntry kRoutes[] = {
     {"POST", "/v1/completions", {handle_completions, true, false}},
     {"POST", "/v1/chat/completions", {handle_chat_completions, true, false}},
     {"GET", "/v1/models", {handle_models, true, true}},
+    {"GET", "/v1/models/{model}", {handle_model, true, true}},
     {"POST", "/v1/responses", {handle_responses, true, false}},
     {"GET", "/v1/responses/{response_id}", {handle_response_get, true, true}},
     // ---- vLLM's extras ----
     {"POST", "/tokenize", {handle_tokenize, true, false}},
     {"POST", "/detokenize", {handle_detokenize, true, false}},
+    {"GET", "/version", {handle_version, true, true}},
     // ---- operations (no API key) ----
     {"GET", "/health", {handle_health, false, true}},
     {"GET", "/metrics", {handle_metrics, false, true}},
+    // ---- the web playground (server/http/ui/; the page loads without the key) ----
+    {"GET", "/", {handle_ui_file, false, true}},
+    {"GET", "/ui/app.js", {handle_ui_file, false, true}},
+    {"GET", "/ui/app.css", {handle_ui_file, false, true}},
+    {"GET", "/ui/model-info", {handle_ui_model_info, true, true}},
 };
 
 bool path_matches(std::string_view pattern, std::string_view path) {

@@ -24,9 +24,17 @@ void handle_response_get(ServerState& state, const HttpRequest& req, HttpRespons
 
 // routes_info.cpp
 void handle_models(ServerState& state, const HttpRequest& req, HttpResponse& res);
+// GET /v1/models/{model} (the id percent-decoded; 404 model_not_found for another model).
+void handle_model(ServerState& state, const HttpRequest& req, HttpResponse& res);
+// GET /version: {"version": the project version} (vLLM's route).
+void handle_version(ServerState& state, const HttpRequest& req, HttpResponse& res);
 void handle_health(ServerState& state, const HttpRequest& req, HttpResponse& res);
 void handle_metrics(ServerState& state, const HttpRequest& req, HttpResponse& res);
 void handle_tokenize(ServerState& state, const HttpRequest& req, HttpResponse& res);
 void handle_detokenize(ServerState& state, const HttpRequest& req, HttpResponse& res);
+
+// routes_ui.cpp
+void handle_ui_file(ServerState& state, const HttpRequest& req, HttpResponse& res);
+void handle_ui_model_info(ServerState& state, const HttpRequest& req, HttpResponse& res);
 
 }  // namespace attnres::server::http

@@ -51,23 +51,49 @@ Json engine_error_envelope(const ServerState& state, const std::string& error) {
 // Turns a request's outputs into SSE events, one formatter per API shape.
 class StreamFormatter {
  public:
-  StreamFormatter(const ServerState& state, ResponseHead head)
-      : state_(state), tokenizer_(*state.model().tokenizer), head_(std::move(head)) {}
+  // continuous_usage: every chunk carries its choice's usage so far (vLLM's
+  // stream_options.continuous_usage_stats); choice_prompt_tokens[i]: choice i's prompt length.
+  StreamFormatter(const ServerState& state, ResponseHead head, bool continuous_usage,
+                  std::vector<int> choice_prompt_tokens)
+      : state_(state),
+        tokenizer_(*state.model().tokenizer),
+        head_(std::move(head)),
+        continuous_usage_(continuous_usage),
+        choice_prompt_tokens_(std::move(choice_prompt_tokens)),
+        choice_tokens_(choice_prompt_tokens_.size(), 0) {}
   virtual ~StreamFormatter() = default;
+  // Counts the output's tokens, then formats it.
+  bool add(const RequestOutput& o, SseWriter& out) {
+    choice_tokens_[static_cast<size_t>(o.choice_index)] += static_cast<int>(o.token_ids.size());
+    return on_output(o, out);
+  }
+
+ protected:
   // Appends the events for one output; false ends the stream (an engine error went in-band).
   virtual bool on_output(const RequestOutput& o, SseWriter& out) = 0;
 
- protected:
-  // A chunk: the head's fields and one choice.
+  // A chunk: the head's fields and one choice (its usage so far when asked for).
   Json chunk_json(Json choice) const {
+    const size_t i = choice["index"].get<size_t>();
     Json j = head_json(head_);
     j["choices"] = Json::array({std::move(choice)});
+    if (continuous_usage_) {
+      Usage usage;
+      usage.prompt_tokens = choice_prompt_tokens_[i];
+      usage.completion_tokens = choice_tokens_[i];
+      j["usage"] = usage_json(usage);
+    }
     return j;
   }
 
   const ServerState& state_;
   const Tokenizer& tokenizer_;
   const ResponseHead head_;
+
+ private:
+  const bool continuous_usage_;
+  const std::vector<int> choice_prompt_tokens_;
+  std::vector<int> choice_tokens_;
 };
 
 // Builds a non-streamed body from every choice's accumulated result.
@@ -92,7 +118,7 @@ class StreamedGeneration : public AsyncBody {
     SseWriter out(chunk);
     RequestOutput o;
     while (generation_->next(o)) {
-      if (!formatter_->on_output(o, out)) {
+      if (!formatter_->add(o, out)) {
         generation_->cancel();
         return true;
       }
@@ -166,8 +192,10 @@ Json completion_choice(int index, std::string text, Json logprobs, FinishReason 
 class CompletionStream : public StreamFormatter {
  public:
   CompletionStream(const ServerState& state, ResponseHead head,
-                   std::shared_ptr<const CompletionRequest> request, int choices)
-      : StreamFormatter(state, std::move(head)),
+                   std::shared_ptr<const CompletionRequest> request, int choices,
+                   std::vector<int> choice_prompt_tokens)
+      : StreamFormatter(state, std::move(head), request->options.continuous_usage,
+                        std::move(choice_prompt_tokens)),
         request_(std::move(request)),
         started_(static_cast<size_t>(choices), false),
         text_offset_(static_cast<size_t>(choices), 0) {}
@@ -252,6 +280,9 @@ Json completion_body(const ResponseHead& head, const CompletionRequest& request,
       c["token_ids"] = ids_json(r.token_ids);
       c["prompt_token_ids"] = ids_json(prompt.ids);
     }
+    if (request.options.params.prompt_logprobs >= 0) {
+      c["prompt_logprobs"] = prompt_logprobs_json(tokenizer, prompt.ids, r.prompt_logprobs);
+    }
     if (request.options.params.depth_attention) {
       c["depth_attention"] = choice_depth_json(depth_layout, request.options.params, r);
     }
@@ -278,8 +309,10 @@ Json chat_chunk_choice(int index, Json delta, Json logprobs, FinishReason reason
 class ChatStream : public StreamFormatter {
  public:
   ChatStream(const ServerState& state, ResponseHead head,
-             std::shared_ptr<const ChatRequest> request, int choices)
-      : StreamFormatter(state, std::move(head)),
+             std::shared_ptr<const ChatRequest> request, int choices,
+             std::vector<int> choice_prompt_tokens)
+      : StreamFormatter(state, std::move(head), request->options.continuous_usage,
+                        std::move(choice_prompt_tokens)),
         request_(std::move(request)),
         role_sent_(static_cast<size_t>(choices), false) {}
 
@@ -358,6 +391,11 @@ Json chat_body(const ResponseHead& head, const ChatRequest& request,
   body["choices"] = std::move(choices);
   body["usage"] = usage_json(usage);
   if (request.options.return_token_ids) body["prompt_token_ids"] = ids_json(request.prompt.ids);
+  // vLLM puts chat's prompt_logprobs beside the choices: they share the prompt.
+  if (request.options.params.prompt_logprobs >= 0 && !results.empty()) {
+    body["prompt_logprobs"] =
+        prompt_logprobs_json(tokenizer, request.prompt.ids, results.front().prompt_logprobs);
+  }
   return body;
 }
 
@@ -373,7 +411,13 @@ void run_generation(ServerState& state, HttpResponse& res, std::shared_ptr<const
     // Chat chunks are "chat.completion.chunk"; legacy completion chunks stay
     // "text_completion" (OpenAI and vLLM alike).
     if (head.object == "chat.completion") head.object += ".chunk";
-    auto formatter = std::make_unique<Formatter>(state, head, request, generation->num_choices());
+    std::vector<int> choice_prompt_tokens;
+    for (const auto& prompt : prompts) {
+      choice_prompt_tokens.insert(choice_prompt_tokens.end(), static_cast<size_t>(options.n),
+                                  static_cast<int>(prompt.size()));
+    }
+    auto formatter = std::make_unique<Formatter>(state, head, request, generation->num_choices(),
+                                                 std::move(choice_prompt_tokens));
     res.status = 200;
     res.content_type = "text/event-stream";
     res.headers.emplace_back("Cache-Control", "no-cache");

@@ -1,4 +1,5 @@
-// The routes that do not generate: /v1/models, /health, /metrics, /tokenize, /detokenize.
+// The routes that do not generate: /v1/models (and /v1/models/{model}), /version, /health,
+// /metrics, /tokenize, /detokenize.
 #include "engine/core/error.h"
 #include "server/common/token_ids.h"
 #include "server/http/api_error.h"
@@ -6,6 +7,7 @@
 #include "server/http/field_reader.h"
 #include "server/http/openai_requests.h"
 #include "server/http/routes.h"
+#include "server/http/vllm_request_fields.h"
 
 namespace attnres::server::http {
 
@@ -27,7 +29,9 @@ void send_json(HttpResponse& res, int status, const Json& body) {
   res.set_content(dump_json(body), "application/json");
 }
 
-void handle_models(ServerState& state, const HttpRequest&, HttpResponse& res) {
+namespace {
+
+Json model_json(const ServerState& state) {
   Json model;
   model["id"] = state.options().served_model_name;
   model["object"] = "model";
@@ -36,9 +40,55 @@ void handle_models(ServerState& state, const HttpRequest&, HttpResponse& res) {
   model["root"] = state.model().source;
   model["parent"] = nullptr;
   model["max_model_len"] = state.options().max_model_len;
+  return model;
+}
+
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// RFC 3986 percent-decoding (clients encode the '/' of "org/model" ids as %2F); a malformed
+// escape is kept as written.
+std::string percent_decode(std::string_view text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '%' && i + 2 < text.size()) {
+      const int hi = hex_digit(text[i + 1]), lo = hex_digit(text[i + 2]);
+      if (hi >= 0 && lo >= 0) {
+        out += static_cast<char>(hi * 16 + lo);
+        i += 2;
+        continue;
+      }
+    }
+    out += text[i];
+  }
+  return out;
+}
+
+}  // namespace
+
+void handle_models(ServerState& state, const HttpRequest&, HttpResponse& res) {
   Json body;
   body["object"] = "list";
-  body["data"] = Json::array({std::move(model)});
+  body["data"] = Json::array({model_json(state)});
+  send_json(res, 200, body);
+}
+
+void handle_model(ServerState& state, const HttpRequest& req, HttpResponse& res) {
+  constexpr std::string_view kPrefix = "/v1/models/";
+  const std::string id = percent_decode(std::string_view(req.path).substr(kPrefix.size()));
+  if (id != state.options().served_model_name) {
+    throw ApiError(404, "The model `" + id + "` does not exist.", "model", "model_not_found");
+  }
+  send_json(res, 200, model_json(state));
+}
+
+void handle_version(ServerState&, const HttpRequest&, HttpResponse& res) {
+  Json body;
+  body["version"] = ATTNRES_VERSION;
   send_json(res, 200, body);
 }
 
@@ -68,21 +118,17 @@ void handle_tokenize(ServerState& state, const HttpRequest& req, HttpResponse& r
   const Tokenizer& tokenizer = *state.model().tokenizer;
   std::vector<int32_t> ids;
   if (const auto* messages = f.find("messages")) {
-    // vLLM: a conversation is rendered with the template, which writes its own special tokens.
-    const bool add_special = f.boolean("add_special_tokens").value_or(false);
-    const bool add_generation_prompt = f.boolean("add_generation_prompt").value_or(true);
-    nlohmann::ordered_json extra = nlohmann::ordered_json::object();
-    if (const auto* kwargs = f.find("chat_template_kwargs")) {
-      if (!kwargs->is_object()) {
-        throw bad_request("field chat_template_kwargs: expected an object", "chat_template_kwargs");
-      }
-      extra = *kwargs;
-    }
+    // vLLM: a conversation is rendered with the template, which writes its own special tokens,
+    // with the chat request's template options.
+    const ChatPromptOptions options = read_chat_prompt_options(f);
     nlohmann::ordered_json tools = nullptr;
     if (const auto* t = f.find("tools")) tools = *t;
-    const std::string text = render_chat_prompt(state.model(), normalize_messages(*messages),
-                                                add_generation_prompt, tools, extra);
-    ids = tokenizer.encode(text, add_special);
+    const auto normalized = normalize_messages(*messages);
+    std::string text = render_chat_prompt(
+        state.model(), normalized, options.add_generation_prompt, tools, options.variables,
+        options.chat_template ? &*options.chat_template : nullptr);
+    if (options.continue_final_message) text = cut_after_final_message(text, normalized);
+    ids = tokenizer.encode(text, options.add_special_tokens);
   } else if (auto prompt = f.string("prompt")) {
     ids = tokenizer.encode(*prompt, f.boolean("add_special_tokens").value_or(true));
   } else {

@@ -2,7 +2,7 @@
 gRPC row-major floats with NaN) as NumPy arrays, the reference's expectations for a prompt and
 its generated tokens, and the comparison with a stated tolerance.
 
-Expectations come from tests/reference/attnres_ref.py (the direct softmax form of ATTNRES.md,
+Expectations come from tests/reference/attnres_ref.py (the direct softmax form of docs/ATTNRES.md,
 independent of the engine): Model.depth_matrices(ids) gives position t's matrix [mixes,
 width] with mix k's alpha in the columns of its sources (bank + [partial] in columns
 [0, n_sources) for 2a / 2b; see the reference for the §2d modes) and NaN elsewhere;

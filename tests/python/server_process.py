@@ -9,7 +9,7 @@ within the timeout: a clean shutdown is part of what every test checks.
 
 $ATTNRES_TEST_SERVER_ARGS (shell words) is appended to every server's flags: the suite
 against a GPU server is `ATTNRES_TEST_SERVER_ARGS="--device cuda" pytest ...`
-(kernels/cuda/gpu_first_run.sh, step 10). A test that gives one of those flags itself
+(kernels/cuda/gpu_lease.sh, step e2e). A test that gives one of those flags itself
 gets the server's "given twice" error, and fails.
 """
 

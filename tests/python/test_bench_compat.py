@@ -1,7 +1,7 @@
 """The field's benchmark tools against the real server: their exact requests, parsed their way.
 
 Both tools ran unmodified against `attnres serve` on the development machine (their figures
-are in docs/BENCHMARKS.md), but neither can be installed in CI: GuideLLM 0.8.1 depends on
+are in docs/perf-log/serving.md), but neither can be installed in CI: GuideLLM 0.8.1 depends on
 torch (the PyPI wheel pulls ~5 GB of CUDA libraries), and vLLM 0.33.0 needs `pip install
 --no-deps vllm` plus about thirty hand-picked dependencies and a torch. So these tests replay
 what they send, as read from their sources, and parse the streams the way they do:

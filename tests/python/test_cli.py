@@ -58,6 +58,17 @@ def test_plain_text_mode_streams_the_same_text(attnres_bin):
     assert streamed == generate_json(attnres_bin, *args)["text"] + "\n"
 
 
+def test_device_auto_runs_on_the_cpu_when_no_gpu_is_visible(attnres_bin):
+    if shutil.which("nvidia-smi") and subprocess.run(["nvidia-smi", "-L"],
+                                                     capture_output=True).returncode == 0:
+        pytest.skip("a GPU is visible here: auto picks it")
+    args = ["--prompt", "Which device", "--max-tokens", "6", "--temperature", "0", "--ignore-eos"]
+    auto = run(attnres_bin, "generate", "--json", "--device", "auto", *args)
+    cpu = generate_json(attnres_bin, "--device", "cpu", *args)
+    assert json.loads(auto.stdout)["token_ids"] == cpu["token_ids"]
+    assert "CUDA" not in auto.stderr
+
+
 def test_seed_makes_sampling_reproducible(attnres_bin, small_model):
     args = ["--model", small_model, "--prompt-ids", "10,20,30", "--max-tokens", "16",
             "--temperature", "1.0", "--ignore-eos"]

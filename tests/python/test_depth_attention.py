@@ -1,4 +1,4 @@
-"""Depth-attention introspection (ATTNRES.md §5) against the NumPy reference, on random
+"""Depth-attention introspection (docs/ATTNRES.md §5) against the NumPy reference, on random
 checkpoints of every AttnRes variant: the prompt mean and per-token weights returned over HTTP
 (the real server, the official `openai` client; completions and chat, streamed and not, n > 1,
 echo, chunked prefill), over gRPC, and by `attnres inspect --json`. Tolerances and the
@@ -59,7 +59,7 @@ CASES = [(v, "f32", {}) for v in ATTNRES_VARIANTS] + [
     ("attnres_block_reset", "bf16", {}),
     ("attnres_block", "f32", {"layers": 7}),          # P = 3, a ragged last block
     ("attnres_block_reset", "f32", {"layers": 5}),    # resets at layers 2 and 4
-    # ATTNRES.md §2d, compactly (the engine-level parity test has the whole matrix): a null
+    # docs/ATTNRES.md §2d, compactly (the engine-level parity test has the whole matrix): a null
     # column and a V-stream row; block deltas under a scalar gate; first_layer's lone source;
     # pre-gated sources.
     ("attnres_delta_v", "f32", {"gate": "sigmoid_vector", "null_source": True}),

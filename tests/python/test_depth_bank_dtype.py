@@ -2,7 +2,7 @@
 
     attnres logits --model DIR --token-ids ... --prefill N --out FILE.npy --depth-bank-dtype D
 
-The depth bank is the list of completed representations the depth mixes read (ATTNRES.md §2:
+The depth bank is the list of completed representations the depth mixes read (docs/ATTNRES.md §2:
 e, the 2a snapshots of x, the 2b block sums, the delta modes' sublayer outputs and block
 deltas, first_layer's out_1). With bfloat16 every entry is rounded to bf16 (round to nearest
 even from the engine's f32 value) when it is appended; the running partial, the sublayer

@@ -1,4 +1,4 @@
-"""Every §2d depth mode (ATTNRES.md) through the real server, against the independent NumPy
+"""Every §2d depth mode (docs/ATTNRES.md) through the real server, against the independent NumPy
 reference: `attnres serve` on a random checkpoint of each mode (its gate and null source
 varied across them, every tensor non-zero), a greedy completion over HTTP with logprobs,
 streamed and not: the tokens must be the reference's greedy tokens and each token's logprob

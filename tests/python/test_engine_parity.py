@@ -135,7 +135,7 @@ LOGIT_CASES = (
     ]
 )
 
-# ATTNRES.md §2d: every attnres_mode x attnres_gate_type x null source the open-attnres code
+# docs/ATTNRES.md §2d: every attnres_mode x attnres_gate_type x null source the open-attnres code
 # can produce, through the CLI (cheap: no server). A null source outside the delta modes and
 # gate weights under first_layer / pre_gated are written but never read: those cases check
 # they are ignored. A few bf16 cases, and delta_block with more blocks than layers.

@@ -1,13 +1,16 @@
-"""The GPU run's scripts (kernels/cuda/gpu_first_run.sh and what it calls) run only on a lent
-GPU machine, seldom; these checks keep them from rotting in between: the shell script parses,
-and tests/gpu/variant_parity.py runs against the real CLI with the CPU on both sides (every
-check it makes, on three variants), and with two settings that round differently, where its
-bf16-noise gate must still pass them and the logits must differ where this CPU rounds linear
-inputs to bf16."""
+"""The GPU lease's scripts (kernels/cuda/gpu_lease.sh, gpu_lease_steps.sh and what they call)
+run only on a lent GPU machine, seldom; these checks keep them from rotting in between: the
+lease runs here as its CPU rehearsal (every step's verdict, the budget, the timeouts, the one
+archive of logs that comes back), and tests/gpu/variant_parity.py runs against the real CLI
+with the CPU on both sides (every check it makes, on three variants), and with two settings
+that round differently, where its bf16-noise gate must still pass them and the logits must
+differ where this CPU rounds linear inputs to bf16."""
 
 import json
+import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -19,36 +22,54 @@ PARITY = REPO / "tests" / "gpu" / "variant_parity.py"
 VARIANTS = "qwen3,attnres_full,attnres_delta_v"
 
 
-def test_gpu_first_run_parses():
-    subprocess.run(["bash", "-n", str(REPO / "kernels" / "cuda" / "gpu_first_run.sh")], check=True)
+LEASE = REPO / "kernels" / "cuda" / "gpu_lease.sh"
 
 
-def run_parity(attnres_bin, tmp_path, *extra):
-    out = tmp_path / "parity.json"
-    proc = subprocess.run([sys.executable, str(PARITY), "--attnres", str(attnres_bin),
-                           "--devices", "cpu,cpu", "--variants", VARIANTS, "--json", str(out),
-                           *extra], capture_output=True, text=True, timeout=600)
-    return proc, json.loads(out.read_text()) if out.exists() else []
+def test_gpu_lease_scripts_parse():
+    for script in (LEASE, REPO / "kernels" / "cuda" / "gpu_lease_steps.sh"):
+        subprocess.run(["bash", "-n", str(script)], check=True)
 
 
-def test_variant_parity_cpu_against_itself(attnres_bin, tmp_path):
+def run_lease(attnres_bin, tmp_path, *args, **env):
+    """`gpu_lease.sh lease --device cpu ARGS`; returns (output, {step: verdict}, archive)."""
+    out = tmp_path / "out"
+    environment = dict(os.environ, OUT=str(out), ATTNRES_BUILD_DIR=str(attnres_bin.parents[2]),
+                       PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", **env)
+    proc = subprocess.run(["bash", str(LEASE), "lease", "--device", "cpu", *args],
+                          capture_output=True, text=True, timeout=600, env=environment)
+    verdicts = {}
+    for line in (out / "verdicts.txt").read_text().splitlines():
+        _, step, verdict, *_ = line.split()
+        verdicts[step] = verdict
+    archive = out / "lease-logs.tar.gz"
+    with tarfile.open(archive) as tar:
+        names = {Path(n).name for n in tar.getnames()}
+    assert sorted(p.name for p in out.iterdir()) == ["lease-logs.tar.gz", "verdicts.txt"]
+    return proc.stdout + proc.stderr, verdicts, names
+
+
+def test_lease_rehearsal_runs_every_step_on_the_cpu(attnres_bin, tmp_path):
     require_binary(attnres_bin)
-    proc, results = run_parity(attnres_bin, tmp_path)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert [r["variant"] for r in results] == VARIANTS.split(",")
-    for r in results:
-        assert r["ok"] and r["rel_l2"] == 0.0 and r["first_divergence"] is None, r
-        assert r["bf16_noise"] > 0.0, r  # the f32 KV cache and bank moved the logits
+    output, verdicts, logs = run_lease(
+        attnres_bin, tmp_path, "--budget", "300", "e2e", "nccl", "variants", "peer", "racecheck_decode",
+        E2E_TESTS="tests/python/test_http_api.py", E2E_PYTEST_ARGS="-k stream_equals_non_stream",
+        VARIANTS="qwen3")
+    assert verdicts["e2e"] == "PASS", output
+    assert verdicts["nccl"] == "SKIP", output  # needs the CUDA build
+    assert verdicts["variants"] == "PASS", output
+    assert verdicts["peer"] in ("PASS", "SKIP"), output  # SKIP: no torch here
+    assert verdicts["racecheck_decode"] == "SKIP", output
+    assert {"setup.log", "e2e.log", "nccl.log", "variants.log", "variant_parity.json",
+            "verdicts.txt"} <= logs
 
 
-def test_variant_parity_f32_linear_inputs_within_the_noise(attnres_bin, tmp_path):
+def test_lease_reports_failures_timeouts_and_the_budget(attnres_bin, tmp_path):
     require_binary(attnres_bin)
-    proc, results = run_parity(attnres_bin, tmp_path, "--first-args",
-                               "--linear-input-dtype float32")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    inspect = subprocess.run([str(attnres_bin), "inspect", "--model", "builtin:demo"],
-                             capture_output=True, text=True, timeout=120).stdout
-    for r in results:
-        assert r["ok"], r
-        if "linear inputs bfloat16" in inspect:  # auto rounds here: the sides differ
-            assert 0.0 < r["rel_l2"] < 3 * r["bf16_noise"] + 3e-2, r
+    output, verdicts, logs = run_lease(
+        attnres_bin, tmp_path / "a", "--budget", "120", "e2e", "nosuchstep", "variants",
+        E2E_TESTS="tests/python/no_such_test_file.py", LEASE_TIMEOUT_variants="1")
+    assert verdicts == {"nosuchstep": "FAIL", "e2e": "FAIL", "variants": "TIMEOUT"}, output
+    assert "no such step" in output and "after 1s" in output, output
+    assert {"e2e.log", "variants.log"} <= logs
+    output, verdicts, _ = run_lease(attnres_bin, tmp_path / "b", "--budget", "5", "e2e")
+    assert verdicts == {"e2e": "SKIP"} and "the budget is spent" in output, output

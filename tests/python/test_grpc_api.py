@@ -452,3 +452,25 @@ def test_api_key_is_required_when_configured(attnres_bin):
             reply = health_pb_grpc.HealthStub(ch).Check(health_pb.HealthCheckRequest(),
                                                         timeout=10)
             assert reply.status == health_pb.HealthCheckResponse.SERVING
+
+
+# --- server reflection ------------------------------------------------------------------------
+
+
+def test_server_reflection_lists_and_describes_the_services(server):
+    """What grpcurl does without the .proto files: list the services over reflection, then
+    fetch their descriptors."""
+    from google.protobuf.descriptor_pool import DescriptorPool
+    from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+        ProtoReflectionDescriptorDatabase)
+
+    with channel(server.grpc_target) as ch:
+        database = ProtoReflectionDescriptorDatabase(ch)
+        services = set(database.get_services())
+        assert {"attnres.v1.Generate", "grpc.health.v1.Health"} <= services
+        pool = DescriptorPool(database)
+        generate_service = pool.FindServiceByName("attnres.v1.Generate")
+        methods = {m.name for m in generate_service.methods}
+        assert {"Generate", "Abort", "Tokenize", "Detokenize", "GetModelInfo"} <= methods
+        request = pool.FindMessageTypeByName("attnres.v1.GenerateRequest")
+        assert "sampling_params" in request.fields_by_name

@@ -1,7 +1,7 @@
 """Checks of the NumPy reference itself (no C++ engine needed).
 
 (a) the reference's direct-softmax depth mix equals an independent two-phase /
-    online-softmax execution (ATTNRES.md §3) to 1e-10 in float64;
+    online-softmax execution (docs/ATTNRES.md §3) to 1e-10 in float64;
 (b) with all res_proj weights and biases zeroed, every depth mix is a uniform average;
 (c) prompt-at-once equals prefill + token-by-token decode with the reference KV cache;
 (d) bf16/f16 checkpoints read back as exactly the f32 values rounded.
@@ -183,7 +183,7 @@ def test_two_phase_equals_direct(small_ckpt, variant, kw, passes):
 
 
 def expected_source_counts(model):
-    """n_sources per mix, from the counting rules of ATTNRES.md (partial included)."""
+    """n_sources per mix, from the counting rules of docs/ATTNRES.md (partial included)."""
     c = model.config
     L = c["num_hidden_layers"]
     P = math.ceil(L / c["attnres_num_blocks"])

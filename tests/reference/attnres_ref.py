@@ -1,6 +1,6 @@
 """Independent NumPy reference forward for AttnRes Serve (float64 compute).
 
-Written straight from /work/shared/design/ATTNRES.md and from how HF transformers
+Written straight from the math (docs/ATTNRES.md) and from how HF transformers
 computes the Qwen3 / Qwen2 / Llama backbones. It deliberately uses the *direct*
 softmax form of the depth mix (all logits over bank + [partial], softmax, weighted
 sum) and never the two-phase / online form the engine uses, so the two stay
@@ -28,7 +28,7 @@ API:
     m.depth_matrices(ids)  -> [T, mixes, width] alphas laid out as sublayer x source slot
     m.depth_sources()      -> the label of each source slot (column) of those matrices
 
-Every attnres_mode, attnres_gate_type and null source of ATTNRES.md §2d is written out as
+Every attnres_mode, attnres_gate_type and null source of docs/ATTNRES.md §2d is written out as
 its own function below (_cumulative, _block_reset, _delta, _first_layer), each from that
 page's pseudocode.
     m.forward(ids, cache)  -> logits of `ids` appended after the cache's tokens
@@ -310,7 +310,7 @@ class Model:
         self.mode = c.get("attnres_mode", "block")
         if self.attnres and self.block_reset and self.mode != "block":
             raise ValueError("final_res_* (variant 2b) requires attnres_mode 'block'")
-        # Missing keys take the open-attnres code's defaults (ATTNRES.md §2d).
+        # Missing keys take the open-attnres code's defaults (docs/ATTNRES.md §2d).
         nb = min(c.get("attnres_num_blocks") or 8, self.n_layers)
         self.block_layers = math.ceil(self.n_layers / nb)  # P
         self.gate_type = c.get("attnres_gate_type") or "bias"
@@ -430,7 +430,7 @@ class Model:
 
     def gate(self, i: int, side: str, x: np.ndarray, h_mix: np.ndarray) -> np.ndarray:
         """attnres_gate_type's blend of x (the sublayer's partial before any reset) and the
-        mix (ATTNRES.md §2d); side is 'attn' or 'mlp'."""
+        mix (docs/ATTNRES.md §2d); side is 'attn' or 'mlp'."""
         p = f"model.layers.{i}.{side}"
         if self.gate_type == "sigmoid_scalar":
             s = sigmoid(self.w[f"{p}_res_gate_logit"])
@@ -450,7 +450,7 @@ class Model:
         using the unrounded v as its partial / residual stream."""
         return round_to_bf16(v) if self.depth_bank_dtype == "bfloat16" else v
 
-    # --- the variants, each written as ATTNRES.md's pseudocode ---------------------
+    # --- the variants, each written as docs/ATTNRES.md's pseudocode ---------------------
 
     def hidden_states(self, ids, positions, cache=None, trace=None) -> np.ndarray:
         """Final normed hidden [T, d]."""
@@ -614,7 +614,7 @@ class Model:
         return trace
 
     def depth_matrices(self, token_ids) -> np.ndarray:
-        """Every token's depth-attention matrix (ATTNRES.md §5): [T, mixes, width], row k is
+        """Every token's depth-attention matrix (docs/ATTNRES.md §5): [T, mixes, width], row k is
         mix k (order of depth_names()) and its alpha over its sources sits in the columns the
         mix names (bank + [partial] in columns [0, n_sources) for 2a / 2b, the partial in column
         n_sources - 1; [null] + bank for the delta modes; first_layer's [x, out_1] in columns

@@ -9,7 +9,7 @@ Variants:
     attnres_full         2a cumulative, attnres_mode full
     attnres_block_reset  2b block sums with reset + final_res_* mix
     attnres_nobias       2a block, no *_res_bias tensors, no attnres_gate_type
-    attnres_delta        ATTNRES.md §2d modes (4 layers, 3 blocks -> P = 2): delta,
+    attnres_delta        docs/ATTNRES.md §2d modes (4 layers, 3 blocks -> P = 2): delta,
     attnres_delta_block    delta_block, delta_v, first_layer, pre_gated. They and the
     attnres_delta_v        block / full / block_reset variants take --gate (bias,
     attnres_first_layer    sigmoid_scalar, sigmoid_vector, learnable_alpha) and

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The peer figures of issues #13 and #14: a Hugging Face checkpoint under transformers on the
-same GPU, in the same run as our CUDA benches (kernels/cuda/gpu_first_run.sh, "acceptance").
+same GPU, in the same run as our CUDA benches (kernels/cuda/gpu_lease.sh, step peerbench).
 
     bench_transformers.py MODEL_DIR [--batch 1 64] [--context 1024] [--new-tokens 64]
                           [--prefill 1024 8192] [--device cuda] [--json FILE] [--no-compile]

@@ -1,5 +1,5 @@
 // The depth-attention layout (rows, columns, labels) of each variant, written out by hand from
-// ATTNRES.md §2 for small models: one row per mixing step with n + 1 sources, and a label per
+// docs/ATTNRES.md §2 for small models: one row per mixing step with n + 1 sources, and a label per
 // source slot naming the bank entry that lives there.
 #include "engine/model/depth_attention_layout.h"
 

@@ -1,4 +1,4 @@
-// The depth plan against the variants' pseudocode in ATTNRES.md §2, written out by hand
+// The depth plan against the variants' pseudocode in docs/ATTNRES.md §2, written out by hand
 // for small models: which bank entries each sublayer reads, where the bank grows, and how
 // the Phase-1 groups fall.
 #include "engine/model/depth_plan.h"

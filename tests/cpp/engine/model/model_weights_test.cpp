@@ -107,6 +107,24 @@ TEST(ModelWeights, UntiedLmHeadIsItsOwnTensor) {
                     HasSubstr("tie_word_embeddings false")));
 }
 
+// What uploading the weights takes: every tensor of the file but the scalars the loader folds
+// into floats (biases, gate logits), and a tied LM head once.
+TEST(ModelWeights, TotalBytesCountsEveryTensorOnceAndTheUntiedHeadToo) {
+  for (bool tied : {true, false}) {
+    TempDir dir;
+    TinyModelOptions o;
+    o.tied = tied;
+    TinyModel(o).write(dir);
+    const WeightStore store = WeightStore::open(dir.path());
+    size_t expected = 0;
+    for (const std::string& name : store.names()) {
+      const Tensor t = store.get(name);
+      if (t.numel() > 1) expected += t.nbytes();
+    }
+    EXPECT_EQ(load_dir(dir).total_bytes(), expected) << (tied ? "tied" : "untied");
+  }
+}
+
 TEST(ModelWeights, TiedCheckpointMayStillCarryLmHead) {
   TempDir dir;
   TinyModel model;
@@ -273,7 +291,7 @@ TEST(ModelWeights, ShardedModelLoadsEndToEnd) {
 namespace attnres {
 namespace {
 
-// ATTNRES.md §2d: a tiny model in `mode` with `gate`, and the tensors the open-attnres code
+// docs/ATTNRES.md §2d: a tiny model in `mode` with `gate`, and the tensors the open-attnres code
 // writes for it added by hand (d = 8).
 TinyModel mode_model(const std::string& mode, const std::string& gate, bool null_source) {
   TinyModel m;

@@ -19,7 +19,7 @@ namespace attnres::test {
 
 // d 64, 4 layers, 4 query / 2 KV heads (P = 4 replicates KV heads), ffn 96, vocab 301
 // (uneven: padded LM head slices). mode: an attnres_mode, or "" for a plain qwen3; gate and
-// null_source: attnres_gate_type and attnres_use_null_source (ATTNRES.md §2d).
+// null_source: attnres_gate_type and attnres_use_null_source (docs/ATTNRES.md §2d).
 inline ModelConfig tp_test_config(const std::string& mode, const std::string& gate = "bias",
                                   bool null_source = false) {
   nlohmann::json j = {{"model_type", mode.empty() ? "qwen3" : "qwen3_attnres"},

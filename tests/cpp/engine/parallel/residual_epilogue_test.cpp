@@ -2,7 +2,7 @@
 // Transformer calls it exactly where the sublayer output is read only through that add, for
 // every AttnRes mode, and never under tensor parallelism (the output is summed over the
 // ranks first). Which sublayers fuse is written out by hand per mode below, from the modes'
-// definitions (ATTNRES.md §2), not read back from the depth plan. And the default op (the
+// definitions (docs/ATTNRES.md §2), not read back from the depth plan. And the default op (the
 // CPU's) gives the bits of linear followed by the add, the bias added before the residual.
 #include <gtest/gtest.h>
 

@@ -112,7 +112,7 @@ INSTANTIATE_TEST_SUITE_P(AttnRes, TensorParallelForward, kAttnResVariants, varia
 INSTANTIATE_TEST_SUITE_P(Plain, TensorParallelForward,
                          ::testing::Values(Variant{"plain", "", false}), variant_name);
 INSTANTIATE_TEST_SUITE_P(AttnRes, SequenceParallelBank, kAttnResVariants, variant_name);
-// ATTNRES.md §2d under tensor and sequence parallelism: the V stream's gathered input, the
+// docs/ATTNRES.md §2d under tensor and sequence parallelism: the V stream's gathered input, the
 // gates and pre-gates computed on each rank's rows, the null source, block deltas.
 INSTANTIATE_TEST_SUITE_P(
     Modes, TensorParallelForward,

@@ -89,6 +89,32 @@ TEST(StopCheckerTest, EosStopsAndItsTextIsDropped) {
   EXPECT_EQ(checker.stop_token(), kEos);
 }
 
+TEST(StopCheckerTest, IncludeStopStrKeepsTheStopStringAndHoldsNothingBack) {
+  SamplingParams p = with_stop({"END"});
+  p.include_stop_str_in_output = true;
+  StopChecker checker(p, {kEos});
+  std::string text;
+  EXPECT_EQ(feed(checker, {"hello E"}, text), FinishReason::None);
+  EXPECT_EQ(checker.releasable_length(text), text.size());  // nothing held back
+  text += "ND and more";
+  EXPECT_EQ(checker.check(kWord, 2, text), FinishReason::Stop);
+  EXPECT_EQ(text.substr(0, checker.releasable_length(text)), "hello END");
+  EXPECT_EQ(checker.matched_stop_string(), "END");
+}
+
+TEST(StopCheckerTest, IncludeStopStrKeepsTheStopTokensText) {
+  SamplingParams p;
+  p.include_stop_str_in_output = true;
+  p.stop_token_ids = {7};
+  StopChecker checker(p, {kEos});
+  std::string text = "hi";
+  EXPECT_EQ(checker.check(kWord, 1, text), FinishReason::None);
+  text += "<stop>";
+  EXPECT_EQ(checker.check(7, 2, text), FinishReason::Stop);
+  EXPECT_EQ(checker.releasable_length(text), text.size());
+  EXPECT_EQ(checker.stop_token(), 7);
+}
+
 TEST(StopCheckerTest, IgnoreEosContinuesButStopTokenIdsStillStop) {
   SamplingParams p;
   p.ignore_eos = true;

@@ -1,7 +1,7 @@
-// The open-attnres switches of the depth ops (ATTNRES.md §2d) against a direct double-precision
-// softmax over the sources written out here: Phase 1 with pre-gated sources, then Phase 2 with
-// every combination of partial-as-source, residual base, null source and gate, plus the
-// introspection op's source order ([null] + bank + [partial]).
+// The open-attnres switches of the depth ops (docs/ATTNRES.md §2d) against a direct
+// double-precision softmax over the sources written out here: Phase 1 with pre-gated sources, then
+// Phase 2 with every combination of partial-as-source, residual base, null source and gate, plus
+// the introspection op's source order ([null] + bank + [partial]).
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// The depth ops' ATTNRES.md §2d switches, written out directly in double precision for the
+// The depth ops' docs/ATTNRES.md §2d switches, written out directly in double precision for the
 // op tests (CPU here, CUDA in tests/cpp/kernels/cuda): one softmax over the listed sources, the
 // residual base, the gate, the PreNorm. Independent of the two-phase form the ops use.
 #pragma once

@@ -1,4 +1,4 @@
-// The ATTNRES.md §2d switches of the depth ops on CUDA against the CPU backend (itself checked
+// The docs/ATTNRES.md §2d switches of the depth ops on CUDA against the CPU backend (itself checked
 // against a direct double-precision softmax in tests/cpp/kernels/cpu/cpu_depth_modes_test.cpp):
 // Phase 1 with pre-gated sources, Phase 2 with every combination of partial-as-source,
 // residual base, null source and gate and 1 to 7 newer entries, and depth_weights' [null] +

@@ -1,5 +1,5 @@
 // The whole forward on the CPU and CUDA backends with the same random small model: a plain
-// qwen3, a qwen3_attnres block model, and one with a final mix (ATTNRES.md §2b). Each runs a
+// qwen3, a qwen3_attnres block model, and one with a final mix (docs/ATTNRES.md §2b). Each runs a
 // mixed prefill step (two sequences of different lengths, shuffled block tables) and two
 // decode steps; the logits of every step are compared.
 // The AttnRes models also run with a BF16 depth bank on both backends (--depth-bank-dtype

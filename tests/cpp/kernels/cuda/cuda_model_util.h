@@ -15,7 +15,7 @@
 
 namespace attnres::test {
 
-// mode: an attnres_mode ("" for a plain qwen3); gate / null_source: ATTNRES.md §2d.
+// mode: an attnres_mode ("" for a plain qwen3); gate / null_source: docs/ATTNRES.md §2d.
 inline ModelConfig small_config(const std::string& mode, int layers, int blocks,
                                 const std::string& gate = "bias", bool null_source = false) {
   const bool attnres = !mode.empty();
