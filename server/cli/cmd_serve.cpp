@@ -23,6 +23,7 @@
 #include "engine/sched/model_execution.h"
 #include "server/cli/commands.h"
 #include "server/cli/fault_injecting_runner.h"
+#include "server/cli/scripted_reply_runner.h"
 #include "server/common/metrics.h"
 #include "server/common/server_state.h"
 #include "server/http/http_limits.h"
@@ -73,6 +74,9 @@ std::vector<FlagSpec> serve_flags() {
       {"http-max-connections", "N",
        "open HTTP connections at most; one more gets 503 (default 32768, lowered to fit "
        "the file-descriptor limit)"},
+      {"max-stored-responses", "N",
+       "/v1/responses kept for previous_response_id, least recently used evicted first "
+       "(default 1024; 0 stores none)"},
   };
   specs.insert(specs.end(), own.begin(), own.end());
   return specs;
@@ -252,6 +256,7 @@ int run_serve(const std::vector<std::string>& args) {
 
   auto exec = make_model_execution(engine_args, model, num_blocks, block_size);
   exec->runner = FaultInjectingRunner::wrap_if_requested(std::move(exec->runner));
+  exec->runner = ScriptedReplyRunner::wrap_if_requested(std::move(exec->runner), *model.tokenizer);
   std::cerr << "attnres serve: running on " << exec->description << "\n";
   EngineCore engine(engine_config, *exec->runner);
   std::cerr << "attnres serve: sampling "
@@ -272,6 +277,9 @@ int run_serve(const std::vector<std::string>& args) {
   options.ui = !flags.has("no-ui");
   options.device = exec->description;
   if (options.grace_period_seconds < 0) throw Error("--grace-period: must be >= 0");
+  const int max_stored_responses = flags.get_int("max-stored-responses", 1024);
+  if (max_stored_responses < 0) throw Error("--max-stored-responses: must be >= 0");
+  options.max_stored_responses = static_cast<size_t>(max_stored_responses);
   const server::http::HttpLimits http_limits = http_limits_from_flags(flags);
   server::Metrics metrics(options.served_model_name);
   server::ServerState state(model, engine, metrics, options);

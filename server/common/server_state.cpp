@@ -15,7 +15,8 @@ ServerState::ServerState(const LoadedModel& model, EngineCore& engine, Metrics& 
       created_unix_(std::chrono::duration_cast<std::chrono::seconds>(
                         std::chrono::system_clock::now().time_since_epoch())
                         .count()),
-      request_counter_(std::random_device{}()) {}
+      request_counter_(std::random_device{}()),
+      response_store_(options_.max_stored_responses) {}
 
 std::string ServerState::next_request_id(std::string_view prefix) {
   // Unique within the process (a counter), unguessable-looking across restarts (random start,

@@ -13,6 +13,7 @@
 #include "engine/sample/sampling_params.h"
 #include "engine/sched/engine_core.h"
 #include "server/common/metrics.h"
+#include "server/common/response_store.h"
 
 namespace attnres::server {
 
@@ -26,6 +27,8 @@ struct ServeOptions {
   int grace_period_seconds = 30;      // SIGTERM: time running requests get to finish
   bool ui = true;                     // the web playground at / (--no-ui: off)
   std::string device;                 // where the model runs, for the playground's model card
+  // /v1/responses kept for previous_response_id (--max-stored-responses).
+  size_t max_stored_responses = 1024;
 };
 
 class ServerState {
@@ -51,6 +54,9 @@ class ServerState {
   // (temperature, top_p, top_k, min_p, repetition_penalty), as vLLM applies them.
   SamplingParams default_sampling() const;
 
+  // /v1/responses' store (thread-safe), options().max_stored_responses entries at most.
+  ResponseStore& response_store() const { return response_store_; }
+
  private:
   const LoadedModel& model_;
   EngineCore& engine_;
@@ -59,6 +65,7 @@ class ServerState {
   const int64_t created_unix_;
   std::atomic<bool> accepting_{true};
   std::atomic<uint64_t> request_counter_;
+  mutable ResponseStore response_store_;
 };
 
 }  // namespace attnres::server

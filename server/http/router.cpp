@@ -25,6 +25,8 @@ constexpr RouteEntry kRoutes[] = {
     {"POST", "/v1/chat/completions", {handle_chat_completions, true, false}},
     {"GET", "/v1/models", {handle_models, true, true}},
     {"GET", "/v1/models/{model}", {handle_model, true, true}},
+    {"POST", "/v1/responses", {handle_responses, true, false}},
+    {"GET", "/v1/responses/{response_id}", {handle_response_get, true, true}},
     // ---- vLLM's extras ----
     {"POST", "/tokenize", {handle_tokenize, true, false}},
     {"POST", "/detokenize", {handle_detokenize, true, false}},

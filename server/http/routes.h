@@ -17,6 +17,11 @@ void send_json(HttpResponse& res, int status, const nlohmann::ordered_json& body
 void handle_completions(ServerState& state, const HttpRequest& req, HttpResponse& res);
 void handle_chat_completions(ServerState& state, const HttpRequest& req, HttpResponse& res);
 
+// routes_responses.cpp
+void handle_responses(ServerState& state, const HttpRequest& req, HttpResponse& res);
+// GET /v1/responses/{id}: a stored response (404 when not stored or evicted).
+void handle_response_get(ServerState& state, const HttpRequest& req, HttpResponse& res);
+
 // routes_info.cpp
 void handle_models(ServerState& state, const HttpRequest& req, HttpResponse& res);
 // GET /v1/models/{model} (the id percent-decoded; 404 model_not_found for another model).

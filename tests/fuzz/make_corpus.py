@@ -102,6 +102,13 @@ def openai_seeds():
         "model": "fuzz", "prompt": "Hello world", "add_special_tokens": False}))
     write("openai_requests_fuzzer", "tokenize_chat", "\x02" + json.dumps({
         "messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": True}))
+    write("openai_requests_fuzzer", "responses", "\x03" + json.dumps({
+        "model": "fuzz", "instructions": "Be brief.", "max_output_tokens": 4,
+        "input": [{"role": "user", "content": [{"type": "input_text", "text": "Hi"}]},
+                  {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+                  {"type": "function_call_output", "call_id": "c1", "output": "ok"}],
+        "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
+        "tool_choice": "auto", "text": {"format": {"type": "text"}}, "metadata": {"k": "v"}}))
 
 
 def grpc_seeds():

@@ -1,5 +1,5 @@
-// The OpenAI request parsers (/v1/completions, /v1/chat/completions, /tokenize) on arbitrary
-// bodies, with the demo model's tokenizer and chat template: every refusal must be a 4xx
+// The OpenAI request parsers (/v1/completions, /v1/chat/completions, /tokenize, /v1/responses) on
+// arbitrary bodies, with the demo model's tokenizer and chat template: every refusal must be a 4xx
 // ApiError or an attnres::Error, never a crash. The first byte picks the route.
 #include <nlohmann/json.hpp>
 
@@ -12,6 +12,7 @@
 #include "server/http/api_error.h"
 #include "server/http/http_message.h"
 #include "server/http/openai_requests.h"
+#include "server/http/responses_requests.h"
 #include "server/http/routes.h"
 
 using namespace attnres;
@@ -68,7 +69,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Fixture* fixture = the_fixture();
   if (size < 1) return 0;
-  const int route = data[0] % 3;
+  const int route = data[0] % 4;
   const std::string body(fuzz::as_text(data + 1, size - 1));
   try {
     if (route == 2) {
@@ -82,6 +83,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (json.is_discarded()) return 0;
     if (route == 0) {
       (void)server::http::parse_completion_request(json, fixture->state);
+    } else if (route == 3) {
+      (void)server::http::parse_responses_request(json, fixture->state);
     } else {
       (void)server::http::parse_chat_request(json, fixture->state);
     }
