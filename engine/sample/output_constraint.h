@@ -19,6 +19,10 @@ struct OutputConstraint {
   // Reasoning: enforced only once this token id has been generated (vLLM applies structured
   // output after the reasoning ends); unset = from the first generated token.
   std::optional<int32_t> enforce_after_token;
+  // The request field it came from ("response_format", "structured_outputs.json", ...): errors
+  // about the spec (an invalid schema, regex or grammar) start with it, so the server's 400
+  // names it. Not part of what the constraint means.
+  std::string field = "constraint";
 
   bool operator==(const OutputConstraint&) const = default;
 };
