@@ -13,6 +13,8 @@
 #include "engine/sample/sampling_params.h"
 #include "engine/sched/engine_core.h"
 #include "server/common/metrics.h"
+#include "server/common/reasoning_parser.h"
+#include "server/common/tool_call_parser.h"
 
 namespace attnres::server {
 
@@ -24,6 +26,10 @@ struct ServeOptions {
   std::string served_model_name;      // the "model" clients name and /v1/models lists
   int max_model_len = 0;              // prompt + max_tokens limit, in tokens
   int grace_period_seconds = 30;      // SIGTERM: time running requests get to finish
+  // How chat answers are split (--tool-call-parser / --reasoning-parser, or what the chat
+  // template shows): None leaves the text as content.
+  ToolCallFormat tool_call_format = ToolCallFormat::None;
+  ReasoningFormat reasoning_format = ReasoningFormat::None;
 };
 
 class ServerState {
