@@ -23,6 +23,7 @@
 #include "engine/sched/model_execution.h"
 #include "server/cli/commands.h"
 #include "server/cli/fault_injecting_runner.h"
+#include "server/cli/scripted_reply_runner.h"
 #include "server/common/metrics.h"
 #include "server/common/server_state.h"
 #include "server/http/http_limits.h"
@@ -259,6 +260,7 @@ int run_serve(const std::vector<std::string>& args) {
 
   auto exec = make_model_execution(engine_args, model, num_blocks, block_size);
   exec->runner = FaultInjectingRunner::wrap_if_requested(std::move(exec->runner));
+  exec->runner = ScriptedReplyRunner::wrap_if_requested(std::move(exec->runner), *model.tokenizer);
   std::cerr << "attnres serve: running on " << exec->description << "\n";
   EngineCore engine(engine_config, *exec->runner);
   std::cerr << "attnres serve: sampling "
