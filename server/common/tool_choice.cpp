@@ -145,9 +145,14 @@ OutputConstraint forced_tool_call_constraint(ToolCallFormat format,
     if (choice.mode == ToolChoiceMode::Named && f.name != choice.name) continue;
     const CallSyntax syntax = call_syntax(format, f.name);
     separator = syntax.separator;
+    // At most one whitespace character between JSON tokens: room for the `{"a": 1, "b": 2}`
+    // that templates write, none for padding that never ends (xgrammar's structural-tag JSON
+    // otherwise takes any amount).
+    Json content = {
+        {"type", "json_schema"}, {"json_schema", f.parameters}, {"max_whitespace_cnt", 1}};
     tags.push_back(Json{{"type", "tag"},
                         {"begin", syntax.begin},
-                        {"content", Json{{"type", "json_schema"}, {"json_schema", f.parameters}}},
+                        {"content", std::move(content)},
                         {"end", syntax.end}});
     if (choice.mode == ToolChoiceMode::Named) break;
   }

@@ -29,12 +29,29 @@ void apply_chat_tool_fields(const ChatToolFields& fields, const ServerState& sta
 
   SamplingParams& params = request.options.params;
   if (mode == ToolChoiceMode::Required || mode == ToolChoiceMode::Named) {
-    // Forcing a call takes constrained decoding (tool_choice.h builds the constraint), which
-    // this engine does not apply: refused rather than answered with unforced text.
-    throw bad_request(
-        "field tool_choice: \"required\" and named functions need constrained decoding, which "
-        "this server does not support; use \"auto\" or \"none\"",
-        "tool_choice");
+    if (options.tool_call_format == ToolCallFormat::None) {
+      throw bad_request(
+          "field tool_choice: this server has no tool-call parser for the model's chat template, "
+          "so it cannot force a call: start it with --tool-call-parser hermes|llama3_json|mistral",
+          "tool_choice");
+    }
+    if (params.constraint) {
+      throw bad_request(
+          "field tool_choice: a forced tool call cannot be combined with another output "
+          "constraint (response_format, structured_outputs, ...)",
+          "tool_choice");
+    }
+    OutputConstraint constraint = forced_tool_call_constraint(
+        options.tool_call_format, fields.functions, fields.choice, fields.parallel);
+    // As vLLM: the calls are constrained once the reasoning has ended (its end marker is one
+    // token in the templates that use it); a prompt that closed it leaves nothing to wait for.
+    if (format.reasoning != ReasoningFormat::None &&
+        format.prompt_thinking != PromptThinking::Closed) {
+      const std::vector<int32_t> end = state.model().tokenizer->encode(kThinkEnd, false);
+      if (end.size() == 1) constraint.enforce_after_token = end[0];
+    }
+    constraint.field = "tool_choice";
+    params.constraint = std::move(constraint);
   }
   // Mistral's [TOOL_CALLS] is a special token: the text must keep it for the parser to see it.
   if (format.tool_calls == ToolCallFormat::Mistral) params.skip_special_tokens = false;

@@ -5,7 +5,9 @@ server picks the hermes tool-call parser and the qwen3 reasoning parser from the
 A random model writes no tool calls or thinking of its own. The reasoning split is checked
 against the raw text of the same tokens: the chat answer (its prompt ids from return_token_ids)
 is replayed through /v1/completions with the same seed, and its text must split exactly as the
-parser says. Forced calls (tool_choice "required" / named) come from constrained decoding.
+parser says. Forced calls (tool_choice "required" / named) come from constrained decoding, so
+the random model's calls are checked against the functions' schemas; where the test needs a
+model that writes calls of its own, a scripted reply stands in for it (see below).
 """
 
 import json
@@ -31,6 +33,7 @@ WEATHER = {"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"city": {"type": "string"},
                                                     "days": {"type": "integer"}},
                    "required": ["city"]}}}
+NO_THINKING = {"chat_template_kwargs": {"enable_thinking": False}}
 CLOCK = {"type": "function", "function": {"name": "now", "description": "The time",
                                           "parameters": {"type": "object", "properties": {}}}}
 
@@ -91,12 +94,6 @@ def test_tool_choice_errors_name_the_field(client):
         client.chat.completions.create(model=model_name(client), messages=messages, max_tokens=2,
                                        tools=[{"type": "function", "function": {"parameters": {}}}])
     assert e.value.body["param"] == "tools"
-    # Forcing a call needs constrained decoding, which the engine does not apply.
-    for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
-        with pytest.raises(BadRequestError) as e:
-            client.chat.completions.create(model=model_name(client), messages=messages,
-                                           max_tokens=2, tools=[WEATHER], tool_choice=choice)
-        assert e.value.body["param"] == "tool_choice"
 
 
 def test_tool_result_turn_renders_as_transformers_does(client, tokenizer):
@@ -193,6 +190,118 @@ def test_deepseek_r1_parser_starts_in_reasoning(attnres_bin, qwen3_model):
             model=model_name(client), messages=[{"role": "user", "content": "hi"}],
             max_tokens=8, seed=1, extra_body={"include_reasoning": False})
         assert r.choices[0].message.model_extra["reasoning_content"] is None
+        # Without a tool-call parser there is no call syntax to force.
+        with pytest.raises(BadRequestError) as e:
+            client.chat.completions.create(
+                model=model_name(client), messages=[{"role": "user", "content": "hi"}],
+                max_tokens=2, tools=[WEATHER], tool_choice="required")
+        assert e.value.body["param"] == "tool_choice"
+
+
+# ---- forced calls: tool_choice "required" / named, enforced by constrained decoding ----
+
+# Bounded values, so a random model's constrained arguments end within max_tokens.
+CITY = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object",
+                   "properties": {"city": {"enum": ["Oslo", "Zürich", "東京"]},
+                                  "days": {"enum": [1, 2, 3]}},
+                   "required": ["city", "days"], "additionalProperties": False}}}
+NOW = {"type": "function", "function": {
+    "name": "now", "description": "The time",
+    "parameters": {"type": "object", "properties": {}, "additionalProperties": False}}}
+
+
+def check_arguments(name, arguments):
+    """The arguments against the function's schema (written out: both schemas are small)."""
+    args = json.loads(arguments)
+    assert isinstance(args, dict)
+    if name == "get_weather":
+        assert set(args) == {"city", "days"}
+        assert args["city"] in ("Oslo", "Zürich", "東京") and args["days"] in (1, 2, 3)
+    else:
+        assert name == "now" and args == {}
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_required_tool_choice_calls_given_functions(client, parallel):
+    # With parallel calls a random model would add calls until max_tokens: a bias toward the
+    # end token (which the constraint allows only between calls) lets it stop.
+    for seed in range(4):
+        body = dict(model=model_name(client), tools=[CITY, NOW], tool_choice="required",
+                    messages=[{"role": "user", "content": "Weather in Oslo for 2 days?"}],
+                    max_tokens=150, temperature=1.0, seed=seed, parallel_tool_calls=parallel,
+                    logit_bias={str(IM_END): 3}, extra_body=NO_THINKING)
+        r = client.chat.completions.create(**body)
+        choice = r.choices[0]
+        assert choice.finish_reason == "tool_calls", (seed, choice.message)
+        calls = choice.message.tool_calls
+        assert calls and (parallel or len(calls) == 1)
+        for call in calls:
+            assert call.id.startswith("call_") and call.type == "function"
+            check_arguments(call.function.name, call.function.arguments)
+        streamed, content, _, finish = stream_chat(client, **body)
+        assert finish == "tool_calls" and content == ""
+        assert [(c["name"], c["arguments"]) for c in streamed] == \
+            [(c.function.name, c.function.arguments) for c in calls]
+
+
+def test_named_tool_choice_calls_that_function(client):
+    for seed in range(3):
+        r = client.chat.completions.create(
+            model=model_name(client), tools=[CITY, NOW], n=2, seed=seed, temperature=1.0,
+            tool_choice={"type": "function", "function": {"name": "get_weather"}},
+            messages=[{"role": "user", "content": "Weather?"}], max_tokens=120,
+            extra_body=NO_THINKING)
+        for choice in r.choices:
+            assert choice.finish_reason == "tool_calls"
+            assert [c.function.name for c in choice.message.tool_calls] == ["get_weather"]
+            check_arguments("get_weather", choice.message.tool_calls[0].function.arguments)
+
+
+def test_forced_call_waits_for_the_reasoning_to_end(client):
+    """With thinking on, the constraint starts after </think>: the model (allowed only
+    </think> at first, by logit_bias) closes its reasoning, then must call."""
+    r = client.chat.completions.create(
+        model=model_name(client), tools=[NOW], tool_choice="required", seed=0, max_tokens=60,
+        parallel_tool_calls=False, messages=[{"role": "user", "content": "Time?"}],
+        logit_bias={str(THINK_END): 100})
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    # No <think> opened it, so for Qwen3 the </think> is content, and the call follows it.
+    assert choice.message.model_extra["reasoning_content"] is None
+    assert choice.message.content == "</think>"
+    assert [c.function.name for c in choice.message.tool_calls] == ["now"]
+
+
+def test_langchain_forced_tool_loop(server):
+    """LangChain's ChatOpenAI.bind_tools with tool_choice "required": the forced call, the
+    tool's result sent back through the template, then the model's own answer."""
+    from typing import Literal
+
+    from langchain_core.messages import HumanMessage, ToolMessage
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+
+    @tool
+    def get_weather(city: Literal["Oslo", "Paris"]) -> str:
+        """The weather in a city."""
+        return f"Sunny in {city}"
+
+    llm = ChatOpenAI(base_url=server.http_url + "/v1", api_key="unused", model="tools_qwen3",
+                     temperature=1.0, max_tokens=60, seed=3, max_retries=0,
+                     extra_body=NO_THINKING)
+    messages = [HumanMessage("What is the weather in Oslo?")]
+    ai = llm.bind_tools([get_weather], tool_choice="required",
+                        parallel_tool_calls=False).invoke(messages)
+    assert ai.tool_calls and ai.response_metadata["finish_reason"] == "tool_calls"
+    messages.append(ai)
+    for call in ai.tool_calls:
+        assert call["name"] == "get_weather" and call["args"]["city"] in ("Oslo", "Paris")
+        messages.append(ToolMessage(get_weather.invoke(call["args"]), tool_call_id=call["id"]))
+    answer = llm.bind_tools([get_weather]).invoke(messages)
+    assert isinstance(answer.content, str) and answer.content
+    assert answer.response_metadata["finish_reason"] in ("stop", "length")
 
 
 # ---- the parsers over a model that writes calls: a scripted reply ----
@@ -313,8 +422,6 @@ def test_thinking_disabled_leaves_the_think_block_in_content(scripted_client):
     assert message.content == SCRIPT_TEXT.split("<tool_call>")[0].rstrip("\n")
     assert len(message.tool_calls) == 2
 
-
-NO_THINKING = {"chat_template_kwargs": {"enable_thinking": False}}
 
 
 def test_langchain_tool_loop(scripted):

@@ -100,6 +100,7 @@ TEST(ForcedToolCallConstraint, RequiredOffersEveryFunctionInTheTemplateSyntax) {
   EXPECT_EQ(weather["end"], "}\n</tool_call>");
   EXPECT_EQ(weather["content"]["type"], "json_schema");
   EXPECT_EQ(weather["content"]["json_schema"], tools[0].parameters);
+  EXPECT_EQ(weather["content"]["max_whitespace_cnt"], 1);
   // Two calls as the constraint lays them out parse back into those two calls.
   const std::string text = tag_text(format["tags"][0], "{\"city\": \"Oslo\"}") + "\n" +
                            tag_text(format["tags"][1], "{}");
