@@ -12,6 +12,7 @@ packages=(build-essential cmake ninja-build pkg-config git
           libcpp-httplib-dev libboost-dev libpng-dev libgrpc++-dev libprotobuf-dev
           protobuf-compiler
           protobuf-compiler-grpc
+          curl ca-certificates  # install-xgrammar.sh fetches xgrammar's sdist from PyPI
           libopenmpi-dev openmpi-bin)  # mpirun: one tensor-parallel rank per process
 # The fuzzers (tests/fuzz) build with Clang's libFuzzer runtime. (No OpenMP: the CPU backend
 # has its own worker pool, kernels/cpu/worker_pool.h.) The web playground's tests run it in
@@ -36,6 +37,8 @@ install_missing() {
 }
 
 install_missing "${packages[@]}"
+# xgrammar's C++ core (structured output), from its pinned PyPI sdist; a no-op once built.
+"$repo/docker/install-xgrammar.sh"
 
 if [ "${1:-}" = "--tests" ]; then
   install_missing "${test_packages[@]}"

@@ -35,7 +35,7 @@ LogitsVerdict check_logits(std::span<const float> logits, int32_t decodable) {
 
 bool can_sample_on_device(const SamplingParams& params) {
   return params.logprobs < 0 && params.logit_bias.empty() && params.allowed_token_ids.empty() &&
-         params.bad_words.empty();
+         params.bad_words.empty() && !params.constraint;
 }
 
 int32_t sample_row(std::span<float> logits, const SampleRow& row,

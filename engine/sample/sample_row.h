@@ -16,7 +16,8 @@ namespace attnres {
 
 // Whether a sequence's sampling rows can be sampled on the device. Not when the host needs
 // the raw logits (logprobs), nor for the processors only the host applies (logit_bias,
-// allowed_token_ids, bad_words): those rows' logits come back to the host as before.
+// allowed_token_ids, bad_words, a structured-output constraint's token mask): those rows'
+// logits come back to the host as before.
 bool can_sample_on_device(const SamplingParams& params);
 
 // The first reason a raw logits row cannot be sampled: kSampleNonFiniteLogit (a NaN or +inf;

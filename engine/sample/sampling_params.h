@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/sample/output_constraint.h"
 #include "engine/sample/vocabulary.h"
 
 namespace attnres {
@@ -49,6 +50,9 @@ struct SamplingParams {
   // token, the weights of the forward that produced it (the position before it).
   bool depth_attention = false;
   bool depth_attention_per_token = false;
+  // Structured output (response_format, structured_outputs, guided_*, grammar, json_schema):
+  // every generated token must keep the text a prefix of a match; unset = unconstrained.
+  std::optional<OutputConstraint> constraint;
 
   bool wants_depth_attention() const { return depth_attention || depth_attention_per_token; }
 

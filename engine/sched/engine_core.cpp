@@ -103,6 +103,7 @@ void EngineCore::validate(const EngineRequest& request) const {
                 std::to_string(config_.max_choices));
   }
   request.params.validate(vocabulary);
+  compile_constraint(request.params);
   if (request.params.wants_depth_attention() && depth_layout_.empty()) {
     throw Error(
         "depth_attention: this model has no depth attention (it is not an AttnRes model), so "
@@ -128,10 +129,26 @@ void EngineCore::validate(const EngineRequest& request) const {
   }
 }
 
+std::shared_ptr<const CompiledConstraint> EngineCore::compile_constraint(
+    const SamplingParams& params) const {
+  if (!params.constraint) return nullptr;
+  const OutputConstraint& constraint = *params.constraint;
+  if (!config_.constraints) {
+    throw Error(constraint.field +
+                ": structured output needs the model's tokenizer, and this model has none");
+  }
+  if (constraint.enforce_after_token) {
+    vocabulary_.check(constraint.field + ".enforce_after_token", *constraint.enforce_after_token);
+  }
+  return config_.constraints->compile(constraint);  // a cache hit after validate()
+}
+
 SubmitResult EngineCore::submit(EngineRequest request) {
   SubmitResult result;
+  std::shared_ptr<const CompiledConstraint> constraint;
   try {
     validate(request);
+    constraint = compile_constraint(request.params);
   } catch (const Error& e) {
     result.status = SubmitStatus::InvalidRequest;
     result.message = e.what();
@@ -158,7 +175,8 @@ SubmitResult EngineCore::submit(EngineRequest request) {
     if (result.status != SubmitStatus::Accepted) return result;
     inbox_->live.insert(id);
     inbox_->queued += 1;
-    inbox_->requests.push_back(Submitted{std::move(request), channel, EngineClock::now()});
+    inbox_->requests.push_back(
+        Submitted{std::move(request), std::move(constraint), channel, EngineClock::now()});
   }
   inbox_->wake.notify_one();
   std::weak_ptr<Inbox> weak_inbox = inbox_;
@@ -247,6 +265,8 @@ bool EngineCore::step() {
   const ScheduleOutput scheduled = schedule();
   std::optional<StepPlan> plan = build_batch(scheduled);
   const bool launched = plan && launch(*plan);
+  // While the forward runs: the constrained rows' token masks (structured output).
+  if (launched) output_processor_.prepare_constraints(*plan);
   bool accepted_in_gap = false;
   if (async_) {
     // The gap: the device runs this step while the host delivers the last one's outputs and
@@ -307,7 +327,7 @@ void EngineCore::accept_requests(Drained& drained) {
       auto seq =
           std::make_unique<Sequence>(request.request_id, choice, request.prompt_ids,
                                      std::move(params), next_arrival_order_++, submitted.arrival);
-      output_processor_.add(*seq, fallback_seed);
+      output_processor_.add(*seq, fallback_seed, submitted.constraint);
       active->choices.push_back(std::move(seq));
     }
     counters_.prompt_tokens_total += active->usage.prompt_tokens;

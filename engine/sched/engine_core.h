@@ -36,6 +36,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "engine/sample/constraint_compiler.h"
 #include "engine/sched/model_runner.h"
 #include "engine/sched/output_processor.h"
 #include "engine/sched/request_stream.h"
@@ -68,6 +69,10 @@ struct EngineConfig {
   // runner launches asynchronously (ModelRunner::launches_asynchronously: CUDA); with a
   // synchronous runner it would only deliver each token one step later. Same tokens either way.
   bool async_scheduling = true;
+  // Structured output (SamplingParams::constraint): the model's constraint compiler, shared
+  // with whoever else compiles for the same model. Null: constrained requests are refused
+  // (a model served without a tokenizer).
+  std::shared_ptr<const ConstraintCompiler> constraints;
   // Tests only: injects a failure into one sequence's output path (sequence_output.h).
   OutputFaultHook output_fault_hook;
 };
@@ -134,6 +139,9 @@ class EngineCore {
   void abort(const std::string& request_id);
   // Throws attnres::Error for a request the engine would refuse (the server's 400 message).
   void validate(const EngineRequest& request) const;
+  // The request's compiled constraint (null when it has none); throws attnres::Error naming
+  // the constraint's field when it does not compile. Any thread.
+  std::shared_ptr<const CompiledConstraint> compile_constraint(const SamplingParams& params) const;
   EngineStats stats() const;
   // The rows and columns of the depth-attention matrices in RequestOutput (fixed at
   // construction, so any thread may read it); empty when the model cannot report them.
@@ -167,6 +175,7 @@ class EngineCore {
   };
   struct Submitted {
     EngineRequest request;
+    std::shared_ptr<const CompiledConstraint> constraint;  // compiled at submit
     std::shared_ptr<StreamChannel> channel;
     EngineClock::time_point arrival;
   };

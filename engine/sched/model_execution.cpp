@@ -10,6 +10,7 @@
 #include "engine/parallel/process_runner.h"
 #include "engine/parallel/tensor_parallel.h"
 #include "engine/parallel/tensor_parallel_runner.h"
+#include "engine/sched/tokenizer_constraints.h"
 #include "engine/sched/tokenizer_text_decoder.h"
 #include "engine/sched/transformer_runner.h"
 
@@ -322,6 +323,10 @@ EngineConfig make_engine_config(const EngineArgs& args, const LoadedModel& model
   config.eos_ids = model.eos_token_ids();
   config.make_decoder = make_text_decoder_factory(model.tokenizer);
   config.vocabulary = model.vocabulary();
+  if (model.tokenizer) {
+    config.constraints =
+        make_constraint_compiler(*model.tokenizer, config.vocabulary, config.eos_ids);
+  }
   return config;
 }
 

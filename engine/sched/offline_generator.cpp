@@ -6,6 +6,7 @@
 
 #include "engine/core/error.h"
 #include "engine/sched/engine_core.h"
+#include "engine/sched/tokenizer_constraints.h"
 #include "engine/sched/tokenizer_text_decoder.h"
 
 namespace attnres {
@@ -82,6 +83,13 @@ std::vector<GenerationResult> OfflineGenerator::generate(
   config.vocabulary = context_.vocabulary;
   config.output_fault_hook = context_.fault_hook;
   if (tokenizer_) config.make_decoder = make_text_decoder_factory(tokenizer_);
+  const bool constrained = std::any_of(requests.begin(), requests.end(), [](const auto& r) {
+    return r.params.constraint.has_value();
+  });
+  if (constrained && tokenizer_ && !constraints_) {
+    constraints_ = make_constraint_compiler(*tokenizer_, context_.vocabulary, context_.eos_ids);
+  }
+  config.constraints = constraints_;
   EngineCore engine(std::move(config), runner_);
 
   // Request i's id is its index (what the fault hook sees).

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/sample/constraint_compiler.h"
 #include "engine/sample/sampling_params.h"
 #include "engine/sched/model_runner.h"
 #include "engine/sched/sequence_output.h"
@@ -83,6 +84,8 @@ class OfflineGenerator {
   std::shared_ptr<const Tokenizer> tokenizer_;
   OutputContext context_;  // vocabulary, eos ids, fault hook: what the engine is built with
   OfflineGeneratorOptions options_;
+  // Structured output: built at the first constrained request, kept for later generate() calls.
+  std::shared_ptr<const ConstraintCompiler> constraints_;
 };
 
 }  // namespace attnres

@@ -17,9 +17,11 @@ OutputProcessor::OutputProcessor(OutputContext context, DepthAttentionLayout dep
       depth_cells_(static_cast<size_t>(depth_layout_.rows() * depth_layout_.cols())),
       make_decoder_(std::move(make_decoder)) {}
 
-void OutputProcessor::add(const Sequence& seq, uint64_t fallback_seed) {
+void OutputProcessor::add(const Sequence& seq, uint64_t fallback_seed,
+                          std::shared_ptr<const CompiledConstraint> constraint) {
   auto decoder = make_decoder_ ? make_decoder_(seq.params) : nullptr;
-  SequenceOutput output(seq.params, fallback_seed, context_.eos_ids, std::move(decoder));
+  SequenceOutput output(seq.params, fallback_seed, context_.eos_ids, std::move(decoder),
+                        std::move(constraint));
   const bool added = states_.try_emplace(&seq, std::move(output)).second;
   ATTNRES_CHECK(added, "a sequence added to the output processor twice");
 }
@@ -153,6 +155,14 @@ void OutputProcessor::add_device_rows(StepPlan& plan) {
   batch.decodable = context_.vocabulary.decodable;
   for (Sequence* seq : plan.device_samplers) {
     state_of(*seq).output.add_device_row(seq->token_ids, seq->num_prompt_tokens, context_, batch);
+  }
+}
+
+void OutputProcessor::prepare_constraints(const StepPlan& plan) {
+  for (Sequence* seq : plan.samplers) {
+    if (!seq->params.constraint) continue;
+    auto it = states_.find(seq);
+    if (it != states_.end()) it->second.output.prepare_constraint();
   }
 }
 

@@ -55,8 +55,9 @@ class OutputProcessor {
                   TextDecoderFactory make_decoder);
 
   // A new sequence (one choice of an accepted request); fallback_seed seeds its sampler when
-  // its params carry no seed.
-  void add(const Sequence& seq, uint64_t fallback_seed);
+  // its params carry no seed; constraint: its compiled params.constraint (null: none).
+  void add(const Sequence& seq, uint64_t fallback_seed,
+           std::shared_ptr<const CompiledConstraint> constraint = nullptr);
   // Forgets a retired sequence's state.
   void remove(const Sequence& seq);
 
@@ -64,6 +65,11 @@ class OutputProcessor {
   // sequence's uniform is drawn here, before the forward; docs/ENGINE_CONTRACT.md, "Where
   // sampling happens").
   void add_device_rows(StepPlan& plan);
+
+  // Structured output: computes the allowed-token masks of the plan's constrained samplers
+  // (the engine calls it while the forward runs). Never throws: a failure fails its sequence
+  // in process().
+  void prepare_constraints(const StepPlan& plan);
 
   // The step's outputs: prompt logprob rows and depth prompt rows first (they are a sequence's
   // history), then one sampled token per sampling row (host rows, then device rows).

@@ -46,8 +46,18 @@ void check_logits_row(std::span<const float> logits, const Vocabulary& vocabular
 
 SequenceOutput::SequenceOutput(const SamplingParams& params, uint64_t fallback_seed,
                                const std::vector<int32_t>& eos_ids,
-                               std::unique_ptr<TextDecoder> decoder)
-    : sampler_(params, fallback_seed), stop_(params, eos_ids), decoder_(std::move(decoder)) {}
+                               std::unique_ptr<TextDecoder> decoder,
+                               std::shared_ptr<const CompiledConstraint> constraint)
+    : sampler_(params, fallback_seed), stop_(params, eos_ids), decoder_(std::move(decoder)) {
+  if (params.constraint) {
+    ATTNRES_CHECK(constraint != nullptr, "a constrained sequence without its compiled constraint");
+    constraint_.emplace(std::move(constraint), params.constraint->enforce_after_token);
+  }
+}
+
+void SequenceOutput::prepare_constraint() noexcept {
+  if (constraint_) constraint_->compute_mask();
+}
 
 SampledToken SequenceOutput::next(std::span<float> logits, std::vector<int32_t>& token_ids,
                                   int num_prompt_tokens, const OutputContext& context,
@@ -64,7 +74,11 @@ SampledToken SequenceOutput::next(std::span<float> logits, std::vector<int32_t>&
     const int top_k = sampler_.params().logprobs;
     if (top_k >= 0) raw_logits_.assign(logits.begin(), logits.end());
     context.vocabulary.mask_padding(logits);
+    // Structured output masks first, like allowed_token_ids; the sampled token then advances
+    // the grammar (a token it rejects fails this sequence alone).
+    if (constraint_) constraint_->apply(logits);
     token.id = sampler_.sample(logits, prompt, output, context.eos_ids, nullptr);
+    if (constraint_) constraint_->accept(token.id);
     if (top_k >= 0) {
       token.logprob = compute_logprobs(raw_logits_, token.id, top_k, context.vocabulary.decodable);
     }
@@ -75,6 +89,7 @@ SampledToken SequenceOutput::next(std::span<float> logits, std::vector<int32_t>&
 
 void SequenceOutput::add_device_row(std::span<const int32_t> token_ids, int num_prompt_tokens,
                                     const OutputContext& context, SampleBatch& batch) {
+  ATTNRES_CHECK(!constraint_, "a constrained sequence is sampled on the host");
   const auto prompt = token_ids.first(static_cast<size_t>(num_prompt_tokens));
   const auto output = token_ids.subspan(static_cast<size_t>(num_prompt_tokens));
   sampler_.add_device_row(prompt, output, context.eos_ids, batch);
@@ -116,6 +131,11 @@ void SequenceOutput::finish_token(SampledToken& token, std::vector<int32_t>& tok
   });
   run_output_stage(OutputStage::StopCheck, request_id, hook, [&] {
     token.finish = stop_.check(token.id, num_generated, text_);
+    // A grammar that has ended (it accepted a stop token) allows nothing more, even when the
+    // stop checker would go on (ignore_eos).
+    if (token.finish == FinishReason::None && constraint_ && constraint_->terminated()) {
+      token.finish = FinishReason::Stop;
+    }
     if (token.finish != FinishReason::None) {
       // The stop checker knows where the output ends: before a stop string or a stop token's
       // text; at a length limit, after whatever the decoder still holds.

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/sample/constraint_matcher.h"
 #include "engine/sample/logprobs.h"
 #include "engine/sample/sampler.h"
 #include "engine/sample/stop_checker.h"
@@ -75,9 +76,16 @@ struct OutputContext {
 
 class SequenceOutput {
  public:
-  // decoder may be null: the sequence then produces token ids only, no text.
+  // decoder may be null: the sequence then produces token ids only, no text. constraint: the
+  // compiled params.constraint (ConstraintCompiler::compile), null when unconstrained.
   SequenceOutput(const SamplingParams& params, uint64_t fallback_seed,
-                 const std::vector<int32_t>& eos_ids, std::unique_ptr<TextDecoder> decoder);
+                 const std::vector<int32_t>& eos_ids, std::unique_ptr<TextDecoder> decoder,
+                 std::shared_ptr<const CompiledConstraint> constraint = nullptr);
+
+  // Structured output: computes the next token's allowed-token mask now (the engine calls it
+  // while the forward runs); next() computes it itself when this was not called. Never throws:
+  // a failure is reported by next()'s sampling stage.
+  void prepare_constraint() noexcept;
 
   // Turns this step's logits row (modified in place) into the next token. token_ids: the
   // sequence's prompt then output ids; the new token is appended to it. Throws attnres::Error
@@ -105,6 +113,7 @@ class SequenceOutput {
                     const OutputContext& context, std::string_view request_id);
 
   Sampler sampler_;
+  std::optional<ConstraintMatcher> constraint_;  // structured output, when the request has one
   StopChecker stop_;
   std::unique_ptr<TextDecoder> decoder_;
   std::string text_;     // detokenized output so far

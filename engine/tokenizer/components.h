@@ -45,6 +45,7 @@ struct DecoderTraits {
   size_t max_strip_start = 0;   // largest Strip "start"
   size_t total_strip_stop = 0;  // sum of Strip "stop": that many trailing chars may still vanish
   bool has_metaspace = false;
+  bool byte_level = false;  // has ByteLevel: token strings spell bytes as GPT-2's characters
 };
 
 // "<0xAB>" -> 0xAB; -1 for any other token string (what ByteFallback treats as a byte).

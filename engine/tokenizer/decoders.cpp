@@ -198,7 +198,10 @@ std::unique_ptr<Decoder> make_decoder(const nlohmann::json& j, DecoderTraits& tr
   if (j.is_null()) return nullptr;
   if (!j.is_object()) throw Error("decoder must be an object or null");
   const std::string type = string_field(j, "decoder", "type");
-  if (type == "ByteLevel") return std::make_unique<ByteLevelDecoder>();
+  if (type == "ByteLevel") {
+    traits.byte_level = true;
+    return std::make_unique<ByteLevelDecoder>();
+  }
   if (type == "Metaspace") {
     traits.has_metaspace = true;
     return std::make_unique<MetaspaceDecoder>(string_field(j, "Metaspace decoder", "replacement"),

@@ -291,4 +291,12 @@ bool Tokenizer::is_special(int32_t id) const {
   return it != added_by_id_.end() && added_[it->second].special;
 }
 
+Tokenizer::TokenSpelling Tokenizer::token_spelling() const {
+  if (decoder_traits_->byte_level) return TokenSpelling::ByteLevel;
+  if (decoder_traits_->byte_fallback) return TokenSpelling::ByteFallback;
+  return TokenSpelling::Raw;
+}
+
+bool Tokenizer::prepends_space() const { return decoder_traits_->has_metaspace; }
+
 }  // namespace attnres

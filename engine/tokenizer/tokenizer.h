@@ -45,6 +45,14 @@ class Tokenizer {
   std::string id_to_token(int32_t id) const;  // added token or vocab string, "" if none
   bool is_special(int32_t id) const;          // added token with special=true
 
+  // How the vocabulary's token strings (id_to_token) spell bytes, for libraries that decode the
+  // vocabulary themselves (the structured-output constraint compiler): ByteLevel (GPT-2, Qwen,
+  // Llama 3), ByteFallback (SentencePiece-style "<0xAB>" tokens and the "\u2581" space), or Raw.
+  enum class TokenSpelling { Raw, ByteFallback, ByteLevel };
+  TokenSpelling token_spelling() const;
+  // Whether decoding drops the space a Metaspace decoder prepends to the first word.
+  bool prepends_space() const;
+
  private:
   friend class IncrementalDecoder;
   Tokenizer();

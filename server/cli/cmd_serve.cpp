@@ -65,6 +65,15 @@ std::vector<FlagSpec> serve_flags() {
        "reuse the KV cache of prompt prefixes computed before (the default; "
        "ATTNRES_ENABLE_PREFIX_CACHING=0 turns it off too)"},
       {"no-enable-prefix-caching", "", "turn automatic prefix caching off"},
+      {"tool-call-parser", "NAME",
+       "how chat answers' tool calls are written: hermes, llama3_json, mistral or none "
+       "(default: what the chat template shows)"},
+      {"enable-auto-tool-choice", "",
+       "accepted for vLLM command lines: calls are always parsed when a tool-call parser is set "
+       "or detected"},
+      {"reasoning-parser", "NAME",
+       "how chat answers' reasoning is marked: qwen3, deepseek_r1 or none (default: what the "
+       "chat template shows)"},
       {"timeout-keep-alive", "SECONDS",
        "close an HTTP connection idle this long between requests (default 5)"},
       {"http-header-timeout", "SECONDS",
@@ -80,6 +89,33 @@ std::vector<FlagSpec> serve_flags() {
   };
   specs.insert(specs.end(), own.begin(), own.end());
   return specs;
+}
+
+// --tool-call-parser / --reasoning-parser, or what the model's chat template shows.
+void set_answer_parsers(const Flags& flags, const LoadedModel& model,
+                        server::ServeOptions& options) {
+  const std::string chat_template = model.tokenizer_config.chat_template.value_or("");
+  options.tool_call_format = server::detect_tool_call_format(chat_template);
+  if (flags.has("tool-call-parser")) {
+    const auto format = server::tool_call_format_from_name(flags.get("tool-call-parser"));
+    if (!format) {
+      throw Error("--tool-call-parser: '" + flags.get("tool-call-parser") +
+                  "' is not one of hermes, llama3_json, mistral, none");
+    }
+    options.tool_call_format = *format;
+  }
+  options.reasoning_format = server::detect_reasoning_format(chat_template);
+  if (flags.has("reasoning-parser")) {
+    const auto format = server::reasoning_format_from_name(flags.get("reasoning-parser"));
+    if (!format) {
+      throw Error("--reasoning-parser: '" + flags.get("reasoning-parser") +
+                  "' is not one of qwen3, deepseek_r1, none");
+    }
+    options.reasoning_format = *format;
+  }
+  std::cerr << "attnres serve: chat answers: tool calls "
+            << server::tool_call_format_name(options.tool_call_format) << ", reasoning "
+            << server::reasoning_format_name(options.reasoning_format) << "\n";
 }
 
 std::chrono::milliseconds positive_seconds(const Flags& flags, const std::string& name,
@@ -280,6 +316,7 @@ int run_serve(const std::vector<std::string>& args) {
   const int max_stored_responses = flags.get_int("max-stored-responses", 1024);
   if (max_stored_responses < 0) throw Error("--max-stored-responses: must be >= 0");
   options.max_stored_responses = static_cast<size_t>(max_stored_responses);
+  set_answer_parsers(flags, model, options);
   const server::http::HttpLimits http_limits = http_limits_from_flags(flags);
   server::Metrics metrics(options.served_model_name);
   server::ServerState state(model, engine, metrics, options);

@@ -14,6 +14,8 @@
 #include "engine/sched/engine_core.h"
 #include "server/common/metrics.h"
 #include "server/common/response_store.h"
+#include "server/common/reasoning_parser.h"
+#include "server/common/tool_call_parser.h"
 
 namespace attnres::server {
 
@@ -29,6 +31,10 @@ struct ServeOptions {
   std::string device;                 // where the model runs, for the playground's model card
   // /v1/responses kept for previous_response_id (--max-stored-responses).
   size_t max_stored_responses = 1024;
+  // How chat answers are split (--tool-call-parser / --reasoning-parser, or what the chat
+  // template shows): None leaves the text as content.
+  ToolCallFormat tool_call_format = ToolCallFormat::None;
+  ReasoningFormat reasoning_format = ReasoningFormat::None;
 };
 
 class ServerState {

@@ -11,7 +11,8 @@
 // is generated into content and tool-call deltas (a call's id and name first, then fragments of
 // its arguments, as vLLM streams them), and parse_tool_calls runs it over a whole answer, so a
 // stream's deltas always assemble to the whole answer's calls. Arguments are the model's own
-// JSON text for the value, byte for byte.
+// JSON text for the value, byte for byte (a call object that does not open with "name" then
+// "arguments" is taken whole once complete, its arguments re-serialized).
 #pragma once
 
 #include <functional>

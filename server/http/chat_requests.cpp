@@ -47,6 +47,33 @@ std::string join_text_parts(const nlohmann::ordered_json& parts, const std::stri
   return text;
 }
 
+// An assistant message's tool_calls as templates expect them: each function's `arguments`
+// JSON string parsed into its object (vLLM does the same, so that templates that write
+// `arguments | tojson` or walk its items see an object, as transformers users pass it). A
+// string that is not a JSON object stays a string.
+void parse_tool_call_arguments(nlohmann::ordered_json& message, const std::string& where) {
+  auto calls = message.find("tool_calls");
+  if (calls == message.end() || calls->is_null()) return;
+  if (!calls->is_array()) {
+    throw bad_request(where + ".tool_calls: expected a list, got " + json_type_name(*calls),
+                      "messages");
+  }
+  for (auto& call : *calls) {
+    if (!call.is_object()) {
+      throw bad_request(
+          where + ".tool_calls: each call must be an object, got " + json_type_name(call),
+          "messages");
+    }
+    auto function = call.find("function");
+    if (function == call.end() || !function->is_object()) continue;
+    auto arguments = function->find("arguments");
+    if (arguments == function->end() || !arguments->is_string()) continue;
+    const std::string& text = arguments->get_ref<const std::string&>();
+    auto parsed = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (parsed.is_object()) *arguments = std::move(parsed);
+  }
+}
+
 }  // namespace
 
 nlohmann::ordered_json normalize_messages(const nlohmann::ordered_json& messages) {
@@ -78,6 +105,7 @@ nlohmann::ordered_json normalize_messages(const nlohmann::ordered_json& messages
                           "messages");
       }
     }
+    parse_tool_call_arguments(copy, at(i));
     out.push_back(std::move(copy));
   }
   return out;

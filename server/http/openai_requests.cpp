@@ -7,6 +7,7 @@
 #include "server/common/token_ids.h"
 #include "server/http/api_error.h"
 #include "server/http/chat_requests.h"
+#include "server/http/chat_tools.h"
 #include "server/http/field_reader.h"
 #include "server/http/refused_fields.h"
 #include "server/http/vllm_request_fields.h"
@@ -279,13 +280,8 @@ ChatRequest parse_chat_request(const nlohmann::ordered_json& body, const ServerS
   const auto* messages = f.find("messages");
   if (!messages) throw bad_request("field messages: is required", "messages");
   const nlohmann::ordered_json normalized = normalize_messages(*messages);
-  nlohmann::ordered_json tools = nullptr;
-  if (const auto* t = f.find("tools")) {
-    if (!t->is_array()) {
-      throw bad_request("field tools: expected a list, got " + json_type_name(*t), "tools");
-    }
-    tools = *t;
-  }
+  const ChatToolFields tool_fields = read_chat_tool_fields(f);
+  const nlohmann::ordered_json tools = f.find("tools") ? *f.find("tools") : nullptr;
   const ChatPromptOptions prompt_options = read_chat_prompt_options(f);
   std::string text =
       render_chat_prompt(state.model(), normalized, prompt_options.add_generation_prompt, tools,
@@ -303,6 +299,7 @@ ChatRequest parse_chat_request(const nlohmann::ordered_json& body, const ServerS
   if (request.prompt.ids.empty()) {
     throw bad_request("field messages: the rendered conversation is empty", "messages");
   }
+  apply_chat_tool_fields(tool_fields, state, request);
   const int prompt_tokens = int(request.prompt.ids.size());
   const int max_model_len = state.options().max_model_len;
   if (max_tokens) {

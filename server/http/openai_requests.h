@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/sample/sampling_params.h"
+#include "server/common/chat_answer.h"
 #include "server/common/server_state.h"
 
 namespace attnres::server::http {
@@ -41,6 +42,8 @@ struct ChatRequest {
   GenerationOptions options;
   bool logprobs = false;  // chat: bool + top_logprobs
   int top_logprobs = 0;
+  ChatAnswerFormat answer_format;  // how the answer splits into reasoning, content, tool calls
+  bool include_reasoning = true;   // vLLM's include_reasoning: false drops the reasoning
 };
 
 // A present "model" must be the served name (404 model_not_found otherwise).

@@ -15,7 +15,6 @@ using Json = nlohmann::ordered_json;
 using Harmless = bool (*)(const Json& value, const Json& body);
 
 bool is_false(const Json& v, const Json&) { return v.is_boolean() && !v.get<bool>(); }
-bool is_true(const Json& v, const Json&) { return v.is_boolean() && v.get<bool>(); }
 bool is_zero(const Json& v, const Json&) { return v.is_number() && v.get<double>() == 0.0; }
 bool is_one(const Json& v, const Json&) { return v.is_number() && v.get<double>() == 1.0; }
 bool is_minus_one(const Json& v, const Json&) { return v.is_number() && v.get<double>() == -1.0; }
@@ -26,7 +25,6 @@ bool equals_n(const Json& v, const Json& body) {
   const double want = n == body.end() || n->is_null() || !n->is_number() ? 1.0 : n->get<double>();
   return v.is_number() && v.get<double>() == want;
 }
-bool is_none_or_auto(const Json& v, const Json&) { return v == "none" || v == "auto"; }
 bool is_medium(const Json& v, const Json&) { return v == "medium"; }
 bool is_text_only(const Json& v, const Json&) { return v == Json::array({"text"}); }
 // {"type": "text"}: free text, which is what every answer is.
@@ -72,16 +70,10 @@ constexpr RefusedField kRefused[] = {
     {"json_schema", kBoth, nullptr, "", "constrained decoding is not supported"},
     {"logits_processors", kBoth, nullptr, "", "custom logits processors are not supported"},
     // ---- tool calls ----
-    {"tool_choice", kChat, is_none_or_auto, "\"none\" or \"auto\"",
-     "forcing a tool call needs constrained decoding, which is not supported"},
-    {"parallel_tool_calls", kChat, is_true, "true",
-     "limiting the answer to one tool call is not supported"},
     {"functions", kChat, nullptr, "", "the deprecated functions field is not supported"},
     {"function_call", kChat, nullptr, "", "the deprecated function_call field is not supported"},
     // ---- reasoning ----
     {"reasoning_effort", kChat, nullptr, "", "reasoning effort is not supported"},
-    {"include_reasoning", kChat, is_true, "true",
-     "reasoning is not separated from the answer, so it cannot be left out"},
     {"thinking_token_budget", kBoth, is_minus_one, "-1",
      "a thinking-token budget is not supported"},
     // ---- output forms ----

@@ -7,6 +7,7 @@
 
 #include "server/common/generation.h"
 #include "server/http/api_error.h"
+#include "server/http/chat_answer_json.h"
 #include "server/http/openai_requests.h"
 #include "server/http/openai_responses.h"
 #include "server/http/router.h"
@@ -314,7 +315,11 @@ class ChatStream : public StreamFormatter {
       : StreamFormatter(state, std::move(head), request->options.continuous_usage,
                         std::move(choice_prompt_tokens)),
         request_(std::move(request)),
-        role_sent_(static_cast<size_t>(choices), false) {}
+        role_sent_(static_cast<size_t>(choices), false) {
+    if (request_->answer_format.parses()) {
+      for (int i = 0; i < choices; ++i) answers_.emplace_back(request_->answer_format);
+    }
+  }
 
   bool on_output(const RequestOutput& o, SseWriter& out) override {
     const size_t i = static_cast<size_t>(o.choice_index);
@@ -331,6 +336,7 @@ class ChatStream : public StreamFormatter {
                                    nullptr));
     }
     const bool depth = has_depth_attention(o);
+    if (!answers_.empty()) return on_parsed_output(o, out, depth);
     // One chunk per step that generated tokens, even if its text is held back (vLLM).
     if (!o.text.empty() || !o.token_ids.empty() || !o.logprobs.empty() || depth) {
       Json delta;
@@ -352,6 +358,42 @@ class ChatStream : public StreamFormatter {
   }
 
  private:
+  // An answer split into reasoning, content and tool calls: the step's pieces as deltas (a
+  // step whose text the parsers hold back sends only what else it carries), the logprobs,
+  // token ids and depth weights on the first, the finish reason on the last.
+  bool on_parsed_output(const RequestOutput& o, SseWriter& out, bool depth) {
+    ChatAnswerStream& answer = answers_[static_cast<size_t>(o.choice_index)];
+    ChatAnswerDelta d = answer.push(o.text);
+    if (o.finished()) {
+      ChatAnswerDelta rest = answer.finish();
+      d.reasoning += rest.reasoning;
+      d.content += rest.content;
+      for (ToolCallDelta& c : rest.calls) d.calls.push_back(std::move(c));
+    }
+    std::vector<Json> deltas = chat_answer_deltas(d, request_->include_reasoning);
+    const bool ids = request_->options.return_token_ids && !o.token_ids.empty();
+    if (deltas.empty() && (ids || !o.logprobs.empty() || depth || o.finished())) {
+      deltas.push_back(Json::object());
+    }
+    for (size_t k = 0; k < deltas.size(); ++k) {
+      const bool first = k == 0, last = k + 1 == deltas.size();
+      Json logprobs =
+          first && request_->logprobs ? chat_logprobs_json(tokenizer_, o.logprobs) : Json(nullptr);
+      const bool finishing = last && o.finished();
+      Json c = chat_chunk_choice(
+          o.choice_index, std::move(deltas[k]), std::move(logprobs),
+          finishing ? o.finish_reason : FinishReason::None,
+          finishing ? stop_reason_json(o.stop_string, o.stop_token) : Json(nullptr));
+      if (finishing)
+        c["finish_reason"] = chat_finish_reason_json(o.finish_reason, answer.made_calls());
+      if (request_->options.return_token_ids)
+        c["token_ids"] = ids_json(first ? o.token_ids : std::vector<int32_t>{});
+      if (first && depth) c["depth_attention"] = chunk_depth_json(state_, o);
+      chunk(out, std::move(c));
+    }
+    return true;
+  }
+
   void chunk(SseWriter& out, Json choice) {
     Json j = chunk_json(std::move(choice));
     if (first_chunk_ && request_->options.return_token_ids) {
@@ -363,6 +405,7 @@ class ChatStream : public StreamFormatter {
 
   const std::shared_ptr<const ChatRequest> request_;
   std::vector<bool> role_sent_;
+  std::vector<ChatAnswerStream> answers_;  // one per choice, when the answer is parsed
   bool first_chunk_ = true;
 };
 
@@ -375,12 +418,13 @@ Json chat_body(const ResponseHead& head, const ChatRequest& request,
     const ChoiceResult& r = results[i];
     Json message;
     message["role"] = "assistant";
-    message["content"] = r.text;
+    const ChatAnswer answer = parse_chat_answer(request.answer_format, r.text);
+    set_message_answer(message, answer, request.answer_format, request.include_reasoning);
     Json c;
     c["index"] = static_cast<int>(i);
     c["message"] = std::move(message);
     c["logprobs"] = request.logprobs ? chat_logprobs_json(tokenizer, r.logprobs) : Json(nullptr);
-    c["finish_reason"] = finish_reason_json(r.finish_reason);
+    c["finish_reason"] = chat_finish_reason_json(r.finish_reason, !answer.calls.empty());
     c["stop_reason"] = stop_reason_json(r.stop_string, r.stop_token);
     if (request.options.return_token_ids) c["token_ids"] = ids_json(r.token_ids);
     if (request.options.params.depth_attention) {

@@ -66,10 +66,6 @@ TEST(RefusedFields, EndpointSpecificRows) {
               refuse_unsupported_fields({{"echo", true}}, Endpoint::Chat);
             }).param(),
             "echo");
-  EXPECT_EQ(api_error([] {
-              refuse_unsupported_fields({{"tool_choice", "required"}}, Endpoint::Chat);
-            }).param(),
-            "tool_choice");
   // best_of is judged against n.
   EXPECT_EQ(api_error([] {
               refuse_unsupported_fields({{"best_of", 2}}, Endpoint::Completions);
