@@ -117,7 +117,7 @@ class Backend {
   // A zero-filled tensor on this backend's device.
   virtual Tensor alloc(const Shape& shape, DType dtype) = 0;
   // The same, for a buffer kept across steps and read many times per step (the depth bank and
-  // the Phase-1 state: Transformer::kept_view). The CPU puts those of 1 MB and more in huge
+  // the Phase-1 state: engine/model/depth_bank.h). The CPU puts those of 1 MB and more in huge
   // pages (HugePageArena says why); the default is alloc.
   virtual Tensor alloc_kept(const Shape& shape, DType dtype) { return alloc(shape, dtype); }
   // A host tensor made usable by the ops (CPU: the same memory, no copy; a mmap'd bf16

@@ -1,6 +1,7 @@
 # The forward, the depth plan and the KV cache (the lead's part of engine/model).
 target_sources(attnres_model PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/depth_plan.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/depth_bank.cpp
   ${CMAKE_CURRENT_LIST_DIR}/depth_attention_layout.cpp
   ${CMAKE_CURRENT_LIST_DIR}/kv_cache.cpp
   ${CMAKE_CURRENT_LIST_DIR}/transformer.cpp

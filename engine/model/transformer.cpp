@@ -80,6 +80,29 @@ struct Transformer::Scratch {
   Tensor gathered, unreduced;
   Tensor gathered_v;  // delta_v under sequence parallelism: the V stream's gathered input
   Tensor reduced;     // [local rows, d]: the sublayer output summed over the ranks
+  // Where a sublayer writes its (not yet summed over ranks) output: every row of the step.
+  Tensor sublayer_out;
+  Tensor normed;    // [local rows, d]: the sublayer input, the mix RMS-normed
+  Tensor normed_v;  // delta_v: the V stream's sublayer input
+  // sigmoid_vector's and pre_gated's gate logits, computed from the partial.
+  Tensor gate_logits;
+  Tensor hidden;  // the final norm's output
+};
+
+// One step's depth mixes (delta_v's attention: its K stream's and its V stream's, two slots):
+// the arguments Phase 2 reads and the views they point at. Filled in place, never copied.
+struct Transformer::StepMixes {
+  StepMixes() = default;
+  StepMixes(const StepMixes&) = delete;
+  StepMixes& operator=(const StepMixes&) = delete;
+  Backend::DepthMixArgs args[2];
+  Tensor m[2], s[2], o[2], query[2], newer;
+};
+
+// Depth introspection, only when asked: each depth mix's weights of the requested rows.
+struct Transformer::DepthReport {
+  const DepthWeightsRequest* request = nullptr;  // null: nothing reported
+  std::vector<Tensor> per_mix;
 };
 
 // Which rows of the step this rank holds in the partial, the bank and the Phase-1 state.
@@ -175,11 +198,11 @@ Transformer::Transformer(const ModelConfig& config, const ModelWeights& weights,
     : config_(config),
       backend_(backend),
       plan_(DepthPlan::build(config, weights.final_res.has_value())),
-      bank_dtype_(depth_bank_dtype),
+      bank_(backend, depth_bank_dtype),
       parallel_(parallel),
       depth_layout_(make_depth_attention_layout(plan_)) {
-  if (!backend_.supports_depth_bank_dtype(bank_dtype_)) {
-    throw Error("--depth-bank-dtype " + storage_dtype_name(bank_dtype_) + ": the " +
+  if (!backend_.supports_depth_bank_dtype(depth_bank_dtype)) {
+    throw Error("--depth-bank-dtype " + storage_dtype_name(depth_bank_dtype) + ": the " +
                 backend_.name() + " backend's depth ops read an f32 bank (not yet this dtype)");
   }
   weights_.embed_tokens = backend_.upload(weights.embed_tokens);
@@ -228,64 +251,82 @@ Transformer::Transformer(const ModelConfig& config, const ModelWeights& weights,
   inv_freq_ = backend_.upload(host_f32(inv_freq, {static_cast<int64_t>(inv_freq.size())}));
 }
 
-void Transformer::project_input(const DepthStep& step, const Tensor& normed,
-                                const Tensor& value_input, Scratch& s) {
+Backend::PrenormArgs Transformer::prenorm_args(const DepthStep& step, const StepMixes& mixes,
+                                               Scratch& s) const {
+  Backend::PrenormArgs prenorm;
+  prenorm.mix = mixes.args[0];
+  prenorm.partial = &bank_.partial();
+  prenorm.gain = &prenorm_gain(step);
+  prenorm.eps = config_.rms_norm_eps;
+  prenorm.normed = &s.normed;
+  return prenorm;
+}
+
+void Transformer::attention_input(const DepthStep& step, const StepMixes& mixes,
+                                  const BatchMeta& batch, KvCacheLayer& cache,
+                                  const RowSplit& split, Scratch& s) {
   const LayerWeights& w = weights_.layers[step.layer];
-  if (step.kind == SublayerKind::Mlp) {
-    backend_.linear_swiglu(normed, w.gate_proj, bias_of(w.gate_bias), w.up_proj, bias_of(w.up_bias),
-                           s.gate, s.up, s.act);
+  const Backend::LinearTarget qkv[] = {{&w.q_proj, bias_of(w.q_bias), &s.q},
+                                       {&w.k_proj, bias_of(w.k_bias), &s.k},
+                                       {&w.v_proj, bias_of(w.v_bias), &s.v}};
+  // The PreNorm, q / k / v, the per-head norms, RoPE and the KV store as one op
+  // (Backend::prenorm_qkv_rope_store), where the normed rows are read only by the
+  // projections: not where they are all-gathered first (a sharded step), nor under delta_v,
+  // whose V stream has its own mix (docs/ATTNRES.md §2d).
+  if (!split.sharded && step.value_slot < 0) {
+    Backend::RopeStoreArgs rope;
+    rope.head_dim = config_.head_dim;
+    rope.q_gain = bias_of(w.q_norm);
+    rope.k_gain = bias_of(w.k_norm);
+    rope.eps = config_.rms_norm_eps;
+    rope.inv_freq = &inv_freq_;
+    rope.batch = &batch;
+    rope.cache = &cache;
+    backend_.prenorm_qkv_rope_store(prenorm_args(step, mixes, s), qkv, rope);
     return;
   }
+  mix_and_norm(step, mixes, s.normed, s);
+  const Tensor input = gather_input(split, s.normed, s.gathered);
   // q, k and v read one input (delta_v: v its own), so one call.
-  const Backend::LinearTarget qkv[] = {{&w.q_proj, bias_of(w.q_bias), &s.q},
-                                       {&w.k_proj, bias_of(w.k_bias), &s.k},
-                                       {&w.v_proj, bias_of(w.v_bias), &s.v}};
-  const bool shared_input = value_input.data == normed.data;
-  backend_.linear_many(normed, std::span(qkv, shared_input ? 3 : 2));
-  if (!shared_input) backend_.linear(value_input, w.v_proj, bias_of(w.v_bias), s.v);
+  if (step.value_slot < 0) {
+    backend_.linear_many(input, qkv);
+  } else {
+    backend_.linear_many(input, std::span(qkv, 2));
+    backend_.linear(gather_input(split, s.normed_v, s.gathered_v), w.v_proj, bias_of(w.v_bias),
+                    s.v);
+  }
+  backend_.qk_norm_rope_store(s.q, s.k, s.v, config_.head_dim, bias_of(w.q_norm), bias_of(w.k_norm),
+                              config_.rms_norm_eps, inv_freq_, batch, cache);
 }
 
-void Transformer::project_prenormed(const DepthStep& step, const Backend::PrenormArgs& prenorm,
-                                    const BatchMeta& batch, KvCacheLayer& cache, Scratch& s) {
-  const LayerWeights& w = weights_.layers[step.layer];
-  if (step.kind == SublayerKind::Mlp) {
-    backend_.prenorm_linear_swiglu(prenorm, w.gate_proj, bias_of(w.gate_bias), w.up_proj,
-                                   bias_of(w.up_bias), s.gate, s.up, s.act);
-    return;
-  }
-  const Backend::LinearTarget qkv[] = {{&w.q_proj, bias_of(w.q_bias), &s.q},
-                                       {&w.k_proj, bias_of(w.k_bias), &s.k},
-                                       {&w.v_proj, bias_of(w.v_bias), &s.v}};
-  // RoPE and the KV store with the projections: the cache is read only by the attention,
-  // which runs after this step's push-and-reset, so writing it here changes nothing.
-  Backend::RopeStoreArgs rope;
-  rope.head_dim = config_.head_dim;
-  rope.q_gain = bias_of(w.q_norm);
-  rope.k_gain = bias_of(w.k_norm);
-  rope.eps = config_.rms_norm_eps;
-  rope.inv_freq = &inv_freq_;
-  rope.batch = &batch;
-  rope.cache = &cache;
-  backend_.prenorm_qkv_rope_store(prenorm, qkv, rope);
-}
-
-void Transformer::attention_rest(int layer, const BatchMeta& batch, KvCacheLayer& cache, Scratch& s,
-                                 Tensor& out, const Tensor* residual, bool roped_and_stored) {
-  const LayerWeights& w = weights_.layers[layer];
-  if (!roped_and_stored) {
-    backend_.qk_norm_rope_store(s.q, s.k, s.v, config_.head_dim, bias_of(w.q_norm),
-                                bias_of(w.k_norm), config_.rms_norm_eps, inv_freq_, batch, cache);
-  }
+void Transformer::attention_output(int layer, const BatchMeta& batch, const KvCacheLayer& cache,
+                                   Scratch& s, Tensor& out, const Tensor* residual) {
   // yarn multiplies cos and sin by an attention factor, which scales both q and k: the
   // same as scaling the attention logits by its square, so the rope op stays unscaled.
   const float attention_factor = config_.rope_attention_factor();
   const float scale =
       attention_factor * attention_factor / std::sqrt(static_cast<float>(config_.head_dim));
   backend_.attention(s.q, cache, batch, config_.head_dim, scale, s.attn);
+  const LayerWeights& w = weights_.layers[layer];
   output_linear(s.attn, w.o_proj, w.o_bias, out, residual);
 }
 
-void Transformer::mlp_rest(int layer, Scratch& s, Tensor& out, const Tensor* residual) {
+void Transformer::mlp_input(const DepthStep& step, const StepMixes& mixes, const RowSplit& split,
+                            Scratch& s) {
+  const LayerWeights& w = weights_.layers[step.layer];
+  // The PreNorm, gate, up and SwiGLU as one op (Backend::prenorm_linear_swiglu), unless the
+  // normed rows are all-gathered first (a sharded step).
+  if (!split.sharded) {
+    backend_.prenorm_linear_swiglu(prenorm_args(step, mixes, s), w.gate_proj, bias_of(w.gate_bias),
+                                   w.up_proj, bias_of(w.up_bias), s.gate, s.up, s.act);
+    return;
+  }
+  mix_and_norm(step, mixes, s.normed, s);
+  backend_.linear_swiglu(gather_input(split, s.normed, s.gathered), w.gate_proj,
+                         bias_of(w.gate_bias), w.up_proj, bias_of(w.up_bias), s.gate, s.up, s.act);
+}
+
+void Transformer::mlp_output(int layer, Scratch& s, Tensor& out, const Tensor* residual) {
   const LayerWeights& w = weights_.layers[layer];
   output_linear(s.act, w.down_proj, w.down_bias, out, residual);
 }
@@ -333,9 +374,8 @@ Tensor Transformer::reduce_output(const RowSplit& split, Scratch& s, Tensor& wri
   return written;
 }
 
-Tensor Transformer::mix_depth_weights(size_t i, int slot, const Tensor& bank, const Tensor& partial,
-                                      const Tensor* source_gate_logits, const RowSplit& split,
-                                      std::span<const int32_t> rows) {
+Tensor Transformer::mix_depth_weights(size_t i, int slot, const Tensor* source_gate_logits,
+                                      const RowSplit& split, std::span<const int32_t> rows) {
   const DepthStep& step = plan_.steps[i];
   const StepMix& w = step_mix_[i];
   Backend::DepthSourceSwitches sources;
@@ -346,8 +386,9 @@ Tensor Transformer::mix_depth_weights(size_t i, int slot, const Tensor& bank, co
   const int64_t width = sources.width(step.num_bank_sources);
   const Tensor query = group_queries_[step.group].row(slot);
   Tensor local = backend_.alloc({split.local, width}, DType::F32);
-  backend_.depth_weights(query, bank.rows(step.bank_first, bank.dim(0)), step.num_bank_sources,
-                         partial, w.bias, config_.rms_norm_eps, local, sources);
+  const Tensor bank = bank_.entries_from(step.bank_first, step.bank_first + step.num_bank_sources);
+  backend_.depth_weights(query, bank, step.num_bank_sources, bank_.partial(), w.bias,
+                         config_.rms_norm_eps, local, sources);
   Tensor all = local;
   if (split.sharded) {  // each rank holds its slice of the rows: gather them all
     all = backend_.alloc({split.padded, width}, DType::F32);
@@ -379,16 +420,6 @@ void Transformer::download_depth_weights(const std::vector<Tensor>& per_mix,
   }
 }
 
-Tensor Transformer::kept_view(Tensor& kept, const Shape& shape, DType dtype) {
-  int64_t numel = 1;
-  for (int64_t n : shape) numel *= n;
-  if (!kept.defined() || kept.numel() < numel || kept.dtype != dtype) {
-    kept = Tensor();  // free the smaller buffer first: the peak is the new one alone
-    kept = backend_.alloc_kept({std::max<int64_t>(numel, 1)}, dtype);
-  }
-  return Tensor::wrap(kept.data, shape, dtype, kept.owner, kept.device);
-}
-
 Tensor Transformer::forward(const BatchMeta& batch, KvCache& cache,
                             std::span<const int32_t> logit_rows, const DepthWeightsRequest* depth) {
   const Tensor hidden = forward_hidden(batch, cache, logit_rows, depth);
@@ -402,316 +433,210 @@ Tensor Transformer::lm_head(const Tensor& hidden) {
   return logits;
 }
 
+// The forward (docs/ATTNRES.md §2, §3): embed; then for each step of the depth plan, the depth mix
+// over the bank and the partial, RMS-normed, feeds an attention or MLP sublayer whose output
+// goes into the partial and the bank; the last step's mix, normed by the final norm, is the
+// LM head's input.
 Tensor Transformer::forward_hidden(const BatchMeta& batch, KvCache& cache,
                                    std::span<const int32_t> logit_rows,
                                    const DepthWeightsRequest* depth) {
   const int64_t T = batch.num_tokens;
-  const int64_t d = config_.hidden_size;
   ATTNRES_CHECK(T > 0 && static_cast<int64_t>(batch.token_ids.size()) == T, "empty batch");
+  const RowSplit split = split_rows(batch);
+  backend_.prepare_batch(batch);
+  Scratch s = alloc_scratch(split, static_cast<int64_t>(logit_rows.size()));
+  bank_.begin(plan_, embed(batch, split, s), split.sharded);
+  footprint_ = {T, split.local, split.sharded, bank_.bytes()};
+  DepthReport report;
+  if (depth && !depth->rows.empty() && !plan_.groups.empty()) report.request = depth;
+
+  for (size_t i = 0; i < plan_.steps.size(); ++i) {
+    StepMixes mixes;
+    depth_mix(i, split, s, mixes, report);
+    if (plan_.steps[i].kind == SublayerKind::Final) {
+      mix_and_norm(plan_.steps[i], mixes, s.hidden, s);
+    } else {
+      sublayer(i, mixes, batch, cache, split, s);
+    }
+  }
+
+  if (report.request && depth->weights) download_depth_weights(report.per_mix, *depth);
+  return hidden_rows(split, s, logit_rows);
+}
+
+Transformer::Scratch Transformer::alloc_scratch(const RowSplit& split, int64_t hidden_rows) {
+  const int64_t T = split.rows, L = split.local;
+  const int64_t d = config_.hidden_size;
   const int64_t q_width = static_cast<int64_t>(config_.num_heads) * config_.head_dim;
   const int64_t kv_width = static_cast<int64_t>(config_.num_kv_heads) * config_.head_dim;
   const int64_t ffn = config_.intermediate_size;
-  const RowSplit split = split_rows(batch);
-  const int64_t L = split.local;  // rows of the residual stream held here
-
   // The linears' inputs in the dtype the backend reads them in (Backend::linear_input_dtype:
   // bf16 where its GEMM would round them anyway). Not the sublayer inputs and the LM head's
   // rows of a sequence-parallel step: those are all-gathered (f32) first.
   const auto& layers = weights_.layers;
-  const DType attn_dtype = linear_input_dtype(backend_, T, layers, {&LayerWeights::o_proj});
-  const DType act_dtype = linear_input_dtype(backend_, T, layers, {&LayerWeights::down_proj});
-  const DType normed_dtype =
-      split.sharded
-          ? DType::F32
-          : linear_input_dtype(backend_, L, layers,
-                               {&LayerWeights::q_proj, &LayerWeights::k_proj, &LayerWeights::v_proj,
-                                &LayerWeights::gate_proj, &LayerWeights::up_proj});
-  const DType normed_v_dtype =
-      split.sharded ? DType::F32 : linear_input_dtype(backend_, L, layers, {&LayerWeights::v_proj});
-  const DType hidden_dtype =
-      split.sharded ? DType::F32
-                    : backend_.linear_input_dtype(static_cast<int64_t>(logit_rows.size()),
-                                                  weights_.lm_head.dtype);
-
-  backend_.prepare_batch(batch);
+  const auto local_input_dtype = [&](std::initializer_list<Tensor LayerWeights::*> readers) {
+    return split.sharded ? DType::F32 : linear_input_dtype(backend_, L, layers, readers);
+  };
   Scratch s;
   s.q = backend_.alloc({T, q_width}, DType::F32);
   s.k = backend_.alloc({T, kv_width}, DType::F32);
   s.v = backend_.alloc({T, kv_width}, DType::F32);
-  s.attn = backend_.alloc({T, q_width}, attn_dtype);
+  s.attn = backend_.alloc({T, q_width},
+                          linear_input_dtype(backend_, T, layers, {&LayerWeights::o_proj}));
   s.gate = backend_.alloc({T, ffn}, DType::F32);
   s.up = backend_.alloc({T, ffn}, DType::F32);
-  s.act = backend_.alloc({T, ffn}, act_dtype);
+  s.act =
+      backend_.alloc({T, ffn}, linear_input_dtype(backend_, T, layers, {&LayerWeights::down_proj}));
   s.reduced = backend_.alloc({L, d}, DType::F32);
   if (split.sharded) {
     s.gathered = backend_.alloc({split.padded, d}, DType::F32);
     s.unreduced = backend_.alloc({split.padded, d}, DType::F32);
   }
-  Tensor partial = backend_.alloc({L, d}, DType::F32);
-  Tensor normed = backend_.alloc({L, d}, normed_dtype);
-  // Where a sublayer writes its (not yet summed over ranks) output: every row of the step.
-  Tensor sublayer_out = split.sharded ? s.unreduced.rows(0, T) : s.reduced;
-
-  // The bank holds completed representations; entry 0 is the embedding, and the partial
-  // starts as the embedding too (docs/ATTNRES.md §2a and §2b).
-  const bool attnres = !plan_.groups.empty();
-  Tensor bank, phase1_m, phase1_s, phase1_o;
-  int bank_size = 0;
-  if (split.sharded) {
-    // Embed every row (a table lookup), keep this rank's; padding rows stay zero.
-    Tensor all_rows = s.gathered.rows(0, T);
-    backend_.embedding(weights_.embed_tokens, batch, all_rows);
-    backend_.copy(s.gathered.rows(split.begin, split.begin + L), partial);
-  } else {
-    backend_.embedding(weights_.embed_tokens, batch, partial);
-  }
-  if (attnres) {
-    const int64_t slots = plan_.max_group_size();  // query rows, V streams included
-    DepthWorkspace& ws = depth_workspace_;
-    bank = kept_view(ws.bank, {plan_.bank_capacity, L, d}, bank_dtype_);
-    phase1_m = kept_view(ws.phase1_m, {slots, L});
-    phase1_s = kept_view(ws.phase1_s, {slots, L});
-    phase1_o = kept_view(ws.phase1_o, {slots, L, d});
-    Tensor entry = bank.row(0);
-    backend_.copy(partial, entry);
-    bank_size = 1;
-  }
-  footprint_ = {T, L, split.sharded, bank.defined() ? bank.nbytes() : 0};
-  auto push_partial = [&] {
-    Tensor entry = bank.row(bank_size++);
-    backend_.copy(partial, entry);
-  };
-  // full (and block at a block's end): the sum partial + out is the next bank entry. Written
-  // there directly (an f32 bank), the partial then *is* that entry (a view) until a step
-  // changes it in place without pushing, which first takes it back into its own buffer: full
-  // pushes after every sublayer, so its per-sublayer copy into the bank goes away. A bf16
-  // bank stores rounded entries, so there the partial keeps its own buffer and is copied.
-  const bool f32_bank = bank_dtype_ == DType::F32;
-  const Tensor own_partial = partial;
-  bool partial_in_bank = false;
-  auto take_back_partial = [&](bool keep_values) {
-    if (!partial_in_bank) return;
-    Tensor own = own_partial;
-    if (keep_values) backend_.copy(partial, own);
-    partial = own;
-    partial_in_bank = false;
-  };
-
-  // Depth introspection, only when asked: each depth mix's weights of the requested rows.
-  const bool report_depth = depth && !depth->rows.empty() && attnres;
-  std::vector<Tensor> depth_per_step;
-
-  // Only allocated by models whose steps need them: gate logits (sigmoid_vector, pre_gated)
-  // and the V stream's sublayer input (delta_v).
-  Tensor gate_logits, normed_v;
+  s.sublayer_out = split.sharded ? s.unreduced.rows(0, T) : s.reduced;
+  s.normed = backend_.alloc(
+      {L, d},
+      local_input_dtype({&LayerWeights::q_proj, &LayerWeights::k_proj, &LayerWeights::v_proj,
+                         &LayerWeights::gate_proj, &LayerWeights::up_proj}));
+  // Only allocated by models whose steps read them.
   for (size_t i = 0; i < plan_.steps.size(); ++i) {
     if (plan_.steps[i].pre_gated || step_mix_[i].gate == Backend::DepthGate::Vector) {
-      gate_logits = backend_.alloc({L, d}, DType::F32);
+      s.gate_logits = backend_.alloc({L, d}, DType::F32);
       break;
     }
   }
   for (const DepthStep& step : plan_.steps) {
     if (step.value_slot < 0) continue;
-    normed_v = backend_.alloc({L, d}, normed_v_dtype);
+    s.normed_v = backend_.alloc({L, d}, local_input_dtype({&LayerWeights::v_proj}));
     if (split.sharded) s.gathered_v = backend_.alloc({split.padded, d}, DType::F32);
     break;
   }
+  const DType hidden_dtype =
+      split.sharded ? DType::F32 : backend_.linear_input_dtype(hidden_rows, weights_.lm_head.dtype);
+  s.hidden = backend_.alloc({L, d}, hidden_dtype);
+  return s;
+}
 
-  Tensor hidden = backend_.alloc({L, d}, hidden_dtype);
-  bool open_entry_started = false;  // delta_block: whether the open entry holds a sum yet
-  // delta_block's open entry: the bank's next entry itself (f32), or an f32 buffer rounded
-  // into the bank when committed.
-  auto open_entry = [&] {
-    return f32_bank ? bank.row(bank_size) : kept_view(depth_workspace_.open_entry, {L, d});
-  };
-  for (size_t i = 0; i < plan_.steps.size(); ++i) {
-    const DepthStep& step = plan_.steps[i];
-    const StepMix& w = step_mix_[i];
-    const bool final_step = step.kind == SublayerKind::Final;
-    const Tensor& gain = final_step ? weights_.final_norm
-                         : step.kind == SublayerKind::Attention
-                             ? weights_.layers[step.layer].input_norm
-                             : weights_.layers[step.layer].post_attention_norm;
-    Tensor& normed_out = final_step ? hidden : normed;
-    // The sublayer's projection fused with its PreNorm (Backend::prenorm_linear_*), run here,
-    // before a push-and-reset changes the partial. Not where the normed rows are read again:
-    // the final norm (the LM head's input), a sharded step (they are all-gathered first) and
-    // delta_v's attention (two mixes feed q / k and v).
-    const bool fused_projection = !final_step && !split.sharded && step.value_slot < 0;
-    auto prenorm_and_project = [&](const Backend::DepthMixArgs& mix) {
-      if (!fused_projection) {
-        backend_.depth_phase2_prenorm(mix, partial, gain, config_.rms_norm_eps, normed_out);
-        return;
-      }
-      Backend::PrenormArgs prenorm;
-      prenorm.mix = mix;
-      prenorm.partial = &partial;
-      prenorm.gain = &gain;
-      prenorm.eps = config_.rms_norm_eps;
-      prenorm.normed = &normed_out;
-      project_prenormed(step, prenorm, batch, cache.layers[step.layer], s);
-    };
-    if (!step.mixes) {  // plain pre-norm (or first_layer's layer 0): h = p
-      prenorm_and_project(Backend::DepthMixArgs{});
-    } else {
-      // pre_gated: the gate on the sources; sigmoid_vector: the gate after the mix. Both are
-      // computed from x, the partial before any reset.
-      const Tensor* step_gate = nullptr;
-      if (step.pre_gated) {
-        backend_.linear(partial, w.pre_gate, &w.pre_gate_bias, gate_logits);
-        step_gate = &gate_logits;
-      } else if (w.gate == Backend::DepthGate::Vector) {
-        backend_.linear(partial, w.gate_proj, &w.gate_bias, gate_logits);
-      }
-      const DepthGroup& group = plan_.groups[step.group];
-      const Tensor bank_read = bank.rows(step.bank_first, plan_.bank_capacity);
-      // A shared prefix of one entry: no Phase 1 where the backend mixes without it (its state
-      // would be the entry itself, copied into a row per query); each step reads the entry
-      // as its first newer one.
-      const bool without_phase1 =
-          group.num_bank_sources == 1 && !step.pre_gated && backend_.mixes_without_phase1();
-      if (step.slot == 0 && !without_phase1) {  // Phase 1, once for every step of the group
-        ATTNRES_CHECK(bank_size >= group.bank_first + group.num_bank_sources,
-                      "bank not filled yet");
-        Tensor gm = phase1_m.rows(0, group.num_slots), gs = phase1_s.rows(0, group.num_slots),
-               go = phase1_o.rows(0, group.num_slots);
-        backend_.depth_phase1(group_queries_[step.group], bank_read, group.num_bank_sources,
-                              config_.rms_norm_eps, gm, gs, go,
-                              step.pre_gated ? step_gate : nullptr);
-      }
-      // Bank entries pushed since the group's Phase 1 ran: this step's Phase 2 merges them.
-      Tensor newer;
-      if (step.num_newer_sources > 0 || without_phase1) {
-        const int first = group.bank_first + (without_phase1 ? 0 : group.num_bank_sources);
-        const int end = group.bank_first + group.num_bank_sources + step.num_newer_sources;
-        ATTNRES_CHECK(bank_size >= end, "bank not filled yet");
-        newer = bank.rows(first, end);
-      }
-      // The step's mix (delta_v's attention: its K stream's and its V stream's, two slots).
-      Tensor ms[2], sums[2], os[2], queries[2];
-      Backend::DepthMixArgs mixes[2];
-      const int slots[2] = {step.slot, step.value_slot};
-      for (int k = 0; k < 2 && slots[k] >= 0; ++k) {
-        const int slot = slots[k];
-        if (report_depth) {
-          depth_per_step.push_back(
-              mix_depth_weights(i, slot, bank, partial, step_gate, split, depth->rows));
-        }
-        ms[k] = phase1_m.row(slot), sums[k] = phase1_s.row(slot), os[k] = phase1_o.row(slot);
-        queries[k] = group_queries_[step.group].row(slot);
-        mixes[k] = mix_args(i, slot, ms[k], sums[k], os[k], queries[k], &gate_logits);
-        mixes[k].newer = newer.defined() ? &newer : nullptr;
-        if (without_phase1) mixes[k].m = mixes[k].s = mixes[k].o = nullptr;
-      }
-      // Phase 2 writes the sublayer's input (the V stream's into its own buffer); the two
-      // streams of delta_v share their sources, so one call reads them once.
-      if (step.value_slot >= 0) {
-        backend_.depth_phase2_prenorm_pair(mixes[0], mixes[1], partial, gain, config_.rms_norm_eps,
-                                           normed_out, normed_v);
-      } else {
-        prenorm_and_project(mixes[0]);
-      }
-    }
-    if (final_step) break;
-
-    if (step.push_and_reset_after_mix) {
-      push_partial();
-      take_back_partial(false);
-      backend_.fill_zero(partial);
-    }
-    // Delta modes: the sublayer output is itself the next bank entry, so (unsharded) the
-    // sublayer writes it there rather than into scratch and a copy.
-    const bool output_into_bank = step.push_output_after && !split.sharded && f32_bank;
-    // The cumulative modes' pushed sum, likewise (see take_back_partial).
-    const bool sum_into_bank = step.push_after && !split.sharded && !output_into_bank && f32_bank;
-    // The residual add as the sublayer's last linear's epilogue, where the output is read
-    // only through that add: not where it is first summed over the ranks (tensor or sequence
-    // parallelism), nor where it is itself a bank entry (delta modes, first_layer's layer 0)
-    // or summed into the open entry (delta_block).
-    const bool fuse_residual = backend_.fuses_linear_residual() && !parallel_.comm &&
-                               !split.sharded && !step.push_output_after &&
-                               !step.accumulate_output;
-    if (fuse_residual && !sum_into_bank) take_back_partial(true);  // updated in place below
-    Tensor step_out = output_into_bank || sum_into_bank ? bank.row(bank_size).reshape({L, d})
-                      : fuse_residual                   ? partial
-                                                        : sublayer_out;
-    const Tensor* residual = fuse_residual ? &partial : nullptr;
-    // Whether the residual add below also pushes the bank entry (add_inplace_push): where the
-    // add is its own op and exactly one entry is pushed after it by a copy (a bf16 bank, or a
-    // sharded step's f32 one).
-    std::optional<Backend::PushedRow> fused_push;
-    if (!fuse_residual && !sum_into_bank && !output_into_bank &&
-        step.push_after != step.push_output_after) {
-      fused_push = step.push_after ? Backend::PushedRow::Sum : Backend::PushedRow::Addend;
-    }
-    if (!fused_projection) {
-      const Tensor input = gather_input(split, normed, s.gathered);
-      const Tensor value_input =
-          step.value_slot >= 0 ? gather_input(split, normed_v, s.gathered_v) : input;
-      project_input(step, input, value_input, s);
-    }
-    if (step.kind == SublayerKind::Attention) {
-      // fused_projection: project_prenormed already roped q, k and stored k, v.
-      attention_rest(step.layer, batch, cache.layers[step.layer], s, step_out, residual,
-                     fused_projection);
-    } else {
-      mlp_rest(step.layer, s, step_out, residual);
-    }
-    const Tensor out = fuse_residual ? Tensor() : reduce_output(split, s, step_out);
-    if (sum_into_bank) {
-      Tensor entry = bank.row(bank_size++).reshape({L, d});
-      // out + partial: the same bits as partial + out
-      if (!fuse_residual) backend_.add_inplace(entry, partial);
-      partial = entry;
-      partial_in_bank = true;
-    } else {
-      take_back_partial(true);
-      if (fused_push) {
-        // The residual add and the push it feeds in one op: the pushed row is read once. The
-        // cumulative modes push the new partial, the delta modes the output.
-        Tensor entry = bank.row(bank_size++);
-        backend_.add_inplace_push(partial, out, entry, *fused_push);
-      } else {
-        if (!fuse_residual) backend_.add_inplace(partial, out);
-        if (step.push_after) push_partial();
-      }
-    }
-    if (step.push_output_after && fused_push != Backend::PushedRow::Addend) {
-      // delta modes: the sublayer output itself is a source
-      Tensor entry = bank.row(bank_size++);
-      if (!output_into_bank) backend_.copy(out, entry);
-    }
-    if (step.accumulate_output) {  // delta_block: the open entry sums the block's outputs
-      Tensor entry = open_entry();
-      if (open_entry_started) {
-        backend_.add_inplace(entry, out);
-      } else {  // the kept buffer holds an earlier step's values: the first output overwrites
-        backend_.copy(out, entry);
-        open_entry_started = true;
-      }
-    }
-    if (step.commit_open_entry) {
-      if (!f32_bank) {
-        Tensor entry = bank.row(bank_size);
-        backend_.copy(open_entry(), entry);
-      }
-      ++bank_size;
-      open_entry_started = false;
-    }
+Tensor Transformer::embed(const BatchMeta& batch, const RowSplit& split, Scratch& s) {
+  Tensor partial = backend_.alloc({split.local, config_.hidden_size}, DType::F32);
+  if (split.sharded) {
+    // Embed every row (a table lookup), keep this rank's; padding rows stay zero.
+    Tensor all_rows = s.gathered.rows(0, split.rows);
+    backend_.embedding(weights_.embed_tokens, batch, all_rows);
+    backend_.copy(s.gathered.rows(split.begin, split.begin + split.local), partial);
+  } else {
+    backend_.embedding(weights_.embed_tokens, batch, partial);
   }
+  return partial;
+}
 
-  if (report_depth && depth->weights) download_depth_weights(depth_per_step, *depth);
+void Transformer::depth_mix(size_t i, const RowSplit& split, Scratch& s, StepMixes& mixes,
+                            DepthReport& report) {
+  const DepthStep& step = plan_.steps[i];
+  if (!step.mixes) return;  // plain pre-norm (or first_layer's layer 0): h = p
+  const StepMix& w = step_mix_[i];
+  // pre_gated: the gate on the sources; sigmoid_vector: the gate after the mix. Both are
+  // computed from x, the partial before any reset.
+  const Tensor* source_gate = nullptr;
+  if (step.pre_gated) {
+    backend_.linear(bank_.partial(), w.pre_gate, &w.pre_gate_bias, s.gate_logits);
+    source_gate = &s.gate_logits;
+  } else if (w.gate == Backend::DepthGate::Vector) {
+    backend_.linear(bank_.partial(), w.gate_proj, &w.gate_bias, s.gate_logits);
+  }
+  const DepthGroup& group = plan_.groups[step.group];
+  const DepthBank::Phase1& phase1 = bank_.phase1();
+  // A shared prefix of one entry: no Phase 1 where the backend mixes without it (its state
+  // would be the entry itself, copied into a row per query); each step reads the entry
+  // as its first newer one.
+  const bool without_phase1 =
+      group.num_bank_sources == 1 && !step.pre_gated && backend_.mixes_without_phase1();
+  const int shared_end = group.bank_first + group.num_bank_sources;
+  if (step.slot == 0 && !without_phase1) {  // Phase 1, once for every step of the group
+    Tensor gm = phase1.m.rows(0, group.num_slots), gs = phase1.s.rows(0, group.num_slots),
+           go = phase1.o.rows(0, group.num_slots);
+    backend_.depth_phase1(group_queries_[step.group],
+                          bank_.entries_from(step.bank_first, shared_end), group.num_bank_sources,
+                          config_.rms_norm_eps, gm, gs, go, source_gate);
+  }
+  // Bank entries pushed since the group's Phase 1 ran: this step's Phase 2 merges them.
+  if (step.num_newer_sources > 0 || without_phase1) {
+    const int first = without_phase1 ? group.bank_first : shared_end;
+    mixes.newer = bank_.entries(first, shared_end + step.num_newer_sources);
+  }
+  const int slots[2] = {step.slot, step.value_slot};
+  for (int k = 0; k < 2 && slots[k] >= 0; ++k) {
+    const int slot = slots[k];
+    if (report.request) {
+      report.per_mix.push_back(
+          mix_depth_weights(i, slot, source_gate, split, report.request->rows));
+    }
+    mixes.m[k] = phase1.m.row(slot), mixes.s[k] = phase1.s.row(slot);
+    mixes.o[k] = phase1.o.row(slot);
+    mixes.query[k] = group_queries_[step.group].row(slot);
+    Backend::DepthMixArgs& args = mixes.args[k];
+    args = mix_args(i, slot, mixes.m[k], mixes.s[k], mixes.o[k], mixes.query[k], &s.gate_logits);
+    args.newer = mixes.newer.defined() ? &mixes.newer : nullptr;
+    if (without_phase1) args.m = args.s = args.o = nullptr;
+  }
+}
 
+const Tensor& Transformer::prenorm_gain(const DepthStep& step) const {
+  if (step.kind == SublayerKind::Final) return weights_.final_norm;
+  const LayerWeights& layer = weights_.layers[step.layer];
+  return step.kind == SublayerKind::Attention ? layer.input_norm : layer.post_attention_norm;
+}
+
+void Transformer::mix_and_norm(const DepthStep& step, const StepMixes& mixes, Tensor& normed,
+                               Scratch& s) {
+  const float eps = config_.rms_norm_eps;
+  if (step.value_slot >= 0) {
+    // The two streams of delta_v share their sources, so one call reads them once.
+    backend_.depth_phase2_prenorm_pair(mixes.args[0], mixes.args[1], bank_.partial(),
+                                       prenorm_gain(step), eps, normed, s.normed_v);
+  } else {
+    backend_.depth_phase2_prenorm(mixes.args[0], bank_.partial(), prenorm_gain(step), eps, normed);
+  }
+}
+
+void Transformer::sublayer(size_t i, const StepMixes& mixes, const BatchMeta& batch, KvCache& cache,
+                           const RowSplit& split, Scratch& s) {
+  const DepthStep& step = plan_.steps[i];
+  KvCacheLayer& layer_cache = cache.layers[step.layer];
+  const bool attention = step.kind == SublayerKind::Attention;
+  // The input half reads the partial (the mix's last source, the residual): before a
+  // push-and-reset changes it.
+  if (attention) {
+    attention_input(step, mixes, batch, layer_cache, split, s);
+  } else {
+    mlp_input(step, mixes, split, s);
+  }
+  if (step.push_and_reset_after_mix) bank_.push_and_reset();
+  // The residual add as the last linear's epilogue, where the output needs no sum over the
+  // ranks first (tensor or sequence parallelism); the bank says where the output goes.
+  const bool can_fuse_residual =
+      backend_.fuses_linear_residual() && !parallel_.comm && !split.sharded;
+  const DepthBank::OutputSlot slot = bank_.output_slot(step, can_fuse_residual, s.sublayer_out);
+  Tensor out = slot.out;
+  if (attention) {
+    attention_output(step.layer, batch, layer_cache, s, out, slot.residual);
+  } else {
+    mlp_output(step.layer, s, out, slot.residual);
+  }
+  bank_.add_output(step, slot.residual ? Tensor() : reduce_output(split, s, out));
+}
+
+Tensor Transformer::hidden_rows(const RowSplit& split, Scratch& s,
+                                std::span<const int32_t> logit_rows) {
   const int64_t rows = static_cast<int64_t>(logit_rows.size());
   // A step made only of unfinished prefill chunks wants no logits: its work was the K/V.
-  if (rows == 0) return backend_.alloc({0, d}, DType::F32);
-  const Tensor all_hidden = gather_input(split, hidden, s.gathered);
+  if (rows == 0) return backend_.alloc({0, config_.hidden_size}, DType::F32);
+  const Tensor all_hidden = gather_input(split, s.hidden, s.gathered);
   // Every row, in order (a decode step): the rows themselves, with no gather (and so no row
   // ids staged for the device, which a replayed step graph could not restage).
-  bool every_row_in_order = rows == T;
+  bool every_row_in_order = rows == split.rows;
   for (int64_t r = 0; every_row_in_order && r < rows; ++r) every_row_in_order = logit_rows[r] == r;
   if (every_row_in_order) return all_hidden;
-  Tensor selected = backend_.alloc({rows, d}, all_hidden.dtype);
+  Tensor selected = backend_.alloc({rows, config_.hidden_size}, all_hidden.dtype);
   backend_.gather_rows(all_hidden, logit_rows, selected);
   return selected;
 }

@@ -19,6 +19,7 @@
 
 #include "engine/core/backend.h"
 #include "engine/core/depth_attention.h"
+#include "engine/model/depth_bank.h"
 #include "engine/model/depth_plan.h"
 #include "engine/model/kv_cache.h"
 #include "engine/model/model_config.h"
@@ -94,14 +95,35 @@ class Transformer {
   // Bytes of weights one decode step reads (the roofline numerator before the KV cache).
   size_t weight_bytes() const { return weight_bytes_; }
   const ForwardFootprint& last_footprint() const { return footprint_; }
-  DType depth_bank_dtype() const { return bank_dtype_; }
+  DType depth_bank_dtype() const { return bank_.dtype(); }
   // Rows and columns of the depth-mix weight matrices; empty for a plain model.
   const DepthAttentionLayout& depth_attention_layout() const { return depth_layout_; }
 
  private:
   struct Scratch;
   struct RowSplit;
+  struct StepMixes;
+  struct DepthReport;
   RowSplit split_rows(const BatchMeta& batch) const;
+  // The step's activations, each in the dtype its reader takes (Backend::linear_input_dtype).
+  Scratch alloc_scratch(const RowSplit& split, int64_t hidden_rows);
+  // The embedding of the rows this rank holds: the residual stream's start.
+  Tensor embed(const BatchMeta& batch, const RowSplit& split, Scratch& scratch);
+  // Plan step i's depth mix: runs its gates and (at a group's first step) the group's Phase 1,
+  // and fills `mixes` with what Phase 2 reads. A step without a mix gets DepthMixArgs{}.
+  void depth_mix(size_t i, const RowSplit& split, Scratch& scratch, StepMixes& mixes,
+                 DepthReport& report);
+  // The step's mix (or the partial), RMS-normed with its PreNorm gain into `normed` (delta_v's
+  // attention: its V stream's into scratch.normed_v too).
+  void mix_and_norm(const DepthStep& step, const StepMixes& mixes, Tensor& normed,
+                    Scratch& scratch);
+  // One attention or MLP sublayer: its input half, the bank's block boundary, its output
+  // half, and its output into the residual stream.
+  void sublayer(size_t i, const StepMixes& mixes, const BatchMeta& batch, KvCache& cache,
+                const RowSplit& split, Scratch& scratch);
+  // The final-normed rows the LM head reads: logit_rows of every rank's rows.
+  Tensor hidden_rows(const RowSplit& split, Scratch& scratch, std::span<const int32_t> logit_rows);
+  const Tensor& prenorm_gain(const DepthStep& step) const;
   // The sublayer's input with every row of the step: the local normed rows themselves, or
   // (sequence-parallel) all of them gathered from the ranks.
   // `gathered` is the all-rows buffer to gather into (scratch's, or the V stream's).
@@ -110,22 +132,20 @@ class Transformer {
   // `written` is where the sublayer wrote its rows (scratch.reduced, or a bank entry) when
   // the step is not sharded; the result is the summed output (`written` itself then).
   Tensor reduce_output(const RowSplit& split, Scratch& scratch, Tensor& written);
-  // A sublayer runs in two halves: its input projections (attention: q, k and v; MLP: gate
-  // and up with SwiGLU into scratch.act), then the rest into `out`. The projections read the
-  // normed rows (project_input; `value_input` feeds v_proj: the same tensor as `normed`
-  // except under delta_v, whose V stream has its own depth mix, docs/ATTNRES.md §2d), or run
-  // fused with the PreNorm that makes them (project_prenormed: Backend::prenorm_linear_*).
-  void project_input(const DepthStep& step, const Tensor& normed, const Tensor& value_input,
-                     Scratch& scratch);
-  // An attention step's project_prenormed also ropes q, k and stores k, v in the cache
-  // (Backend::prenorm_qkv_rope_store); its attention_rest is then told roped_and_stored.
-  void project_prenormed(const DepthStep& step, const Backend::PrenormArgs& prenorm,
-                         const BatchMeta& batch, KvCacheLayer& cache, Scratch& scratch);
-  // With a `residual`, the rest's out = sublayer output + residual, the add fused into the
-  // last linear (Backend::linear_residual).
-  void attention_rest(int layer, const BatchMeta& batch, KvCacheLayer& cache, Scratch& scratch,
-                      Tensor& out, const Tensor* residual, bool roped_and_stored);
-  void mlp_rest(int layer, Scratch& scratch, Tensor& out, const Tensor* residual);
+  // A sublayer runs in two halves, each choosing its fused ops. The input half: the step's
+  // mix, RMS-normed, and the projections that read it (attention: q, k and v, roped, k and v
+  // stored in the cache; MLP: gate and up with SwiGLU into scratch.act). The output half: the
+  // rest into `out`; with a `residual`, out = sublayer output + residual, the add fused into
+  // the last linear (Backend::linear_residual).
+  Backend::PrenormArgs prenorm_args(const DepthStep& step, const StepMixes& mixes,
+                                    Scratch& scratch) const;
+  void attention_input(const DepthStep& step, const StepMixes& mixes, const BatchMeta& batch,
+                       KvCacheLayer& cache, const RowSplit& split, Scratch& scratch);
+  void attention_output(int layer, const BatchMeta& batch, const KvCacheLayer& cache,
+                        Scratch& scratch, Tensor& out, const Tensor* residual);
+  void mlp_input(const DepthStep& step, const StepMixes& mixes, const RowSplit& split,
+                 Scratch& scratch);
+  void mlp_output(int layer, Scratch& scratch, Tensor& out, const Tensor* residual);
   // The sublayer's last linear, into out or (residual given) added to the residual.
   void output_linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
                      const Tensor* residual);
@@ -133,9 +153,8 @@ class Transformer {
   // Depth introspection: one mix's weights (plan step i, query row `slot` of its group) for
   // the requested rows ([rows, sources], on the device), and the download of every mix's
   // into the request's host buffer.
-  Tensor mix_depth_weights(size_t i, int slot, const Tensor& bank, const Tensor& partial,
-                           const Tensor* source_gate_logits, const RowSplit& split,
-                           std::span<const int32_t> rows);
+  Tensor mix_depth_weights(size_t i, int slot, const Tensor* source_gate_logits,
+                           const RowSplit& split, std::span<const int32_t> rows);
   void download_depth_weights(const std::vector<Tensor>& per_step,
                               const DepthWeightsRequest& depth);
 
@@ -159,21 +178,8 @@ class Transformer {
                                  const Tensor& o, const Tensor& query,
                                  const Tensor* gate_logits) const;
 
-  // Kept across forwards, grown and never shrunk: the depth bank and the Phase-1 state, each
-  // one flat buffer a step views in its own shape (kept_view). Allocated per step they
-  // cost a zero-fill and, past glibc's mmap threshold, a page fault per 4 KB: 67 ms of
-  // a 2 s 512-token 0.6B `full` prefill (docs/BENCHMARKS.md). Every entry a step reads was
-  // written earlier in that step, so nothing needs clearing between steps. Allocated with
-  // Backend::alloc_kept: on the CPU in huge pages, where Phase 1 and Phase 2 read them with
-  // fewer TLB misses (about 2 points of `full`'s 100M prefill, docs/BENCHMARKS.md).
-  // open_entry: delta_block's open entry, summed in f32 when the bank is not f32 (it is
-  // rounded once, when committed).
-  struct DepthWorkspace {
-    Tensor bank, phase1_m, phase1_s, phase1_o, open_entry;
-  };
-  Tensor kept_view(Tensor& kept, const Shape& shape, DType dtype = DType::F32);
-  DType bank_dtype_ = DType::F32;
-  DepthWorkspace depth_workspace_;
+  // The residual stream: the bank and the partial (its buffers kept across forwards).
+  DepthBank bank_;
   std::vector<Tensor> group_queries_;  // per Phase-1 group: [slots, d] f32, gain folded in
   std::vector<StepMix> step_mix_;      // per plan step
   Tensor inv_freq_;                    // [head_dim / 2] f32

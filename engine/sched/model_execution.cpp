@@ -28,6 +28,22 @@ namespace {
   throw Error("--device: unknown device '" + device + "' (expected cpu or cuda)");
 }
 
+// The dtype settings of one engine, each resolved once from its flag ("auto" included) and
+// read from here by everything built for it.
+struct ResolvedDtypes {
+  DType kv_cache = DType::F32;
+  DType depth_bank = DType::F32;
+  bool bf16_linear_inputs = false;
+};
+
+ResolvedDtypes resolve_dtypes(const EngineArgs& args, const LoadedModel& model) {
+  ResolvedDtypes dtypes;
+  dtypes.kv_cache = kv_cache_dtype(args, model);
+  dtypes.depth_bank = depth_bank_dtype(args, model);
+  dtypes.bf16_linear_inputs = bf16_linear_inputs(args, model);
+  return dtypes;
+}
+
 // What ModelExecution::description adds for the linear inputs.
 std::string linear_inputs_note(bool bf16) { return bf16 ? ", bf16 linear inputs" : ""; }
 
@@ -38,8 +54,8 @@ ModelConfig rank_config(const EngineArgs& args, const LoadedModel& model) {
 }
 
 TensorParallelOptions parallel_options(const EngineArgs& args, const LoadedModel& model, int size,
-                                       int num_kv_blocks, int block_size, DType kv_dtype,
-                                       DType bank_dtype) {
+                                       int num_kv_blocks, int block_size,
+                                       const ResolvedDtypes& dtypes) {
   if (!has_communicator_group(args.device)) {
     if (args.device == "cuda") {
       throw Error("--tensor-parallel-size with --device cuda needs a build with CUDA and NCCL");
@@ -50,13 +66,13 @@ TensorParallelOptions parallel_options(const EngineArgs& args, const LoadedModel
   options.size = size;
   options.num_kv_blocks = num_kv_blocks;
   options.block_size = block_size;
-  options.kv_cache_dtype = kv_dtype;
-  options.depth_bank_dtype = bank_dtype;
+  options.kv_cache_dtype = dtypes.kv_cache;
+  options.depth_bank_dtype = dtypes.depth_bank;
   options.sequence_parallel_min_tokens = args.sequence_parallel_min_tokens;
   BackendOptions backend;
   backend.threads = args.threads;
   backend.ranks_sharing_host = size;
-  backend.bf16_linear_inputs = bf16_linear_inputs(args, model);
+  backend.bf16_linear_inputs = dtypes.bf16_linear_inputs;
   options.make_backend = [device = args.device, backend](int rank) {
     BackendOptions for_rank = backend;
     for_rank.device_index = rank;
@@ -68,7 +84,7 @@ TensorParallelOptions parallel_options(const EngineArgs& args, const LoadedModel
 
 // The backend of this process's rank in a multi-process job (its share of the machine's cores,
 // or the GPU of its local rank).
-std::unique_ptr<Backend> process_rank_backend(const EngineArgs& args, const LoadedModel& model,
+std::unique_ptr<Backend> process_rank_backend(const EngineArgs& args, bool bf16_linear_inputs,
                                               const ProcessGroup& group) {
   if (!has_process_communicator(args.device)) {
     if (!has_backend(args.device)) throw_unknown_device(args.device);
@@ -79,7 +95,7 @@ std::unique_ptr<Backend> process_rank_backend(const EngineArgs& args, const Load
   options.threads = args.threads;
   options.ranks_sharing_host = group.local_size();
   options.device_index = group.local_rank();
-  options.bf16_linear_inputs = bf16_linear_inputs(args, model);
+  options.bf16_linear_inputs = bf16_linear_inputs;
   return attnres::make_backend(args.device, options);
 }
 
@@ -99,25 +115,26 @@ std::unique_ptr<ModelExecution> make_process_execution(const EngineArgs& args,
                 " processes (one rank each): pass --tensor-parallel-size " +
                 std::to_string(group.size()));
   }
+  const ResolvedDtypes dtypes = resolve_dtypes(args, model);
   LoadMessage load;
   load.args = args;
   // Every rank allocates what rank 0 sized: send the resolved dtype, not "auto".
-  load.args.kv_cache_dtype = storage_dtype_name(kv_cache_dtype(args, model));
-  load.args.depth_bank_dtype = storage_dtype_name(depth_bank_dtype(args, model));
-  load.args.linear_input_dtype = linear_input_dtype_name(args, model);
+  load.args.kv_cache_dtype = storage_dtype_name(dtypes.kv_cache);
+  load.args.depth_bank_dtype = storage_dtype_name(dtypes.depth_bank);
+  load.args.linear_input_dtype = dtypes.bf16_linear_inputs ? "bfloat16" : "float32";
   load.num_kv_blocks = num_kv_blocks;
   load.block_size = block_size;
   load.model_summary = model.config.summary();
   auto exec = std::make_unique<ModelExecution>();
   exec->tensor_parallel_size = group.size();
-  exec->kv_cache_dtype = storage_dtype_from_name(load.args.kv_cache_dtype, "--kv-cache-dtype");
-  exec->depth_bank_dtype =
-      storage_dtype_from_name(load.args.depth_bank_dtype, "--depth-bank-dtype");
-  auto runner = std::make_unique<ProcessGroupRunner>(group, load, model.config, model.weights,
-                                                     process_rank_backend(args, model, group),
-                                                     process_communicator(args.device, group));
+  exec->kv_cache_dtype = dtypes.kv_cache;
+  exec->depth_bank_dtype = dtypes.depth_bank;
+  auto runner = std::make_unique<ProcessGroupRunner>(
+      group, load, model.config, model.weights,
+      process_rank_backend(args, dtypes.bf16_linear_inputs, group),
+      process_communicator(args.device, group));
   exec->weight_bytes_per_rank = runner->shard().model().weight_bytes();
-  exec->bf16_linear_inputs = bf16_linear_inputs(args, model);
+  exec->bf16_linear_inputs = dtypes.bf16_linear_inputs;
   exec->description = runner->description() + linear_inputs_note(exec->bf16_linear_inputs);
   exec->runner = std::move(runner);
   return exec;
@@ -134,17 +151,19 @@ int run_process_rank(ProcessGroup& group) {
                   " (is the same model at the same path on every machine?)");
     }
     check_tensor_parallel(model.config, group.size());
+    const ResolvedDtypes dtypes = resolve_dtypes(load.args, model);  // rank 0's, by name
     ShardRankOptions options;
     options.rank = group.rank();
     options.size = group.size();
     options.num_kv_blocks = load.num_kv_blocks;
     options.block_size = load.block_size;
-    options.kv_cache_dtype = kv_cache_dtype(load.args, model);
-    options.depth_bank_dtype = depth_bank_dtype(load.args, model);
+    options.kv_cache_dtype = dtypes.kv_cache;
+    options.depth_bank_dtype = dtypes.depth_bank;
     options.sequence_parallel_min_tokens = load.args.sequence_parallel_min_tokens;
-    return std::make_unique<ShardRank>(model.config, model.weights, options,
-                                       process_rank_backend(load.args, model, group),
-                                       process_communicator(load.args.device, group));
+    return std::make_unique<ShardRank>(
+        model.config, model.weights, options,
+        process_rank_backend(load.args, dtypes.bf16_linear_inputs, group),
+        process_communicator(load.args.device, group));
   });
 }
 
@@ -232,7 +251,9 @@ int kv_blocks_for_budget(const EngineArgs& args, const LoadedModel& model, int b
                                     kv_cache_dtype(args, model));
 }
 
-std::unique_ptr<Backend> make_backend(const EngineArgs& args, const LoadedModel& model) {
+namespace {
+
+std::unique_ptr<Backend> backend_for(const EngineArgs& args, bool bf16_linear_inputs) {
   if (args.threads < 0) throw Error("--threads: must be >= 0");
   if (!has_backend(args.device)) {
     if (args.device == "cuda" && !registered_backends().empty()) {
@@ -242,8 +263,14 @@ std::unique_ptr<Backend> make_backend(const EngineArgs& args, const LoadedModel&
   }
   BackendOptions options;
   options.threads = args.threads;
-  options.bf16_linear_inputs = bf16_linear_inputs(args, model);
+  options.bf16_linear_inputs = bf16_linear_inputs;
   return make_backend(args.device, options);
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_backend(const EngineArgs& args, const LoadedModel& model) {
+  return backend_for(args, bf16_linear_inputs(args, model));
 }
 
 std::unique_ptr<ModelExecution> make_model_execution(const EngineArgs& args,
@@ -255,10 +282,12 @@ std::unique_ptr<ModelExecution> make_model_execution(const EngineArgs& args,
   }
   auto exec = std::make_unique<ModelExecution>();
   exec->tensor_parallel_size = tensor_parallel_size(args, model);
-  exec->kv_cache_dtype = kv_cache_dtype(args, model);
-  exec->depth_bank_dtype = depth_bank_dtype(args, model);
+  const ResolvedDtypes dtypes = resolve_dtypes(args, model);
+  exec->kv_cache_dtype = dtypes.kv_cache;
+  exec->depth_bank_dtype = dtypes.depth_bank;
+  exec->bf16_linear_inputs = dtypes.bf16_linear_inputs;
   if (exec->tensor_parallel_size == 1) {
-    exec->backend = make_backend(args, model);
+    exec->backend = backend_for(args, dtypes.bf16_linear_inputs);
     exec->transformer = std::make_unique<Transformer>(model.config, model.weights, *exec->backend,
                                                       ParallelRole{}, exec->depth_bank_dtype);
     RunnerOptions runner;
@@ -267,16 +296,13 @@ std::unique_ptr<ModelExecution> make_model_execution(const EngineArgs& args,
     exec->runner =
         std::make_unique<TransformerRunner>(*exec->transformer, num_kv_blocks, block_size, runner);
     exec->weight_bytes_per_rank = exec->transformer->weight_bytes();
-    exec->bf16_linear_inputs = bf16_linear_inputs(args, model);
     exec->description = exec->backend->name() + linear_inputs_note(exec->bf16_linear_inputs);
     return exec;
   }
   auto runner = std::make_unique<TensorParallelRunner>(
       model.config, model.weights,
-      parallel_options(args, model, exec->tensor_parallel_size, num_kv_blocks, block_size,
-                       exec->kv_cache_dtype, exec->depth_bank_dtype));
+      parallel_options(args, model, exec->tensor_parallel_size, num_kv_blocks, block_size, dtypes));
   exec->weight_bytes_per_rank = runner->rank_model(0).weight_bytes();
-  exec->bf16_linear_inputs = bf16_linear_inputs(args, model);
   exec->description = runner->backend_name() + linear_inputs_note(exec->bf16_linear_inputs);
   exec->runner = std::move(runner);
   return exec;

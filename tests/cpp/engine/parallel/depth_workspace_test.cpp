@@ -1,6 +1,6 @@
-// The Transformer keeps its depth bank and Phase-1 buffers across forwards (transformer.h,
-// DepthWorkspace): a later, smaller step reads a bank that still holds an earlier step's
-// values. Every mode must give bit for bit the logits of a fresh model, which fails if any
+// The Transformer keeps its depth bank and Phase-1 buffers across forwards (DepthBank,
+// engine/model/depth_bank.h): a later, smaller step reads a bank that still holds an earlier
+// step's values. Every mode must give bit for bit the logits of a fresh model, which fails if any
 // step read a bank entry or Phase-1 row it had not written first (delta_block's open entry
 // summing into an old value, say). With a bf16 bank too.
 #include <gtest/gtest.h>
