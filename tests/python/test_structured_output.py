@@ -245,6 +245,7 @@ def test_unconstrained_requests_keep_their_tokens_beside_constrained_ones(client
     ({"guided_decoding_backend": "outlines", "guided_regex": "a"}, "guided_decoding_backend"),
     ({"structured_outputs": {"structural_tag": '{"type": "nope"}'}}, "structured_outputs"),
     ({"guided_regex": "a" * 70000}, "guided_regex"),
+    ({"guided_json": '{"type":"array","items":' * 70 + "{}" + "}" * 70}, "guided_json"),
 ])
 def test_bad_constraints_are_a_400_naming_the_field(server, extra, param):
     for path, body in [("/v1/chat/completions", {"messages": CHAT}),
