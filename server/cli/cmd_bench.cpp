@@ -119,7 +119,9 @@ class LatencyRun {
   // vocabulary handed to xgrammar (with a JSON-object grammar), then the --json-schema.
   void report_compile_times() const {
     using Clock = std::chrono::steady_clock;
-    auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+    auto ms = [](Clock::duration d) {
+      return std::chrono::duration<double, std::milli>(d).count();
+    };
     const Clock::time_point start = Clock::now();
     auto compiler =
         make_constraint_compiler(*model_.tokenizer, model_.vocabulary(), model_.eos_token_ids());
