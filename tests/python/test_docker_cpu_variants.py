@@ -6,6 +6,7 @@ that report which one ran and with what arguments, and the real binary for one l
 """
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -154,3 +155,27 @@ def test_the_build_script_lists_levels_in_the_order_given(tmp_path):
     # The last level is the whole build, in the folder the Dockerfile copies the client from.
     assert "-DATTNRES_CPU_ARCH=x86-64-v3" in fallback and "targets=all" in fallback
     assert (tmp_path / "build" / "server" / "cli" / "attnres").read_text() == fallback
+
+
+def test_the_levels_here_are_the_images_default():
+    text = (DOCKER / "Dockerfile.cpu").read_text()
+    default = re.search(r'^ARG ATTNRES_CPU_VARIANTS="([^"]*)"$', text, flags=re.M)
+    assert default and default.group(1).split() == IMAGE_LEVELS
+
+
+def test_this_machine_gets_the_build_its_flags_allow(tmp_path):
+    """The launcher's choice on this machine among the image's builds, as docker/test-image.sh
+    checks it in the built image: AVX-512 with BF16 where /proc/cpuinfo lists those flags,
+    else AVX2 where it lists the x86-64-v3 ones."""
+    flags = set(re.search(r"^flags\s*:(.*)$", Path("/proc/cpuinfo").read_text(),
+                          flags=re.M).group(1).split())
+    v3 = set(V3.split())
+    if v3 | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl", "avx512_bf16"} <= flags:
+        want = "x86-64-v4+avx512bf16"
+    elif v3 <= flags:
+        want = "x86-64-v3"
+    else:
+        pytest.skip("this CPU has no AVX2: the image's builds do not run here")
+    builds = stand_in_builds(tmp_path / "libexec", IMAGE_LEVELS)
+    r = launch(builds, Path("/proc/cpuinfo"))
+    assert r.stdout.splitlines() == [f"ran {want}"], r.stderr
