@@ -51,7 +51,9 @@ constexpr RefusedField kRefused[] = {
     {"image_data", kBoth, nullptr, "", "the model takes text only"},
     {"echo", kChat, is_false, "false",
      "echoing the final message into the answer is not supported for chat"},
-    // ---- constrained decoding ----
+    // ---- constrained decoding (structured_output_fields.cpp reads the spellings served) ----
+    {"structural_tag", kBoth, nullptr, "",
+     "a top-level structural_tag is not read: send it as structured_outputs.structural_tag"},
     {"guided_whitespace_pattern", kBoth, nullptr, "",
      "JSON output has one fixed layout: a whitespace pattern is not supported"},
     {"logits_processors", kBoth, nullptr, "", "custom logits processors are not supported"},

@@ -18,17 +18,6 @@ namespace attnres::server::http {
 
 using Json = nlohmann::ordered_json;
 
-// How answers split: the reasoning and tool-call syntaxes of the model's chat template (None:
-// not parsed) and where the rendered prompt left thinking.
-struct AnswerFormats {
-  ReasoningFormat reasoning = ReasoningFormat::None;
-  PromptThinking prompt_thinking = PromptThinking::Unopened;
-  ToolCallFormat tool_calls = ToolCallFormat::None;
-  bool parses() const {
-    return reasoning != ReasoningFormat::None || tool_calls != ToolCallFormat::None;
-  }
-};
-
 // Makes "<prefix>_<hex>" ids ("msg", "fc", "call", "rs").
 using ItemIdMaker = std::function<std::string(std::string_view prefix)>;
 

@@ -148,8 +148,37 @@ void refuse_unimplemented_fields(const FieldReader& f) {
   }
 }
 
-// text: {format: {type: text | json_schema | json_object}, verbosity}.
-Json read_text_config(const FieldReader& f) {
+// text.format {type: "json_schema", name, schema, description, strict} -> the chat request's
+// response_format {type: "json_schema", json_schema: {name, schema, description, strict}}.
+Json json_schema_format(const Json& format) {
+  auto bad = [](const std::string& key, const std::string& why) {
+    return bad_request("field text.format." + key + ": " + why, "text.format");
+  };
+  Json json_schema = Json::object();
+  json_schema["name"] = required_string(format, "name", "text.format", "text.format");
+  auto schema = format.find("schema");
+  if (schema == format.end() || !schema->is_object()) {
+    throw bad("schema", "is required with type \"json_schema\" (a JSON schema object)");
+  }
+  json_schema["schema"] = *schema;
+  for (const auto& [key, value] : format.items()) {
+    if (key == "type" || key == "name" || key == "schema" || value.is_null()) continue;
+    if (key == "description") {
+      if (!value.is_string()) throw bad(key, "expected a string, got " + json_type_name(value));
+      json_schema["description"] = value;
+    } else if (key == "strict") {
+      if (!value.is_boolean()) throw bad(key, "expected a boolean, got " + json_type_name(value));
+      json_schema["strict"] = value;
+    } else {
+      throw bad(key, "is not a json_schema format field (name, schema, description, strict)");
+    }
+  }
+  return {{"type", "json_schema"}, {"json_schema", std::move(json_schema)}};
+}
+
+// text: {format: {type: text | json_schema | json_object}, verbosity}. `response_format` is
+// set to the chat spelling of a JSON format (left null for text).
+Json read_text_config(const FieldReader& f, Json& response_format) {
   Json text = {{"format", {{"type", "text"}}}};
   const Json* given = f.find("text");
   if (!given) return text;
@@ -159,12 +188,16 @@ Json read_text_config(const FieldReader& f) {
       refuse("text.format", "expected an object, got " + json_type_name(*format));
     }
     const std::string type = required_string(*format, "type", "text.format", "text.format");
-    if (type == "json_schema" || type == "json_object") {
-      refuse("text.format", "\"" + type +
-                                "\" is not supported: this server has no constrained decoding "
-                                "yet");
-    }
-    if (type != "text") {
+    if (type == "json_schema") {
+      response_format = json_schema_format(*format);
+      text["format"] = {{"type", "json_schema"}};
+      for (const auto& [key, value] : response_format["json_schema"].items()) {
+        text["format"][key] = value;
+      }
+    } else if (type == "json_object") {
+      response_format = {{"type", "json_object"}};
+      text["format"] = response_format;
+    } else if (type != "text") {
       refuse("text.format",
              "unknown type \"" + type + "\" (one of \"text\", \"json_schema\", \"json_object\")");
     }
@@ -180,18 +213,19 @@ Json read_text_config(const FieldReader& f) {
 }
 
 // tool_choice: "auto" | "none" | "required" | {"type": "function", "name"}; hosted-tool and
-// allowed_tools choices are refused. Returns the value to echo.
-Json read_tool_choice(const FieldReader& f, const Json& tools) {
+// allowed_tools choices are refused. Returns the value to echo; `chat` is set to the chat
+// request's spelling (left null when absent: "auto").
+Json read_tool_choice(const FieldReader& f, const Json& tools, Json& chat) {
   const Json* choice = f.find("tool_choice");
   if (!choice) return "auto";
   if (choice->is_string()) {
     const std::string mode = choice->get<std::string>();
-    if (mode == "auto" || mode == "none") return mode;
-    if (mode == "required") {
-      if (tools.empty()) refuse("tool_choice", "\"required\" needs at least one tool in tools");
-      refuse("tool_choice",
-             "\"required\" needs constrained decoding, which this server does not have yet; use "
-             "\"auto\"");
+    if (mode == "required" && tools.empty()) {
+      refuse("tool_choice", "\"required\" needs at least one tool in tools");
+    }
+    if (mode == "auto" || mode == "none" || mode == "required") {
+      chat = mode;
+      return mode;
     }
     refuse("tool_choice",
            "unknown value \"" + mode + "\" (one of \"auto\", \"none\", \"required\")");
@@ -207,9 +241,8 @@ Json read_tool_choice(const FieldReader& f, const Json& tools) {
   bool found = false;
   for (const Json& tool : tools) found |= tool.value("name", "") == name;
   if (!found) refuse("tool_choice", "names the function \"" + name + "\", which is not in tools");
-  refuse("tool_choice",
-         "naming a function needs constrained decoding, which this server does not have yet; use "
-         "\"auto\"");
+  chat = {{"type", "function"}, {"function", {{"name", name}}}};
+  return {{"type", "function"}, {"name", name}};
 }
 
 // metadata: at most 16 string pairs (keys up to 64 characters, values up to 512), as OpenAI.
@@ -272,6 +305,12 @@ ApiError renamed(const ApiError& e) {
   if (e.param() == "min_tokens")
     return ApiError(e.status(), rename(e.what(), "max_tokens", "max_output_tokens"), e.param(),
                     e.code());
+  if (e.param() == "response_format") {
+    const std::string message =
+        rename(rename(e.what(), "response_format.json_schema", "text.format"), "response_format",
+               "text.format");
+    return ApiError(e.status(), message, "text.format", e.code());
+  }
   return e;
 }
 
@@ -456,19 +495,25 @@ ResponsesRequest parse_responses_request(const Json& body, const ServerState& st
   Json tools = Json::array();
   if (const Json* t = f.find("tools")) tools = *t;
   const Json chat_tools = responses_tools_to_chat(tools);
-  const Json tool_choice = read_tool_choice(f, tools);
-  request.tools_active = !tools.empty() && tool_choice != "none";
+  Json chat_tool_choice;
+  const Json tool_choice = read_tool_choice(f, tools, chat_tool_choice);
   request.parallel_tool_calls = f.boolean("parallel_tool_calls").value_or(true);
   if (auto v = f.integer("max_tool_calls", 1, INT32_MAX)) request.max_tool_calls = int(*v);
   request.store = f.boolean("store").value_or(true);
-  const Json text = read_text_config(f);
+  Json response_format;
+  const Json text = read_text_config(f, response_format);
   const Json metadata = read_metadata(f);
   const std::optional<int64_t> max_output_tokens = f.integer("max_output_tokens", 1, INT32_MAX);
 
   Json chat_body = Json::object();
   if (const Json* model = f.find("model")) chat_body["model"] = *model;
   chat_body["messages"] = std::move(messages);
-  if (request.tools_active) chat_body["tools"] = chat_tools;
+  // As on the chat path, tool_choice "none" still shows the tools to the template and parses
+  // no calls.
+  if (!chat_tools.empty()) chat_body["tools"] = chat_tools;
+  if (!chat_tool_choice.is_null()) chat_body["tool_choice"] = chat_tool_choice;
+  chat_body["parallel_tool_calls"] = request.parallel_tool_calls;
+  if (!response_format.is_null()) chat_body["response_format"] = response_format;
   if (max_output_tokens) chat_body["max_tokens"] = *max_output_tokens;
   for (const char* name : kForwardedFields) {
     if (const Json* v = f.find(name)) chat_body[name] = *v;
@@ -478,12 +523,11 @@ ResponsesRequest parse_responses_request(const Json& body, const ServerState& st
   } catch (const ApiError& e) {
     throw renamed(e);
   }
-
-  if (const auto& chat_template = state.model().tokenizer_config.chat_template) {
-    request.formats.reasoning = detect_reasoning_format(*chat_template);
-    if (request.tools_active) request.formats.tool_calls = detect_tool_call_format(*chat_template);
+  // The engine names the field in a schema it cannot compile.
+  if (auto& constraint = request.chat.options.params.constraint;
+      constraint && constraint->field == "response_format") {
+    constraint->field = "text.format";
   }
-  request.formats.prompt_thinking = prompt_thinking(request.chat.prompt.text);
 
   const SamplingParams& params = request.chat.options.params;
   echo["instructions"] = instructions ? Json(*instructions) : Json(nullptr);

@@ -2,8 +2,12 @@
 // (a string, or a list of message / function_call / function_call_output / reasoning items,
 // after the stored conversation of previous_response_id) becomes chat messages, the function
 // tools become chat tools, and parse_chat_request renders and checks them as
-// /v1/chat/completions would. Fields the Responses API defines that change the output and
-// that this server cannot honour are refused with a 400 naming them.
+// /v1/chat/completions would: tool_choice, parallel_tool_calls and text.format become the
+// chat request's tool_choice, parallel_tool_calls and response_format, so forced calls and
+// structured output are enforced, and answers split into items, exactly as on the chat path
+// (the server's --tool-call-parser / --reasoning-parser included). Fields the Responses API
+// defines that change the output and that this server cannot honour are refused with a 400
+// naming them.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -17,20 +21,17 @@
 namespace attnres::server::http {
 
 struct ResponsesRequest {
-  ChatRequest chat;  // the rendered conversation and the generation options
+  // The rendered conversation, the generation options (with the output constraint of a forced
+  // tool_choice or text.format) and answer_format, how the answer splits into items.
+  ChatRequest chat;
   // Every turn's input items (previous_response_id's conversation first), for the store.
   nlohmann::ordered_json conversation = nlohmann::ordered_json::array();
   // The request fields the response object repeats (instructions, tools, tool_choice, text,
   // temperature, top_p, max_output_tokens, previous_response_id, metadata, user, store, ...).
   nlohmann::ordered_json echo = nlohmann::ordered_json::object();
   bool store = true;
-  // Tools the model may call (given, and tool_choice is not "none").
-  bool tools_active = false;
   bool parallel_tool_calls = true;
   std::optional<int> max_tool_calls;
-  // How the answer splits into reasoning, message and function calls (calls only when tools
-  // are active).
-  AnswerFormats formats;
 };
 
 ResponsesRequest parse_responses_request(const nlohmann::ordered_json& body,

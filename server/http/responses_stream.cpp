@@ -13,7 +13,7 @@ bool all_space(const std::string& text) {
 
 }  // namespace
 
-ResponseItemBuilder::ResponseItemBuilder(const AnswerFormats& formats, ItemIdMaker ids,
+ResponseItemBuilder::ResponseItemBuilder(const ChatAnswerFormat& formats, ItemIdMaker ids,
                                          ResponseEventWriter* events, int max_calls)
     : formats_(formats), ids_(std::move(ids)), events_(events), max_calls_(max_calls) {
   if (formats.reasoning != ReasoningFormat::None) {

@@ -1,10 +1,10 @@
 // One answer's output items, built as its text arrives: the reasoning parser first, the
-// tool-call parser over what follows the reasoning (AnswerFormats; None leaves it unparsed),
-// and each part goes to the item it belongs to: <think> text to a reasoning item, content to
-// a message item, each call to a function_call item (its id and name first, then its
-// arguments). An item ends when the next one begins. With an event writer every change is
-// also sent as the Responses events; a whole answer is the same pushes without events, so a
-// stream's items are the whole answer's by construction.
+// tool-call parser over what follows the reasoning (as the chat request's ChatAnswerFormat
+// says; None leaves it unparsed), and each part goes to the item it belongs to: <think> text
+// to a reasoning item, content to a message item, each call to a function_call item (its id and
+// name first, then its arguments). An item ends when the next one begins. With an event writer
+// every change is also sent as the Responses events; a whole answer is the same pushes without
+// events, so a stream's items are the whole answer's by construction.
 //
 // Whitespace alone does not open a message: text before the first visible character is held
 // and goes to the message if one opens, and is dropped if the answer turns out to be only
@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 
+#include "server/common/chat_answer.h"
 #include "server/http/responses_output.h"
 
 namespace attnres::server::http {
@@ -23,7 +24,7 @@ class ResponseItemBuilder {
  public:
   // `events`: null to build the items only. `max_calls`: calls past it are dropped
   // (parallel_tool_calls false: 1; max_tool_calls).
-  ResponseItemBuilder(const AnswerFormats& formats, ItemIdMaker ids, ResponseEventWriter* events,
+  ResponseItemBuilder(const ChatAnswerFormat& formats, ItemIdMaker ids, ResponseEventWriter* events,
                       int max_calls);
 
   void push(std::string_view text);
@@ -43,7 +44,7 @@ class ResponseItemBuilder {
   void open(Kind kind, Json item);
   void close(const char* status);
 
-  AnswerFormats formats_;
+  ChatAnswerFormat formats_;
   ItemIdMaker ids_;
   ResponseEventWriter* events_;
   int max_calls_;

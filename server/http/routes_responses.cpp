@@ -44,7 +44,7 @@ class ResponsesBody : public AsyncBody {
         response_(std::move(response)),
         generation_(std::move(generation)),
         items_(
-            request_->formats,
+            request_->chat.answer_format,
             [this](std::string_view prefix) { return openai_id(state_, prefix); },
             request_->chat.options.stream ? &events_ : nullptr, max_calls(*request_)) {}
 

@@ -67,7 +67,8 @@ def contains(ids, sub):
 
 COMPLETION_REFUSED = [
     ("suffix", "and then"), ("use_beam_search", True), ("best_of", 3),
-    ("guided_whitespace_pattern", " "), ("logits_processors", ["x"]),
+    ("structural_tag", {"type": "structural_tag"}), ("guided_whitespace_pattern", " "),
+    ("logits_processors", ["x"]),
     ("priority", 5), ("n_predict", 8), ("mirostat", 2),
     ("logprob_token_ids", [1, 2]), ("cache_salt", "salt"),
 ]

@@ -1,13 +1,15 @@
 """End-to-end tests of POST /v1/responses (the OpenAI Responses API) against the real
 `attnres serve` binary, through the official `openai` client: text and item input,
 instructions, streaming, previous_response_id over the bounded store (and its eviction),
-function tools and tool results, and bad input. Each Responses request is checked against
+function tools and tool results, forced tool_choice and text.format (constrained decoding on
+random weights, checked with jsonschema), and bad input. Each Responses request is checked against
 the /v1/chat/completions request it amounts to: same prompt tokens, same greedy output."""
 
 import json
 import shutil
 from pathlib import Path
 
+import jsonschema
 import openai
 import pytest
 
@@ -265,9 +267,15 @@ def test_tools_reach_the_template(qwen3_server):
     plain = respond(client, model, "Weather in Paris?")
     assert r.usage.input_tokens == c.usage.prompt_tokens > plain.usage.input_tokens + 20
     assert r.output_text == c.choices[0].message.content
-    # tool_choice "none": the model is not shown the tools.
+    # tool_choice "none", as on the chat path: the template still shows the tools, and no
+    # calls are parsed (the same as the chat request with tool_choice "none").
     none = respond(client, model, "Weather in Paris?", tools=[WEATHER_TOOL], tool_choice="none")
-    assert none.usage.input_tokens == plain.usage.input_tokens
+    c_none = chat(client, model, [{"role": "user", "content": "Weather in Paris?"}], 6,
+                  tools=[WEATHER_TOOL_CHAT], tool_choice="none")
+    assert none.usage.input_tokens == r.usage.input_tokens == c_none.usage.prompt_tokens
+    assert none.tool_choice == "none"
+    assert [i.type for i in none.output if i.type == "function_call"] == []
+    assert none.output_text == (c_none.choices[0].message.content or "")
 
 
 def test_function_call_output_round_trips_through_the_template(qwen3_server):
@@ -309,10 +317,25 @@ def test_function_call_output_round_trips_through_the_template(qwen3_server):
     ({"input": "x", "tools": [WEATHER_TOOL], "tool_choice": {"type": "function", "name": "nope"}},
      "tool_choice"),
     ({"input": "x", "tool_choice": "sometimes"}, "tool_choice"),
-    ({"input": "x", "text": {"format": {"type": "json_object"}}}, "text.format"),
-    ({"input": "x", "text": {"format": {"type": "json_schema", "name": "s", "schema": {}}}},
-     "text.format"),
+    ({"input": "x", "tools": [WEATHER_TOOL], "tool_choice": {"type": "file_search"}},
+     "tool_choice"),
+    # The demo model's template has no tool-call syntax: a call cannot be forced.
+    ({"input": "x", "tools": [WEATHER_TOOL], "tool_choice": "required"}, "tool_choice"),
+    ({"input": "x", "tools": [WEATHER_TOOL],
+      "tool_choice": {"type": "function", "name": "get_weather"}}, "tool_choice"),
+    ({"input": "x", "text": {"format": {"type": "json_schema", "name": "s"}}}, "text.format"),
+    ({"input": "x", "text": {"format": {"type": "json_schema", "schema": {}}}}, "text.format"),
+    ({"input": "x", "text": {"format": {"type": "json_schema", "name": "s", "schema": {},
+                                        "strict": "yes"}}}, "text.format"),
+    ({"input": "x", "text": {"format": {"type": "json_schema", "name": "s", "schema": {},
+                                        "whitespace": " "}}}, "text.format"),
+    # Schemas the constraint compiler refuses: an unknown type, a keyword it cannot enforce.
+    ({"input": "x", "text": {"format": {"type": "json_schema", "name": "s",
+                                        "schema": {"type": "nonsense"}}}}, "text.format"),
+    ({"input": "x", "text": {"format": {"type": "json_schema", "name": "s",
+                                        "schema": {"not": {"type": "string"}}}}}, "text.format"),
     ({"input": "x", "text": {"format": {"type": "bogus"}}}, "text.format"),
+    ({"input": "x", "text": {"format": "json_object"}}, "text.format"),
     ({"input": "x", "max_output_tokens": "ten"}, "max_output_tokens"),
     ({"input": "x", "max_output_tokens": 0}, "max_output_tokens"),
     ({"input": "x", "temperature": "hot"}, "temperature"),
@@ -536,3 +559,139 @@ def test_the_openai_agents_sdk_runs_a_tool_loop(calling_server, streamed):
     result = asyncio.run(run())
     assert calls == ["Paris"]
     assert result.final_output == "Sunny in Paris"
+
+
+# ---------------------------------------------------------------- constrained decoding
+
+# Bounded arguments, so a random model's constrained call ends within max_output_tokens.
+FORECAST_TOOL = {"type": "function", "name": "get_forecast", "description": "Forecast",
+                 "parameters": {"type": "object",
+                                "properties": {"city": {"enum": ["Oslo", "Zürich", "東京"]},
+                                               "days": {"type": "integer", "minimum": 1,
+                                                        "maximum": 3}},
+                                "required": ["city", "days"], "additionalProperties": False}}
+CLOCK_TOOL = {"type": "function", "name": "now", "description": "The time",
+              "parameters": {"type": "object", "properties": {}, "additionalProperties": False}}
+FORCED_TOOLS = {t["name"]: t for t in (FORECAST_TOOL, CLOCK_TOOL)}
+IM_END = 151645
+# Thinking off (the prompt closes it), so the constraint holds from the first token.
+NO_THINKING = {"chat_template_kwargs": {"enable_thinking": False}}
+
+
+def forced(client, seed, tool_choice, **kwargs):
+    return client.responses.create(
+        model=client.models.list().data[0].id, input="Forecast for Oslo?", tools=[FORECAST_TOOL,
+                                                                                  CLOCK_TOOL],
+        tool_choice=tool_choice, parallel_tool_calls=False, max_output_tokens=80, temperature=1.0,
+        extra_body={"seed": seed, **NO_THINKING}, **kwargs)
+
+
+def check_call(item, names):
+    assert item.type == "function_call" and item.status == "completed"
+    assert item.name in names and item.call_id.startswith("call_")
+    jsonschema.validate(json.loads(item.arguments), FORCED_TOOLS[item.name]["parameters"])
+
+
+@pytest.mark.parametrize("tool_choice, names", [
+    ("required", {"get_forecast", "now"}),
+    ({"type": "function", "name": "get_forecast"}, {"get_forecast"}),
+])
+def test_forced_tool_choice_makes_a_valid_function_call(qwen3_server, tool_choice, names):
+    client = make_client(qwen3_server)
+    for seed in range(3):
+        r = forced(client, seed, tool_choice)
+        assert r.status == "completed", r.output
+        assert [i.type for i in r.output] == ["function_call"], r.output
+        check_call(r.output[0], names)
+        assert r.parallel_tool_calls is False
+        if isinstance(tool_choice, dict):
+            assert r.tool_choice.type == "function" and r.tool_choice.name == "get_forecast"
+        else:
+            assert r.tool_choice == "required"
+        # Streamed, the same seed makes the same call, its arguments streamed in fragments.
+        events = list(forced(client, seed, tool_choice, stream=True))
+        assert events[-1].type == "response.completed"
+        final = events[-1].response
+        assert [i.type for i in final.output] == ["function_call"]
+        check_call(final.output[0], names)
+        added = [e for e in events if e.type == "response.output_item.added"]
+        assert [(e.item.type, e.item.name) for e in added] == [("function_call",
+                                                                r.output[0].name)]
+        arguments = "".join(e.delta for e in events
+                            if e.type == "response.function_call_arguments.delta")
+        done = [e for e in events if e.type == "response.function_call_arguments.done"]
+        assert arguments == done[0].arguments == final.output[0].arguments
+        assert arguments == r.output[0].arguments
+
+
+def test_required_with_parallel_calls_makes_only_valid_calls(qwen3_server):
+    # Parallel calls allowed: a bias toward the end token (which the constraint allows only
+    # between calls) lets the random model stop after some calls.
+    client = make_client(qwen3_server)
+    for seed in range(2):
+        r = client.responses.create(
+            model=client.models.list().data[0].id, input="Forecast?", tools=[FORECAST_TOOL,
+                                                                            CLOCK_TOOL],
+            tool_choice="required", max_output_tokens=120, temperature=1.0,
+            extra_body={"seed": seed, "logit_bias": {str(IM_END): 3}, **NO_THINKING})
+        assert r.status == "completed", r.output
+        assert r.output and all(i.type == "function_call" for i in r.output), r.output
+        for item in r.output:
+            check_call(item, {"get_forecast", "now"})
+
+
+def test_forced_tool_choice_with_text_format_is_a_400(qwen3_server):
+    client = make_client(qwen3_server)
+    with pytest.raises(openai.BadRequestError) as e:
+        forced(client, 0, "required", text={"format": {"type": "json_object"}})
+    assert e.value.body["param"] == "tool_choice"
+
+
+# A small schema whose strings are bounded, so a random model's answer ends.
+THING_SCHEMA = {"type": "object",
+                "properties": {"color": {"enum": ["red", "green", "blue"]},
+                               "name": {"type": "string", "maxLength": 6},
+                               "size": {"type": "integer", "minimum": 0, "maximum": 99}},
+                "required": ["color", "name", "size"], "additionalProperties": False}
+THING_FORMAT = {"format": {"type": "json_schema", "name": "thing", "schema": THING_SCHEMA,
+                           "strict": True}}
+
+
+def test_text_format_json_schema_output_validates(client, model):
+    for seed in range(4):
+        kwargs = dict(model=model, input="Describe a thing.", text=THING_FORMAT,
+                      max_output_tokens=100, temperature=1.0, extra_body={"seed": seed})
+        r = client.responses.create(**kwargs)
+        # The grammar ends the answer (completed); a cut one would be incomplete, not invalid.
+        assert r.status == "completed", r.output_text
+        jsonschema.validate(json.loads(r.output_text), THING_SCHEMA)
+        assert r.text.format.type == "json_schema" and r.text.format.name == "thing"
+        assert r.text.format.schema_ == THING_SCHEMA and r.text.format.strict is True
+        events = list(client.responses.create(**kwargs, stream=True))
+        assert events[-1].type == "response.completed"
+        text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+        assert text == events[-1].response.output_text == r.output_text
+
+
+def test_text_format_json_object_output_is_an_object(client, model):
+    for seed in range(3):
+        r = client.responses.create(model=model, input="Any JSON.", max_output_tokens=40,
+                                    temperature=1.0, text={"format": {"type": "json_object"}},
+                                    extra_body={"seed": seed})
+        assert r.text.format.type == "json_object"
+        if r.status == "completed":
+            assert isinstance(json.loads(r.output_text), dict)
+        else:  # cut by max_output_tokens: the start of an object
+            assert r.status == "incomplete" and r.output_text.startswith("{")
+
+
+def test_text_format_matches_the_chat_response_format(client, model):
+    # The same request on both routes: the same constrained tokens.
+    r = client.responses.create(model=model, input="Describe a thing.", text=THING_FORMAT,
+                                max_output_tokens=100, temperature=0)
+    c = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "Describe a thing."}], max_tokens=100,
+        temperature=0, response_format={"type": "json_schema", "json_schema": {
+            "name": "thing", "schema": THING_SCHEMA, "strict": True}})
+    assert r.output_text == c.choices[0].message.content
+    assert r.usage.output_tokens == c.usage.completion_tokens

@@ -30,6 +30,7 @@ TEST(RefusedFields, EachRefusedFieldIsA400NamingIt) {
       {"suffix", "x"},
       {"best_of", 3},
       {"guided_whitespace_pattern", " "},
+      {"structural_tag", Json::parse(R"({"type": "structural_tag"})")},
       {"logits_processors", Json::array({"x"})},
       {"priority", 1},
       {"n_predict", 10},
@@ -48,7 +49,7 @@ TEST(RefusedFields, EachRefusedFieldIsA400NamingIt) {
 TEST(RefusedFields, DefaultsAndNullsPass) {
   const Json body = Json::parse(R"({
       "prompt": "hi", "n": 2, "use_beam_search": false, "best_of": 2, "suffix": null,
-      "response_format": {"type": "text"}, "priority": 0, "n_predict": -1,
+      "priority": 0, "n_predict": -1,
       "typical_p": 1.0, "user": "u", "store": true, "metadata": {"a": "b"}})");
   EXPECT_NO_THROW(refuse_unsupported_fields(body, Endpoint::Completions));
   const Json chat = Json::parse(R"({

@@ -148,7 +148,7 @@ struct Built {
   std::vector<std::pair<std::string, Json>> events;
   std::string reasoning;
 };
-Built build(const AnswerFormats& formats, const std::string& text, size_t piece,
+Built build(const ChatAnswerFormat& formats, const std::string& text, size_t piece,
             bool incomplete = false, int max_calls = 100) {
   std::string bytes;
   ResponseEventWriter events;
@@ -169,9 +169,9 @@ Json without_call_ids(Json items) {
   return items;
 }
 
-const AnswerFormats kPlain{};
-const AnswerFormats kQwen3{ReasoningFormat::Qwen3, PromptThinking::Unopened,
-                           ToolCallFormat::Hermes};
+const ChatAnswerFormat kPlain{};
+const ChatAnswerFormat kQwen3{ReasoningFormat::Qwen3, PromptThinking::Unopened,
+                              ToolCallFormat::Hermes, /*first_call_only=*/false};
 const std::string kQwen3Answer =
     "<think>\nNeed the weather.\n</think>\n\nChecking.\n<tool_call>\n{\"name\": "
     "\"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n"
@@ -250,8 +250,8 @@ TEST(ResponseItems, WhitespaceBeforeCallsIsNoMessageAndMaxCallsCaps) {
   const std::string calls_only =
       "\n\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>\n"
       "<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>";
-  const AnswerFormats hermes{ReasoningFormat::None, PromptThinking::Unopened,
-                             ToolCallFormat::Hermes};
+  const ChatAnswerFormat hermes{ReasoningFormat::None, PromptThinking::Unopened,
+                                ToolCallFormat::Hermes, /*first_call_only=*/false};
   for (size_t piece : {0, 1}) {
     const Built b = build(hermes, calls_only, piece);
     ASSERT_EQ(b.items.size(), 2u) << b.items.dump();
