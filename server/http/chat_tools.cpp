@@ -28,6 +28,17 @@ void apply_chat_tool_fields(const ChatToolFields& fields, const ServerState& sta
   request.include_reasoning = fields.include_reasoning;
 
   SamplingParams& params = request.options.params;
+  // As vLLM: constraints apply once the reasoning has ended (its end marker is one token in the
+  // templates that use it); a prompt that closed it leaves nothing to wait for.
+  auto after_reasoning = [&](OutputConstraint& constraint) {
+    if (format.reasoning == ReasoningFormat::None ||
+        format.prompt_thinking == PromptThinking::Closed) {
+      return;
+    }
+    const std::vector<int32_t> end = state.model().tokenizer->encode(kThinkEnd, false);
+    if (end.size() == 1) constraint.enforce_after_token = end[0];
+  };
+  if (params.constraint) after_reasoning(*params.constraint);  // response_format and the like
   if (mode == ToolChoiceMode::Required || mode == ToolChoiceMode::Named) {
     if (options.tool_call_format == ToolCallFormat::None) {
       throw bad_request(
@@ -43,13 +54,7 @@ void apply_chat_tool_fields(const ChatToolFields& fields, const ServerState& sta
     }
     OutputConstraint constraint = forced_tool_call_constraint(
         options.tool_call_format, fields.functions, fields.choice, fields.parallel);
-    // As vLLM: the calls are constrained once the reasoning has ended (its end marker is one
-    // token in the templates that use it); a prompt that closed it leaves nothing to wait for.
-    if (format.reasoning != ReasoningFormat::None &&
-        format.prompt_thinking != PromptThinking::Closed) {
-      const std::vector<int32_t> end = state.model().tokenizer->encode(kThinkEnd, false);
-      if (end.size() == 1) constraint.enforce_after_token = end[0];
-    }
+    after_reasoning(constraint);
     constraint.field = "tool_choice";
     params.constraint = std::move(constraint);
   }

@@ -274,6 +274,25 @@ def test_forced_call_waits_for_the_reasoning_to_end(client):
     assert [c.function.name for c in choice.message.tool_calls] == ["now"]
 
 
+def test_response_format_waits_for_the_reasoning_to_end(client):
+    """response_format, like a forced call, starts after </think> while thinking is open (the
+    logit_bias makes the model close it first); with thinking closed in the prompt it starts at
+    the first token, so the biased </think> can never be written."""
+    schema = {"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}},
+              "required": ["answer"], "additionalProperties": False}
+    request = dict(model=model_name(client), seed=0, max_tokens=40,
+                   logit_bias={str(THINK_END): 100},
+                   messages=[{"role": "user", "content": "Yes or no?"}],
+                   response_format={"type": "json_schema",
+                                    "json_schema": {"name": "answer", "schema": schema}})
+    text = client.chat.completions.create(**request).choices[0].message.content
+    assert text.startswith("</think>"), text
+    assert json.loads(text[len("</think>"):]) in ({"answer": "yes"}, {"answer": "no"})
+    text = client.chat.completions.create(**request, extra_body=NO_THINKING).choices[0]
+    text = text.message.content
+    assert json.loads(text) in ({"answer": "yes"}, {"answer": "no"})
+
+
 def test_langchain_forced_tool_loop(server):
     """LangChain's ChatOpenAI.bind_tools with tool_choice "required": the forced call, the
     tool's result sent back through the template, then the model's own answer."""
