@@ -3,22 +3,24 @@
 # Debian package: docker/install-xgrammar.sh builds the pinned, checksummed PyPI sdist into a
 # prefix (install-deps.sh runs it), and this file imports that prefix as the target
 # `xgrammar::xgrammar`. Required: structured output is part of the API.
-set(ATTNRES_XGRAMMAR_VERSION 0.2.9)
-if(DEFINED ENV{ATTNRES_XGRAMMAR_DIR})
-  set(attnres_xgrammar_default "$ENV{ATTNRES_XGRAMMAR_DIR}")
+set(ATTNRES_XGRAMMAR_VERSION 0.2.9-1)  # <version>-<patch level>, as install-xgrammar.sh names it
+set(ATTNRES_XGRAMMAR_DIR "" CACHE PATH
+    "xgrammar's install prefix (empty: the environment's ATTNRES_XGRAMMAR_DIR, else the default)")
+# The default is not cached, so a new version or patch level reaches existing build folders.
+if(ATTNRES_XGRAMMAR_DIR)
+  set(attnres_xgrammar_prefix "${ATTNRES_XGRAMMAR_DIR}")
+elseif(DEFINED ENV{ATTNRES_XGRAMMAR_DIR})
+  set(attnres_xgrammar_prefix "$ENV{ATTNRES_XGRAMMAR_DIR}")
 else()
-  set(attnres_xgrammar_default "$ENV{HOME}/.cache/attnres-xgrammar/${ATTNRES_XGRAMMAR_VERSION}")
+  set(attnres_xgrammar_prefix "$ENV{HOME}/.cache/attnres-xgrammar/${ATTNRES_XGRAMMAR_VERSION}")
 endif()
-set(ATTNRES_XGRAMMAR_DIR "${attnres_xgrammar_default}"
-    CACHE PATH "Install prefix of xgrammar's C++ core (docker/install-xgrammar.sh)")
 
-find_path(XGRAMMAR_INCLUDE_DIR xgrammar/xgrammar.h
-          PATHS "${ATTNRES_XGRAMMAR_DIR}/include" NO_DEFAULT_PATH)
-find_library(XGRAMMAR_LIBRARY NAMES libxgrammar.a xgrammar
-             PATHS "${ATTNRES_XGRAMMAR_DIR}/lib" "${ATTNRES_XGRAMMAR_DIR}/lib64" NO_DEFAULT_PATH)
-if(NOT XGRAMMAR_INCLUDE_DIR OR NOT XGRAMMAR_LIBRARY)
+# Plain paths, not find_library's cached results, for the same reason.
+set(XGRAMMAR_INCLUDE_DIR "${attnres_xgrammar_prefix}/include")
+set(XGRAMMAR_LIBRARY "${attnres_xgrammar_prefix}/lib/libxgrammar.a")
+if(NOT EXISTS "${XGRAMMAR_INCLUDE_DIR}/xgrammar/xgrammar.h" OR NOT EXISTS "${XGRAMMAR_LIBRARY}")
   message(FATAL_ERROR
-    "xgrammar ${ATTNRES_XGRAMMAR_VERSION} not found in ${ATTNRES_XGRAMMAR_DIR}. Build it with "
+    "xgrammar ${ATTNRES_XGRAMMAR_VERSION} not found in ${attnres_xgrammar_prefix}. Build it with "
     "docker/install-xgrammar.sh (docker/install-deps.sh runs it), or point "
     "-DATTNRES_XGRAMMAR_DIR / the ATTNRES_XGRAMMAR_DIR environment variable at its prefix.")
 endif()

@@ -141,6 +141,14 @@ std::shared_ptr<const CompiledConstraint> ConstraintCompiler::compile(
                 std::to_string(constraint.spec.size()) + " bytes, at most " +
                 std::to_string(kMaxConstraintSpecBytes) + " are allowed");
   }
+  if (constraint.kind == ConstraintKind::JsonSchema ||
+      constraint.kind == ConstraintKind::StructuralTag) {
+    if (const int depth = json_nesting_depth(constraint.spec); depth > kMaxConstraintNesting) {
+      throw Error(constraint.field + ": the " + kind_name(constraint.kind) + " nests " +
+                  std::to_string(depth) + " levels deep, at most " +
+                  std::to_string(kMaxConstraintNesting) + " are allowed");
+    }
+  }
   std::string key = std::to_string(static_cast<int>(constraint.kind));
   key += '\n';
   key += constraint.spec;
@@ -176,8 +184,8 @@ std::shared_ptr<const CompiledConstraint> ConstraintCompiler::compile_uncached(
           throw Error("the JSON schema keyword " + *keyword +
                       " is not supported (it could not be enforced)");
         }
-        // One layout, {"a": 1, "b": [2]} (no free whitespace): a model cannot stall in whitespace, and every
-        // answer parses the same.
+        // One layout, {"a": 1, "b": [2]} (no free whitespace): a model cannot stall in whitespace,
+        // and every answer parses the same.
         grammar = xg.compiler.CompileJSONSchema(spec, /*any_whitespace=*/false);
         break;
       case ConstraintKind::JsonObject:

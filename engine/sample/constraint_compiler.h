@@ -5,9 +5,10 @@
 // the request that repeats a schema pays nothing.
 //
 // Bad specs (an invalid JSON schema, regex or grammar, an unsupported keyword, a spec over
-// kMaxConstraintSpecBytes) throw attnres::Error "<constraint.field>: ..." on the caller's thread:
-// the server compiles on its front-end thread before the request is accepted, so the engine
-// thread never compiles and a bad spec is a 400 naming the field.
+// kMaxConstraintSpecBytes or JSON nested deeper than kMaxConstraintNesting) throw attnres::Error
+// "<constraint.field>: ..." on the caller's thread: the server compiles on its front-end thread
+// before the request is accepted, so the engine thread never compiles and a bad spec is a 400
+// naming the field.
 #pragma once
 
 #include <cstddef>
@@ -42,6 +43,9 @@ struct ConstraintVocabulary {
 // the demo vocabulary); xgrammar cannot interrupt a compile in progress, so the bound is on
 // the input. Compiles run on front-end threads, never the engine thread.
 inline constexpr size_t kMaxConstraintSpecBytes = 64 * 1024;
+// JSON schemas and structural tags: how deep their JSON may nest (a 100-deep schema compiles in
+// ~0.3 s, a 200-deep one in ~2 s, a 2000-deep one not in minutes).
+inline constexpr int kMaxConstraintNesting = 64;
 inline constexpr size_t kMaxChoices = 1024;  // strings in a Choice constraint
 inline constexpr size_t kConstraintCacheEntries = 256;
 

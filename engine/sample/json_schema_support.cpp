@@ -1,5 +1,6 @@
 #include "engine/sample/json_schema_support.h"
 
+#include <algorithm>
 #include <array>
 #include <nlohmann/json.hpp>
 #include <string_view>
@@ -65,6 +66,24 @@ std::optional<std::string> unsupported_json_schema_keyword(const std::string& sc
   const Json parsed = Json::parse(schema, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded()) return std::nullopt;
   return find_in(parsed, "");
+}
+
+int json_nesting_depth(const std::string& text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      escaped = !escaped && c == '\\';
+      in_string = escaped || c != '"';
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return deepest;
 }
 
 }  // namespace attnres

@@ -13,4 +13,8 @@ namespace attnres {
 // that).
 std::optional<std::string> unsupported_json_schema_keyword(const std::string& schema);
 
+// How deep the JSON text's objects and arrays nest (brackets outside strings). xgrammar's
+// compile time grows steeply with a schema's depth (docs/BENCHMARKS.md, "Structured output").
+int json_nesting_depth(const std::string& text);
+
 }  // namespace attnres

@@ -6,9 +6,12 @@
 // the AttnRes overhead. --modes SIZE runs the
 // built-in plain-SIZE and attnres-SIZE in every attnres_mode (docs/ATTNRES.md §2d).
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <iterator>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -16,6 +19,7 @@
 #include "engine/parallel/process_group.h"
 #include "engine/sched/model_execution.h"
 #include "engine/sched/offline_generator.h"
+#include "engine/sched/tokenizer_constraints.h"
 #include "kernels/cpu/memory_bandwidth.h"
 #include "server/cli/commands.h"
 
@@ -49,7 +53,8 @@ double paired_overhead(const std::vector<double>& a, const std::vector<double>& 
 }
 
 std::vector<GenerationRequest> random_requests(int batch, int input_len, int output_len, int vocab,
-                                               uint64_t seed) {
+                                               uint64_t seed,
+                                               const std::optional<OutputConstraint>& constraint) {
   uint64_t state = seed * 0x9e3779b97f4a7c15ull + 1;
   std::vector<GenerationRequest> requests(batch);
   for (GenerationRequest& r : requests) {
@@ -63,8 +68,24 @@ std::vector<GenerationRequest> random_requests(int batch, int input_len, int out
     r.params.max_tokens = output_len;
     r.params.ignore_eos = true;
     r.params.skip_special_tokens = true;
+    r.params.constraint = constraint;
   }
   return requests;
+}
+
+// --json-schema: every sequence constrained to that schema (JSON text, or @FILE).
+std::optional<OutputConstraint> json_schema_constraint(const Flags& flags) {
+  if (!flags.has("json-schema")) return std::nullopt;
+  OutputConstraint c;
+  c.kind = ConstraintKind::JsonSchema;
+  c.field = "--json-schema";
+  c.spec = flags.get("json-schema");
+  if (!c.spec.empty() && c.spec[0] == '@') {
+    std::ifstream in(c.spec.substr(1));
+    if (!in) throw Error("--json-schema: cannot read " + c.spec.substr(1));
+    c.spec.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  return c;
 }
 
 // One model of a latency run: loaded and ready, then measured one iteration at a time, so
@@ -75,12 +96,13 @@ class LatencyRun {
       : model_(load_model_arg(model_arg)),
         batch_(flags.get_int("batch", 1)),
         input_len_(flags.get_int("input-len", 128)),
-        output_len_(flags.get_int("output-len", 32)) {
+        output_len_(flags.get_int("output-len", 32)),
+        constraint_(json_schema_constraint(flags)) {
     vocab_ = std::min(model_.config.vocab_size, model_.tokenizer->vocab_size());
     OfflineGeneratorOptions options;
     options.max_model_len = model_.config.max_position_embeddings;
     const std::vector<GenerationRequest> shape =
-        random_requests(batch_, input_len_, output_len_, vocab_, 0);
+        random_requests(batch_, input_len_, output_len_, vocab_, 0, constraint_);
     OfflineGenerator::validate(shape, model_.vocabulary(), options.max_model_len);
     options.num_kv_blocks = OfflineGenerator::blocks_needed(shape, options.block_size);
     EngineArgs args = engine_args_from_flags(flags);
@@ -90,13 +112,36 @@ class LatencyRun {
     exec_ = make_model_execution(args, model_, options.num_kv_blocks, options.block_size);
     generator_ = std::make_unique<OfflineGenerator>(*exec_->runner, model_.tokenizer,
                                                     model_.eos_token_ids(), options);
+    if (constraint_) report_compile_times();
+  }
+
+  // Structured output's one-time costs on this model's vocabulary, with a fresh compiler: the
+  // vocabulary handed to xgrammar (with a JSON-object grammar), then the --json-schema.
+  void report_compile_times() const {
+    using Clock = std::chrono::steady_clock;
+    auto ms = [](Clock::duration d) {
+      return std::chrono::duration<double, std::milli>(d).count();
+    };
+    const Clock::time_point start = Clock::now();
+    auto compiler =
+        make_constraint_compiler(*model_.tokenizer, model_.vocabulary(), model_.eos_token_ids());
+    OutputConstraint object;
+    object.kind = ConstraintKind::JsonObject;
+    compiler->compile(object);
+    const Clock::time_point handed = Clock::now();
+    compiler->compile(*constraint_);
+    const Clock::time_point compiled = Clock::now();
+    std::printf(
+        "structured output: vocabulary to xgrammar + JSON-object grammar %.1f ms; "
+        "--json-schema (%zu bytes) compiled in %.1f ms\n",
+        ms(handed - start), constraint_->spec.size(), ms(compiled - handed));
   }
 
   // Iteration `it` (its prompts seeded by it); recorded unless it is a warm-up.
   void iterate(int it, bool measured) {
     GenerationTimings t;
     for (const GenerationResult& result : generator_->generate(
-             random_requests(batch_, input_len_, output_len_, vocab_, it), {}, &t)) {
+             random_requests(batch_, input_len_, output_len_, vocab_, it, constraint_), {}, &t)) {
       if (!result.error.empty()) throw Error("bench latency: a sequence failed: " + result.error);
     }
     if (!measured) return;
@@ -135,6 +180,7 @@ class LatencyRun {
  private:
   LoadedModel model_;
   int batch_, input_len_, output_len_, vocab_ = 0;
+  std::optional<OutputConstraint> constraint_;
   std::unique_ptr<ModelExecution> exec_;
   std::unique_ptr<OfflineGenerator> generator_;
   std::vector<double> prefill_, decode_;  // per measured iteration: seconds, ms per step
@@ -184,6 +230,9 @@ int run_latency(const std::vector<std::string>& args) {
       {"iters", "N", "measured repetitions; medians are reported (default 3)"},
       {"warmup", "N", "unmeasured repetitions first (default 1)"},
       {"json", "FILE", "also write the results as JSON"},
+      {"json-schema", "SCHEMA",
+       "constrain every sequence to this JSON schema (JSON text or @FILE): structured "
+       "output's cost"},
       {"modes", "SIZE",
        "100m or 0.6b: the built-in plain twin, then that AttnRes shape in every "
        "attnres_mode (added to any --model)"},

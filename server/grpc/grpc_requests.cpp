@@ -5,9 +5,55 @@
 #include <algorithm>
 #include <string>
 
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <vector>
+
 #include "engine/core/error.h"
 
 namespace attnres::server {
+
+std::optional<OutputConstraint> to_output_constraint(const v1::SamplingParams& proto) {
+  OutputConstraint c;
+  switch (proto.constraint_case()) {
+    case v1::SamplingParams::kJsonSchema:
+      c.kind = ConstraintKind::JsonSchema;
+      c.spec = proto.json_schema();
+      c.field = "json_schema";
+      break;
+    case v1::SamplingParams::kJsonObject:
+      if (!proto.json_object()) return std::nullopt;
+      c.kind = ConstraintKind::JsonObject;
+      c.field = "json_object";
+      break;
+    case v1::SamplingParams::kRegex:
+      c.kind = ConstraintKind::Regex;
+      c.spec = proto.regex();
+      c.field = "regex";
+      break;
+    case v1::SamplingParams::kChoice: {
+      c.kind = ConstraintKind::Choice;
+      c.spec = nlohmann::json(std::vector<std::string>(proto.choice().values().begin(),
+                                                       proto.choice().values().end()))
+                   .dump();
+      c.field = "choice";
+      break;
+    }
+    case v1::SamplingParams::kGrammar:
+      c.kind = ConstraintKind::Grammar;
+      c.spec = proto.grammar();
+      c.field = "grammar";
+      break;
+    case v1::SamplingParams::kStructuralTag:
+      c.kind = ConstraintKind::StructuralTag;
+      c.spec = proto.structural_tag();
+      c.field = "structural_tag";
+      break;
+    case v1::SamplingParams::CONSTRAINT_NOT_SET:
+      return std::nullopt;
+  }
+  return c;
+}
 
 SamplingParams to_sampling_params(const v1::SamplingParams& proto, SamplingParams defaults) {
   SamplingParams p = std::move(defaults);
@@ -41,6 +87,7 @@ SamplingParams to_sampling_params(const v1::SamplingParams& proto, SamplingParam
   // The map's iteration order is unspecified: sort so validation reports the same id each time.
   p.allowed_token_ids.assign(proto.allowed_token_ids().begin(), proto.allowed_token_ids().end());
   std::sort(p.logit_bias.begin(), p.logit_bias.end());
+  p.constraint = to_output_constraint(proto);
   return p;
 }
 

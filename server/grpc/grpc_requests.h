@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -26,6 +27,9 @@ struct GrpcGenerateRequest {
 // Fields the client left unset keep `defaults` (the model's generation_config.json values).
 // Throws attnres::Error for a negative logprobs (the engine would read -1 as "none").
 SamplingParams to_sampling_params(const v1::SamplingParams& proto, SamplingParams defaults);
+// The request's structured-output constraint (the `constraint` oneof); none when unset or
+// json_object is false. Its spec is checked when the engine compiles it.
+std::optional<OutputConstraint> to_output_constraint(const v1::SamplingParams& proto);
 
 // Throws attnres::Error naming the field for an invalid input (INVALID_ARGUMENT).
 GrpcGenerateRequest to_engine_request(const v1::GenerateRequest& proto,

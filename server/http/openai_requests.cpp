@@ -10,6 +10,7 @@
 #include "server/http/chat_tools.h"
 #include "server/http/field_reader.h"
 #include "server/http/refused_fields.h"
+#include "server/http/structured_output_fields.h"
 #include "server/http/vllm_request_fields.h"
 
 namespace attnres::server::http {
@@ -100,6 +101,7 @@ void read_depth_attention_fields(const FieldReader& f, SamplingParams& p,
 void read_generation_options(const FieldReader& f, GenerationOptions& o, const ServerState& state) {
   read_sampling_fields(f, o.params);
   read_depth_attention_fields(f, o.params, state);
+  read_structured_output_fields(f, o.params);
   if (auto v = f.integer("n", 1, kMaxChoices)) o.n = int(*v);
   if (auto v = f.boolean("stream")) o.stream = *v;
   if (auto v = f.boolean("return_token_ids")) o.return_token_ids = *v;

@@ -27,10 +27,6 @@ bool equals_n(const Json& v, const Json& body) {
 }
 bool is_medium(const Json& v, const Json&) { return v == "medium"; }
 bool is_text_only(const Json& v, const Json&) { return v == Json::array({"text"}); }
-// {"type": "text"}: free text, which is what every answer is.
-bool is_text_format(const Json& v, const Json&) {
-  return v.is_object() && v.size() == 1 && v.contains("type") && v["type"] == "text";
-}
 
 enum Where : unsigned { kCompletions = 1, kChat = 2, kBoth = 3 };
 
@@ -56,18 +52,8 @@ constexpr RefusedField kRefused[] = {
     {"echo", kChat, is_false, "false",
      "echoing the final message into the answer is not supported for chat"},
     // ---- constrained decoding ----
-    {"response_format", kBoth, is_text_format, "{\"type\": \"text\"}",
-     "constrained decoding (structured output) is not supported"},
-    {"structured_outputs", kBoth, nullptr, "", "constrained decoding is not supported"},
-    {"guided_json", kBoth, nullptr, "", "constrained decoding is not supported"},
-    {"guided_regex", kBoth, nullptr, "", "constrained decoding is not supported"},
-    {"guided_choice", kBoth, nullptr, "", "constrained decoding is not supported"},
-    {"guided_grammar", kBoth, nullptr, "", "constrained decoding is not supported"},
-    {"guided_decoding_backend", kBoth, nullptr, "", "constrained decoding is not supported"},
-    {"guided_whitespace_pattern", kBoth, nullptr, "", "constrained decoding is not supported"},
-    {"structural_tag", kBoth, nullptr, "", "constrained decoding is not supported"},
-    {"grammar", kBoth, nullptr, "", "constrained decoding is not supported"},
-    {"json_schema", kBoth, nullptr, "", "constrained decoding is not supported"},
+    {"guided_whitespace_pattern", kBoth, nullptr, "",
+     "JSON output has one fixed layout: a whitespace pattern is not supported"},
     {"logits_processors", kBoth, nullptr, "", "custom logits processors are not supported"},
     // ---- tool calls ----
     {"functions", kChat, nullptr, "", "the deprecated functions field is not supported"},

@@ -186,6 +186,25 @@ TEST_F(ConstraintTest, CompiledGrammarsAreCachedByKindAndSpec) {
   EXPECT_NE(a.get(), c.get());
 }
 
+// A schema whose JSON nests `depth` levels: {"type":"array","items": ... {} ...}.
+OutputConstraint deep_schema(int depth) {
+  std::string spec;
+  for (int i = 1; i < depth; ++i) spec += R"({"type":"array","items":)";
+  spec += "{}";
+  spec += std::string(static_cast<size_t>(depth - 1), '}');
+  return constraint(ConstraintKind::JsonSchema, spec);
+}
+
+TEST(JsonSchemaSupport, NestingDepthCountsBracketsOutsideStrings) {
+  EXPECT_EQ(json_nesting_depth(R"({"a": [1, {"b": "[[{{\"}"}]})"), 3);
+  EXPECT_EQ(json_nesting_depth("\"x\""), 0);
+}
+
+TEST_F(ConstraintTest, SchemasUpToTheNestingLimitCompile) {
+  ASSERT_EQ(json_nesting_depth(deep_schema(kMaxConstraintNesting).spec), kMaxConstraintNesting);
+  EXPECT_NO_THROW(compiler.compile(deep_schema(kMaxConstraintNesting)));
+}
+
 // Each bad spec throws an Error that starts with the constraint's field.
 TEST_F(ConstraintTest, BadSpecsThrowNamingTheField) {
   const std::vector<OutputConstraint> bad = {
@@ -198,10 +217,10 @@ TEST_F(ConstraintTest, BadSpecsThrowNamingTheField) {
       constraint(ConstraintKind::Regex, "(ab"),
       constraint(ConstraintKind::Grammar, "root ::= undefined_rule"),
       constraint(ConstraintKind::Grammar, "this is not a grammar"),
-      constraint(ConstraintKind::Choice, "[]"),
-      constraint(ConstraintKind::Choice, "[1, 2]"),
+      constraint(ConstraintKind::Choice, "[]"), constraint(ConstraintKind::Choice, "[1, 2]"),
       constraint(ConstraintKind::StructuralTag, R"({"type": "nope"})"),
       constraint(ConstraintKind::Regex, std::string(kMaxConstraintSpecBytes + 1, 'a')),
+      deep_schema(kMaxConstraintNesting + 1),  // at 2000 levels a compile takes minutes
   };
   for (const OutputConstraint& c : bad) {
     try {

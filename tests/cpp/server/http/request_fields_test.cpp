@@ -29,9 +29,8 @@ TEST(RefusedFields, EachRefusedFieldIsA400NamingIt) {
       {"use_beam_search", true},
       {"suffix", "x"},
       {"best_of", 3},
-      {"response_format", Json::parse(R"({"type": "json_object"})")},
-      {"guided_json", Json::parse(R"({"type": "object"})")},
-      {"grammar", "root ::= \"a\""},
+      {"guided_whitespace_pattern", " "},
+      {"logits_processors", Json::array({"x"})},
       {"priority", 1},
       {"n_predict", 10},
   };
