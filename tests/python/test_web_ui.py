@@ -528,7 +528,8 @@ def test_tools_field_with_bad_json_sends_nothing(server, browser):
     settings(browser, tools='{"type": "function"}')
     browser.find_element(By.ID, "send").click()
     wait_idle_after_send(browser)
-    assert error_text(browser) == "Tools: must be a JSON list of tool definitions. Nothing was sent."
+    assert error_text(browser) == \
+        "Tools: must be a JSON list of tool definitions. Nothing was sent."
     assert browser.find_element(By.ID, "prompt").get_attribute("value") == "Hi"
     assert browser.find_elements(By.CSS_SELECTOR, ".msg") == []
     assert not [u for u in requested_urls(browser) if "/v1/chat/completions" in u]
@@ -542,3 +543,68 @@ def test_tools_field_with_bad_json_sends_nothing(server, browser):
     assert status == 400 and api["error"]["param"] == "tool_choice"
     assert error_text(browser) == "The server refused the request (400): " + api["error"]["message"]
     assert browser.find_elements(By.CSS_SELECTOR, ".msg") == []
+
+
+# ---- structured output: the response format field ----
+
+SHAPE = {"type": "object", "properties": {"color": {"enum": ["red", "green", "blue"]},
+                                          "size": {"enum": [1, 2, 3]}},
+         "required": ["color", "size"], "additionalProperties": False}
+
+
+def shown_json(driver):
+    """(data-json, the label, the pretty-printed JSON or None, the raw text) of the newest
+    answer."""
+    return driver.execute_script("""
+        const m = [...document.querySelectorAll('.msg.assistant, .msg.completion')].pop();
+        const pre = m.querySelector('.json-answer pre');
+        return [m.dataset.json || null, m.querySelector('.json-label').textContent,
+                pre ? pre.textContent : null, m.querySelector('.text').textContent];""")
+
+
+def test_response_format_answer_is_shown_as_json(server, browser):
+    open_page(browser, server.http_url)
+    wait_ready(browser)
+    settings(browser, mode="chat", temperature=0, seed=2, max_tokens=40,
+             response_format=json.dumps(SHAPE))
+    send_prompt(browser, "A thing?")
+    wait_idle_after_send(browser)
+    assert error_text(browser) is None
+    marked, label, pretty_text, raw = shown_json(browser)
+    status, _, api = post_json(server.http_url, "/v1/chat/completions", {
+        "model": "attnres-demo", "temperature": 0, "seed": 2, "max_tokens": 40,
+        "messages": [{"role": "user", "content": "A thing?"}],
+        "response_format": {"type": "json_schema",
+                            "json_schema": {"name": "answer", "schema": SHAPE}}})
+    assert status == 200, api
+    content = api["choices"][0]["message"]["content"]
+    assert api["choices"][0]["finish_reason"] == "stop"
+    assert raw == content and json.loads(content)["color"] in ("red", "green", "blue")
+    assert marked == "valid" and label == "JSON (response_format json_schema)"
+    assert pretty_text == json.dumps(json.loads(content), indent=2)
+    # Cut short by max_tokens, the answer is marked as not whole JSON.
+    settings(browser, max_tokens=2)
+    send_prompt(browser, "Another?")
+    wait_idle_after_send(browser)
+    marked, label, pretty_text, _ = shown_json(browser)
+    assert last_answer(browser)[2] == "length"
+    assert marked == "invalid" and pretty_text is None
+    assert label == "Not whole JSON (response_format json_schema)"
+    # A schema the page cannot parse: named, nothing sent; one the server refuses: its 400.
+    settings(browser, response_format="{")
+    send_prompt(browser, "Bad")
+    assert error_text(browser).startswith("Response format: not valid JSON (")
+    assert len(browser.find_elements(By.CSS_SELECTOR, ".msg.assistant")) == 2
+    bad = {"type": "object", "not": {"type": "object"}}
+    settings(browser, response_format=json.dumps(bad))
+    browser.find_element(By.ID, "send").click()
+    wait_idle_after_send(browser)
+    status, _, api = post_json(server.http_url, "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "Bad"}], "max_tokens": 3,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "answer",
+                                                                    "schema": bad}}})
+    assert status == 400, api
+    assert error_text(browser) == "The server refused the request (400): " + api["error"]["message"]
+    # The only errors the console saw are the refused request's.
+    errors = console_errors(browser)
+    assert all("status of 400" in e["message"] for e in errors), errors

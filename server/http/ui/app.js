@@ -3,8 +3,9 @@
 // heatmap of every answer; a chat answer's reasoning and tool calls are shown apart from its
 // text. Plain script, no build step, nothing loaded from elsewhere (the server's
 // Content-Security-Policy allows this origin only). The state the tests read back is in the
-// DOM: body[data-state], body[data-ready], each heatmap cell's data-value, and each tool
-// call's data-name and data-arguments (the arguments as streamed, assembled).
+// DOM: body[data-state], body[data-ready], each heatmap cell's data-value, each tool call's
+// data-name and data-arguments (the arguments as streamed, assembled), and an answer's
+// data-json when it was asked for under a response format.
 'use strict';
 
 const $ = (id) => document.getElementById(id);
@@ -368,6 +369,11 @@ function requestBody(entries) {
   body.seed = numberField('seed', true);
   const stop = $('stop').value.split('\n').filter((s) => s !== '');
   if (stop.length) body.stop = stop;
+  const schema = jsonField('response-format', 'Response format',
+    (v) => v !== null && typeof v === 'object' && !Array.isArray(v), 'a JSON schema (an object)');
+  if (schema) {
+    body.response_format = { type: 'json_schema', json_schema: { name: 'answer', schema } };
+  }
   if ($('depth').checked && state.info && state.info.depth_attention) {
     body.return_depth_attention = true;
     body.depth_attention_per_token = true;
@@ -406,6 +412,7 @@ async function generate(context, entry) {
     return false;
   }
   const path = isChat() ? '/v1/chat/completions' : '/v1/completions';
+  entry.format = body.response_format ? body.response_format.type : null;
   state.controller = new AbortController();
   setBusy(true);
   entry.depth = null;
@@ -426,11 +433,44 @@ async function generate(context, entry) {
       }
     }
   } finally {
+    if (entry.format && hasAnswer(entry)) showJsonAnswer(entry);
     flushFrame();
     state.controller = null;
     setBusy(false);
   }
   return ok;
+}
+
+// An answer asked for under a response format: pretty-printed and marked as JSON when it
+// parses (the raw text, whose pieces map to tokens, is hidden), else marked as not whole JSON
+// (stopped, or cut by max_tokens).
+function showJsonAnswer(entry) {
+  const box = document.createElement('div');
+  box.className = 'json-answer';
+  const label = document.createElement('div');
+  label.className = 'json-label';
+  box.append(label);
+  try {
+    const pretty = JSON.stringify(JSON.parse(entry.content), null, 2);
+    label.textContent = `JSON (response_format ${entry.format})`;
+    const pre = document.createElement('pre');
+    pre.textContent = pretty;
+    box.append(pre);
+    entry.el.dataset.json = 'valid';
+    entry.text.hidden = true;
+  } catch (e) {
+    label.textContent = `Not whole JSON (response_format ${entry.format})`;
+    entry.el.dataset.json = 'invalid';
+  }
+  entry.jsonBox = box;
+  entry.text.after(box);
+}
+
+function clearJsonAnswer(entry) {
+  if (entry.jsonBox) entry.jsonBox.remove();
+  entry.jsonBox = null;
+  entry.text.hidden = false;
+  delete entry.el.dataset.json;
 }
 
 function removeEntry(entry) {
@@ -562,6 +602,7 @@ function regenerate(entry) {
   entry.content = '';
   entry.text.textContent = '';
   clearAnswerParts(entry);
+  clearJsonAnswer(entry);
   delete entry.el.dataset.finish;
   entry.el.classList.remove('failed');
   generate(input, entry);
