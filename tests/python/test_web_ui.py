@@ -482,7 +482,8 @@ SCRIPT_TEXT = (f"<think>{SCRIPT_REASONING}</think>\n\nLet me check.\n" + "\n".jo
     for name, arguments in SCRIPT_CALLS))
 
 
-def test_reasoning_and_tool_calls_of_a_scripted_reply(attnres_bin, browser, qwen3_model):
+def test_reasoning_and_tool_calls_of_a_scripted_reply(attnres_bin, browser, qwen3_model,
+                                                      artifacts):
     with ServerProcess(attnres_bin, "--model", qwen3_model, "--max-model-len", "4096",
                        env={"ATTNRES_TEST_SCRIPTED_REPLY": SCRIPT_TEXT + "<|im_end|>"}) as s:
         open_page(browser, s.http_url)
@@ -504,6 +505,7 @@ def test_reasoning_and_tool_calls_of_a_scripted_reply(attnres_bin, browser, qwen
             "const m = document.querySelector('.msg.assistant');"
             "return [...m.children].map((c) => c.className);")[:4] == \
             ["who", "reasoning", "text", "tool-calls"]
+        browser.save_screenshot(str(artifacts / "web_ui_tool_calls_chromium.png"))
         # The next turn sends the calls back in the history; without tools nothing is parsed
         # as a call, the thinking is still split off.
         settings(browser, tools="")
