@@ -4,7 +4,8 @@ no driver or browser is downloaded, Selenium Manager never runs), against the re
 
 What the page shows is read back from its DOM: the model card's fields, each streamed chunk
 as a span of the answer, each heatmap cell's exact weight in data-value, the error box's text.
-The heatmap is compared with the API's own JSON for the same seeded greedy request. A
+The heatmap, and a chat answer's tool calls (each call's data-name and data-arguments), are
+compared with the API's own JSON for the same seeded request. A
 screenshot of the page is kept under <build>/test-artifacts/. Firefox (firefox-esr, headless)
 is checked by test_web_ui_firefox.py, the routes without a browser by test_web_ui_routes.py.
 Skipped, with the reason, where Chromium is absent.
@@ -25,6 +26,7 @@ import pytest
 
 from checkpoint_cache import checkpoint_fixture
 from http_helpers import post_json, request
+from qwen3_checkpoint import make_qwen3_checkpoint
 from server_process import ServerProcess
 
 CHROMIUM = shutil.which("chromium")
@@ -384,3 +386,227 @@ def test_plain_model_page_says_it_has_no_depth_attention(attnres_bin, browser, c
         wait_idle_after_send(browser)
         assert last_answer(browser)[2] == "length" and error_text(browser) is None
         assert browser.find_elements(By.CSS_SELECTOR, "#heatmap td") == []
+
+
+# ---- tool calls and reasoning, on a checkpoint with the real Qwen3 tokenizer and template ----
+
+def shown_answer(driver):
+    """The newest chat answer's parts as the page shows them."""
+    return driver.execute_script("""
+        const m = [...document.querySelectorAll('.msg.assistant')].pop();
+        const reasoning = m.querySelector('.reasoning');
+        const note = m.querySelector('.finish');
+        return {
+          text: m.querySelector('.text').textContent,
+          reasoning: reasoning.hidden ? null : m.querySelector('.reasoning-text').textContent,
+          calls: [...m.querySelectorAll('.tool-call')].map((c) => ({
+            id: c.dataset.id, name: c.dataset.name, arguments: c.dataset.arguments,
+            shown_name: c.querySelector('.call-head code').textContent,
+            shown_arguments: c.querySelector('.call-args').textContent})),
+          finish: m.dataset.finish || null,
+          finish_note: note.hidden ? null : note.textContent};""")
+
+
+def pretty(arguments):
+    """The arguments as the page prints them (JSON.stringify's two-space layout)."""
+    return json.dumps(json.loads(arguments), indent=2, ensure_ascii=False)
+
+
+@pytest.fixture(scope="module")
+def qwen3_model(ckpt_root):
+    path = make_qwen3_checkpoint(ckpt_root / "webui_qwen3", seed=5)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+# Bounded argument values, so a random model's constrained call ends within max_tokens.
+CITY = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object",
+                   "properties": {"city": {"enum": ["Oslo", "Zürich", "東京"]},
+                                  "days": {"enum": [1, 2, 3]}},
+                   "required": ["city", "days"], "additionalProperties": False}}}
+NOW = {"type": "function", "function": {
+    "name": "now", "description": "The time",
+    "parameters": {"type": "object", "properties": {}, "additionalProperties": False}}}
+
+
+def test_forced_tool_call_shown_as_the_api_returns_it(attnres_bin, browser, qwen3_model):
+    with ServerProcess(attnres_bin, "--model", qwen3_model, "--max-model-len", "4096") as s:
+        open_page(browser, s.http_url)
+        wait_ready(browser)
+        settings(browser, mode="chat", temperature=0, seed=3, max_tokens=150,
+                 tools=json.dumps([CITY, NOW]), tool_choice="required")
+        # Thinking off (the call is forced from the answer's first token on), one call.
+        browser.find_element(By.ID, "thinking").click()
+        browser.find_element(By.ID, "parallel-tools").click()
+        send_prompt(browser, "Weather in Oslo for 2 days?")
+        wait_idle_after_send(browser)
+        assert error_text(browser) is None
+        shown = shown_answer(browser)
+
+        model = json.loads(request(s.http_url, "GET", "/v1/models")[2])["data"][0]["id"]
+        status, _, api = post_json(s.http_url, "/v1/chat/completions", {
+            "model": model, "temperature": 0, "seed": 3, "max_tokens": 150,
+            "messages": [{"role": "user", "content": "Weather in Oslo for 2 days?"}],
+            "tools": [CITY, NOW], "tool_choice": "required", "parallel_tool_calls": False,
+            "chat_template_kwargs": {"enable_thinking": False}})
+        assert status == 200, api
+        choice = api["choices"][0]
+        assert choice["finish_reason"] == "tool_calls"
+        calls = choice["message"]["tool_calls"]
+        assert len(calls) == 1
+        assert [(c["name"], c["arguments"]) for c in shown["calls"]] == \
+            [(c["function"]["name"], c["function"]["arguments"]) for c in calls]
+        call = shown["calls"][0]
+        assert call["id"].startswith("call_")
+        assert call["shown_name"] == call["name"]
+        assert call["shown_arguments"] == pretty(call["arguments"])
+        assert shown["finish"] == "tool_calls"
+        assert shown["finish_note"] == "finish_reason: tool_calls"
+        assert shown["reasoning"] is None and shown["text"] == ""
+        assert console_errors(browser) == []
+
+
+# A reply a trained Qwen3 would write, forced by ATTNRES_TEST_SCRIPTED_REPLY
+# (server/cli/scripted_reply_runner.h): the server parses it as it would the model's own.
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+                                                    "days": {"type": "integer"}},
+                   "required": ["city"]}}}
+SCRIPT_CALLS = [("get_weather", '{"city": "Zürich", "days": 2}'), ("now", "{}")]
+SCRIPT_REASONING = "\nThe user wants the weather ☀.\n"
+SCRIPT_TEXT = (f"<think>{SCRIPT_REASONING}</think>\n\nLet me check.\n" + "\n".join(
+    f'<tool_call>\n{{"name": "{name}", "arguments": {arguments}}}\n</tool_call>'
+    for name, arguments in SCRIPT_CALLS))
+
+
+def test_reasoning_and_tool_calls_of_a_scripted_reply(attnres_bin, browser, qwen3_model,
+                                                      artifacts):
+    with ServerProcess(attnres_bin, "--model", qwen3_model, "--max-model-len", "4096",
+                       env={"ATTNRES_TEST_SCRIPTED_REPLY": SCRIPT_TEXT + "<|im_end|>"}) as s:
+        open_page(browser, s.http_url)
+        wait_ready(browser)
+        settings(browser, mode="chat", temperature=0.7, seed=1, max_tokens=200,
+                 tools=json.dumps([WEATHER, NOW]))
+        send_prompt(browser, "Weather?")
+        wait_idle_after_send(browser)
+        assert error_text(browser) is None
+        shown = shown_answer(browser)
+        # The calls assembled from the streamed fragments, the reasoning above the text.
+        assert shown["reasoning"] == SCRIPT_REASONING
+        assert shown["text"] == "\n\nLet me check."
+        assert [(c["name"], c["arguments"]) for c in shown["calls"]] == SCRIPT_CALLS
+        assert [c["shown_arguments"] for c in shown["calls"]] == \
+            ['{\n  "city": "Zürich",\n  "days": 2\n}', "{}"]
+        assert shown["finish_note"] == "finish_reason: tool_calls"
+        assert browser.execute_script(
+            "const m = document.querySelector('.msg.assistant');"
+            "return [...m.children].map((c) => c.className);")[:4] == \
+            ["who", "reasoning", "text", "tool-calls"]
+        browser.save_screenshot(str(artifacts / "web_ui_tool_calls_chromium.png"))
+        # The next turn sends the calls back in the history; without tools nothing is parsed
+        # as a call, the thinking is still split off.
+        settings(browser, tools="")
+        send_prompt(browser, "And without tools?")
+        wait_idle_after_send(browser)
+        assert error_text(browser) is None
+        shown = shown_answer(browser)
+        assert shown["reasoning"] == SCRIPT_REASONING
+        assert shown["text"] == SCRIPT_TEXT.split("</think>")[1]
+        assert shown["calls"] == [] and shown["finish"] == "stop" and shown["finish_note"] is None
+        assert console_errors(browser) == []
+
+
+def test_tools_field_with_bad_json_sends_nothing(server, browser):
+    open_page(browser, server.http_url)
+    wait_ready(browser)
+    settings(browser, mode="chat", max_tokens=3, tools="[{not json")
+    send_prompt(browser, "Hi")
+    wait_idle_after_send(browser)
+    shown = error_text(browser)
+    assert shown.startswith("Tools: not valid JSON (") and shown.endswith(". Nothing was sent.")
+    settings(browser, tools='{"type": "function"}')
+    browser.find_element(By.ID, "send").click()
+    wait_idle_after_send(browser)
+    assert error_text(browser) == \
+        "Tools: must be a JSON list of tool definitions. Nothing was sent."
+    assert browser.find_element(By.ID, "prompt").get_attribute("value") == "Hi"
+    assert browser.find_elements(By.CSS_SELECTOR, ".msg") == []
+    assert not [u for u in requested_urls(browser) if "/v1/chat/completions" in u]
+    # tool_choice "required" with no tools: the server's 400, shown as other refusals are.
+    settings(browser, tools="", tool_choice="required")
+    browser.find_element(By.ID, "send").click()
+    wait_idle_after_send(browser)
+    status, _, api = post_json(server.http_url, "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3,
+        "tool_choice": "required"})
+    assert status == 400 and api["error"]["param"] == "tool_choice"
+    assert error_text(browser) == "The server refused the request (400): " + api["error"]["message"]
+    assert browser.find_elements(By.CSS_SELECTOR, ".msg") == []
+
+
+# ---- structured output: the response format field ----
+
+SHAPE = {"type": "object", "properties": {"color": {"enum": ["red", "green", "blue"]},
+                                          "size": {"enum": [1, 2, 3]}},
+         "required": ["color", "size"], "additionalProperties": False}
+
+
+def shown_json(driver):
+    """(data-json, the label, the pretty-printed JSON or None, the raw text) of the newest
+    answer."""
+    return driver.execute_script("""
+        const m = [...document.querySelectorAll('.msg.assistant, .msg.completion')].pop();
+        const pre = m.querySelector('.json-answer pre');
+        return [m.dataset.json || null, m.querySelector('.json-label').textContent,
+                pre ? pre.textContent : null, m.querySelector('.text').textContent];""")
+
+
+def test_response_format_answer_is_shown_as_json(server, browser):
+    open_page(browser, server.http_url)
+    wait_ready(browser)
+    settings(browser, mode="chat", temperature=0, seed=2, max_tokens=40,
+             response_format=json.dumps(SHAPE))
+    send_prompt(browser, "A thing?")
+    wait_idle_after_send(browser)
+    assert error_text(browser) is None
+    marked, label, pretty_text, raw = shown_json(browser)
+    status, _, api = post_json(server.http_url, "/v1/chat/completions", {
+        "model": "attnres-demo", "temperature": 0, "seed": 2, "max_tokens": 40,
+        "messages": [{"role": "user", "content": "A thing?"}],
+        "response_format": {"type": "json_schema",
+                            "json_schema": {"name": "answer", "schema": SHAPE}}})
+    assert status == 200, api
+    content = api["choices"][0]["message"]["content"]
+    assert api["choices"][0]["finish_reason"] == "stop"
+    assert raw == content and json.loads(content)["color"] in ("red", "green", "blue")
+    assert marked == "valid" and label == "JSON (response_format json_schema)"
+    assert pretty_text == json.dumps(json.loads(content), indent=2)
+    # Cut short by max_tokens, the answer is marked as not whole JSON.
+    settings(browser, max_tokens=2)
+    send_prompt(browser, "Another?")
+    wait_idle_after_send(browser)
+    marked, label, pretty_text, _ = shown_json(browser)
+    assert last_answer(browser)[2] == "length"
+    assert marked == "invalid" and pretty_text is None
+    assert label == "Not whole JSON (response_format json_schema)"
+    # A schema the page cannot parse: named, nothing sent; one the server refuses: its 400.
+    settings(browser, response_format="{")
+    send_prompt(browser, "Bad")
+    assert error_text(browser).startswith("Response format: not valid JSON (")
+    assert len(browser.find_elements(By.CSS_SELECTOR, ".msg.assistant")) == 2
+    bad = {"type": "object", "not": {"type": "object"}}
+    settings(browser, response_format=json.dumps(bad))
+    browser.find_element(By.ID, "send").click()
+    wait_idle_after_send(browser)
+    status, _, api = post_json(server.http_url, "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "Bad"}], "max_tokens": 3,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "answer",
+                                                                    "schema": bad}}})
+    assert status == 400, api
+    assert error_text(browser) == "The server refused the request (400): " + api["error"]["message"]
+    # The only errors the console saw are the refused request's.
+    errors = console_errors(browser)
+    assert all("status of 400" in e["message"] for e in errors), errors

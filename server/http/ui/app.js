@@ -1,8 +1,11 @@
 // The playground: chat and plain completion over the server's OpenAI API (streamed with fetch
 // and a ReadableStream), the model's card, a glance at /metrics, and the depth-attention
-// heatmap of every answer. Plain script, no build step, nothing loaded from elsewhere (the
-// server's Content-Security-Policy allows this origin only). The state the tests read back is
-// in the DOM: body[data-state], body[data-ready], and each heatmap cell's data-value.
+// heatmap of every answer; a chat answer's reasoning and tool calls are shown apart from its
+// text. Plain script, no build step, nothing loaded from elsewhere (the server's
+// Content-Security-Policy allows this origin only). The state the tests read back is in the
+// DOM: body[data-state], body[data-ready], each heatmap cell's data-value, each tool call's
+// data-name and data-arguments (the arguments as streamed, assembled), and an answer's
+// data-json when it was asked for under a response format.
 'use strict';
 
 const $ = (id) => document.getElementById(id);
@@ -59,7 +62,11 @@ async function getJson(path) {
 // An error event inside a stream the server had accepted (the engine failed mid-answer).
 class StreamError extends Error {}
 
+// A settings field the page cannot turn into a request (JSON that does not parse).
+class InputError extends Error {}
+
 function describeError(e) {
+  if (e instanceof InputError) return e.message + ' Nothing was sent.';
   if (e instanceof StreamError) return 'The server ended the answer with an error: ' + e.message;
   if (!(e instanceof HttpError)) return 'Cannot reach the server: ' + e.message;
   const retry = e.retryAfter ? ' Retry after ' + e.retryAfter + ' s.' : '';
@@ -171,7 +178,7 @@ async function pollMetrics() {
 function isChat() { return $('mode').value === 'chat'; }
 
 function updateMode() {
-  $('system-label').hidden = !isChat();
+  $('chat-settings').hidden = !isChat();
   $('prompt').placeholder = isChat()
     ? 'Type a message (Enter sends, Shift+Enter a new line)'
     : 'Type the text to continue (Enter sends, Shift+Enter a new line)';
@@ -187,6 +194,7 @@ function addEntry(role, content) {
   entry.text.className = 'text';
   entry.text.textContent = content;
   entry.el.append(who, entry.text);
+  if (role === 'assistant') addAnswerParts(entry);
   if (role === 'assistant' || role === 'completion') {
     const actions = document.createElement('div');
     actions.className = 'actions';
@@ -194,7 +202,7 @@ function addEntry(role, content) {
     copy.type = 'button';
     copy.className = 'copy';
     copy.textContent = 'Copy';
-    copy.addEventListener('click', () => copyText(entry.content, copy));
+    copy.addEventListener('click', () => copyText(answerText(entry), copy));
     const again = document.createElement('button');
     again.type = 'button';
     again.className = 'regenerate';
@@ -210,6 +218,93 @@ function addEntry(role, content) {
   $('log').append(entry.el);
   $('log').scrollTop = $('log').scrollHeight;
   return entry;
+}
+
+// A chat answer's reasoning (a collapsible block above the text), its tool calls (a block per
+// call below it) and its finish reason when the model called tools: empty and hidden until a
+// delta fills them.
+function addAnswerParts(entry) {
+  entry.reasoning = '';
+  entry.toolCalls = [];
+  entry.reasoningBox = document.createElement('details');
+  entry.reasoningBox.className = 'reasoning';
+  entry.reasoningBox.open = true;
+  const summary = document.createElement('summary');
+  summary.textContent = 'Reasoning';
+  entry.reasoningText = document.createElement('div');
+  entry.reasoningText.className = 'reasoning-text';
+  entry.reasoningBox.append(summary, entry.reasoningText);
+  entry.callsBox = document.createElement('div');
+  entry.callsBox.className = 'tool-calls';
+  entry.finishNote = document.createElement('div');
+  entry.finishNote.className = 'finish';
+  entry.text.before(entry.reasoningBox);
+  entry.text.after(entry.callsBox, entry.finishNote);
+  clearAnswerParts(entry);
+}
+
+function clearAnswerParts(entry) {
+  if (!entry.reasoningBox) return;
+  entry.reasoning = '';
+  entry.toolCalls = [];
+  entry.reasoningText.textContent = '';
+  entry.reasoningBox.hidden = true;
+  entry.callsBox.textContent = '';
+  entry.finishNote.textContent = '';
+  entry.finishNote.hidden = true;
+}
+
+// One streamed tool-call delta: the first for a call carries its index, id and name, the
+// later ones fragments of its arguments.
+function addToolCallDelta(entry, delta) {
+  let call = entry.toolCalls[delta.index];
+  if (!call) {
+    call = { id: '', name: '', arguments: '', el: document.createElement('div') };
+    call.el.className = 'tool-call';
+    call.el.dataset.index = String(delta.index);
+    const head = document.createElement('div');
+    head.className = 'call-head';
+    call.nameEl = document.createElement('code');
+    head.append('tool call ', call.nameEl);
+    call.argsEl = document.createElement('pre');
+    call.argsEl.className = 'call-args';
+    call.el.append(head, call.argsEl);
+    entry.toolCalls[delta.index] = call;
+    entry.callsBox.append(call.el);
+  }
+  if (delta.id) call.id = delta.id;
+  const fn = delta.function || {};
+  if (fn.name) call.name += fn.name;
+  if (fn.arguments) call.arguments += fn.arguments;
+  call.el.dataset.id = call.id;
+  call.el.dataset.name = call.name;
+  call.el.dataset.arguments = call.arguments;
+  call.nameEl.textContent = call.name;
+  call.argsEl.textContent = prettyJson(call.arguments);
+}
+
+// Pretty-printed JSON, or the text as it is while it is not (yet) whole JSON.
+function prettyJson(text) {
+  try {
+    return JSON.stringify(JSON.parse(text), null, 2);
+  } catch (e) {
+    return text;
+  }
+}
+
+function callsOf(entry) {
+  return (entry.toolCalls || []).filter(Boolean);
+}
+
+function hasAnswer(entry) {
+  return Boolean(entry.content || entry.reasoning || callsOf(entry).length);
+}
+
+// What Copy copies: the text, else the calls as the API gives them.
+function answerText(entry) {
+  const calls = callsOf(entry);
+  if (entry.content || calls.length === 0) return entry.content;
+  return JSON.stringify(calls.map((c) => ({ name: c.name, arguments: c.arguments })), null, 2);
 }
 
 async function copyText(text, button) {
@@ -233,6 +328,38 @@ function numberField(id, integer) {
   return integer ? parseInt(text, 10) : parseFloat(text);
 }
 
+// A JSON settings field: undefined when empty; an InputError naming the field when its text
+// does not parse or is not what `check` accepts.
+function jsonField(id, label, check, shape) {
+  const text = $(id).value.trim();
+  if (text === '') return undefined;
+  let value;
+  try {
+    value = JSON.parse(text);
+  } catch (e) {
+    throw new InputError(`${label}: not valid JSON (${e.message}).`);
+  }
+  if (!check(value)) throw new InputError(`${label}: must be ${shape}.`);
+  return value;
+}
+
+// A chat entry as the API takes it back: an answer's calls with their ids and arguments.
+function messageOf(e) {
+  const calls = callsOf(e);
+  if (calls.length === 0) return { role: e.role, content: e.content };
+  return { role: e.role, content: e.content || null, tool_calls: calls.map((c) => ({
+    id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments } })) };
+}
+
+function addToolFields(body) {
+  const tools = jsonField('tools', 'Tools', Array.isArray, 'a JSON list of tool definitions');
+  if (tools && tools.length) body.tools = tools;
+  const choice = $('tool-choice').value;
+  if (body.tools || choice !== 'auto') body.tool_choice = choice;
+  if (body.tools && !$('parallel-tools').checked) body.parallel_tool_calls = false;
+  if (!$('thinking').checked) body.chat_template_kwargs = { enable_thinking: false };
+}
+
 function requestBody(entries) {
   const body = { model: state.model, stream: true };
   body.temperature = numberField('temperature', false);
@@ -242,6 +369,11 @@ function requestBody(entries) {
   body.seed = numberField('seed', true);
   const stop = $('stop').value.split('\n').filter((s) => s !== '');
   if (stop.length) body.stop = stop;
+  const schema = jsonField('response-format', 'Response format',
+    (v) => v !== null && typeof v === 'object' && !Array.isArray(v), 'a JSON schema (an object)');
+  if (schema) {
+    body.response_format = { type: 'json_schema', json_schema: { name: 'answer', schema } };
+  }
   if ($('depth').checked && state.info && state.info.depth_attention) {
     body.return_depth_attention = true;
     body.depth_attention_per_token = true;
@@ -250,7 +382,8 @@ function requestBody(entries) {
     body.messages = [];
     const system = $('system').value.trim();
     if (system) body.messages.push({ role: 'system', content: system });
-    for (const e of entries) body.messages.push({ role: e.role, content: e.content });
+    for (const e of entries) body.messages.push(messageOf(e));
+    addToolFields(body);
   } else {
     body.prompt = entries[entries.length - 1].content;
   }
@@ -270,8 +403,16 @@ function setBusy(busy) {
 async function generate(context, entry) {
   let ok = true;
   clearError();
-  const body = requestBody(context);
+  let body;
+  try {
+    body = requestBody(context);
+  } catch (e) {
+    if (!(e instanceof InputError)) throw e;
+    showError(e);
+    return false;
+  }
   const path = isChat() ? '/v1/chat/completions' : '/v1/completions';
+  entry.format = body.response_format ? body.response_format.type : null;
   state.controller = new AbortController();
   setBusy(true);
   entry.depth = null;
@@ -286,17 +427,50 @@ async function generate(context, entry) {
   } catch (e) {
     if (e.name !== 'AbortError') {
       showError(e);
-      if (!entry.content) {
+      if (!hasAnswer(entry)) {
         entry.el.classList.add('failed');
         ok = false;
       }
     }
   } finally {
+    if (entry.format && hasAnswer(entry)) showJsonAnswer(entry);
     flushFrame();
     state.controller = null;
     setBusy(false);
   }
   return ok;
+}
+
+// An answer asked for under a response format: pretty-printed and marked as JSON when it
+// parses (the raw text, whose pieces map to tokens, is hidden), else marked as not whole JSON
+// (stopped, or cut by max_tokens).
+function showJsonAnswer(entry) {
+  const box = document.createElement('div');
+  box.className = 'json-answer';
+  const label = document.createElement('div');
+  label.className = 'json-label';
+  box.append(label);
+  try {
+    const pretty = JSON.stringify(JSON.parse(entry.content), null, 2);
+    label.textContent = `JSON (response_format ${entry.format})`;
+    const pre = document.createElement('pre');
+    pre.textContent = pretty;
+    box.append(pre);
+    entry.el.dataset.json = 'valid';
+    entry.text.hidden = true;
+  } catch (e) {
+    label.textContent = `Not whole JSON (response_format ${entry.format})`;
+    entry.el.dataset.json = 'invalid';
+  }
+  entry.jsonBox = box;
+  entry.text.after(box);
+}
+
+function clearJsonAnswer(entry) {
+  if (entry.jsonBox) entry.jsonBox.remove();
+  entry.jsonBox = null;
+  entry.text.hidden = false;
+  delete entry.el.dataset.json;
 }
 
 function removeEntry(entry) {
@@ -329,7 +503,9 @@ async function readEvents(stream, onData) {
 function onChunk(entry, event) {
   if (event.error) throw new StreamError(event.error.message || JSON.stringify(event.error));
   for (const choice of event.choices || []) {
-    const text = choice.delta ? (choice.delta.content || '') : (choice.text || '');
+    const delta = choice.delta;
+    const text = delta ? (delta.content || '') : (choice.text || '');
+    const thought = delta ? (delta.reasoning_content || '') : '';
     const depth = choice.depth_attention;
     let firstToken = -1;
     if (depth) {
@@ -340,24 +516,41 @@ function onChunk(entry, event) {
       if (entry.depth && depth.per_token) {
         firstToken = entry.depth.tokens.length;
         depth.per_token.forEach((m, k) => {
-          entry.depth.tokens.push({ text: k === 0 ? text : '', matrix: m });
+          entry.depth.tokens.push({ text: k === 0 ? thought + text : '', matrix: m });
         });
       }
     }
+    if (thought) {
+      entry.reasoningBox.hidden = false;
+      appendPiece(entry, entry.reasoningText, thought, firstToken);
+      entry.reasoning += thought;
+    }
     if (text) {
-      const span = document.createElement('span');
-      span.textContent = text;
-      if (firstToken >= 0) {
-        span.dataset.token = String(firstToken);
-        span.addEventListener('mouseenter', () => pickDepth(entry, firstToken));
-      }
-      entry.text.append(span);
+      appendPiece(entry, entry.text, text, firstToken);
       entry.content += text;
     }
+    for (const call of (delta && delta.tool_calls) || []) addToolCallDelta(entry, call);
     if (depth && entry.depth) state.pending = entry;
-    if (choice.finish_reason) entry.el.dataset.finish = choice.finish_reason;
+    if (choice.finish_reason) {
+      entry.el.dataset.finish = choice.finish_reason;
+      if (choice.finish_reason === 'tool_calls' && entry.finishNote) {
+        entry.finishNote.textContent = 'finish_reason: tool_calls';
+        entry.finishNote.hidden = false;
+      }
+    }
   }
   scheduleFrame();
+}
+
+// A streamed piece of text; hovering it shows the depth attention of the token it came with.
+function appendPiece(entry, box, text, token) {
+  const span = document.createElement('span');
+  span.textContent = text;
+  if (token >= 0) {
+    span.dataset.token = String(token);
+    span.addEventListener('mouseenter', () => pickDepth(entry, token));
+  }
+  box.append(span);
 }
 
 // Tokens can arrive faster than the screen refreshes: the heatmap and the scroll position are
@@ -384,7 +577,7 @@ async function send(text) {
   if (isChat()) {
     question = addEntry('user', text);
     const context = state.entries.filter((e) => e.role === 'user' ||
-      (e.role === 'assistant' && e.content));
+      (e.role === 'assistant' && (e.content || callsOf(e).length)));
     answer = addEntry('assistant', '');
     ok = await generate(context, answer);
   } else {
@@ -403,10 +596,14 @@ function regenerate(entry) {
   if (state.controller) return;
   const at = state.entries.indexOf(entry);
   const context = state.entries.slice(0, at).filter((e) => entry.role === 'assistant'
-    ? (e.role === 'user' || (e.role === 'assistant' && e.content)) : e.role === 'prompt');
+    ? (e.role === 'user' || (e.role === 'assistant' && (e.content || callsOf(e).length)))
+    : e.role === 'prompt');
   const input = entry.role === 'assistant' ? context : context.slice(-1);
   entry.content = '';
   entry.text.textContent = '';
+  clearAnswerParts(entry);
+  clearJsonAnswer(entry);
+  delete entry.el.dataset.finish;
   entry.el.classList.remove('failed');
   generate(input, entry);
 }
