@@ -62,3 +62,16 @@ def parse_sse(raw: bytes) -> list[bytes]:
         events.append(payload)
         rest = rest[end + 2:]
     return events
+
+
+def served_model_name(url: str) -> str:
+    """The id /v1/models lists first (the served model)."""
+    status, _, body = request(url, "GET", "/v1/models")
+    assert status == 200
+    return json.loads(body)["data"][0]["id"]
+
+
+def openai_client(url: str):
+    """The official client against the server at `url` (no retries: a failure shows at once)."""
+    import openai
+    return openai.OpenAI(base_url=url + "/v1", api_key="none", timeout=120, max_retries=0)

@@ -25,3 +25,16 @@ def make_qwen3_checkpoint(out: Path, seed: int, layers: int = 2) -> Path:
     (path / "generation_config.json").write_text(json.dumps(
         {"bos_token_id": BOS, "eos_token_id": [IM_END, BOS]}))
     return path
+
+
+# Tools whose arguments take bounded values, so a random model's constrained call ends within a
+# few tokens.
+CITY_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object",
+                   "properties": {"city": {"enum": ["Oslo", "Zürich", "東京"]},
+                                  "days": {"enum": [1, 2, 3]}},
+                   "required": ["city", "days"], "additionalProperties": False}}}
+NOW_TOOL = {"type": "function", "function": {
+    "name": "now", "description": "The time",
+    "parameters": {"type": "object", "properties": {}, "additionalProperties": False}}}

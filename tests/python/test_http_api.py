@@ -11,7 +11,8 @@ import openai
 import pytest
 from tokenizers import Tokenizer
 
-from http_helpers import assert_error_envelope, connect, parse_sse, post_json, request
+from http_helpers import (assert_error_envelope, connect, openai_client, parse_sse, post_json,
+                          request, served_model_name)
 from server_process import ServerProcess
 
 # One OpenMP thread for the engine: these tests exercise the HTTP front end, and on a shared
@@ -31,15 +32,12 @@ def server(attnres_bin):
 
 @pytest.fixture(scope="module")
 def model_name(server) -> str:
-    status, _, body = request(server.http_url, "GET", "/v1/models")
-    assert status == 200
-    return json.loads(body)["data"][0]["id"]
+    return served_model_name(server.http_url)
 
 
 @pytest.fixture(scope="module")
 def client(server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.http_url + "/v1", api_key="none", timeout=120,
-                         max_retries=0)
+    return openai_client(server.http_url)
 
 
 @pytest.fixture(scope="module")

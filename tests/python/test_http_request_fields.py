@@ -13,7 +13,8 @@ import openai
 import pytest
 from tokenizers import Tokenizer
 
-from http_helpers import assert_error_envelope, parse_sse, post_json, request
+from http_helpers import (assert_error_envelope, openai_client, parse_sse, post_json, request,
+                          served_model_name)
 from server_process import ServerProcess
 
 PROMPT = "The quick brown fox jumps over the lazy dog because"
@@ -28,15 +29,12 @@ def server(attnres_bin):
 
 @pytest.fixture(scope="module")
 def model_name(server) -> str:
-    status, _, body = request(server.http_url, "GET", "/v1/models")
-    assert status == 200
-    return json.loads(body)["data"][0]["id"]
+    return served_model_name(server.http_url)
 
 
 @pytest.fixture(scope="module")
 def client(server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.http_url + "/v1", api_key="none", timeout=120,
-                         max_retries=0)
+    return openai_client(server.http_url)
 
 
 @pytest.fixture(scope="module")

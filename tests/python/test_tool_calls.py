@@ -12,21 +12,18 @@ model that writes calls of its own, a scripted reply stands in for it (see below
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 from openai import BadRequestError, OpenAI
 from tokenizers import Tokenizer
 
 import chat_template_reference as template_ref
-from make_checkpoint import make_checkpoint
+from qwen3_checkpoint import CITY_TOOL as CITY
+from qwen3_checkpoint import IM_END, QWEN3, make_qwen3_checkpoint
+from qwen3_checkpoint import NOW_TOOL as NOW
 from server_process import ServerProcess
 
-REPO = Path(__file__).resolve().parents[2]
-QWEN3 = REPO.parent / "shared" / "data" / "tokenizers" / "qwen3"
-QWEN3_VOCAB = 151936
 THINK_END = 151668  # </think>
-IM_END = 151645
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city",
@@ -40,15 +37,7 @@ CLOCK = {"type": "function", "function": {"name": "now", "description": "The tim
 
 @pytest.fixture(scope="module")
 def qwen3_model(ckpt_root):
-    path = make_checkpoint(ckpt_root / "tools_qwen3", "qwen3", seed=5, layers=2,
-                           vocab_size=QWEN3_VOCAB)
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copyfile(QWEN3 / name, path / name)
-    config = json.loads((path / "config.json").read_text())
-    config.update(bos_token_id=151643, eos_token_id=IM_END, max_position_embeddings=4096)
-    (path / "config.json").write_text(json.dumps(config))
-    (path / "generation_config.json").write_text(json.dumps(
-        {"bos_token_id": 151643, "eos_token_id": [IM_END, 151643]}))
+    path = make_qwen3_checkpoint(ckpt_root / "tools_qwen3", seed=5)
     yield path
     shutil.rmtree(path, ignore_errors=True)
 
@@ -199,18 +188,6 @@ def test_deepseek_r1_parser_starts_in_reasoning(attnres_bin, qwen3_model):
 
 
 # ---- forced calls: tool_choice "required" / named, enforced by constrained decoding ----
-
-# Bounded values, so a random model's constrained arguments end within max_tokens.
-CITY = {"type": "function", "function": {
-    "name": "get_weather", "description": "The weather in a city",
-    "parameters": {"type": "object",
-                   "properties": {"city": {"enum": ["Oslo", "Zürich", "東京"]},
-                                  "days": {"enum": [1, 2, 3]}},
-                   "required": ["city", "days"], "additionalProperties": False}}}
-NOW = {"type": "function", "function": {
-    "name": "now", "description": "The time",
-    "parameters": {"type": "object", "properties": {}, "additionalProperties": False}}}
-
 
 def check_arguments(name, arguments):
     """The arguments against the function's schema (written out: both schemas are small)."""

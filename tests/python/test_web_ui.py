@@ -26,6 +26,8 @@ import pytest
 
 from checkpoint_cache import checkpoint_fixture
 from http_helpers import post_json, request
+from qwen3_checkpoint import CITY_TOOL as CITY
+from qwen3_checkpoint import NOW_TOOL as NOW
 from qwen3_checkpoint import make_qwen3_checkpoint
 from server_process import ServerProcess
 
@@ -417,18 +419,6 @@ def qwen3_model(ckpt_root):
     path = make_qwen3_checkpoint(ckpt_root / "webui_qwen3", seed=5)
     yield path
     shutil.rmtree(path, ignore_errors=True)
-
-
-# Bounded argument values, so a random model's constrained call ends within max_tokens.
-CITY = {"type": "function", "function": {
-    "name": "get_weather", "description": "The weather in a city",
-    "parameters": {"type": "object",
-                   "properties": {"city": {"enum": ["Oslo", "Zürich", "東京"]},
-                                  "days": {"enum": [1, 2, 3]}},
-                   "required": ["city", "days"], "additionalProperties": False}}}
-NOW = {"type": "function", "function": {
-    "name": "now", "description": "The time",
-    "parameters": {"type": "object", "properties": {}, "additionalProperties": False}}}
 
 
 def test_forced_tool_call_shown_as_the_api_returns_it(attnres_bin, browser, qwen3_model):

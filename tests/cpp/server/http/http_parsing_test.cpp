@@ -6,23 +6,12 @@
 #include "server/http/field_reader.h"
 #include "server/http/openai_requests.h"
 #include "server/http/sse_stream.h"
+#include "tests/cpp/server/http/expect_api_error.h"
 
 namespace attnres::server::http {
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-// Runs `fn`, expecting an ApiError; returns it.
-template <typename Fn>
-ApiError expect_api_error(Fn fn) {
-  try {
-    fn();
-  } catch (const ApiError& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no ApiError thrown";
-  return ApiError(0, "");
-}
 
 // Runs `fn`, expecting a JsonFieldError (the router answers it with a 400 naming field()).
 template <typename Fn>

@@ -6,23 +6,12 @@
 #include "server/http/chat_requests.h"
 #include "server/http/refused_fields.h"
 #include "server/http/vllm_request_fields.h"
+#include "tests/cpp/server/http/expect_api_error.h"
 
 namespace attnres::server::http {
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-// The ApiError `fn` throws (a failure when it throws none).
-template <typename Fn>
-ApiError api_error(Fn fn) {
-  try {
-    fn();
-  } catch (const ApiError& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no ApiError thrown";
-  return ApiError(0, "");
-}
 
 TEST(RefusedFields, EachRefusedFieldIsA400NamingIt) {
   const std::pair<const char*, Json> cases[] = {
@@ -38,7 +27,8 @@ TEST(RefusedFields, EachRefusedFieldIsA400NamingIt) {
   for (const auto& [name, value] : cases) {
     Json body = {{"prompt", "hi"}};
     body[name] = value;
-    const ApiError e = api_error([&] { refuse_unsupported_fields(body, Endpoint::Completions); });
+    const ApiError e =
+        expect_api_error([&] { refuse_unsupported_fields(body, Endpoint::Completions); });
     EXPECT_EQ(e.status(), 400) << name;
     EXPECT_EQ(e.param(), name);
     EXPECT_NE(std::string(e.what()).find(std::string("field ") + name + ":"), std::string::npos)
@@ -62,12 +52,12 @@ TEST(RefusedFields, EndpointSpecificRows) {
   // suffix is a completions field; chat's echo is refused, completions' echo is honoured.
   EXPECT_NO_THROW(refuse_unsupported_fields({{"suffix", "x"}}, Endpoint::Chat));
   EXPECT_NO_THROW(refuse_unsupported_fields({{"echo", true}}, Endpoint::Completions));
-  EXPECT_EQ(api_error([] {
+  EXPECT_EQ(expect_api_error([] {
               refuse_unsupported_fields({{"echo", true}}, Endpoint::Chat);
             }).param(),
             "echo");
   // best_of is judged against n.
-  EXPECT_EQ(api_error([] {
+  EXPECT_EQ(expect_api_error([] {
               refuse_unsupported_fields({{"best_of", 2}}, Endpoint::Completions);
             }).param(),
             "best_of");
@@ -90,7 +80,7 @@ TEST(PromptTruncation, MinusOneKeepsWhatFitsAndTooLargeIsA400) {
   std::vector<int32_t> ids(20, 7);
   EXPECT_TRUE(truncate_prompt(ids, {-1, true}, 6, 16));  // 16 - 6 = 10 fit
   EXPECT_EQ(ids.size(), 10u);
-  const ApiError e = api_error([&] { truncate_prompt(ids, {11, true}, 6, 16); });
+  const ApiError e = expect_api_error([&] { truncate_prompt(ids, {11, true}, 6, 16); });
   EXPECT_EQ(e.param(), "truncate_prompt_tokens");
 }
 
@@ -106,7 +96,7 @@ TEST(ContinueFinalMessage, CutsRightAfterTheFinalMessage) {
   const Json trailing = Json::parse(R"([{"role": "assistant", "content": "Hello "}])");
   EXPECT_EQ(cut_after_final_message("<a>Hello </a>", trailing), "<a>Hello ");
   const Json missing = Json::parse(R"([{"role": "assistant", "content": "Bye"}])");
-  EXPECT_EQ(api_error([&] { cut_after_final_message("<a>Hello</a>", missing); }).param(),
+  EXPECT_EQ(expect_api_error([&] { cut_after_final_message("<a>Hello</a>", missing); }).param(),
             "continue_final_message");
 }
 
@@ -116,10 +106,10 @@ TEST(ChatPromptOptions, ContinueFinalMessageRules) {
   EXPECT_TRUE(o.continue_final_message);
   EXPECT_FALSE(o.add_generation_prompt);
   const Json both = {{"continue_final_message", true}, {"add_generation_prompt", true}};
-  EXPECT_EQ(api_error([&] { read_chat_prompt_options(FieldReader(both)); }).param(),
+  EXPECT_EQ(expect_api_error([&] { read_chat_prompt_options(FieldReader(both)); }).param(),
             "continue_final_message");
   const Json bad_template = {{"chat_template", "{% for m in messages %}"}};
-  EXPECT_EQ(api_error([&] { read_chat_prompt_options(FieldReader(bad_template)); }).param(),
+  EXPECT_EQ(expect_api_error([&] { read_chat_prompt_options(FieldReader(bad_template)); }).param(),
             "chat_template");
 }
 

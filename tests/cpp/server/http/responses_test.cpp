@@ -12,19 +12,10 @@
 #include "server/http/responses_output.h"
 #include "server/http/responses_requests.h"
 #include "server/http/responses_stream.h"
+#include "tests/cpp/server/http/expect_api_error.h"
 
 namespace attnres::server::http {
 namespace {
-
-ApiError expect_api_error(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const ApiError& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no ApiError thrown";
-  return ApiError(0, "");
-}
 
 TEST(ResponsesInput, StringIsOneUserMessage) {
   const Json items = responses_input_items("hi");
