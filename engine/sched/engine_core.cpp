@@ -456,6 +456,9 @@ void EngineCore::deliver(StepOutputs& outputs) {
 }
 
 void EngineCore::flush_outbox() {
+  // Published before the outputs go out too, so a client that reads /metrics once it has its
+  // tokens finds them counted (the counters moved in deliver()).
+  if (!outbox_.empty()) publish_stats();
   for (Outgoing& out : outbox_) out.request->channel->push(std::move(out.output));
   outbox_.clear();
   retire_finished_requests();
