@@ -41,8 +41,16 @@ done
 # `buildah bud` as `docker build` runs it: the repository as the context (with .dockerignore),
 # Docker's image format (which has HEALTHCHECK), stages cached between builds; base images from
 # local storage only.
+# The host's CA bundle goes in as CURL_CA_BUNDLE (mounted read-only for RUN steps, never into
+# an image), so install-xgrammar.sh's download from PyPI works where the host trusts a
+# TLS-intercepting proxy that a fresh image would not; elsewhere the host's store only adds to
+# the image's.
+host_ca=/etc/ssl/certs/ca-certificates.crt
 bud() {
-  buildah bud --isolation chroot --format docker --layers --pull=never "$@" "$repo"
+  local ca=()
+  [ -f "$host_ca" ] && ca=(--volume "$host_ca:/run/host-ca.crt:ro"
+                           --build-arg CURL_CA_BUNDLE=/run/host-ca.crt)
+  buildah bud --isolation chroot --format docker --layers --pull=never "${ca[@]}" "$@" "$repo"
 }
 
 mib() { echo "$(( ($1 + 1048575) / 1048576 )) MiB"; }
