@@ -94,6 +94,12 @@ class Backend {
   // depth_weights) read a bank of this dtype, and copy() converts f32 into it. Every backend
   // takes F32; the CPU and CUDA backends also BF16 (rows widened in registers when read).
   virtual bool supports_depth_bank_dtype(DType dtype) const { return dtype == DType::F32; }
+  // Whether linear (and the ops built on it) and embedding read weights stored in this dtype.
+  // Every backend reads F32, BF16 and F16; the block-quantized formats (quant_format.h) only
+  // where a backend says so here (the loader asks before it quantizes).
+  virtual bool supports_weight_dtype(DType dtype) const {
+    return dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16;
+  }
 
   // The dtype the forward allocates a linear's input rows in (the normed rows, the attention
   // and SwiGLU outputs, the LM head's rows), for `rows` rows read by weights of `weight_dtype`.

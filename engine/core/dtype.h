@@ -10,8 +10,14 @@
 
 namespace attnres {
 
-enum class DType : uint8_t { F32, BF16, F16, I32 };
+// Q8_B32 and Q4_B32 are block-quantized weight formats (engine/core/quant_format.h): a
+// tensor of them is [rows, cols] logically, each row stored as cols / 32 blocks. They have
+// no element size: size them with nbytes_of / quant_row_bytes, never dtype_size.
+enum class DType : uint8_t { F32, BF16, F16, I32, Q8_B32, Q4_B32 };
 
+constexpr bool is_block_quantized(DType t) { return t == DType::Q8_B32 || t == DType::Q4_B32; }
+
+// Bytes of one element; 0 for the block-quantized formats (above).
 constexpr size_t dtype_size(DType t) {
   switch (t) {
     case DType::F32:
@@ -20,6 +26,9 @@ constexpr size_t dtype_size(DType t) {
     case DType::BF16:
     case DType::F16:
       return 2;
+    case DType::Q8_B32:
+    case DType::Q4_B32:
+      return 0;
   }
   return 0;
 }
@@ -34,6 +43,10 @@ constexpr std::string_view dtype_name(DType t) {
       return "F16";
     case DType::I32:
       return "I32";
+    case DType::Q8_B32:
+      return "Q8_B32";
+    case DType::Q4_B32:
+      return "Q4_B32";
   }
   return "?";
 }

@@ -5,6 +5,7 @@
 #include <new>
 
 #include "engine/core/error.h"
+#include "engine/core/quant_format.h"
 
 namespace attnres {
 
@@ -18,6 +19,12 @@ std::string shape_str(const Shape& shape) {
 }
 
 size_t nbytes_of(const Shape& shape, DType dtype) {
+  if (is_block_quantized(dtype)) {
+    ATTNRES_CHECK(!shape.empty(), "a " + std::string(dtype_name(dtype)) + " tensor has rank >= 1");
+    size_t bytes = quant_row_bytes(dtype, shape.back());
+    for (size_t i = 0; i + 1 < shape.size(); ++i) bytes *= static_cast<size_t>(shape[i]);
+    return bytes;
+  }
   size_t bytes = dtype_size(dtype);
   for (int64_t d : shape) bytes *= static_cast<size_t>(d);
   return bytes;
@@ -91,6 +98,9 @@ float element_as_float(const Tensor& t, int64_t i) {
       return f16_to_f32(t.ptr<const uint16_t>()[i]);
     case DType::I32:
       return static_cast<float>(t.ptr<const int32_t>()[i]);
+    case DType::Q8_B32:
+    case DType::Q4_B32:
+      ATTNRES_CHECK(false, "element_as_float on a block-quantized tensor");
   }
   return 0.0f;
 }
@@ -108,7 +118,10 @@ void set_element_from_float(Tensor& t, int64_t i, float v) {
       t.ptr<uint16_t>()[i] = f32_to_f16(v);
       return;
     case DType::I32:
-      ATTNRES_CHECK(false, "set_element_from_float on an I32 tensor");
+    case DType::Q8_B32:
+    case DType::Q4_B32:
+      ATTNRES_CHECK(false, "set_element_from_float on a " + std::string(dtype_name(t.dtype)) +
+                               " tensor");
   }
 }
 

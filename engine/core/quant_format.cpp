@@ -1,0 +1,170 @@
+#include "engine/core/quant_format.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "engine/core/error.h"
+
+namespace attnres {
+namespace {
+
+void check_cols(DType format, int64_t cols) {
+  ATTNRES_CHECK(is_block_quantized(format),
+                std::string(dtype_name(format)) + " is not a block-quantized format");
+  if (cols <= 0 || cols % kQuantBlock != 0)
+    throw Error(std::string(dtype_name(format)) + ": a row of " + std::to_string(cols) +
+                " weights is not a positive multiple of " + std::to_string(kQuantBlock));
+}
+
+// f16 of a scale or min, refusing what f16 cannot hold (a weight of magnitude > ~8e6).
+uint16_t to_f16_checked(float v) {
+  const uint16_t h = f32_to_f16(v);
+  if (!std::isfinite(f16_to_f32(h)))
+    throw Error("quantize: a block's scale " + std::to_string(v) + " overflows f16");
+  return h;
+}
+
+void store_f16(uint8_t* p, uint16_t h) { std::memcpy(p, &h, 2); }
+uint16_t load_f16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return h;
+}
+
+}  // namespace
+
+size_t quant_row_bytes(DType format, int64_t cols) {
+  check_cols(format, cols);
+  const size_t blocks = static_cast<size_t>(cols / kQuantBlock);
+  return format == DType::Q8_B32 ? static_cast<size_t>(cols) + 2 * blocks
+                                 : static_cast<size_t>(cols / 2) + 4 * blocks;
+}
+
+size_t quant_scales_offset(DType format, int64_t cols) {
+  check_cols(format, cols);
+  return format == DType::Q8_B32 ? static_cast<size_t>(cols) : static_cast<size_t>(cols / 2);
+}
+
+size_t quant_mins_offset(DType format, int64_t cols) {
+  ATTNRES_CHECK(format == DType::Q4_B32, "only Q4_B32 rows have mins");
+  return quant_scales_offset(format, cols) + 2 * static_cast<size_t>(cols / kQuantBlock);
+}
+
+void quantize_row(DType format, const float* x, int64_t cols, uint8_t* row) {
+  check_cols(format, cols);
+  for (int64_t k = 0; k < cols; ++k) {
+    if (!std::isfinite(x[k]))
+      throw Error("quantize: weight " + std::to_string(k) + " of a row is not finite");
+  }
+  const int64_t blocks = cols / kQuantBlock;
+  uint8_t* scales = row + quant_scales_offset(format, cols);
+  if (format == DType::Q8_B32) {
+    auto* q = reinterpret_cast<int8_t*>(row);
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float* xb = x + b * kQuantBlock;
+      float amax = 0.0f;
+      for (int j = 0; j < kQuantBlock; ++j) amax = std::max(amax, std::fabs(xb[j]));
+      const uint16_t dh = to_f16_checked(amax / 127.0f);
+      const float d = f16_to_f32(dh);
+      for (int j = 0; j < kQuantBlock; ++j) {
+        const float v = d == 0.0f ? 0.0f : std::nearbyint(xb[j] / d);
+        q[b * kQuantBlock + j] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
+      }
+      store_f16(scales + 2 * b, dh);
+    }
+    return;
+  }
+  uint8_t* mins = row + quant_mins_offset(format, cols);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* xb = x + b * kQuantBlock;
+    const auto [lo, hi] = std::minmax_element(xb, xb + kQuantBlock);
+    const uint16_t mh = to_f16_checked(*lo);
+    const float m = f16_to_f32(mh);
+    const uint16_t dh = to_f16_checked((*hi - m) / 15.0f);
+    const float d = f16_to_f32(dh);
+    uint8_t q[kQuantBlock];
+    for (int j = 0; j < kQuantBlock; ++j) {
+      const float v = d == 0.0f ? 0.0f : std::nearbyint((xb[j] - m) / d);
+      q[j] = static_cast<uint8_t>(std::clamp(v, 0.0f, 15.0f));
+    }
+    for (int j = 0; j < kQuantBlock / 2; ++j)
+      row[b * (kQuantBlock / 2) + j] = static_cast<uint8_t>(q[j] | (q[j + 16] << 4));
+    store_f16(scales + 2 * b, dh);
+    store_f16(mins + 2 * b, mh);
+  }
+}
+
+void dequantize_row(DType format, const uint8_t* row, int64_t cols, float* out) {
+  check_cols(format, cols);
+  const int64_t blocks = cols / kQuantBlock;
+  const uint8_t* scales = row + quant_scales_offset(format, cols);
+  if (format == DType::Q8_B32) {
+    const auto* q = reinterpret_cast<const int8_t*>(row);
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float d = f16_to_f32(load_f16(scales + 2 * b));
+      for (int j = 0; j < kQuantBlock; ++j)
+        out[b * kQuantBlock + j] = d * static_cast<float>(q[b * kQuantBlock + j]);
+    }
+    return;
+  }
+  const uint8_t* mins = row + quant_mins_offset(format, cols);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float d = f16_to_f32(load_f16(scales + 2 * b));
+    const float m = f16_to_f32(load_f16(mins + 2 * b));
+    for (int j = 0; j < kQuantBlock / 2; ++j) {
+      const uint8_t byte = row[b * (kQuantBlock / 2) + j];
+      out[b * kQuantBlock + j] = d * static_cast<float>(byte & 0x0f) + m;
+      out[b * kQuantBlock + j + 16] = d * static_cast<float>(byte >> 4) + m;
+    }
+  }
+}
+
+Tensor quantize_matrix(const Tensor& w, DType format) {
+  ATTNRES_CHECK(w.device == Device::CPU && w.rank() == 2 &&
+                    (w.dtype == DType::F32 || w.dtype == DType::BF16 || w.dtype == DType::F16),
+                "quantize_matrix takes a host [rows, cols] float matrix, got " +
+                    shape_str(w.shape) + " " + std::string(dtype_name(w.dtype)));
+  const int64_t rows = w.dim(0), cols = w.dim(1);
+  Tensor q = Tensor::empty({rows, cols}, format);
+  const size_t row_bytes = quant_row_bytes(format, cols);
+  std::vector<float> x(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t k = 0; k < cols; ++k) x[k] = element_as_float(w, r * cols + k);
+    quantize_row(format, x.data(), cols, q.ptr<uint8_t>() + r * row_bytes);
+  }
+  return q;
+}
+
+Tensor dequantize_matrix(const Tensor& q) {
+  ATTNRES_CHECK(q.device == Device::CPU && q.rank() == 2 && is_block_quantized(q.dtype),
+                "dequantize_matrix takes a host block-quantized [rows, cols] matrix");
+  const int64_t rows = q.dim(0), cols = q.dim(1);
+  Tensor out = Tensor::empty({rows, cols}, DType::F32);
+  const size_t row_bytes = quant_row_bytes(q.dtype, cols);
+  for (int64_t r = 0; r < rows; ++r)
+    dequantize_row(q.dtype, q.ptr<const uint8_t>() + r * row_bytes, cols,
+                   out.ptr<float>() + r * cols);
+  return out;
+}
+
+std::string quant_format_name(DType format) {
+  switch (format) {
+    case DType::Q8_B32:
+      return "int8";
+    case DType::Q4_B32:
+      return "int4";
+    default:
+      ATTNRES_CHECK(false, std::string(dtype_name(format)) + " is not a quantized format");
+  }
+  return "";
+}
+
+DType quant_format_from_name(const std::string& name, std::string_view what) {
+  if (name == "int8") return DType::Q8_B32;
+  if (name == "int4") return DType::Q4_B32;
+  throw Error(std::string(what) + " '" + name + "': expected int8 or int4");
+}
+
+}  // namespace attnres
