@@ -184,8 +184,8 @@ check_filter() {
 
 # compute-sanitizer --tool $1 over attnres_cuda_tests --gtest_filter=$2 (further arguments go to
 # compute-sanitizer). Fails on any error the tool counts, on any hazard racecheck displays
-# (its warnings, e.g. a write-after-read race, are not counted by --error-exitcode), and on a
-# failing test. The rehearsal checks the filter and skips.
+# (its summary counts warnings apart from errors: a warning fails too, whatever
+# --error-exitcode counts), and on a failing test. The rehearsal checks the filter and skips.
 sanitize() {
   local tool=$1 filter=$2
   shift 2
