@@ -7,12 +7,12 @@
 #include "engine/core/error.h"
 #include "engine/model/kv_cache.h"
 #include "engine/parallel/communicator_registry.h"
-#include "engine/parallel/process_runner.h"
-#include "engine/parallel/tensor_parallel.h"
-#include "engine/parallel/tensor_parallel_runner.h"
+#include "engine/runner/process_runner.h"
+#include "engine/runner/tensor_parallel.h"
+#include "engine/runner/tensor_parallel_runner.h"
+#include "engine/runner/transformer_runner.h"
 #include "engine/sched/tokenizer_constraints.h"
 #include "engine/sched/tokenizer_text_decoder.h"
-#include "engine/sched/transformer_runner.h"
 
 namespace attnres {
 namespace {

@@ -17,9 +17,9 @@
 #include "engine/model/loaded_model.h"
 #include "engine/model/transformer.h"
 #include "engine/parallel/process_group.h"
+#include "engine/runner/model_runner.h"
 #include "engine/sched/engine_args.h"
 #include "engine/sched/engine_core.h"
-#include "engine/sched/model_runner.h"
 
 namespace attnres {
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/runner/model_runner.h"
 #include "engine/sched/engine_args.h"
-#include "engine/sched/model_runner.h"
 
 namespace attnres {
 

@@ -1,4 +1,4 @@
-// The control messages of a multi-process job (engine/parallel/process_control.h): what rank 0
+// The control messages of a multi-process job (engine/runner/process_control.h): what rank 0
 // encodes, every other rank decodes to the same values; a damaged message is an error, never a
 // read past its end.
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "engine/core/error.h"
-#include "engine/parallel/process_control.h"
+#include "engine/runner/process_control.h"
 
 namespace attnres {
 namespace {

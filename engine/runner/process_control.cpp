@@ -1,4 +1,4 @@
-#include "engine/parallel/process_control.h"
+#include "engine/runner/process_control.h"
 
 #include <cstring>
 #include <type_traits>

@@ -1,4 +1,4 @@
-// The multi-process runner (engine/parallel/process_runner.h) without MPI: a FakeJob plays the
+// The multi-process runner (engine/runner/process_runner.h) without MPI: a FakeJob plays the
 // launcher, its "processes" are threads, its control messages a queue per rank, its host
 // collectives the in-process group. What is checked is the protocol: rank 0's ProcessGroupRunner
 // and the workers' run_process_worker() give the same logits as the in-process tensor-parallel
@@ -19,10 +19,10 @@
 #include "engine/core/error.h"
 #include "engine/model/random_weights.h"
 #include "engine/parallel/in_process_communicator.h"
-#include "engine/parallel/process_runner.h"
-#include "engine/parallel/tensor_parallel_runner.h"
+#include "engine/runner/process_runner.h"
+#include "engine/runner/tensor_parallel_runner.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "tests/cpp/engine/parallel/parallel_test_util.h"
+#include "tests/cpp/engine/runner/parallel_test_util.h"
 
 namespace attnres {
 namespace {

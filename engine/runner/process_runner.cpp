@@ -1,4 +1,4 @@
-#include "engine/parallel/process_runner.h"
+#include "engine/runner/process_runner.h"
 
 #include <iostream>
 

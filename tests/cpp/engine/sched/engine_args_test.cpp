@@ -13,11 +13,11 @@
 #include "engine/core/error.h"
 #include "engine/model/random_weights.h"
 #include "engine/parallel/communicator_registry.h"
-#include "engine/parallel/tensor_parallel_runner.h"
+#include "engine/runner/tensor_parallel_runner.h"
 #include "engine/sched/model_execution.h"
 #include "kernels/builtin_backends.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "tests/cpp/engine/parallel/parallel_test_util.h"
+#include "tests/cpp/engine/runner/parallel_test_util.h"
 
 namespace attnres::test {
 namespace {
