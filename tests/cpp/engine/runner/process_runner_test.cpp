@@ -133,14 +133,14 @@ LoadMessage load_message(int size, int sp_min_tokens) {
   LoadMessage load;
   load.args.tensor_parallel_size = size;
   load.args.sequence_parallel_min_tokens = sp_min_tokens;
-  load.args.kv_cache_dtype = "float32";  // rank 0 sends the resolved dtypes
-  load.args.depth_bank_dtype = "float32";
+  load.args.kv_cache_dtype = DType::F32;  // rank 0 sends the resolved dtypes
+  load.args.depth_bank_dtype = DType::F32;
   load.num_kv_blocks = kBlocks;
   load.block_size = kBlockSize;
   return load;
 }
 
-// Rank r's loader, as model_execution's run_process_rank builds one: the shard of the same
+// Rank r's loader, as runner_factory's run_process_rank builds one: the shard of the same
 // model on a CPU backend, with the job's host communicator.
 ShardLoader loader_of_rank(FakeJob& job, int rank, int num_kv_blocks = 0) {
   return [&job, rank, num_kv_blocks](const LoadMessage& load) {
