@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Checks which folder may include which: the engine knows no backend, no front end and no
 client; the clients know no server; the kernels know no front end; and inside engine/ every
-library includes only the layers below it (docs/ARCHITECTURE.md, "Layers").
+library includes only the layers below it (docs/ARCHITECTURE.md, "Folders, and which way
+they may depend").
 
     engine/   must not include kernels/, server/, clients/ or tests/
     kernels/  must not include server/, clients/ or tests/
