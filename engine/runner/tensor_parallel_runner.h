@@ -1,5 +1,5 @@
 // The ModelRunner for a model split across the P ranks of a tensor-parallel group whose ranks
-// are threads of this process (engine/parallel/tensor_parallel.h says how it is split). Each
+// are threads of this process (engine/runner/tensor_parallel.h says how it is split). Each
 // rank is a ShardRank (shard_rank.h: backend, communicator, weight slices, KV cache, the step)
 // on its own thread. The engine thread calls execute(); every rank runs the same step; rank 0
 // returns the full-vocabulary logits. (One rank per process: process_runner.h.)
@@ -22,8 +22,8 @@
 #include "engine/model/model_weights.h"
 #include "engine/model/transformer.h"
 #include "engine/parallel/communicator.h"
-#include "engine/parallel/shard_rank.h"
-#include "engine/sched/model_runner.h"
+#include "engine/runner/model_runner.h"
+#include "engine/runner/shard_rank.h"
 
 namespace attnres {
 

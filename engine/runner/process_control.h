@@ -1,7 +1,7 @@
 // The control messages rank 0 of a multi-process job sends the other ranks (process_runner.h),
 // and their byte encoding (native byte order: every rank of a job runs the same binary on the
 // same kind of machine).
-//   Load    build your shard of this model (the engine arguments that decide it)
+//   Load    build your shard of this model (the resolved RunnerArgs that decide it)
 //   Step    run this step (the batch, the logit rows, the depth rows)
 //   Unload  drop your shard (the command is done with it)
 //   Exit    leave the worker loop: the job is ending
@@ -11,17 +11,16 @@
 #include <string>
 #include <vector>
 
-#include "engine/sched/engine_args.h"
-#include "engine/sched/model_runner.h"
+#include "engine/runner/model_runner.h"
+#include "engine/runner/runner_args.h"
 
 namespace attnres {
 
 enum class ControlKind : uint8_t { Load = 1, Step = 2, Unload = 3, Exit = 4 };
 
 struct LoadMessage {
-  // model, device, threads, tensor_parallel_size, sp tokens, kv_cache_dtype,
-  // depth_bank_dtype and linear_input_dtype (all three resolved by rank 0: never "auto")
-  EngineArgs args;
+  // Rank 0's, as resolved: every rank builds its shard with the same dtypes and sizes.
+  RunnerArgs args;
   int num_kv_blocks = 0;
   int block_size = 16;
   // Rank 0's ModelConfig::summary(): a rank that loads something else (another file at the

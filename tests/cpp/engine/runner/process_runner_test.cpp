@@ -1,4 +1,4 @@
-// The multi-process runner (engine/parallel/process_runner.h) without MPI: a FakeJob plays the
+// The multi-process runner (engine/runner/process_runner.h) without MPI: a FakeJob plays the
 // launcher, its "processes" are threads, its control messages a queue per rank, its host
 // collectives the in-process group. What is checked is the protocol: rank 0's ProcessGroupRunner
 // and the workers' run_process_worker() give the same logits as the in-process tensor-parallel
@@ -19,10 +19,10 @@
 #include "engine/core/error.h"
 #include "engine/model/random_weights.h"
 #include "engine/parallel/in_process_communicator.h"
-#include "engine/parallel/process_runner.h"
-#include "engine/parallel/tensor_parallel_runner.h"
+#include "engine/runner/process_runner.h"
+#include "engine/runner/tensor_parallel_runner.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "tests/cpp/engine/parallel/parallel_test_util.h"
+#include "tests/cpp/engine/runner/parallel_test_util.h"
 
 namespace attnres {
 namespace {
@@ -133,14 +133,14 @@ LoadMessage load_message(int size, int sp_min_tokens) {
   LoadMessage load;
   load.args.tensor_parallel_size = size;
   load.args.sequence_parallel_min_tokens = sp_min_tokens;
-  load.args.kv_cache_dtype = "float32";  // rank 0 sends the resolved dtypes
-  load.args.depth_bank_dtype = "float32";
+  load.args.kv_cache_dtype = DType::F32;  // rank 0 sends the resolved dtypes
+  load.args.depth_bank_dtype = DType::F32;
   load.num_kv_blocks = kBlocks;
   load.block_size = kBlockSize;
   return load;
 }
 
-// Rank r's loader, as model_execution's run_process_rank builds one: the shard of the same
+// Rank r's loader, as runner_factory's run_process_rank builds one: the shard of the same
 // model on a CPU backend, with the job's host communicator.
 ShardLoader loader_of_rank(FakeJob& job, int rank, int num_kv_blocks = 0) {
   return [&job, rank, num_kv_blocks](const LoadMessage& load) {

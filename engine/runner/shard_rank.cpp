@@ -1,10 +1,10 @@
-#include "engine/parallel/shard_rank.h"
+#include "engine/runner/shard_rank.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "engine/core/error.h"
-#include "engine/parallel/tensor_parallel.h"
+#include "engine/runner/tensor_parallel.h"
 
 namespace attnres {
 

@@ -7,9 +7,9 @@
 #include <span>
 #include <vector>
 
+#include "engine/runner/model_runner.h"
 #include "engine/sched/batch_builder.h"
 #include "engine/sched/block_manager.h"
-#include "engine/sched/model_runner.h"
 
 namespace attnres::test {
 

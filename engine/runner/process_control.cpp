@@ -1,8 +1,9 @@
-#include "engine/parallel/process_control.h"
+#include "engine/runner/process_control.h"
 
 #include <cstring>
 #include <type_traits>
 
+#include "engine/core/dtype.h"
 #include "engine/core/error.h"
 
 namespace attnres {
@@ -92,9 +93,10 @@ std::string encode_load(const LoadMessage& m) {
   w.put(static_cast<int32_t>(m.args.threads));
   w.put(static_cast<int32_t>(m.args.tensor_parallel_size));
   w.put(static_cast<int32_t>(m.args.sequence_parallel_min_tokens));
-  w.put(m.args.kv_cache_dtype);
-  w.put(m.args.depth_bank_dtype);
-  w.put(m.args.linear_input_dtype);
+  w.put(storage_dtype_name(m.args.kv_cache_dtype));
+  w.put(storage_dtype_name(m.args.depth_bank_dtype));
+  w.put(static_cast<uint8_t>(m.args.bf16_linear_inputs));
+  w.put(static_cast<int32_t>(m.args.max_graph_batch));
   w.put(static_cast<int32_t>(m.num_kv_blocks));
   w.put(static_cast<int32_t>(m.block_size));
   w.put(m.model_summary);
@@ -109,9 +111,10 @@ LoadMessage decode_load(const std::string& message) {
   m.args.threads = r.get<int32_t>();
   m.args.tensor_parallel_size = r.get<int32_t>();
   m.args.sequence_parallel_min_tokens = r.get<int32_t>();
-  m.args.kv_cache_dtype = r.get_string();
-  m.args.depth_bank_dtype = r.get_string();
-  m.args.linear_input_dtype = r.get_string();
+  m.args.kv_cache_dtype = storage_dtype_from_name(r.get_string(), "control message: kv cache");
+  m.args.depth_bank_dtype = storage_dtype_from_name(r.get_string(), "control message: depth bank");
+  m.args.bf16_linear_inputs = r.get<uint8_t>() != 0;
+  m.args.max_graph_batch = r.get<int32_t>();
   m.num_kv_blocks = r.get<int32_t>();
   m.block_size = r.get<int32_t>();
   m.model_summary = r.get_string();

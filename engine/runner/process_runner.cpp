@@ -1,4 +1,4 @@
-#include "engine/parallel/process_runner.h"
+#include "engine/runner/process_runner.h"
 
 #include <iostream>
 
@@ -17,9 +17,8 @@ ProcessGroupRunner::ProcessGroupRunner(ProcessGroup& group, const LoadMessage& l
   options.size = group_.size();
   options.num_kv_blocks = load.num_kv_blocks;
   options.block_size = load.block_size;
-  options.kv_cache_dtype = storage_dtype_from_name(load.args.kv_cache_dtype, "--kv-cache-dtype");
-  options.depth_bank_dtype =
-      storage_dtype_from_name(load.args.depth_bank_dtype, "--depth-bank-dtype");
+  options.kv_cache_dtype = load.args.kv_cache_dtype;
+  options.depth_bank_dtype = load.args.depth_bank_dtype;
   options.sequence_parallel_min_tokens = load.args.sequence_parallel_min_tokens;
   std::string message = encode_load(load);
   group_.broadcast_control(message);

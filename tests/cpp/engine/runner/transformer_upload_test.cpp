@@ -8,7 +8,7 @@
 #include "engine/model/random_weights.h"
 #include "engine/model/transformer.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "tests/cpp/engine/parallel/parallel_test_util.h"
+#include "tests/cpp/engine/runner/parallel_test_util.h"
 
 namespace attnres {
 namespace {

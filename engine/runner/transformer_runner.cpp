@@ -1,4 +1,4 @@
-#include "engine/sched/transformer_runner.h"
+#include "engine/runner/transformer_runner.h"
 
 #include <string>
 

@@ -1,4 +1,4 @@
-// Decode steps run as step graphs (engine/sched/decode_graphs.h), checked on the CPU with a
+// Decode steps run as step graphs (engine/runner/decode_graphs.h), checked on the CPU with a
 // backend that "records" a step by keeping its closure and "replays" it by running it again,
 // refusing, as a CUDA graph does, a replay whose batch was not staged since the last one or
 // is laid out unlike the recorded one. So the padding, the buckets, the warm-up / capture /
@@ -14,13 +14,13 @@
 #include "engine/core/error.h"
 #include "engine/model/random_weights.h"
 #include "engine/model/transformer.h"
+#include "engine/runner/decode_graphs.h"
+#include "engine/runner/transformer_runner.h"
 #include "engine/sched/batch_builder.h"
 #include "engine/sched/block_manager.h"
-#include "engine/sched/decode_graphs.h"
-#include "engine/sched/transformer_runner.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "tests/cpp/engine/parallel/decode_graphs_test_util.h"
-#include "tests/cpp/engine/parallel/parallel_test_util.h"
+#include "tests/cpp/engine/runner/decode_graphs_test_util.h"
+#include "tests/cpp/engine/runner/parallel_test_util.h"
 
 namespace attnres {
 namespace {

@@ -11,7 +11,7 @@
 
 #include "engine/model/model_config.h"
 #include "engine/parallel/in_process_communicator.h"
-#include "engine/parallel/tensor_parallel_runner.h"
+#include "engine/runner/tensor_parallel_runner.h"
 #include "engine/sched/batch_builder.h"
 #include "kernels/cpu/cpu_backend.h"
 

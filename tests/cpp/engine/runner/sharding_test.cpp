@@ -1,4 +1,4 @@
-// How a model is split across ranks (engine/parallel/tensor_parallel.h): head and KV-head
+// How a model is split across ranks (engine/runner/tensor_parallel.h): head and KV-head
 // assignment with GQA (KV heads replicated when there are fewer than ranks), which slices are
 // zero-copy views of the checkpoint's tensors, that row-parallel slices hold exactly the right
 // columns, padded LM head slices, biases of row-parallel layers on rank 0 only, and the
@@ -9,7 +9,7 @@
 
 #include "engine/core/error.h"
 #include "engine/model/random_weights.h"
-#include "engine/parallel/tensor_parallel.h"
+#include "engine/runner/tensor_parallel.h"
 
 namespace attnres {
 namespace {

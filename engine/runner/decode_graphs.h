@@ -34,7 +34,7 @@
 #include "engine/core/backend.h"
 #include "engine/model/kv_cache.h"
 #include "engine/model/transformer.h"
-#include "engine/sched/model_runner.h"
+#include "engine/runner/model_runner.h"
 
 namespace attnres {
 

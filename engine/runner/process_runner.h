@@ -19,10 +19,10 @@
 
 #include "engine/model/model_config.h"
 #include "engine/model/model_weights.h"
-#include "engine/parallel/process_control.h"
 #include "engine/parallel/process_group.h"
-#include "engine/parallel/shard_rank.h"
-#include "engine/sched/model_runner.h"
+#include "engine/runner/model_runner.h"
+#include "engine/runner/process_control.h"
+#include "engine/runner/shard_rank.h"
 
 namespace attnres {
 

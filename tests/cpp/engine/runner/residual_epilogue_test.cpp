@@ -15,9 +15,9 @@
 #include "engine/core/error.h"
 #include "engine/model/random_weights.h"
 #include "engine/model/transformer.h"
-#include "engine/sched/transformer_runner.h"
+#include "engine/runner/transformer_runner.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "tests/cpp/engine/parallel/parallel_test_util.h"
+#include "tests/cpp/engine/runner/parallel_test_util.h"
 
 namespace attnres {
 namespace {

@@ -1,9 +1,9 @@
-#include "engine/parallel/tensor_parallel_runner.h"
+#include "engine/runner/tensor_parallel_runner.h"
 
 #include <cstring>
 
 #include "engine/core/error.h"
-#include "engine/parallel/tensor_parallel.h"
+#include "engine/runner/tensor_parallel.h"
 
 namespace attnres {
 

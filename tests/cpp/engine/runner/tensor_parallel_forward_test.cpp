@@ -9,8 +9,8 @@
 
 #include "engine/model/random_weights.h"
 #include "engine/model/transformer.h"
-#include "engine/sched/transformer_runner.h"
-#include "tests/cpp/engine/parallel/parallel_test_util.h"
+#include "engine/runner/transformer_runner.h"
+#include "tests/cpp/engine/runner/parallel_test_util.h"
 
 namespace attnres {
 namespace {

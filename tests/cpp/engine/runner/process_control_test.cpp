@@ -1,4 +1,4 @@
-// The control messages of a multi-process job (engine/parallel/process_control.h): what rank 0
+// The control messages of a multi-process job (engine/runner/process_control.h): what rank 0
 // encodes, every other rank decodes to the same values; a damaged message is an error, never a
 // read past its end.
 #include <gtest/gtest.h>
@@ -6,8 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/dtype.h"
 #include "engine/core/error.h"
-#include "engine/parallel/process_control.h"
+#include "engine/runner/process_control.h"
 
 namespace attnres {
 namespace {
@@ -52,8 +53,10 @@ TEST(ProcessControl, LoadRoundTrips) {
   load.args.threads = 3;
   load.args.tensor_parallel_size = 4;
   load.args.sequence_parallel_min_tokens = 0;
-  load.args.kv_cache_dtype = "bfloat16";
-  load.args.depth_bank_dtype = "float32";
+  load.args.kv_cache_dtype = DType::BF16;
+  load.args.depth_bank_dtype = DType::F32;
+  load.args.bf16_linear_inputs = true;
+  load.args.max_graph_batch = 0;
   load.num_kv_blocks = 12345;
   load.block_size = 32;
   load.model_summary = "qwen3_attnres (attnres block) layers=4 hidden=64";
@@ -63,11 +66,44 @@ TEST(ProcessControl, LoadRoundTrips) {
   EXPECT_EQ(got.args.threads, 3);
   EXPECT_EQ(got.args.tensor_parallel_size, 4);
   EXPECT_EQ(got.args.sequence_parallel_min_tokens, 0);
-  EXPECT_EQ(got.args.kv_cache_dtype, "bfloat16");
-  EXPECT_EQ(got.args.depth_bank_dtype, "float32");
+  EXPECT_EQ(got.args.kv_cache_dtype, DType::BF16);
+  EXPECT_EQ(got.args.depth_bank_dtype, DType::F32);
+  EXPECT_TRUE(got.args.bf16_linear_inputs);
+  EXPECT_EQ(got.args.max_graph_batch, 0);
   EXPECT_EQ(got.num_kv_blocks, 12345);
   EXPECT_EQ(got.block_size, 32);
   EXPECT_EQ(got.model_summary, load.model_summary);
+}
+
+// The other way round from the test above: defaults in, defaults out (a field that is not
+// carried would come back as its default and pass above only by luck).
+TEST(ProcessControl, LoadCarriesTheOtherValuesToo) {
+  LoadMessage load;
+  load.args.kv_cache_dtype = DType::F32;
+  load.args.depth_bank_dtype = DType::BF16;
+  load.args.bf16_linear_inputs = false;
+  load.args.max_graph_batch = 7;
+  const LoadMessage got = decode_load(encode_load(load));
+  EXPECT_EQ(got.args.kv_cache_dtype, DType::F32);
+  EXPECT_EQ(got.args.depth_bank_dtype, DType::BF16);
+  EXPECT_FALSE(got.args.bf16_linear_inputs);
+  EXPECT_EQ(got.args.max_graph_batch, 7);
+}
+
+// The dtypes travel as their names, and a rank takes only float32 and bfloat16: rank 0 sends
+// what it resolved, never a setting for the rank to decide.
+TEST(ProcessControl, LoadWithAnUnknownDtypeNameIsAnError) {
+  LoadMessage load;
+  std::string wire = encode_load(load);
+  const size_t at = wire.find("float32");
+  ASSERT_NE(at, std::string::npos);
+  wire.replace(at, 7, "float16");
+  try {
+    decode_load(wire);
+    FAIL() << "decoded an unknown dtype";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("kv cache"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ProcessControl, SimpleMessagesCarryOnlyTheirKind) {

@@ -10,8 +10,8 @@
 
 #include "engine/model/kv_cache.h"
 #include "engine/model/transformer.h"
-#include "engine/sched/decode_graphs.h"
-#include "engine/sched/model_runner.h"
+#include "engine/runner/decode_graphs.h"
+#include "engine/runner/model_runner.h"
 
 namespace attnres {
 

@@ -1,4 +1,4 @@
-#include "engine/parallel/tensor_parallel.h"
+#include "engine/runner/tensor_parallel.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "engine/sched/decode_graphs.h"
+#include "engine/runner/decode_graphs.h"
 
 #include <algorithm>
 #include <string>

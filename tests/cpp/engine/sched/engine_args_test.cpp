@@ -13,11 +13,13 @@
 #include "engine/core/error.h"
 #include "engine/model/random_weights.h"
 #include "engine/parallel/communicator_registry.h"
-#include "engine/parallel/tensor_parallel_runner.h"
+#include "engine/runner/runner_args.h"
+#include "engine/runner/runner_factory.h"
+#include "engine/runner/tensor_parallel_runner.h"
 #include "engine/sched/model_execution.h"
 #include "kernels/builtin_backends.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "tests/cpp/engine/parallel/parallel_test_util.h"
+#include "tests/cpp/engine/runner/parallel_test_util.h"
 
 namespace attnres::test {
 namespace {
@@ -263,6 +265,67 @@ TEST(EngineArgs, LinearInputDtypeFollowsTheCheckpointAndTheCore) {
       ASSERT_TRUE(cpu);
       EXPECT_EQ(cpu->bf16_linear_inputs(), std::string(dtype) == "bfloat16") << dtype << rank;
     }
+  }
+}
+
+// resolve_runner_args decides every setting once; what it returns is what the runners get.
+TEST(EngineArgs, RunnerArgsCarryEverySettingResolved) {
+  register_builtin_backends();
+  const LoadedModel bf16_model = test_model(DType::BF16);
+  EngineArgs args;  // every dtype "auto", on the cpu
+  args.model = "builtin:engine-args-test";
+  args.threads = 3;
+  args.tensor_parallel_size = 2;
+  args.sequence_parallel_min_tokens = 64;
+  args.max_num_seqs = 8;
+  RunnerArgs resolved = resolve_runner_args(args, bf16_model);
+  EXPECT_EQ(resolved.model, "builtin:engine-args-test");
+  EXPECT_EQ(resolved.device, "cpu");
+  EXPECT_EQ(resolved.threads, 3);
+  EXPECT_EQ(resolved.tensor_parallel_size, 2);
+  EXPECT_EQ(resolved.sequence_parallel_min_tokens, 64);
+  EXPECT_EQ(resolved.kv_cache_dtype, DType::BF16);    // the CPU reads a bf16 cache
+  EXPECT_EQ(resolved.depth_bank_dtype, DType::BF16);  // and a bf16 bank
+  EXPECT_EQ(resolved.bf16_linear_inputs, CpuBackend::bf16_linear_inputs_faster());
+  EXPECT_EQ(resolved.max_graph_batch, 8);  // no graph larger than the largest batch
+  args.max_num_seqs = 1000;
+  EXPECT_EQ(resolve_runner_args(args, bf16_model).max_graph_batch, 256);
+  args.enforce_eager = true;
+  EXPECT_EQ(resolve_runner_args(args, bf16_model).max_graph_batch, 0);
+  args.kv_cache_dtype = "float32";
+  args.depth_bank_dtype = "float32";
+  resolved = resolve_runner_args(args, bf16_model);
+  EXPECT_EQ(resolved.kv_cache_dtype, DType::F32);
+  EXPECT_EQ(resolved.depth_bank_dtype, DType::F32);
+  args.kv_cache_dtype = "f16";
+  EXPECT_EQ(error_of([&] { resolve_runner_args(args, bf16_model); }),
+            "--kv-cache-dtype: 'f16' is not one of auto, bfloat16, float32");
+  args.kv_cache_dtype = "auto";
+  args.sequence_parallel_min_tokens = -1;
+  EXPECT_EQ(error_of([&] { resolve_runner_args(args, bf16_model); }),
+            "--sequence-parallel-min-tokens: must be >= 0");
+}
+
+// The runner factory builds what RunnerArgs say and decides nothing again: a bf16 bank and
+// cache for f32 weights, which "auto" would never choose there.
+TEST(EngineArgs, TheRunnerFactoryTakesRunnerArgsAsTheyAre) {
+  register_builtin_backends();
+  const LoadedModel f32_model = test_model(DType::F32);
+  RunnerArgs args;
+  args.threads = 1;
+  args.kv_cache_dtype = DType::BF16;
+  args.depth_bank_dtype = DType::BF16;
+  args.max_graph_batch = 0;
+  auto exec = make_model_execution(args, f32_model, 2, 16);
+  EXPECT_EQ(exec->kv_cache_dtype, DType::BF16);
+  EXPECT_EQ(exec->depth_bank_dtype, DType::BF16);
+  EXPECT_EQ(exec->transformer->depth_bank_dtype(), DType::BF16);
+  args.tensor_parallel_size = 2;
+  exec = make_model_execution(args, f32_model, 2, 16);
+  const auto* tp = dynamic_cast<const TensorParallelRunner*>(exec->runner.get());
+  ASSERT_TRUE(tp);
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(tp->rank_model(rank).depth_bank_dtype(), DType::BF16) << rank;
   }
 }
 
