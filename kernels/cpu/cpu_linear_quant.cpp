@@ -1,14 +1,19 @@
-// The quantized linear (cpu_linear_quant.h). Each build has one kernel per weight format, a
-// struct with:
-//   kStep          weights per step (a whole number of blocks of 32)
-//   kActStepBytes  bytes of one step of a quantized activation row (QuantizedRows' layout)
-//   quantize_row   x [k] -> the activation row in that layout
-//   W, load        one step of one weight row, unpacked into registers
-//   step           acc += that step's scaled block sums against one activation row
-//   finish         the accumulator's lanes summed by a fixed tree
-// A row of k weights is ceil(k / kStep) steps; a last partial step reads only its whole
-// blocks (the rest is zero in the weights' registers and in the activation row). The GEMV and
-// the GEMM below call the same load / step / finish per output, in the same order.
+// The quantized linear (cpu_linear_quant.h): every output is the fma chain over its blocks
+// that the header defines; the kernels differ only in how they get the blocks' integer sums.
+// - AVX-512 VNNI: the GEMV takes 16 output rows at a time, multiplies each one's step of 64
+//   weight bytes by the activation row with vpdpbusd, and reduces the 16 products' lanes to
+//   one vector of 16 outputs per block (reduce16); the GEMM packs a tile of 32 outputs
+//   ([block][4 consecutive weights][output]) once per row chunk, so that one vpdpbusd with a
+//   broadcast group of 4 activations advances 16 outputs, and keeps 6 rows x 32 outputs of
+//   block sums and accumulators in registers.
+// - Otherwise one output and one row at a time (AVX2's vpmaddubsw for each block's sum, or
+//   scalar code).
+//
+// An activation row (QuantizedRows) is q[K] bytes, then f32 dx[K / 32], then (Q4_B32) f32
+// dxs[K / 32] = f32(dx * sum qx) (the min term's factor); rows padded to 64 bytes. Q8_B32
+// stores qx + 128 (u8: vpdpbusd multiplies unsigned by signed bytes; the weights' sums times
+// 128 are subtracted again, exactly), Q4_B32 qx itself (the weights, 0..15, are the unsigned
+// side).
 #include "kernels/cpu/cpu_linear_quant.h"
 
 #include <unistd.h>
@@ -38,500 +43,431 @@ float quantize_activation_block(const float* x, int8_t* q) {
 namespace {
 
 constexpr int kB = static_cast<int>(kQuantBlock);
+constexpr int kMaxGemvRows = 8;
+// Bytes read past an activation row's end by a vector load of a partial step (whose weights
+// are zero there): the scratch buffer has this much slack.
+constexpr int64_t kActSlack = 256;
 
-[[maybe_unused]] uint16_t load_u16(const uint8_t* p) {
+uint16_t load_u16(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
   return h;
 }
 
-// Whole blocks in step s of a row of k weights.
-inline int blocks_in_step(int64_t k, int64_t s, int step) {
-  return static_cast<int>(std::min<int64_t>(step, k - s * step) / kB);
+// The matrix w [n, k] as stored (quant_format.h) and the quantized x rows.
+struct Operands {
+  const QuantizedRows& x;
+  const uint8_t* w;
+  int64_t n, blocks, row_bytes, scales_off, mins_off;
+  const float* bias;
+  float* out;
+
+  const uint8_t* quants(int64_t o) const { return w + o * row_bytes; }
+  const uint8_t* scales(int64_t o) const { return w + o * row_bytes + scales_off; }
+  const uint8_t* mins(int64_t o) const { return w + o * row_bytes + mins_off; }
+  const uint8_t* xq(int64_t r) const { return x.data + r * x.row_bytes; }
+  const float* dx(int64_t r) const { return reinterpret_cast<const float*>(xq(r) + x.k); }
+  const float* dxs(int64_t r) const { return dx(r) + blocks; }
+};
+
+// ---------------------------------------------------------------------------------------
+// One output and one row at a time (the builds without AVX-512 VNNI).
+
+// A block's exact integer sum: Q8_B32 weights w[32] against stored activations xu[32]
+// (qx + 128); Q4_B32 packed[16] against qx[32].
+inline int32_t block_sum_q8(const uint8_t* w, const uint8_t* xu) {
+#if defined(__AVX2__)
+  const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+  const __m256i xv = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xu)),
+                                      _mm256_set1_epi8(static_cast<char>(0x80)));
+  // |w| * (x with w's sign): pairs <= 2 * 127 * 127, no int16 saturation.
+  const __m256i p = _mm256_madd_epi16(
+      _mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv)), _mm256_set1_epi16(1));
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+#else
+  int32_t sum = 0;
+  for (int j = 0; j < kB; ++j) sum += int32_t{static_cast<int8_t>(w[j])} * (int32_t{xu[j]} - 128);
+  return sum;
+#endif
 }
 
-// Quantizes the blocks of step s (all its kStep / 32, those past k as zeros) into q[] (block
-// after block) and d[], sums[] (dx, and sum of qx per block).
-inline void quantize_step(const float* x, int64_t k, int64_t s, int step, int8_t* q, float* d,
-                          int32_t* sums) {
-  const int whole = blocks_in_step(k, s, step);
-  for (int b = 0; b < step / kB; ++b) {
-    int8_t* qb = q + b * kB;
-    if (b < whole) {
-      d[b] = quantize_activation_block(x + s * step + b * kB, qb);
+inline int32_t block_sum_q4(const uint8_t* packed, const uint8_t* x) {
+#if defined(__AVX2__)
+  const __m128i p = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed));
+  const __m128i nib = _mm_set1_epi8(0x0f);
+  const __m256i wv =
+      _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(p, 4), nib), _mm_and_si128(p, nib));
+  const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+  const __m256i s8 = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xv), _mm256_set1_epi16(1));
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+#else
+  int32_t sum = 0;
+  const auto* q = reinterpret_cast<const int8_t*>(x);
+  for (int j = 0; j < 16; ++j)
+    sum += int32_t{packed[j] & 0x0f} * q[j] + int32_t{packed[j] >> 4} * q[j + 16];
+  return sum;
+#endif
+}
+
+template <bool kQ4>
+float output_row(const Operands& op, int64_t r, int64_t o) {
+  const uint8_t* wq = op.quants(o);
+  const uint8_t* sc = op.scales(o);
+  const uint8_t* xq = op.xq(r);
+  const float* dx = op.dx(r);
+  float acc = 0.0f;
+  for (int64_t b = 0; b < op.blocks; ++b) {
+    const float dw = f16_to_f32(load_u16(sc + 2 * b));
+    if constexpr (kQ4) {
+      const int32_t s = block_sum_q4(wq + 16 * b, xq + kB * b);
+      acc = std::fma(static_cast<float>(s), dw * dx[b], acc);
+      acc = std::fma(f16_to_f32(load_u16(op.mins(o) + 2 * b)), op.dxs(r)[b], acc);
     } else {
-      std::memset(qb, 0, kB);
-      d[b] = 0.0f;
+      const int32_t s = block_sum_q8(wq + kB * b, xq + kB * b);
+      acc = std::fma(static_cast<float>(s), dw * dx[b], acc);
     }
-    int32_t sum = 0;
-    for (int j = 0; j < kB; ++j) sum += qb[j];
-    sums[b] = sum;
   }
+  return op.bias ? acc + op.bias[o] : acc;
+}
+
+template <bool kQ4>
+void linear_rowwise(const Operands& op, WorkerPool& pool) {
+  constexpr int64_t kChunk = 32;
+  const int64_t chunks = (op.n + kChunk - 1) / kChunk;
+  pool.parallel_for(chunks, pool.size() > 1 && op.n * op.row_bytes >= (1 << 15), [&](int64_t c) {
+    for (int64_t o = c * kChunk; o < std::min(op.n, (c + 1) * kChunk); ++o)
+      for (int64_t r = 0; r < op.x.rows; ++r) op.out[r * op.n + o] = output_row<kQ4>(op, r, o);
+  });
 }
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
 constexpr const char* kIsa = "avx512-vnni";
 
-// Q8_B32: a step is 2 blocks, 64 bytes. vpdpbusd multiplies unsigned by signed bytes, so the
-// activation row stores qx + 128 (u8) and the weights' lane sums times 128 are subtracted
-// (the accumulator starts from -128 sum qw): exact. Each block's sum lands in 8 int32 lanes
-// (0-7, 8-15), scaled by dw dx for that block.
-// Activation step: u8 xu[64], f32 dx16[16] (dx of the step's first block in lanes 0-7,
-// second in 8-15).
-struct Q8Kernel {
-  static constexpr int kStep = 64;
-  static constexpr int64_t kActStepBytes = 128;
-  using Acc = __m512;
+// ---------------------------------------------------------------------------------------
+// GEMV: 16 outputs per group.
 
-  static void quantize_row(const float* x, int64_t k, uint8_t* act) {
-    const int64_t steps = (k + kStep - 1) / kStep;
-    for (int64_t s = 0; s < steps; ++s) {
-      uint8_t* a = act + s * kActStepBytes;
-      int8_t q[kStep];
-      float d[2];
-      int32_t sums[2];
-      quantize_step(x, k, s, kStep, q, d, sums);
-      for (int j = 0; j < kStep; ++j) a[j] = static_cast<uint8_t>(q[j] + 128);
-      float* dx = reinterpret_cast<float*>(a + 64);
-      for (int j = 0; j < 16; ++j) dx[j] = d[j / 8];
-    }
-  }
-
-  struct W {
-    __m512i q, neg_corr;
-    __m512 dw;
-  };
-  static W load(const uint8_t* quants, const uint8_t* scales, const uint8_t* /*mins*/, int64_t k,
-                int64_t s) {
-    const int whole = blocks_in_step(k, s, kStep);
-    const __mmask64 qmask = whole == 2 ? ~__mmask64{0} : __mmask64{0xffffffff};
-    W w;
-    w.q = _mm512_maskz_loadu_epi8(qmask, quants + s * kStep);
-    const __m128i h =
-        _mm_maskz_loadu_epi16(static_cast<__mmask8>((1u << whole) - 1), scales + 4 * s);
-    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    w.dw = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_cvtph_ps(h)));
-    const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
-    w.neg_corr = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                  _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, w.q));
-    return w;
-  }
-  static Acc step(Acc acc, const W& w, const uint8_t* a) {
-    const __m512i xu = _mm512_load_si512(a);
-    const __m512i dot = _mm512_dpbusd_epi32(w.neg_corr, xu, w.q);
-    const __m512 scale =
-        _mm512_mul_ps(w.dw, _mm512_load_ps(reinterpret_cast<const float*>(a + 64)));
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
-  }
-  static Acc zero() { return _mm512_setzero_ps(); }
-  static float finish(Acc acc) { return hsum(acc); }
-};
-
-// Q4_B32: a step is 4 blocks, 64 packed bytes: the low nibbles are each block's first 16
-// weights, the high ones its last 16 (quant_format.h), so the activation row stores the four
-// blocks' first halves (xlo) and second halves (xhi) as two vectors that line up with them.
-// Block b's sum lands in int32 lanes 4b..4b+3; its min term m_b (dx_b sum qx) is added in
-// lane 4b.
-// Activation step: s8 xlo[64], s8 xhi[64], f32 dx16[16] (dx_b in lanes 4b..4b+3), f32
-// dxs16[16] (dx_b * sum_j qx_j in lane 4b, zero in the others).
-struct Q4Kernel {
-  static constexpr int kStep = 128;
-  static constexpr int64_t kActStepBytes = 256;
-  using Acc = __m512;
-
-  static void quantize_row(const float* x, int64_t k, uint8_t* act) {
-    const int64_t steps = (k + kStep - 1) / kStep;
-    for (int64_t s = 0; s < steps; ++s) {
-      uint8_t* a = act + s * kActStepBytes;
-      int8_t q[kStep];
-      float d[4];
-      int32_t sums[4];
-      quantize_step(x, k, s, kStep, q, d, sums);
-      auto* xlo = reinterpret_cast<int8_t*>(a);
-      auto* xhi = reinterpret_cast<int8_t*>(a + 64);
-      for (int b = 0; b < 4; ++b) {
-        std::memcpy(xlo + 16 * b, q + kB * b, 16);
-        std::memcpy(xhi + 16 * b, q + kB * b + 16, 16);
-      }
-      float* dx = reinterpret_cast<float*>(a + 128);
-      float* dxs = reinterpret_cast<float*>(a + 192);
-      for (int j = 0; j < 16; ++j) {
-        dx[j] = d[j / 4];
-        dxs[j] = j % 4 == 0 ? d[j / 4] * static_cast<float>(sums[j / 4]) : 0.0f;
-      }
-    }
-  }
-
-  struct W {
-    __m512i lo, hi;
-    __m512 dw, m;
-  };
-  static W load(const uint8_t* quants, const uint8_t* scales, const uint8_t* mins, int64_t k,
-                int64_t s) {
-    const int whole = blocks_in_step(k, s, kStep);
-    const __mmask64 qmask = whole == 4 ? ~__mmask64{0} : (__mmask64{1} << (16 * whole)) - 1;
-    const __mmask8 hmask = static_cast<__mmask8>((1u << whole) - 1);
-    const __m512i packed = _mm512_maskz_loadu_epi8(qmask, quants + s * 64);
-    const __m512i nib = _mm512_set1_epi8(0x0f);
-    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-    W w;
-    w.lo = _mm512_and_si512(packed, nib);
-    w.hi = _mm512_and_si512(_mm512_srli_epi16(packed, 4), nib);
-    w.dw = _mm512_permutexvar_ps(
-        idx, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_maskz_loadu_epi16(hmask, scales + 8 * s))));
-    w.m = _mm512_permutexvar_ps(
-        idx, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_maskz_loadu_epi16(hmask, mins + 8 * s))));
-    return w;
-  }
-  static Acc step(Acc acc, const W& w, const uint8_t* a) {
-    __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.lo, _mm512_load_si512(a));
-    dot = _mm512_dpbusd_epi32(dot, w.hi, _mm512_load_si512(a + 64));
-    const __m512 scale =
-        _mm512_mul_ps(w.dw, _mm512_load_ps(reinterpret_cast<const float*>(a + 128)));
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
-    return _mm512_fmadd_ps(w.m, _mm512_load_ps(reinterpret_cast<const float*>(a + 192)), acc);
-  }
-  static Acc zero() { return _mm512_setzero_ps(); }
-  static float finish(Acc acc) { return hsum(acc); }
-};
-
-#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-constexpr const char* kIsa = "avx2";
-
-// Lanes 0..7 summed as a fixed tree: (i + i+4), then (0 + 2, 1 + 3), then their sum.
-inline float hsum8(__m256 v) {
-  __m128 u = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  __m128 w = _mm_add_ps(u, _mm_shuffle_ps(u, u, 0x4e));
-  return _mm_cvtss_f32(w) + _mm_cvtss_f32(_mm_shuffle_ps(w, w, 0x55));
+// v[j] (j < 16): int32 lanes of output j. F[L] lane j = the sum of v[j]'s 128-bit lane L.
+inline void reduce16(const __m512i* v, __m512i* f) {
+  __m512i t[8], u[4];
+  for (int p = 0; p < 8; ++p)  // per 128-bit lane [a0 + a2, b0 + b2, a1 + a3, b1 + b3]
+    t[p] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * p], v[2 * p + 1]),
+                            _mm512_unpackhi_epi32(v[2 * p], v[2 * p + 1]));
+  for (int q = 0; q < 4; ++q)  // per 128-bit lane: outputs 4q .. 4q + 3
+    u[q] = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * q], t[2 * q + 1]),
+                            _mm512_unpackhi_epi64(t[2 * q], t[2 * q + 1]));
+  // 4 x 4 transpose of 128-bit lanes: f[L] = [u0.L, u1.L, u2.L, u3.L].
+  const __m512i t0 = _mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0));
+  const __m512i t1 = _mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1));
+  const __m512i t2 = _mm512_shuffle_i32x4(u[2], u[3], _MM_SHUFFLE(2, 0, 2, 0));
+  const __m512i t3 = _mm512_shuffle_i32x4(u[2], u[3], _MM_SHUFFLE(3, 1, 3, 1));
+  f[0] = _mm512_shuffle_i32x4(t0, t2, _MM_SHUFFLE(2, 0, 2, 0));
+  f[1] = _mm512_shuffle_i32x4(t1, t3, _MM_SHUFFLE(2, 0, 2, 0));
+  f[2] = _mm512_shuffle_i32x4(t0, t2, _MM_SHUFFLE(3, 1, 3, 1));
+  f[3] = _mm512_shuffle_i32x4(t1, t3, _MM_SHUFFLE(3, 1, 3, 1));
 }
 
-// Q8_B32: a step is 1 block. vpmaddubsw multiplies unsigned by signed bytes with int16
-// saturation, so it gets |qw| and qx with qw's sign (|qw qx| <= 127 * 127: pairs never
-// saturate); vpmaddwd sums pairs into 8 int32 lanes, scaled by dw dx.
-// Activation step: s8 q[32], f32 dx, padding to 64 bytes.
-struct Q8Kernel {
-  static constexpr int kStep = 32;
-  static constexpr int64_t kActStepBytes = 64;
-  using Acc = __m256;
-
-  static void quantize_row(const float* x, int64_t k, uint8_t* act) {
-    for (int64_t s = 0; s < k / kStep; ++s) {
-      uint8_t* a = act + s * kActStepBytes;
-      const float d = quantize_activation_block(x + s * kStep, reinterpret_cast<int8_t*>(a));
-      std::memcpy(a + 32, &d, 4);
-    }
-  }
-
-  struct W {
-    __m256i q;
-    float dw;
-  };
-  static W load(const uint8_t* quants, const uint8_t* scales, const uint8_t* /*mins*/,
-                int64_t /*k*/, int64_t s) {
-    return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + s * kStep)),
-            f16_to_f32(load_u16(scales + 2 * s))};
-  }
-  static Acc step(Acc acc, const W& w, const uint8_t* a) {
-    const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(a));
-    const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(w.q), _mm256_sign_epi8(x, w.q));
-    const __m256i dot = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-    float dx;
-    std::memcpy(&dx, a + 32, 4);
-    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(w.dw * dx), acc);
-  }
-  static Acc zero() { return _mm256_setzero_ps(); }
-  static float finish(Acc acc) { return hsum8(acc); }
-};
-
-// Q4_B32: a step is 2 blocks, 32 packed bytes, laid out as in the AVX-512 kernel: block b's
-// sum in int32 lanes 4b..4b+3, its min term in lane 4b.
-// Activation step: s8 xlo[32], s8 xhi[32], f32 dx8[8], f32 dxs8[8].
-struct Q4Kernel {
-  static constexpr int kStep = 64;
-  static constexpr int64_t kActStepBytes = 128;
-  using Acc = __m256;
-
-  static void quantize_row(const float* x, int64_t k, uint8_t* act) {
-    const int64_t steps = (k + kStep - 1) / kStep;
-    for (int64_t s = 0; s < steps; ++s) {
-      uint8_t* a = act + s * kActStepBytes;
-      int8_t q[kStep];
-      float d[2];
-      int32_t sums[2];
-      quantize_step(x, k, s, kStep, q, d, sums);
-      for (int b = 0; b < 2; ++b) {
-        std::memcpy(a + 16 * b, q + kB * b, 16);
-        std::memcpy(a + 32 + 16 * b, q + kB * b + 16, 16);
-      }
-      float* dx = reinterpret_cast<float*>(a + 64);
-      float* dxs = reinterpret_cast<float*>(a + 96);
-      for (int j = 0; j < 8; ++j) {
-        dx[j] = d[j / 4];
-        dxs[j] = j % 4 == 0 ? d[j / 4] * static_cast<float>(sums[j / 4]) : 0.0f;
-      }
-    }
-  }
-
-  struct W {
-    __m256i lo, hi;
-    __m256 dw, m;
-  };
-  static W load(const uint8_t* quants, const uint8_t* scales, const uint8_t* mins, int64_t k,
-                int64_t s) {
-    const int whole = blocks_in_step(k, s, kStep);
-    __m256i packed;
-    uint32_t hd = 0, hm = 0;
-    if (whole == 2) {
-      packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + s * 32));
-      std::memcpy(&hd, scales + 4 * s, 4);
-      std::memcpy(&hm, mins + 4 * s, 4);
-    } else {
-      packed = _mm256_zextsi128_si256(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(quants + s * 32)));
-      hd = load_u16(scales + 4 * s);
-      hm = load_u16(mins + 4 * s);
-    }
-    const __m256i nib = _mm256_set1_epi8(0x0f);
-    const __m256i idx = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
-    W w;
-    w.lo = _mm256_and_si256(packed, nib);
-    w.hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), nib);
-    w.dw = _mm256_permutevar8x32_ps(
-        _mm256_castps128_ps256(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(hd)))), idx);
-    w.m = _mm256_permutevar8x32_ps(
-        _mm256_castps128_ps256(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(hm)))), idx);
-    return w;
-  }
-  static Acc step(Acc acc, const W& w, const uint8_t* a) {
-    const auto* v = reinterpret_cast<const __m256i*>(a);
-    const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(w.lo, _mm256_load_si256(v)),
-                                       _mm256_maddubs_epi16(w.hi, _mm256_load_si256(v + 1)));
-    const __m256i dot = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-    const __m256 scale =
-        _mm256_mul_ps(w.dw, _mm256_load_ps(reinterpret_cast<const float*>(a + 64)));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc);
-    return _mm256_fmadd_ps(w.m, _mm256_load_ps(reinterpret_cast<const float*>(a + 96)), acc);
-  }
-  static Acc zero() { return _mm256_setzero_ps(); }
-  static float finish(Acc acc) { return hsum8(acc); }
-};
-
-#else
-constexpr const char* kIsa = "scalar";
-
-// One block per step: its exact integer sum, then acc = fma(sum, dw dx, acc) (and, Q4_B32,
-// acc = fma(m, dx sum qx, acc)), blocks in order.
-// Activation step: s8 q[32], f32 dx, f32 dx * sum qx.
-struct ScalarKernelBase {
-  static constexpr int kStep = 32;
-  static constexpr int64_t kActStepBytes = 64;
-  using Acc = float;
-  static void quantize_row(const float* x, int64_t k, uint8_t* act) {
-    for (int64_t s = 0; s < k / kStep; ++s) {
-      uint8_t* a = act + s * kActStepBytes;
-      auto* q = reinterpret_cast<int8_t*>(a);
-      const float d = quantize_activation_block(x + s * kStep, q);
-      int32_t sum = 0;
-      for (int j = 0; j < kB; ++j) sum += q[j];
-      const float ds = d * static_cast<float>(sum);
-      std::memcpy(a + 32, &d, 4);
-      std::memcpy(a + 36, &ds, 4);
-    }
-  }
-  static Acc zero() { return 0.0f; }
-  static float finish(Acc acc) { return acc; }
-};
-
-struct Q8Kernel : ScalarKernelBase {
-  struct W {
-    const int8_t* q;
-    float dw;
-  };
-  static W load(const uint8_t* quants, const uint8_t* scales, const uint8_t*, int64_t, int64_t s) {
-    return {reinterpret_cast<const int8_t*>(quants) + s * kStep,
-            f16_to_f32(load_u16(scales + 2 * s))};
-  }
-  static Acc step(Acc acc, const W& w, const uint8_t* a) {
-    const auto* x = reinterpret_cast<const int8_t*>(a);
-    int32_t sum = 0;
-    for (int j = 0; j < kB; ++j) sum += int32_t{w.q[j]} * x[j];
-    float dx;
-    std::memcpy(&dx, a + 32, 4);
-    return std::fma(static_cast<float>(sum), w.dw * dx, acc);
-  }
-};
-
-struct Q4Kernel : ScalarKernelBase {
-  struct W {
-    const uint8_t* packed;
-    float dw, m;
-  };
-  static W load(const uint8_t* quants, const uint8_t* scales, const uint8_t* mins, int64_t,
-                int64_t s) {
-    return {quants + s * 16, f16_to_f32(load_u16(scales + 2 * s)),
-            f16_to_f32(load_u16(mins + 2 * s))};
-  }
-  static Acc step(Acc acc, const W& w, const uint8_t* a) {
-    const auto* x = reinterpret_cast<const int8_t*>(a);
-    int32_t sum = 0;
-    for (int j = 0; j < 16; ++j)
-      sum += int32_t{w.packed[j] & 0x0f} * x[j] + int32_t{w.packed[j] >> 4} * x[j + 16];
-    float dx, ds;
-    std::memcpy(&dx, a + 32, 4);
-    std::memcpy(&ds, a + 36, 4);
-    acc = std::fma(static_cast<float>(sum), w.dw * dx, acc);
-    return std::fma(w.m, ds, acc);
-  }
-};
-#endif
-
-// One weight row's three arrays.
-struct WeightRow {
-  const uint8_t* quants;
-  const uint8_t* scales;
-  const uint8_t* mins;
-};
-struct WeightMatrix {
-  const uint8_t* data;
-  int64_t k, row_bytes, scales_off, mins_off;
-  WeightRow row(int64_t o) const {
-    const uint8_t* r = data + o * row_bytes;
-    return {r, r + scales_off, r + mins_off};
-  }
-};
-
-constexpr int kMaxGemvRows = 8;
-// GEMV software prefetch distance into L2 (prefetcht1), as the bf16 GEMV's (cpu_linear.cpp):
-// one core alone does not keep enough misses in flight to stream from DRAM at full rate.
-constexpr int64_t kPrefetchBytes = 16384;
-
-// Decode: outputs [o_begin, o_end) for R rows, one output at a time: its weight steps are
-// loaded once and applied to every row. A thread's outputs are consecutive rows of the
-// matrix: one sequential weight stream.
-template <class K, int R>
-void gemv_range(const QuantizedRows& x, const WeightMatrix& w, const float* bias, float* out,
-                int64_t n, int64_t o_begin, int64_t o_end) {
-  const int64_t steps = (x.k + K::kStep - 1) / K::kStep;
-  for (int64_t o = o_begin; o < o_end; ++o) {
-    const WeightRow wr = w.row(o);
-    const char* pf = reinterpret_cast<const char*>(wr.quants) + kPrefetchBytes;
-    for (int64_t p = 0; p < w.row_bytes; p += 64) __builtin_prefetch(pf + p, 0, 2);
-    typename K::Acc acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = K::zero();
-    for (int64_t s = 0; s < steps; ++s) {
-      const typename K::W ws = K::load(wr.quants, wr.scales, wr.mins, x.k, s);
-      for (int r = 0; r < R; ++r)
-        acc[r] = K::step(acc[r], ws, x.data + r * x.row_bytes + s * K::kActStepBytes);
-    }
-    for (int r = 0; r < R; ++r) {
-      float v = K::finish(acc[r]);
-      if (bias) v += bias[o];
-      out[r * n + o] = v;
-    }
-  }
+// The f16 at p + idx[j] + 2 (j < 16) as f32: a gather of the 4 bytes that end there (the
+// bytes before a scale or min are always in the row: the quants or the scales).
+inline __m512 gather_f16(const uint8_t* p, __m512i idx) {
+  const __m512i g = _mm512_i32gather_epi32(idx, p - 2, 1);
+  return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16)));
 }
 
-template <class K, int R>
-void gemv(const QuantizedRows& x, const WeightMatrix& w, const float* bias, float* out, int64_t n,
-          WorkerPool& pool) {
-  constexpr int64_t kChunk = 32;  // outputs per scheduling unit
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-  const bool parallel = pool.size() > 1 && n * w.row_bytes >= (1 << 15);
-  pool.parallel_for(chunks, parallel, [&](int64_t c) {
-    gemv_range<K, R>(x, w, bias, out, n, c * kChunk, std::min(n, (c + 1) * kChunk));
-  });
-}
+// Prefetches (into L2) a region a fixed share at a time: the next group's weights, spread
+// over this group's steps, so that the 16 interleaved rows come from L2.
+class RegionPrefetch {
+ public:
+  RegionPrefetch(const uint8_t* begin, const uint8_t* end, int64_t calls)
+      : p_(begin), end_(end), per_call_((end - begin + 64 * calls - 1) / (64 * calls)) {}
+  void step() {
+    for (int64_t i = 0; i < per_call_ && p_ < end_; ++i, p_ += 64) __builtin_prefetch(p_, 0, 2);
+  }
 
-// Prefill: tiles of kNr outputs x kMr rows with kMr * kNr accumulators in registers; each
-// weight step is unpacked once per tile and row block and applied to kMr rows. Threads split
-// the output tiles; every thread walks the row chunks (sized to stay in L2) in the same order,
-// so a tile's weights (kNr rows, in L1 / L2) serve every row block of the chunk.
-constexpr int kMr = 4;
-constexpr int kNr = 4;
+ private:
+  const uint8_t* p_;
+  const uint8_t* end_;
+  int64_t per_call_;
+};
 
-template <class K>
-void gemm_tile(const QuantizedRows& x, const WeightMatrix& w, const float* bias, float* out,
-               int64_t n, int64_t r0, int64_t m_valid, int64_t o0, int64_t n_valid) {
-  const int64_t steps = (x.k + K::kStep - 1) / K::kStep;
-  WeightRow wr[kNr];
-  // Outputs past n repeat the last one and rows past the chunk the last row (computed, not
-  // stored).
-  for (int j = 0; j < kNr; ++j) wr[j] = w.row(o0 + std::min<int64_t>(j, n_valid - 1));
-  const uint8_t* xr[kMr];
-  for (int i = 0; i < kMr; ++i)
-    xr[i] = x.data + (r0 + std::min<int64_t>(i, m_valid - 1)) * x.row_bytes;
-  typename K::Acc acc[kMr][kNr];
-  for (int i = 0; i < kMr; ++i)
-    for (int j = 0; j < kNr; ++j) acc[i][j] = K::zero();
+template <bool kQ4, int R>
+void gemv_group(const Operands& op, int64_t o0) {
+  const int64_t nvalid = std::min<int64_t>(16, op.n - o0);
+  // Outputs past n repeat the last one (computed, not stored).
+  const uint8_t* rows[16];
+  for (int j = 0; j < 16; ++j) rows[j] = op.quants(o0 + std::min<int64_t>(j, nvalid - 1));
+  // Byte offsets of the 16 rows from the group's first (the clamped ones too).
+  const __m512i idx_valid = _mm512_mullo_epi32(
+      _mm512_min_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                       _mm512_set1_epi32(static_cast<int>(nvalid - 1))),
+      _mm512_set1_epi32(static_cast<int>(op.row_bytes)));
+  constexpr int kStepBlocks = kQ4 ? 4 : 2;
+  const int64_t steps = (op.blocks + kStepBlocks - 1) / kStepBlocks;
+  const uint8_t* next = op.quants(o0) + 16 * op.row_bytes;
+  const uint8_t* next_end = op.quants(std::min(op.n, o0 + 32));
+  RegionPrefetch prefetch(next, std::max(next, next_end), steps);
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t s = 0; s < steps; ++s) {
-    for (int j = 0; j < kNr; ++j) {
-      const typename K::W ws = K::load(wr[j].quants, wr[j].scales, wr[j].mins, x.k, s);
-      for (int i = 0; i < kMr; ++i)
-        acc[i][j] = K::step(acc[i][j], ws, xr[i] + s * K::kActStepBytes);
+    prefetch.step();
+    const int64_t b0 = s * kStepBlocks;
+    const int whole = static_cast<int>(std::min<int64_t>(kStepBlocks, op.blocks - b0));
+    __m512 dw[kStepBlocks], m[kStepBlocks];
+    for (int b = 0; b < whole; ++b) {
+      dw[b] = gather_f16(op.scales(o0) + 2 * (b0 + b), idx_valid);
+      if constexpr (kQ4) m[b] = gather_f16(op.mins(o0) + 2 * (b0 + b), idx_valid);
+    }
+    if constexpr (kQ4) {
+      const __mmask64 qmask = whole == 4 ? ~__mmask64{0} : (__mmask64{1} << (16 * whole)) - 1;
+      const __m512i nib = _mm512_set1_epi8(0x0f);
+      __m512i lo[16], hi[16];
+      for (int j = 0; j < 16; ++j) {
+        const __m512i packed = _mm512_maskz_loadu_epi8(qmask, rows[j] + 64 * s);
+        lo[j] = _mm512_and_si512(packed, nib);
+        hi[j] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), nib);
+      }
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* xr = op.xq(r) + 128 * s;
+        const __m512i x0 = _mm512_loadu_si512(xr), x1 = _mm512_loadu_si512(xr + 64);
+        // The four blocks' first halves and second halves, lined up with the nibbles.
+        const __m512i xlo = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(2, 0, 2, 0));
+        const __m512i xhi = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(3, 1, 3, 1));
+        __m512i dot[16], f[4];
+        for (int j = 0; j < 16; ++j)
+          dot[j] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[j], xlo),
+                                       hi[j], xhi);
+        reduce16(dot, f);
+        const float* dx = op.dx(r) + b0;
+        const float* dxs = op.dxs(r) + b0;
+        for (int b = 0; b < whole; ++b) {
+          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(f[b]),
+                                   _mm512_mul_ps(dw[b], _mm512_set1_ps(dx[b])), acc[r]);
+          acc[r] = _mm512_fmadd_ps(m[b], _mm512_set1_ps(dxs[b]), acc[r]);
+        }
+      }
+    } else {
+      const __mmask64 qmask = whole == 2 ? ~__mmask64{0} : __mmask64{0xffffffff};
+      __m512i w[16], corr[4];
+      for (int j = 0; j < 16; ++j) {
+        w[j] = _mm512_maskz_loadu_epi8(qmask, rows[j] + 64 * s);
+      }
+      {
+        __m512i c[16];
+        const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
+        for (int j = 0; j < 16; ++j) c[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, w[j]);
+        reduce16(c, corr);
+      }
+      const __m512i corr0 = _mm512_add_epi32(corr[0], corr[1]);
+      const __m512i corr1 = _mm512_add_epi32(corr[2], corr[3]);
+      for (int r = 0; r < R; ++r) {
+        const __m512i xu = _mm512_loadu_si512(op.xq(r) + 64 * s);
+        __m512i dot[16], f[4];
+        for (int j = 0; j < 16; ++j) dot[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), xu, w[j]);
+        reduce16(dot, f);
+        const __m512i sums[2] = {_mm512_sub_epi32(_mm512_add_epi32(f[0], f[1]), corr0),
+                                 _mm512_sub_epi32(_mm512_add_epi32(f[2], f[3]), corr1)};
+        const float* dx = op.dx(r) + b0;
+        for (int b = 0; b < whole; ++b)
+          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[b]),
+                                   _mm512_mul_ps(dw[b], _mm512_set1_ps(dx[b])), acc[r]);
+      }
     }
   }
-  for (int64_t i = 0; i < m_valid; ++i) {
-    for (int64_t j = 0; j < n_valid; ++j) {
-      float v = K::finish(acc[i][j]);
-      if (bias) v += bias[o0 + j];
-      out[(r0 + i) * n + o0 + j] = v;
+  const __mmask16 omask = static_cast<__mmask16>((1u << nvalid) - 1);
+  const __m512 bias = op.bias ? _mm512_maskz_loadu_ps(omask, op.bias + o0) : _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r)
+    _mm512_mask_storeu_ps(op.out + r * op.n + o0, omask,
+                          op.bias ? _mm512_add_ps(acc[r], bias) : acc[r]);
+}
+
+template <bool kQ4, int R>
+void gemv(const Operands& op, WorkerPool& pool) {
+  const int64_t groups = (op.n + 15) / 16;
+  // Static contiguous ranges: each thread streams one region of the matrix.
+  pool.parallel_for(groups, pool.size() > 1 && op.n * op.row_bytes >= (1 << 15),
+                    [&](int64_t g) { gemv_group<kQ4, R>(op, g * 16); });
+}
+
+// ---------------------------------------------------------------------------------------
+// GEMM: tiles of 32 outputs, packed; 6 rows at a time.
+constexpr int kMr = 6;
+constexpr int kTile = 32;
+// Packed block: quants [2 halves of 16 outputs][8 groups of 4 weights][16 outputs][4] (1024
+// bytes), f32 dw[32], then Q8_B32: int32 corr[32] (-128 x the block's weight sum), Q4_B32:
+// f32 m[32].
+constexpr int64_t kPackedBlock = 1024 + 128 + 128;
+
+template <bool kQ4>
+void pack_tile(const Operands& op, int64_t o0, uint8_t* panel) {
+  for (int jj = 0; jj < kTile; ++jj) {
+    const int64_t o = std::min(o0 + jj, op.n - 1);
+    const int half = jj / 16, j = jj % 16;
+    const uint8_t* wq = op.quants(o);
+    for (int64_t b = 0; b < op.blocks; ++b) {
+      uint8_t* pb = panel + b * kPackedBlock;
+      uint8_t q[kB];
+      if constexpr (kQ4) {
+        for (int i = 0; i < 16; ++i) {
+          q[i] = wq[16 * b + i] & 0x0f;
+          q[i + 16] = wq[16 * b + i] >> 4;
+        }
+      } else {
+        std::memcpy(q, wq + kB * b, kB);
+      }
+      for (int g = 0; g < 8; ++g) std::memcpy(pb + half * 512 + g * 64 + j * 4, q + 4 * g, 4);
+      const float dw = f16_to_f32(load_u16(op.scales(o) + 2 * b));
+      std::memcpy(pb + 1024 + 4 * jj, &dw, 4);
+      if constexpr (kQ4) {
+        const float m = f16_to_f32(load_u16(op.mins(o) + 2 * b));
+        std::memcpy(pb + 1152 + 4 * jj, &m, 4);
+      } else {
+        int32_t sum = 0;
+        for (int i = 0; i < kB; ++i) sum += static_cast<int8_t>(q[i]);
+        const int32_t corr = -128 * sum;
+        std::memcpy(pb + 1152 + 4 * jj, &corr, 4);
+      }
     }
   }
 }
 
-template <class K>
-void gemm(const QuantizedRows& x, const WeightMatrix& w, const float* bias, float* out, int64_t n,
-          WorkerPool& pool) {
+template <bool kQ4>
+void gemm_micro(const Operands& op, const uint8_t* panel, int64_t r0, int64_t m_valid, int64_t o0,
+                int64_t n_valid) {
+  const uint8_t* xq[kMr];
+  const float* dx[kMr];
+  const float* dxs[kMr];
+  for (int i = 0; i < kMr; ++i) {
+    const int64_t r = r0 + std::min<int64_t>(i, m_valid - 1);  // past the end: repeated
+    xq[i] = op.xq(r);
+    dx[i] = op.dx(r);
+    dxs[i] = op.dxs(r);
+  }
+  __m512 acc[kMr][2];
+  for (int i = 0; i < kMr; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < op.blocks; ++b) {
+    const uint8_t* pb = panel + b * kPackedBlock;
+    __m512i isum[kMr][2];
+    for (int v = 0; v < 2; ++v) {
+      const __m512i init = kQ4 ? _mm512_setzero_si512() : _mm512_load_si512(pb + 1152 + 64 * v);
+      for (int i = 0; i < kMr; ++i) isum[i][v] = init;
+    }
+    for (int g = 0; g < 8; ++g) {
+      const __m512i w0 = _mm512_load_si512(pb + g * 64);
+      const __m512i w1 = _mm512_load_si512(pb + 512 + g * 64);
+      for (int i = 0; i < kMr; ++i) {
+        int32_t x4;
+        std::memcpy(&x4, xq[i] + kB * b + 4 * g, 4);
+        const __m512i xb = _mm512_set1_epi32(x4);
+        if constexpr (kQ4) {
+          isum[i][0] = _mm512_dpbusd_epi32(isum[i][0], w0, xb);
+          isum[i][1] = _mm512_dpbusd_epi32(isum[i][1], w1, xb);
+        } else {
+          isum[i][0] = _mm512_dpbusd_epi32(isum[i][0], xb, w0);
+          isum[i][1] = _mm512_dpbusd_epi32(isum[i][1], xb, w1);
+        }
+      }
+    }
+    const __m512 dw[2] = {_mm512_load_ps(reinterpret_cast<const float*>(pb + 1024)),
+                          _mm512_load_ps(reinterpret_cast<const float*>(pb + 1088))};
+    for (int i = 0; i < kMr; ++i) {
+      const __m512 d = _mm512_set1_ps(dx[i][b]);
+      for (int v = 0; v < 2; ++v)
+        acc[i][v] =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i][v]), _mm512_mul_ps(dw[v], d), acc[i][v]);
+    }
+    if constexpr (kQ4) {
+      const __m512 m[2] = {_mm512_load_ps(reinterpret_cast<const float*>(pb + 1152)),
+                           _mm512_load_ps(reinterpret_cast<const float*>(pb + 1216))};
+      for (int i = 0; i < kMr; ++i) {
+        const __m512 ds = _mm512_set1_ps(dxs[i][b]);
+        for (int v = 0; v < 2; ++v) acc[i][v] = _mm512_fmadd_ps(m[v], ds, acc[i][v]);
+      }
+    }
+  }
+  for (int v = 0; v < 2; ++v) {
+    const int64_t lanes = std::clamp<int64_t>(n_valid - 16 * v, 0, 16);
+    if (lanes == 0) continue;
+    const __mmask16 omask = static_cast<__mmask16>((1u << lanes) - 1);
+    const __m512 bias =
+        op.bias ? _mm512_maskz_loadu_ps(omask, op.bias + o0 + 16 * v) : _mm512_setzero_ps();
+    for (int64_t i = 0; i < m_valid; ++i)
+      _mm512_mask_storeu_ps(op.out + (r0 + i) * op.n + o0 + 16 * v, omask,
+                            op.bias ? _mm512_add_ps(acc[i][v], bias) : acc[i][v]);
+  }
+}
+
+template <bool kQ4>
+void gemm(const Operands& op, WorkerPool& pool) {
   static const int64_t chunk_bytes = [] {
     const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    return std::max<int64_t>(int64_t{1} << 17, (l2 > 0 ? l2 : int64_t{1} << 20) / 4);
+    return std::max<int64_t>(int64_t{1} << 18, (l2 > 0 ? l2 : int64_t{1} << 20) / 2);
   }();
-  const int64_t tiles = (n + kNr - 1) / kNr;
-  const int64_t max_rows = std::max<int64_t>(kMr, chunk_bytes / x.row_bytes / kMr * kMr);
-  const int64_t chunks = (x.rows + max_rows - 1) / max_rows;
-  const int64_t chunk_rows = ((x.rows + chunks - 1) / chunks + kMr - 1) / kMr * kMr;
+  const int64_t rows = op.x.rows;
+  const int64_t tiles = (op.n + kTile - 1) / kTile;
+  const int64_t max_rows = std::max<int64_t>(kMr, chunk_bytes / op.x.row_bytes / kMr * kMr);
+  const int64_t chunks = (rows + max_rows - 1) / max_rows;
+  const int64_t chunk_rows = ((rows + chunks - 1) / chunks + kMr - 1) / kMr * kMr;
   pool.run(pool.size() > 1 && tiles > 1 ? pool.size() : 1, [&](int tid, int team) {
+    auto* panel = reinterpret_cast<uint8_t*>(
+        thread_scratch(ScratchSlot::GemmPanel, static_cast<size_t>(op.blocks * kPackedBlock / 4)));
     const IndexRange my_tiles = static_block(tiles, tid, team);
-    for (int64_t r_begin = 0; r_begin < x.rows; r_begin += chunk_rows) {
-      const int64_t r_end = std::min(x.rows, r_begin + chunk_rows);
+    for (int64_t r_begin = 0; r_begin < rows; r_begin += chunk_rows) {
+      const int64_t r_end = std::min(rows, r_begin + chunk_rows);
       for (int64_t tile : my_tiles) {
-        const int64_t o0 = tile * kNr, n_valid = std::min<int64_t>(kNr, n - o0);
+        const int64_t o0 = tile * kTile;
+        pack_tile<kQ4>(op, o0, panel);
         for (int64_t r0 = r_begin; r0 < r_end; r0 += kMr)
-          gemm_tile<K>(x, w, bias, out, n, r0, std::min<int64_t>(kMr, r_end - r0), o0, n_valid);
+          gemm_micro<kQ4>(op, panel, r0, std::min<int64_t>(kMr, r_end - r0), o0,
+                          std::min<int64_t>(kTile, op.n - o0));
       }
     }
   });
 }
 
-template <class K>
-void linear_with(const QuantizedRows& x, const WeightMatrix& w, const float* bias, float* out,
-                 int64_t n, WorkerPool& pool) {
-  if (x.rows > kMaxGemvRows) return gemm<K>(x, w, bias, out, n, pool);
-  switch (x.rows) {
+template <bool kQ4>
+void linear_vnni(const Operands& op, WorkerPool& pool) {
+  if (op.x.rows > kMaxGemvRows) return gemm<kQ4>(op, pool);
+  switch (op.x.rows) {
     case 1:
-      return gemv<K, 1>(x, w, bias, out, n, pool);
+      return gemv<kQ4, 1>(op, pool);
     case 2:
-      return gemv<K, 2>(x, w, bias, out, n, pool);
+      return gemv<kQ4, 2>(op, pool);
     case 3:
-      return gemv<K, 3>(x, w, bias, out, n, pool);
+      return gemv<kQ4, 3>(op, pool);
     case 4:
-      return gemv<K, 4>(x, w, bias, out, n, pool);
+      return gemv<kQ4, 4>(op, pool);
     case 5:
-      return gemv<K, 5>(x, w, bias, out, n, pool);
+      return gemv<kQ4, 5>(op, pool);
     case 6:
-      return gemv<K, 6>(x, w, bias, out, n, pool);
+      return gemv<kQ4, 6>(op, pool);
     case 7:
-      return gemv<K, 7>(x, w, bias, out, n, pool);
+      return gemv<kQ4, 7>(op, pool);
     case 8:
-      return gemv<K, 8>(x, w, bias, out, n, pool);
+      return gemv<kQ4, 8>(op, pool);
     default:
       return;  // no rows
   }
 }
 
-template <class K>
-int64_t act_row_bytes(int64_t k) {
-  return (k + K::kStep - 1) / K::kStep * K::kActStepBytes;
+#elif defined(__AVX2__)
+constexpr const char* kIsa = "avx2";
+#else
+constexpr const char* kIsa = "scalar";
+#endif
+
+template <bool kQ4>
+void run(const Operands& op, WorkerPool& pool) {
+  if (op.x.rows == 0) return;
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
+  linear_vnni<kQ4>(op, pool);
+#else
+  linear_rowwise<kQ4>(op, pool);
+#endif
 }
 
 }  // namespace
@@ -540,20 +476,29 @@ QuantizedRows quantize_rows(DType format, const float* x, int64_t rows, int64_t 
                             WorkerPool& pool) {
   ATTNRES_CHECK(is_block_quantized(format) && k > 0 && k % kQuantBlock == 0,
                 "quantized linear: K = " + std::to_string(k) + " is not a multiple of 32");
+  const int64_t blocks = k / kQuantBlock;
   QuantizedRows q;
   q.format = format;
   q.rows = rows;
   q.k = k;
-  q.row_bytes = format == DType::Q8_B32 ? act_row_bytes<Q8Kernel>(k) : act_row_bytes<Q4Kernel>(k);
-  auto* data = reinterpret_cast<uint8_t*>(
-      thread_scratch(ScratchSlot::QuantInput,
-                     static_cast<size_t>((std::max<int64_t>(rows, 1) * q.row_bytes + 3) / 4)));
+  q.row_bytes = (k + (format == DType::Q4_B32 ? 8 : 4) * blocks + 63) / 64 * 64;
+  auto* data = reinterpret_cast<uint8_t*>(thread_scratch(
+      ScratchSlot::QuantInput, static_cast<size_t>((rows * q.row_bytes + kActSlack) / 4)));
   q.data = data;
+  const bool q4 = format == DType::Q4_B32;
   pool.parallel_for(rows, pool.size() > 1 && rows * k >= (1 << 16), [&](int64_t r) {
-    if (format == DType::Q8_B32) {
-      Q8Kernel::quantize_row(x + r * k, k, data + r * q.row_bytes);
-    } else {
-      Q4Kernel::quantize_row(x + r * k, k, data + r * q.row_bytes);
+    uint8_t* row = data + r * q.row_bytes;
+    auto* dx = reinterpret_cast<float*>(row + k);
+    for (int64_t b = 0; b < blocks; ++b) {
+      auto* qb = reinterpret_cast<int8_t*>(row + kB * b);
+      dx[b] = quantize_activation_block(x + r * k + kB * b, qb);
+      if (q4) {
+        int32_t sum = 0;
+        for (int j = 0; j < kB; ++j) sum += qb[j];
+        dx[blocks + b] = dx[b] * static_cast<float>(sum);
+      } else {
+        for (int j = 0; j < kB; ++j) row[kB * b + j] = static_cast<uint8_t>(qb[j] + 128);
+      }
     }
   });
   return q;
@@ -561,11 +506,18 @@ QuantizedRows quantize_rows(DType format, const float* x, int64_t rows, int64_t 
 
 void linear_quantized(const QuantizedRows& x, const uint8_t* w, int64_t n, const float* bias,
                       float* out, WorkerPool& pool) {
-  WeightMatrix wm{w, x.k, static_cast<int64_t>(quant_row_bytes(x.format, x.k)),
-                  static_cast<int64_t>(quant_scales_offset(x.format, x.k)), 0};
-  if (x.format == DType::Q8_B32) return linear_with<Q8Kernel>(x, wm, bias, out, n, pool);
-  wm.mins_off = static_cast<int64_t>(quant_mins_offset(x.format, x.k));
-  linear_with<Q4Kernel>(x, wm, bias, out, n, pool);
+  const bool q4 = x.format == DType::Q4_B32;
+  const Operands op{x,
+                    w,
+                    n,
+                    x.k / kQuantBlock,
+                    static_cast<int64_t>(quant_row_bytes(x.format, x.k)),
+                    static_cast<int64_t>(quant_scales_offset(x.format, x.k)),
+                    q4 ? static_cast<int64_t>(quant_mins_offset(x.format, x.k)) : 0,
+                    bias,
+                    out};
+  if (q4) return run<true>(op, pool);
+  run<false>(op, pool);
 }
 
 void embed_quantized(DType format, const uint8_t* table, int64_t d, const int32_t* ids,

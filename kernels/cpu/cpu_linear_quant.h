@@ -6,12 +6,17 @@
 // so that each block's dot product is an exact integer sum: Q8_B32
 //   sum_b dw_b dx_b (sum_j qw_j qx_j)
 // and Q4_B32 (w = dw q + m) adds each block's min term m_b (dx_b sum_j qx_j).
+// Each output's arithmetic is fixed, the same in every build and for any number of rows:
+//   acc = 0
+//   for each block b, in order:
+//     acc = fma(f32(I_b), f32(dw_b * dx_b), acc)        I_b = the block's exact integer sum
+//     Q4_B32: acc = fma(m_b, f32(dx_b * sum_j qx_j), acc)
+//   out = acc (+ bias)
 // The integer sums run on the widest integer dot product the build targets (AVX-512 VNNI
-// vpdpbusd, else AVX2 vpmaddubsw, else scalar code). Each output's float arithmetic is fixed
-// by the build alone: the block sums' f32 conversions, scaled and added lane-wise over k in
-// order, one hsum tree, then the bias. The GEMV (R <= 8) and the GEMM (R > 8) run exactly the
-// same steps per output, so a row gives the same bits alone or in any batch (batch
-// invariance).
+// vpdpbusd, else AVX2 vpmaddubsw, else scalar code); the float steps are the ones above with
+// one output per lane. So a row gives the same bits alone or in any batch (batch invariance),
+// in the GEMV (R <= 8: weights streamed as stored) and the GEMM (R > 8: weight tiles packed
+// once and reused across rows) alike.
 #pragma once
 
 #include <cstdint>

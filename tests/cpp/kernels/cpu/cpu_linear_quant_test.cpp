@@ -255,10 +255,10 @@ LinearRef linear_reference(const std::vector<float>& x, int64_t r_dim, const Ten
   return ::testing::AssertionSuccess();
 }
 
-// The float part: per block, the f32 conversion of the (exact) integer sums is exact, the
-// scale dw * dx and its product round once each, the min term's dx * sum qx and its product
-// once each; then ceil(K / step) + 4 lane-wise and tree additions of terms bounded by the
-// magnitude above. 2^-24 * (K / 32 + 8) covers that; 1e-6 * (K / 32 + 8) leaves a margin.
+// The float part (cpu_linear_quant.h): per block, the f32 conversion of the (exact) integer
+// sum is exact, the scale dw * dx rounds once, the fma once, the min term's dx * sum qx and
+// its fma once each: a chain of at most 2 K / 32 fmas and the bias, each rounding by 2^-24 of
+// a partial sum bounded by the magnitude above. 1e-6 * (K / 32 + 8) covers that with margin.
 double rtol_for(int64_t k) { return 1e-6 * static_cast<double>(k / 32 + 8); }
 
 TEST(CpuLinearQuant, MatchesTheReferenceOnEveryPath) {
@@ -286,6 +286,74 @@ TEST(CpuLinearQuant, MatchesTheReferenceOnEveryPath) {
             EXPECT_TRUE(matches(out, ref)) << test::name(f) << " R " << r << " K " << k << " N "
                                            << n << (with_bias ? " bias" : "");
           }
+        }
+      }
+    }
+  }
+}
+
+// The header's arithmetic, redone here with scalar code from the stored bytes and
+// quantize_activation_block (checked above against its double definition): acc = 0; per
+// block acc = fma(I_b, f32(dw_b dx_b), acc) (Q4_B32: then acc = fma(m_b, f32(dx_b sum qx),
+// acc)); out = acc (+ bias). The integer sums are exact, so every kernel must match it bit
+// for bit.
+std::vector<float> canonical_linear(const std::vector<float>& x, int64_t r_dim, const Tensor& wq,
+                                    const float* bias) {
+  const int64_t n = wq.dim(0), k = wq.dim(1), blocks = k / 32;
+  const size_t row_bytes = quant_row_bytes(wq.dtype, k);
+  const bool q4 = wq.dtype == DType::Q4_B32;
+  std::vector<float> out(r_dim * n);
+  for (int64_t r = 0; r < r_dim; ++r) {
+    std::vector<int8_t> qx(k);
+    std::vector<float> dx(blocks);
+    for (int64_t b = 0; b < blocks; ++b)
+      dx[b] = cpu::quantize_activation_block(&x[r * k + b * 32], &qx[b * 32]);
+    for (int64_t o = 0; o < n; ++o) {
+      const uint8_t* row = wq.ptr<const uint8_t>() + o * row_bytes;
+      float acc = 0.0f;
+      for (int64_t b = 0; b < blocks; ++b) {
+        uint16_t dh;
+        std::memcpy(&dh, row + quant_scales_offset(wq.dtype, k) + 2 * b, 2);
+        // The sums in double (exact: |sum| < 2^20): GCC 12 vectorizes an int8 x int8 sum of
+        // products for AVX-512 VNNI targets wrongly (off by 128 x the first operand's sum).
+        double sum = 0.0, sx = 0.0;
+        for (int j = 0; j < 32; ++j) {
+          const int qw = q4 ? (j < 16 ? row[16 * b + j] & 15 : row[16 * b + j - 16] >> 4)
+                            : static_cast<int8_t>(row[32 * b + j]);
+          sum += static_cast<double>(qw) * qx[b * 32 + j];
+          sx += qx[b * 32 + j];
+        }
+        acc = std::fma(static_cast<float>(sum), f16_to_f32(dh) * dx[b], acc);
+        if (q4) {
+          uint16_t mh;
+          std::memcpy(&mh, row + quant_mins_offset(wq.dtype, k) + 2 * b, 2);
+          acc = std::fma(f16_to_f32(mh), dx[b] * static_cast<float>(sx), acc);
+        }
+      }
+      out[r * n + o] = bias ? acc + bias[o] : acc;
+    }
+  }
+  return out;
+}
+
+TEST(CpuLinearQuant, EqualsTheDefinedArithmeticBitForBit) {
+  std::mt19937 rng(35);
+  auto be = make_cpu_backend(2);
+  for (DType f : kFormats) {
+    for (int64_t k : {32, 160, 1056}) {
+      const int64_t n = 45;
+      const Tensor wq = quantize_matrix(random_weights(n, k, rng), f);
+      const std::vector<float> bias_v = random_floats(n, rng, -1.0f, 1.0f);
+      const Tensor bias = f32_tensor({n}, bias_v);
+      for (int64_t r : {1, 4, 8, 9, 31}) {
+        const std::vector<float> x = random_activations(r, k, rng);
+        for (const bool with_bias : {false, true}) {
+          Tensor out = Tensor::empty({r, n}, DType::F32);
+          be->linear(f32_tensor({r, k}, x), wq, with_bias ? &bias : nullptr, out);
+          const std::vector<float> want =
+              canonical_linear(x, r, wq, with_bias ? bias_v.data() : nullptr);
+          EXPECT_EQ(0, std::memcmp(out.ptr<float>(), want.data(), want.size() * 4))
+              << test::name(f) << " R " << r << " K " << k << (with_bias ? " bias" : "");
         }
       }
     }
