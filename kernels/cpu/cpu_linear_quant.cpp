@@ -3,9 +3,9 @@
 // - AVX-512 VNNI: the GEMV takes 16 output rows at a time, multiplies each one's step of 64
 //   weight bytes by the activation row with vpdpbusd, and reduces the 16 products' lanes to
 //   one vector of 16 outputs per block (reduce16); the GEMM packs a tile of 32 outputs
-//   ([block][4 consecutive weights][output]) once per row chunk, so that one vpdpbusd with a
-//   broadcast group of 4 activations advances 16 outputs, and keeps 6 rows x 32 outputs of
-//   block sums and accumulators in registers.
+//   ([block][4 consecutive weights][output], gathered) once for all rows, so that one vpdpbusd with
+//   a broadcast group of 4 activations advances 16 outputs, and keeps 6 rows x 32 outputs of block
+//   sums and accumulators in registers.
 // - Otherwise one output and one row at a time (AVX2's vpmaddubsw for each block's sum, or
 //   scalar code).
 //
@@ -15,8 +15,6 @@
 // 128 are subtracted again, exactly), Q4_B32 qx itself (the weights, 0..15, are the unsigned
 // side).
 #include "kernels/cpu/cpu_linear_quant.h"
-
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -304,33 +302,41 @@ constexpr int64_t kPackedBlock = 1024 + 128 + 128;
 
 template <bool kQ4>
 void pack_tile(const Operands& op, int64_t o0, uint8_t* panel) {
-  for (int jj = 0; jj < kTile; ++jj) {
-    const int64_t o = std::min(o0 + jj, op.n - 1);
-    const int half = jj / 16, j = jj % 16;
-    const uint8_t* wq = op.quants(o);
+  const int64_t nvalid = std::min<int64_t>(kTile, op.n - o0);
+  const __m512i nib = _mm512_set1_epi8(0x0f);
+  const __m512i ones = _mm512_set1_epi8(1);
+  for (int half = 0; half < 2; ++half) {
+    // Byte offsets of the half's 16 rows from the tile's first (outputs past n repeat the
+    // last one: computed, not stored).
+    const __m512i idx = _mm512_mullo_epi32(
+        _mm512_min_epi32(_mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+                                                            12, 13, 14, 15),
+                                          _mm512_set1_epi32(16 * half)),
+                         _mm512_set1_epi32(static_cast<int>(nvalid - 1))),
+        _mm512_set1_epi32(static_cast<int>(op.row_bytes)));
+    const uint8_t* base = op.quants(o0);
     for (int64_t b = 0; b < op.blocks; ++b) {
       uint8_t* pb = panel + b * kPackedBlock;
-      uint8_t q[kB];
+      __m512i sum = _mm512_setzero_si512();
       if constexpr (kQ4) {
-        for (int i = 0; i < 16; ++i) {
-          q[i] = wq[16 * b + i] & 0x0f;
-          q[i + 16] = wq[16 * b + i] >> 4;
+        for (int g = 0; g < 4; ++g) {  // bytes 4g .. 4g + 3: weights 4g.. (low), 16 + 4g.. (high)
+          const __m512i v = _mm512_i32gather_epi32(idx, base + 16 * b + 4 * g, 1);
+          _mm512_store_si512(pb + half * 512 + g * 64, _mm512_and_si512(v, nib));
+          _mm512_store_si512(pb + half * 512 + (g + 4) * 64,
+                             _mm512_and_si512(_mm512_srli_epi16(v, 4), nib));
         }
+        _mm512_store_ps(pb + 1152 + 64 * half, gather_f16(op.mins(o0) + 2 * b, idx));
       } else {
-        std::memcpy(q, wq + kB * b, kB);
+        for (int g = 0; g < 8; ++g) {
+          const __m512i v = _mm512_i32gather_epi32(idx, base + kB * b + 4 * g, 1);
+          _mm512_store_si512(pb + half * 512 + g * 64, v);
+          sum = _mm512_dpbusd_epi32(sum, ones, v);
+        }
+        // -128 x the block's weight sum per output.
+        _mm512_store_si512(pb + 1152 + 64 * half,
+                           _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7)));
       }
-      for (int g = 0; g < 8; ++g) std::memcpy(pb + half * 512 + g * 64 + j * 4, q + 4 * g, 4);
-      const float dw = f16_to_f32(load_u16(op.scales(o) + 2 * b));
-      std::memcpy(pb + 1024 + 4 * jj, &dw, 4);
-      if constexpr (kQ4) {
-        const float m = f16_to_f32(load_u16(op.mins(o) + 2 * b));
-        std::memcpy(pb + 1152 + 4 * jj, &m, 4);
-      } else {
-        int32_t sum = 0;
-        for (int i = 0; i < kB; ++i) sum += static_cast<int8_t>(q[i]);
-        const int32_t corr = -128 * sum;
-        std::memcpy(pb + 1152 + 4 * jj, &corr, 4);
-      }
+      _mm512_store_ps(pb + 1024 + 64 * half, gather_f16(op.scales(o0) + 2 * b, idx));
     }
   }
 }
@@ -403,28 +409,18 @@ void gemm_micro(const Operands& op, const uint8_t* panel, int64_t r0, int64_t m_
 
 template <bool kQ4>
 void gemm(const Operands& op, WorkerPool& pool) {
-  static const int64_t chunk_bytes = [] {
-    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    return std::max<int64_t>(int64_t{1} << 18, (l2 > 0 ? l2 : int64_t{1} << 20) / 2);
-  }();
-  const int64_t rows = op.x.rows;
   const int64_t tiles = (op.n + kTile - 1) / kTile;
-  const int64_t max_rows = std::max<int64_t>(kMr, chunk_bytes / op.x.row_bytes / kMr * kMr);
-  const int64_t chunks = (rows + max_rows - 1) / max_rows;
-  const int64_t chunk_rows = ((rows + chunks - 1) / chunks + kMr - 1) / kMr * kMr;
+  // Threads split the tiles; each packs a tile once and runs every row through it (the
+  // rows' activations, ~K bytes each, come from L2 / L3).
   pool.run(pool.size() > 1 && tiles > 1 ? pool.size() : 1, [&](int tid, int team) {
     auto* panel = reinterpret_cast<uint8_t*>(
         thread_scratch(ScratchSlot::GemmPanel, static_cast<size_t>(op.blocks * kPackedBlock / 4)));
-    const IndexRange my_tiles = static_block(tiles, tid, team);
-    for (int64_t r_begin = 0; r_begin < rows; r_begin += chunk_rows) {
-      const int64_t r_end = std::min(rows, r_begin + chunk_rows);
-      for (int64_t tile : my_tiles) {
-        const int64_t o0 = tile * kTile;
-        pack_tile<kQ4>(op, o0, panel);
-        for (int64_t r0 = r_begin; r0 < r_end; r0 += kMr)
-          gemm_micro<kQ4>(op, panel, r0, std::min<int64_t>(kMr, r_end - r0), o0,
-                          std::min<int64_t>(kTile, op.n - o0));
-      }
+    for (int64_t tile : static_block(tiles, tid, team)) {
+      const int64_t o0 = tile * kTile;
+      pack_tile<kQ4>(op, o0, panel);
+      for (int64_t r0 = 0; r0 < op.x.rows; r0 += kMr)
+        gemm_micro<kQ4>(op, panel, r0, std::min<int64_t>(kMr, op.x.rows - r0), o0,
+                        std::min<int64_t>(kTile, op.n - o0));
     }
   });
 }
