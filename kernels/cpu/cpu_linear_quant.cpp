@@ -250,25 +250,21 @@ void gemv_group(const Operands& op, int64_t o0) {
       }
     } else {
       const __mmask64 qmask = whole == 2 ? ~__mmask64{0} : __mmask64{0xffffffff};
-      __m512i w[16], corr[4];
+      // Each output's lanes start from -128 x its weights' lane sums, so that vpdpbusd with
+      // the stored qx + 128 leaves the exact sums of qw qx.
+      const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
+      __m512i w[16], neg_corr[16];
       for (int j = 0; j < 16; ++j) {
         w[j] = _mm512_maskz_loadu_epi8(qmask, rows[j] + 64 * s);
+        neg_corr[j] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                       _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, w[j]));
       }
-      {
-        __m512i c[16];
-        const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
-        for (int j = 0; j < 16; ++j) c[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, w[j]);
-        reduce16(c, corr);
-      }
-      const __m512i corr0 = _mm512_add_epi32(corr[0], corr[1]);
-      const __m512i corr1 = _mm512_add_epi32(corr[2], corr[3]);
       for (int r = 0; r < R; ++r) {
         const __m512i xu = _mm512_loadu_si512(op.xq(r) + 64 * s);
         __m512i dot[16], f[4];
-        for (int j = 0; j < 16; ++j) dot[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), xu, w[j]);
+        for (int j = 0; j < 16; ++j) dot[j] = _mm512_dpbusd_epi32(neg_corr[j], xu, w[j]);
         reduce16(dot, f);
-        const __m512i sums[2] = {_mm512_sub_epi32(_mm512_add_epi32(f[0], f[1]), corr0),
-                                 _mm512_sub_epi32(_mm512_add_epi32(f[2], f[3]), corr1)};
+        const __m512i sums[2] = {_mm512_add_epi32(f[0], f[1]), _mm512_add_epi32(f[2], f[3])};
         const float* dx = op.dx(r) + b0;
         for (int b = 0; b < whole; ++b)
           acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[b]),
