@@ -2,10 +2,11 @@
 // that the header defines; the kernels differ only in how they get the blocks' integer sums.
 // - AVX-512 VNNI: the GEMV takes 16 output rows at a time, multiplies each one's step of 64
 //   weight bytes by the activation row with vpdpbusd, and reduces the 16 products' lanes to
-//   one vector of 16 outputs per block (reduce16); the GEMM packs a tile of 32 outputs
-//   ([block][4 consecutive weights][output], gathered) once for all rows, so that one vpdpbusd with
-//   a broadcast group of 4 activations advances 16 outputs, and keeps 6 rows x 32 outputs of block
-//   sums and accumulators in registers.
+//   one vector of 16 outputs per block (reduce16); from 4 rows on it transposes the 16 rows'
+//   step to [4 weights][output] once and multiplies it by broadcast activations instead. The
+//   GEMM packs a tile of 32 outputs ([block][4 consecutive weights][output], gathered) once
+//   for all rows, so that one vpdpbusd with a broadcast group of 4 activations advances 16
+//   outputs, and keeps 6 rows x 32 outputs of block sums and accumulators in registers.
 // - Otherwise one output and one row at a time (AVX2's vpmaddubsw for each block's sum, or
 //   scalar code).
 //
@@ -152,16 +153,8 @@ constexpr const char* kIsa = "avx512-vnni";
 // ---------------------------------------------------------------------------------------
 // GEMV: 16 outputs per group.
 
-// v[j] (j < 16): int32 lanes of output j. F[L] lane j = the sum of v[j]'s 128-bit lane L.
-inline void reduce16(const __m512i* v, __m512i* f) {
-  __m512i t[8], u[4];
-  for (int p = 0; p < 8; ++p)  // per 128-bit lane [a0 + a2, b0 + b2, a1 + a3, b1 + b3]
-    t[p] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * p], v[2 * p + 1]),
-                            _mm512_unpackhi_epi32(v[2 * p], v[2 * p + 1]));
-  for (int q = 0; q < 4; ++q)  // per 128-bit lane: outputs 4q .. 4q + 3
-    u[q] = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * q], t[2 * q + 1]),
-                            _mm512_unpackhi_epi64(t[2 * q], t[2 * q + 1]));
-  // 4 x 4 transpose of 128-bit lanes: f[L] = [u0.L, u1.L, u2.L, u3.L].
+// 4 x 4 transpose of 128-bit lanes: f[L] = [u0.L, u1.L, u2.L, u3.L].
+inline void transpose_lanes4(const __m512i* u, __m512i* f) {
   const __m512i t0 = _mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0));
   const __m512i t1 = _mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1));
   const __m512i t2 = _mm512_shuffle_i32x4(u[2], u[3], _MM_SHUFFLE(2, 0, 2, 0));
@@ -170,6 +163,46 @@ inline void reduce16(const __m512i* v, __m512i* f) {
   f[1] = _mm512_shuffle_i32x4(t1, t3, _MM_SHUFFLE(2, 0, 2, 0));
   f[2] = _mm512_shuffle_i32x4(t0, t2, _MM_SHUFFLE(3, 1, 3, 1));
   f[3] = _mm512_shuffle_i32x4(t1, t3, _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+// v[j] (j < 16): int32 lanes of output j. f[L] lane j = the sum of v[j]'s 128-bit lane L.
+inline void reduce16(const __m512i* v, __m512i* f) {
+  __m512i t[8], u[4];
+  for (int p = 0; p < 8; ++p)  // per 128-bit lane [a0 + a2, b0 + b2, a1 + a3, b1 + b3]
+    t[p] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * p], v[2 * p + 1]),
+                            _mm512_unpackhi_epi32(v[2 * p], v[2 * p + 1]));
+  for (int q = 0; q < 4; ++q)  // per 128-bit lane: outputs 4q .. 4q + 3
+    u[q] = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * q], t[2 * q + 1]),
+                            _mm512_unpackhi_epi64(t[2 * q], t[2 * q + 1]));
+  transpose_lanes4(u, f);
+}
+
+// The 16 x 16 transpose of int32 words: t[w] lane j = v[j] word w.
+inline void transpose16(const __m512i* v, __m512i* t) {
+  __m512i a[16], u[16];
+  for (int i = 0; i < 8; ++i) {
+    a[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+    a[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+  }
+  // u[4i + c], 128-bit lane L: rows 4i .. 4i + 3, word 4L + c.
+  for (int i = 0; i < 4; ++i) {
+    u[4 * i] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
+    u[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
+    u[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
+    u[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    const __m512i q[4] = {u[c], u[4 + c], u[8 + c], u[12 + c]};
+    __m512i f[4];
+    transpose_lanes4(q, f);
+    for (int l = 0; l < 4; ++l) t[4 * l + c] = f[l];
+  }
+}
+
+inline __m512i broadcast_word(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
 }
 
 // The f16 at p + idx[j] + 2 (j < 16) as f32: a gather of the 4 bytes that end there (the
@@ -195,8 +228,17 @@ class RegionPrefetch {
   int64_t per_call_;
 };
 
+// From kTransposeRows rows on, the group's weights are transposed once per step to
+// [word][output] (64 shuffles, shared by the rows) and each row's block sums are vpdpbusd
+// with broadcast activation words, as in the GEMM; below, each row's products are reduced
+// across lanes (reduce16: 44 shuffles and adds per row). At R = 8 the transposed form took
+// 0.7-1.0x the time (0.6B shapes, both formats, medians of 3 alternated runs on a loaded
+// Zen 4 VM), at R = 2 and 4 0.8-1.3x, within that machine's noise.
+constexpr int kTransposeRows = 4;
+
 template <bool kQ4, int R>
 void gemv_group(const Operands& op, int64_t o0) {
+  constexpr bool kTransposed = R >= kTransposeRows;
   const int64_t nvalid = std::min<int64_t>(16, op.n - o0);
   // Outputs past n repeat the last one (computed, not stored).
   const uint8_t* rows[16];
@@ -231,6 +273,35 @@ void gemv_group(const Operands& op, int64_t o0) {
         lo[j] = _mm512_and_si512(packed, nib);
         hi[j] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), nib);
       }
+      if constexpr (kTransposed) {
+        // The packed bytes as [word][output]: word 4b + g holds block b's weights 4g .. 4g + 3
+        // (low nibbles) and 16 + 4g .. (high), for 16 outputs.
+        __m512i packed[16], pt[16];
+        for (int j = 0; j < 16; ++j)
+          packed[j] = _mm512_or_si512(lo[j], _mm512_slli_epi16(hi[j], 4));
+        transpose16(packed, pt);
+        for (int w = 0; w < 16; ++w) {
+          lo[w] = _mm512_and_si512(pt[w], nib);
+          hi[w] = _mm512_and_si512(_mm512_srli_epi16(pt[w], 4), nib);
+        }
+        for (int r = 0; r < R; ++r) {
+          const uint8_t* xr = op.xq(r) + 128 * s;
+          const float* dx = op.dx(r) + b0;
+          const float* dxs = op.dxs(r) + b0;
+          for (int b = 0; b < whole; ++b) {
+            __m512i sum = _mm512_setzero_si512();
+            for (int g = 0; g < 4; ++g) {
+              sum = _mm512_dpbusd_epi32(sum, lo[4 * b + g], broadcast_word(xr + kB * b + 4 * g));
+              sum =
+                  _mm512_dpbusd_epi32(sum, hi[4 * b + g], broadcast_word(xr + kB * b + 16 + 4 * g));
+            }
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
+                                     _mm512_mul_ps(dw[b], _mm512_set1_ps(dx[b])), acc[r]);
+            acc[r] = _mm512_fmadd_ps(m[b], _mm512_set1_ps(dxs[b]), acc[r]);
+          }
+        }
+        continue;
+      }
       for (int r = 0; r < R; ++r) {
         const uint8_t* xr = op.xq(r) + 128 * s;
         const __m512i x0 = _mm512_loadu_si512(xr), x1 = _mm512_loadu_si512(xr + 64);
@@ -260,6 +331,30 @@ void gemv_group(const Operands& op, int64_t o0) {
         w[j] = _mm512_maskz_loadu_epi8(qmask, rows[j] + 64 * s);
         neg_corr[j] = _mm512_sub_epi32(_mm512_setzero_si512(),
                                        _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, w[j]));
+      }
+      if constexpr (kTransposed) {
+        // [word][output]: word 8b + g holds block b's weights 4g .. 4g + 3 for 16 outputs.
+        __m512i wt[16];
+        transpose16(w, wt);
+        __m512i init[2];
+        const __m512i ones = _mm512_set1_epi8(1);
+        for (int b = 0; b < whole; ++b) {
+          __m512i sum = _mm512_setzero_si512();
+          for (int g = 0; g < 8; ++g) sum = _mm512_dpbusd_epi32(sum, ones, wt[8 * b + g]);
+          init[b] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7));
+        }
+        for (int r = 0; r < R; ++r) {
+          const uint8_t* xr = op.xq(r) + 64 * s;
+          const float* dx = op.dx(r) + b0;
+          for (int b = 0; b < whole; ++b) {
+            __m512i sum = init[b];
+            for (int g = 0; g < 8; ++g)
+              sum = _mm512_dpbusd_epi32(sum, broadcast_word(xr + kB * b + 4 * g), wt[8 * b + g]);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
+                                     _mm512_mul_ps(dw[b], _mm512_set1_ps(dx[b])), acc[r]);
+          }
+        }
+        continue;
       }
       for (int r = 0; r < R; ++r) {
         const __m512i xu = _mm512_loadu_si512(op.xq(r) + 64 * s);
