@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "engine/core/error.h"
 #include "engine/core/quant_format.h"
@@ -30,7 +31,15 @@ namespace attnres::cpu {
 
 float quantize_activation_block(const float* x, int8_t* q) {
   float amax = 0.0f;
-  for (int j = 0; j < kQuantBlock; ++j) amax = std::max(amax, std::fabs(x[j]));
+  bool finite = true;
+  for (int j = 0; j < kQuantBlock; ++j) {
+    amax = std::max(amax, std::fabs(x[j]));
+    finite = finite && std::isfinite(x[j]);
+  }
+  if (!finite) {  // NaN scale: the block's outputs become NaN, as an f32 product would
+    std::fill(q, q + kQuantBlock, int8_t{0});
+    return std::numeric_limits<float>::quiet_NaN();
+  }
   const float d = amax / 127.0f;
   for (int j = 0; j < kQuantBlock; ++j) {
     const float v = d == 0.0f ? 0.0f : std::nearbyint(x[j] / d);

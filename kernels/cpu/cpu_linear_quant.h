@@ -26,7 +26,9 @@
 
 namespace attnres::cpu {
 
-// The activation quantization of one block of 32: writes q[32], returns dx (as above).
+// The activation quantization of one block of 32: writes q[32], returns dx (as above). A
+// block holding a NaN or an infinity gets dx = NaN (and q = 0), so that every output it
+// feeds is NaN.
 float quantize_activation_block(const float* x, int8_t* q);
 
 // x rows quantized for weights of `format`, in the layout that build's kernel reads; they

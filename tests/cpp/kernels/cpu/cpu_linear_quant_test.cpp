@@ -427,6 +427,28 @@ TEST(CpuLinearQuant, ManyAndSwigluEqualSeparateLinears) {
   }
 }
 
+// A non-finite activation makes its row's outputs NaN (as an f32 product would), and only
+// its row's.
+TEST(CpuLinearQuant, NonFiniteActivationsGiveNaNRows) {
+  std::mt19937 rng(71);
+  auto be = make_cpu_backend(2);
+  const int64_t k = 128, n = 40;
+  for (DType f : kFormats) {
+    const Tensor wq = quantize_matrix(random_weights(n, k, rng), f);
+    for (int64_t r : {1, 5, 12}) {
+      std::vector<float> x = random_activations(r, k, rng);
+      x[(r - 1) * k + 70] =
+          r % 2 ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+      Tensor out = Tensor::empty({r, n}, DType::F32);
+      be->linear(f32_tensor({r, k}, x), wq, nullptr, out);
+      const std::vector<float> want = canonical_linear(x, r - 1, wq, nullptr);
+      EXPECT_EQ(0, std::memcmp(out.ptr<float>(), want.data(), want.size() * 4)) << test::name(f);
+      for (int64_t o = 0; o < n; ++o)
+        EXPECT_TRUE(std::isnan(out.ptr<float>()[(r - 1) * n + o])) << test::name(f) << " " << o;
+    }
+  }
+}
+
 TEST(CpuLinearQuant, BackendAcceptsTheFormats) {
   auto be = make_cpu_backend(1);
   for (DType f : kFormats) {
