@@ -558,8 +558,8 @@ void CpuBackend::linear_many(const Tensor& x, std::span<const LinearTarget> targ
     std::vector<LinearOperands> ops;
     ops.reserve(targets.size());
     for (const LinearTarget& t : targets) ops.emplace_back(x, *t.w, t.bias, *t.out);
-    const cpu::QuantizedRows q = cpu::quantize_rows(targets[0].w->dtype, x.ptr<float>(),
-                                                    ops[0].r_dim, ops[0].k_dim, *pool_);
+    const cpu::QuantizedRows q =
+        cpu::quantize_rows(targets[0].w->dtype, x.ptr<float>(), ops[0].r_dim, ops[0].k_dim, *pool_);
     for (size_t i = 0; i < targets.size(); ++i)
       cpu::linear_quantized(q, targets[i].w->ptr<uint8_t>(), ops[i].n_dim, ops[i].bias,
                             targets[i].out->ptr<float>(), *pool_);
