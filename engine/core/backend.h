@@ -60,7 +60,7 @@ struct DepthSourceSwitches {
 // Work recorded once from a backend's queue and replayed (CUDA: a CUDA graph). A replay runs
 // exactly the recorded device work on the recorded buffers, reading the batch metadata last
 // staged by prepare_batch (one of the recorded layout) and nothing else of the host: none of
-// the ops' host-side checks run again. engine/sched/decode_graphs.h is the user.
+// the ops' host-side checks run again. engine/runner/decode_graphs.h is the user.
 class StepGraph {
  public:
   virtual ~StepGraph() = default;
@@ -75,9 +75,14 @@ struct SampleBatch {
   std::vector<int32_t> token_ids;  // every row's prompt, output and blocked ids
   // Ids at or past this are padding rows with no text (Vocabulary::decodable): never sampled.
   int32_t decodable = 0;
+  // Structured output: [rows of masks, (vocab + 31) / 32] int32, the allowed-token bitmasks
+  // that rows with SampleRow::bitmask_row >= 0 read (xgrammar's layout: bit id % 32 of word
+  // id / 32, set = allowed). A few KB: it goes up with the parameters.
+  std::vector<int32_t> bitmask;
   void clear() {
     rows.clear();
     token_ids.clear();
+    bitmask.clear();
   }
 };
 

@@ -9,8 +9,10 @@ namespace attnres {
 // Sampling on the device (Backend::sample): one row's parameters, exactly what the host
 // Sampler (engine/sample/sampler.h) would apply to that row, in its order: padding rows masked,
 // min_tokens blocking, penalties, then greedy argmax or temperature, top-k, top-p, min-p and an
-// inverse-CDF draw at `uniform`. logit_bias and allowed_token_ids are not here: rows that use
-// them are sampled on the host (docs/ENGINE_CONTRACT.md, "Where sampling happens").
+// inverse-CDF draw at `uniform`. A structured-output row also has its token bitmask
+// (bitmask_row), applied right after the padding mask as the host applies the constraint.
+// logit_bias and allowed_token_ids are not here: rows that use them are sampled on the host
+// (docs/ENGINE_CONTRACT.md, "Where sampling happens").
 struct SampleRow {
   bool greedy = false;  // argmax after the penalties; the fields from temperature to uniform unused
   float temperature = 1.0f;
@@ -29,6 +31,9 @@ struct SampleRow {
   int32_t prompt_begin = 0, prompt_count = 0;
   int32_t output_begin = 0, output_count = 0;
   int32_t blocked_begin = 0, blocked_count = 0;
+  // Structured output: the row of SampleBatch::bitmask holding this row's allowed-token mask
+  // (engine/sample/token_bitmask.h's layout); ids whose bit is clear become -inf. -1: none.
+  int32_t bitmask_row = -1;
 };
 
 // What Backend::sample writes for a row the host path would refuse (the host's messages:

@@ -80,7 +80,23 @@ class ModelRunner {
   // sampling happens"). False (the default): the engine never fills sample_rows and samples
   // every row on the host from `logits`.
   virtual bool samples_on_device() const { return false; }
+
+  // Structured output on the device (docs/ENGINE_CONTRACT.md, "Where sampling happens"):
+  // whether constrained rows may be sample_rows, their masks in batch.sampling.bitmask. Such
+  // a batch (has_masked_rows) goes in two calls: launch() queues the forward and leaves the
+  // sampling, the engine computes the masks while the forward runs, then launch_sampling()
+  // queues the sample op with them; collect() as before. False (the default): constrained
+  // rows come back to the host.
+  virtual bool samples_masked_rows() const { return false; }
+  virtual void launch_sampling(const StepBatch& batch, StepResult& result) {
+    (void)batch;
+    (void)result;
+    throw Error("this model runner does not sample rows with token masks");
+  }
 };
+
+// Whether any of the batch's sampled rows carries a structured-output mask.
+inline bool has_masked_rows(const StepBatch& batch) { return !batch.sampling.bitmask.empty(); }
 
 // One per sequence: token ids in, text that became decodable out (UTF-8 completed).
 class TextDecoder {

@@ -37,6 +37,7 @@ int TransformerRunner::vocab_size() const { return model_.config().vocab_size; }
 
 void TransformerRunner::execute(const StepBatch& batch, StepResult& result) {
   launch(batch, result);
+  if (sampling_pending_) launch_sampling(batch, result);
   collect(result);
 }
 
@@ -47,6 +48,7 @@ bool TransformerRunner::launches_asynchronously() const {
 void TransformerRunner::collect(StepResult& result) {
   (void)result;  // launch() gave the backend result.sampled_ids to fill
   ATTNRES_CHECK(in_flight_, "TransformerRunner::collect without a launched step");
+  ATTNRES_CHECK(!sampling_pending_, "TransformerRunner::collect before launch_sampling");
   in_flight_ = false;
   Tensor logits = std::move(in_flight_logits_);
   in_flight_logits_ = Tensor();
@@ -73,16 +75,31 @@ void TransformerRunner::launch(const StepBatch& batch, StepResult& result) {
                 "a step with " + std::to_string(sampled) + " rows to sample and " +
                     std::to_string(batch.sampling.rows.size()) + " rows of sampling parameters");
   result.sampled_ids.resize(static_cast<size_t>(sampled));
+  in_flight_logits_ = std::move(device_logits);
+  in_flight_ = true;
+  // Masked rows wait for their masks, which the engine computes while this forward runs (and
+  // so does the host rows' download, which would wait for the forward).
+  sampling_pending_ = has_masked_rows(batch);
+  if (!sampling_pending_) download_and_sample(batch, result);
+}
+
+void TransformerRunner::launch_sampling(const StepBatch& batch, StepResult& result) {
+  ATTNRES_CHECK(in_flight_ && sampling_pending_,
+                "TransformerRunner::launch_sampling without a launched step that waits for it");
+  sampling_pending_ = false;
+  download_and_sample(batch, result);
+}
+
+void TransformerRunner::download_and_sample(const StepBatch& batch, StepResult& result) {
+  const int64_t sampled = static_cast<int64_t>(batch.sample_rows.size());
   // The host rows are rows [S, S + L): sample() only reads (and overwrites) rows [0, S).
-  const Tensor host_rows = device_logits.rows(sampled, device_logits.dim(0));
+  const Tensor host_rows = in_flight_logits_.rows(sampled, in_flight_logits_.dim(0));
   result.logits.resize(static_cast<size_t>(host_rows.numel()));
   // A step with only non-final prefill chunks asks for no logits.
   if (!result.logits.empty()) model_.backend().download(host_rows, result.logits.data());
   if (sampled > 0) {
-    model_.backend().sample_async(device_logits, batch.sampling, result.sampled_ids);
+    model_.backend().sample_async(in_flight_logits_, batch.sampling, result.sampled_ids);
   }
-  in_flight_logits_ = std::move(device_logits);
-  in_flight_ = true;
 }
 
 DepthAttentionLayout TransformerRunner::depth_attention_layout() const {

@@ -42,6 +42,10 @@ class TransformerRunner : public ModelRunner {
   bool launches_asynchronously() const override;
   DepthAttentionLayout depth_attention_layout() const override;
   bool samples_on_device() const override { return true; }
+  // A batch with masked rows: launch() queues the forward only, launch_sampling() the sample
+  // op over the logits it kept.
+  bool samples_masked_rows() const override { return true; }
+  void launch_sampling(const StepBatch& batch, StepResult& result) override;
 
   const KvCache& cache() const { return cache_; }
   // Null when decode steps run eagerly.
@@ -55,6 +59,9 @@ class TransformerRunner : public ModelRunner {
   // The launched step's logits, which the queued sample op reads: held until collect().
   Tensor in_flight_logits_;
   bool in_flight_ = false;
+  bool sampling_pending_ = false;  // launched with masked rows; launch_sampling() not yet called
+  // The launch's second half: the host rows' logits come back, the sample op is queued.
+  void download_and_sample(const StepBatch& batch, StepResult& result);
 };
 
 }  // namespace attnres

@@ -1,5 +1,6 @@
 #include "engine/sample/constraint_matcher.h"
 
+#include <algorithm>
 #include <exception>
 #include <utility>
 
@@ -54,8 +55,22 @@ void ConstraintMatcher::compute_mask() noexcept {
 void ConstraintMatcher::apply(std::span<float> logits) {
   if (!enforcing_) return;
   compute_mask();
-  if (!mask_error_.empty()) throw Error(mask_error_);
+  check_mask();
   apply_token_bitmask(logits, mask_);
+}
+
+void ConstraintMatcher::write_mask(std::span<int32_t> words) noexcept {
+  compute_mask();
+  const bool usable = enforcing_ && mask_error_.empty() && words.size() == mask_.size();
+  if (usable) {
+    std::copy(mask_.begin(), mask_.end(), words.begin());
+  } else {
+    std::fill(words.begin(), words.end(), 0);
+  }
+}
+
+void ConstraintMatcher::check_mask() const {
+  if (enforcing_ && !mask_error_.empty()) throw Error(mask_error_);
 }
 
 void ConstraintMatcher::accept(int32_t token) {

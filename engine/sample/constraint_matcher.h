@@ -38,6 +38,13 @@ class ConstraintMatcher {
   // logits [rows]: ids the constraint forbids become -inf (computing the mask if needed). Throws
   // attnres::Error when the constraint allows no token here (it dead-ended).
   void apply(std::span<float> logits);
+  // The device path (SampleRow::bitmask_row): computes the mask if needed and copies it into
+  // `words` (mask().size() of them), or zeros (nothing allowed) when it failed; check_mask()
+  // then reports the failure. Never throws.
+  void write_mask(std::span<int32_t> words) noexcept;
+  // Throws what apply() throws when the computed mask failed or allows no token; nothing when
+  // not enforcing.
+  void check_mask() const;
   // The sampled token. Throws attnres::Error when the constraint rejects it (what the mask
   // allowed, further narrowed by min_tokens or stop settings, left nothing it accepts).
   void accept(int32_t token);

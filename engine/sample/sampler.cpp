@@ -46,7 +46,9 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt
 void Sampler::add_device_row(std::span<const int32_t> prompt_ids,
                              std::span<const int32_t> output_ids, std::span<const int32_t> eos_ids,
                              SampleBatch& batch) {
-  ATTNRES_CHECK(can_sample_on_device(params_), "a sequence that needs its logits on the host");
+  // A constraint's bitmask is the caller's to add (SequenceOutput::add_device_row).
+  ATTNRES_CHECK(can_sample_on_device(params_, /*token_masks=*/true),
+                "a sequence that needs its logits on the host");
   std::vector<int32_t>& ids = batch.token_ids;
   auto append = [&](std::span<const int32_t> from, int32_t& begin, int32_t& count) {
     begin = static_cast<int32_t>(ids.size());

@@ -73,6 +73,7 @@ EngineCore::EngineCore(EngineConfig config, ModelRunner& runner)
       vocabulary_(engine_vocabulary(config_, vocab_size_)),
       device_sampling_(config_.device_sampling && runner.samples_on_device()),
       async_(config_.async_scheduling && runner.launches_asynchronously()),
+      masked_sampling_(device_sampling_ && runner.samples_masked_rows()),
       inbox_(std::make_shared<Inbox>()),
       scheduler_(config_.scheduler, BlockManager(config_.num_kv_blocks, config_.block_size,
                                                  config_.enable_prefix_caching)),
@@ -264,9 +265,11 @@ bool EngineCore::step() {
   cancel_requests(drained);
   const ScheduleOutput scheduled = schedule();
   std::optional<StepPlan> plan = build_batch(scheduled);
-  const bool launched = plan && launch(*plan);
-  // While the forward runs: the constrained rows' token masks (structured output).
+  bool launched = plan && launch(*plan);
+  // While the forward runs: the constrained rows' token masks (structured output); the device
+  // rows' go to the sample op, queued now.
   if (launched) output_processor_.prepare_constraints(*plan);
+  if (launched && has_masked_rows(plan->batch)) launched = launch_masked_sampling(*plan);
   bool accepted_in_gap = false;
   if (async_) {
     // The gap: the device runs this step while the host delivers the last one's outputs and
@@ -385,7 +388,9 @@ std::optional<StepPlan> EngineCore::build_batch(const ScheduleOutput& scheduled)
     inbox_->queued -= newly_scheduled;
   }
   try {
-    auto on_device = [](const Sequence& seq) { return can_sample_on_device(seq.params); };
+    auto on_device = [masks = masked_sampling_](const Sequence& seq) {
+      return can_sample_on_device(seq.params, masks);
+    };
     StepPlan plan =
         build_step_batch(scheduled, config_.block_size,
                          device_sampling_ ? on_device : std::function<bool(const Sequence&)>{});
@@ -400,6 +405,16 @@ std::optional<StepPlan> EngineCore::build_batch(const ScheduleOutput& scheduled)
 bool EngineCore::launch(const StepPlan& plan) {
   try {
     runner_.launch(plan.batch, step_result_);
+  } catch (const std::exception& e) {
+    fail_engine(e);
+    return false;
+  }
+  return true;
+}
+
+bool EngineCore::launch_masked_sampling(StepPlan& plan) {
+  try {
+    runner_.launch_sampling(plan.batch, step_result_);
   } catch (const std::exception& e) {
     fail_engine(e);
     return false;

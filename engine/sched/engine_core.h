@@ -205,6 +205,9 @@ class EngineCore {
   std::optional<StepPlan> build_batch(const ScheduleOutput& scheduled);
   // Queues the forward (ModelRunner::launch). False when it failed (the engine is then dead).
   bool launch(const StepPlan& plan);
+  // A plan with masked device rows: their masks (computed while the forward runs), then the
+  // runner's launch_sampling. False (the engine failed) when the runner threw.
+  bool launch_masked_sampling(StepPlan& plan);
   // Waits for it (ModelRunner::collect) and checks step_result_; registers the newly full
   // blocks in the prefix cache. False when it failed (the engine is then dead).
   bool collect(const ScheduleOutput& scheduled, const StepPlan& plan);
@@ -238,6 +241,7 @@ class EngineCore {
   const Vocabulary vocabulary_;  // what requests may name (immutable: any thread reads it)
   const bool device_sampling_;   // config_.device_sampling and the runner samples on the device
   const bool async_;             // config_.async_scheduling and the runner launches asynchronously
+  const bool masked_sampling_;   // device_sampling_ and the runner samples constrained rows too
 
   // Shared with front-end threads (guarded by inbox_->mutex).
   std::shared_ptr<Inbox> inbox_;

@@ -7,6 +7,7 @@
 
 #include "engine/core/error.h"
 #include "engine/sample/logprobs.h"
+#include "engine/sample/token_bitmask.h"
 
 namespace attnres {
 
@@ -158,11 +159,21 @@ void OutputProcessor::add_device_rows(StepPlan& plan) {
   }
 }
 
-void OutputProcessor::prepare_constraints(const StepPlan& plan) {
+void OutputProcessor::prepare_constraints(StepPlan& plan) {
   for (Sequence* seq : plan.samplers) {
     if (!seq->params.constraint) continue;
     auto it = states_.find(seq);
     if (it != states_.end()) it->second.output.prepare_constraint();
+  }
+  SampleBatch& batch = plan.batch.sampling;
+  const size_t words = static_cast<size_t>(token_bitmask_words(context_.vocabulary.rows));
+  for (size_t i = 0; i < plan.device_samplers.size() && i < batch.rows.size(); ++i) {
+    const int32_t mask_row = batch.rows[i].bitmask_row;
+    if (mask_row < 0) continue;
+    const auto at =
+        std::span<int32_t>(batch.bitmask).subspan(static_cast<size_t>(mask_row) * words, words);
+    auto it = states_.find(plan.device_samplers[i]);
+    if (it != states_.end()) it->second.output.write_constraint_mask(at);
   }
 }
 

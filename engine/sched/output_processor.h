@@ -67,9 +67,10 @@ class OutputProcessor {
   void add_device_rows(StepPlan& plan);
 
   // Structured output: computes the allowed-token masks of the plan's constrained samplers
-  // (the engine calls it while the forward runs). Never throws: a failure fails its sequence
-  // in process().
-  void prepare_constraints(const StepPlan& plan);
+  // (the engine calls it while the forward runs) and writes the device samplers' into
+  // plan.batch.sampling.bitmask (their SampleRow::bitmask_row). Never throws: a failure fails
+  // its sequence in process().
+  void prepare_constraints(StepPlan& plan);
 
   // The step's outputs: prompt logprob rows and depth prompt rows first (they are a sequence's
   // history), then one sampled token per sampling row (host rows, then device rows).

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "engine/core/error.h"
+#include "engine/sample/token_bitmask.h"
 
 namespace attnres {
 
@@ -89,10 +90,21 @@ SampledToken SequenceOutput::next(std::span<float> logits, std::vector<int32_t>&
 
 void SequenceOutput::add_device_row(std::span<const int32_t> token_ids, int num_prompt_tokens,
                                     const OutputContext& context, SampleBatch& batch) {
-  ATTNRES_CHECK(!constraint_, "a constrained sequence is sampled on the host");
   const auto prompt = token_ids.first(static_cast<size_t>(num_prompt_tokens));
   const auto output = token_ids.subspan(static_cast<size_t>(num_prompt_tokens));
   sampler_.add_device_row(prompt, output, context.eos_ids, batch);
+  if (constraint_ && constraint_->enforcing()) {
+    const size_t words = static_cast<size_t>(token_bitmask_words(context.vocabulary.rows));
+    ATTNRES_CHECK(constraint_->mask().size() == words,
+                  "a constraint's mask of " + std::to_string(constraint_->mask().size()) +
+                      " words for " + std::to_string(context.vocabulary.rows) + " logits");
+    batch.rows.back().bitmask_row = static_cast<int32_t>(batch.bitmask.size() / words);
+    batch.bitmask.resize(batch.bitmask.size() + words);
+  }
+}
+
+void SequenceOutput::write_constraint_mask(std::span<int32_t> words) noexcept {
+  if (constraint_) constraint_->write_mask(words);
 }
 
 SampledToken SequenceOutput::next_sampled(int32_t sampled, std::vector<int32_t>& token_ids,
@@ -110,11 +122,15 @@ SampledToken SequenceOutput::next_sampled(int32_t sampled, std::vector<int32_t>&
     }
   });
   run_output_stage(OutputStage::Sample, request_id, hook, [&] {
+    // The host path's order: the constraint's dead end first, then the sampler's verdict, then
+    // the grammar takes the token.
+    if (constraint_) constraint_->check_mask();
     ATTNRES_CHECK(sampled != kSampleEveryLogitMasked, "every logit is -inf");
     ATTNRES_CHECK(context.vocabulary.contains(sampled), "the device sampled token id " +
                                                             std::to_string(sampled) +
                                                             ", which the vocabulary cannot decode");
     token.id = sampled;
+    if (constraint_) constraint_->accept(token.id);
   });
   finish_token(token, token_ids, num_prompt_tokens, context, request_id);
   return token;

@@ -95,9 +95,14 @@ class SequenceOutput {
                     std::string_view request_id);
 
   // Device sampling (docs/ENGINE_CONTRACT.md, "Where sampling happens"): appends this step's
-  // row to `batch` (Sampler::add_device_row: the uniform is drawn here).
+  // row to `batch` (Sampler::add_device_row: the uniform is drawn here). A constrained row
+  // that is enforcing also gets a row of batch.bitmask (SampleRow::bitmask_row), to be filled
+  // by write_constraint_mask while the forward runs.
   void add_device_row(std::span<const int32_t> token_ids, int num_prompt_tokens,
                       const OutputContext& context, SampleBatch& batch);
+  // The constraint's mask for the row add_device_row added, into its bitmask row `words`
+  // (ConstraintMatcher::write_mask; a failure is reported by next_sampled). Never throws.
+  void write_constraint_mask(std::span<int32_t> words) noexcept;
   // next() for a token sampled on the device: `sampled` is Backend::sample's answer for the
   // row add_device_row described (a token id, or a kSample* code, reported as the host path
   // reports the same row).

@@ -1,11 +1,13 @@
 // CpuBackend::sample: Backend::sample on the host's cores. Each row runs sample_row
-// (engine/sample/sample_row.h), the host Sampler's own pipeline, so sampling "on the device"
-// with the CPU backend picks bit for bit what the engine's host path picks; rows are spread
-// over the worker pool (a row is one task: 0.1-0.5 ms at a vocabulary of 151936).
+// (engine/sample/sample_row.h), the host Sampler's own pipeline (structured-output masks
+// included), so sampling "on the device" with the CPU backend picks bit for bit what the
+// engine's host path picks; rows are spread over the worker pool (a row is one task:
+// 0.1-0.5 ms at a vocabulary of 151936).
 #include <algorithm>
 #include <string>
 
 #include "engine/core/error.h"
+#include "engine/core/sample_bitmask.h"
 #include "engine/sample/sample_row.h"
 #include "kernels/cpu/cpu_backend.h"
 
@@ -22,6 +24,7 @@ void CpuBackend::sample(Tensor& logits, const SampleBatch& batch, std::span<int3
       "sample: " + std::to_string(out.size()) + " outputs for " + std::to_string(rows) + " rows");
   if (rows == 0) return;
   const int64_t vocab = logits.dim(1);
+  check_sample_bitmask(batch, vocab);
   float* data = logits.ptr<float>();
   // One row per claim: rows cost the same order of time, and there are few of them.
   cpu::DynamicSchedule schedule(rows, 1);
@@ -31,7 +34,8 @@ void CpuBackend::sample(Tensor& logits, const SampleBatch& batch, std::span<int3
     thread_local SampleRowScratch scratch;
     for (int64_t r : schedule.claims()) {
       out[r] = sample_row(std::span<float>(data + r * vocab, static_cast<size_t>(vocab)),
-                          batch.rows[r], batch.token_ids, batch.decodable, scratch);
+                          batch.rows[r], batch.token_ids, batch.decodable, scratch,
+                          sample_row_bitmask(batch, batch.rows[r], vocab));
     }
   });
 }

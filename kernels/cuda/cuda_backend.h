@@ -170,7 +170,7 @@ class CudaBackend : public Backend {
   // error instead of running once at capture time and being missing from every replay.
   // Throws what `record` threw, or attnres::Error; the backend stays usable either way.
   std::unique_ptr<CudaGraph> capture_graph(const std::function<void()>& record);
-  // The Backend's step graphs (engine/sched/decode_graphs.h) are these CUDA graphs.
+  // The Backend's step graphs (engine/runner/decode_graphs.h) are these CUDA graphs.
   bool supports_step_graphs() const override { return true; }
   std::unique_ptr<StepGraph> capture_step_graph(const std::function<void()>& record) override;
 

@@ -338,23 +338,28 @@ int64_t sample_slice_ids(int64_t vocab, int ctas_per_row);
 // (151936) on 132 SMs: 8 up to 16 rows, 4 up to 33, 2 up to 66, then 1.
 int plan_sample_ctas_per_row(int64_t rows, int64_t vocab, int sm_count);
 // CudaBackend::sample's staging, one buffer laid out the same on the host (pinned) and on the
-// device: [rows] SampleRow, token ids from ids_offset (the two go up in one copy of
-// upload_bytes), out [rows] int32 from out_offset (comes back). Offsets 256-byte aligned.
+// device: [rows] SampleRow, token ids from ids_offset, the structured-output bitmask words
+// from bitmask_offset (the three go up in one copy of upload_bytes), out [rows] int32 from
+// out_offset (comes back). The bitmask right after the ids, the other offsets 256-byte
+// aligned.
 struct SampleStagingLayout {
   size_t ids_offset = 0;
+  size_t bitmask_offset = 0;
   size_t upload_bytes = 0;
   size_t out_offset = 0;
   size_t total_bytes = 0;
 };
-SampleStagingLayout sample_staging_layout(int64_t rows, int64_t num_ids);
+SampleStagingLayout sample_staging_layout(int64_t rows, int64_t num_ids, int64_t bitmask_words = 0);
 // A persistent buffer's new capacity for a call that needs `needed` bytes: unchanged when it
 // fits, else at least doubled (a growing batch regrows O(log) times, then never).
 size_t grown_staging_bytes(size_t capacity, size_t needed);
 // Samples rows [0, rows) of logits [rows, vocab] (overwritten) into out [rows]. row_args
-// [rows] and token_ids on the device, ids validated; counts [rows, vocab] int32, all zero, left
-// zero (presence / frequency scratch). Throws when a slice exceeds kMaxSampleSliceIds.
+// [rows], token_ids and bitmask ([mask rows, (vocab + 31) / 32] int32, read by rows whose
+// bitmask_row >= 0; may be null when none is) on the device, ids and mask rows validated;
+// counts [rows, vocab] int32, all zero, left zero (presence / frequency scratch). Throws when a
+// slice exceeds kMaxSampleSliceIds.
 void launch_sample(float* logits, int64_t rows, int64_t vocab, int32_t decodable,
-                   const SampleRow* row_args, const int32_t* token_ids, int32_t* counts,
-                   int32_t* out, int ctas_per_row, cudaStream_t stream);
+                   const SampleRow* row_args, const int32_t* token_ids, const int32_t* bitmask,
+                   int32_t* counts, int32_t* out, int ctas_per_row, cudaStream_t stream);
 
 }  // namespace attnres::cuda

@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/core/sample_bitmask.h"
 #include "kernels/cuda/cuda_backend_internal.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -877,7 +878,8 @@ void CudaBackend::depth_weights(const Tensor& query, const Tensor& bank, int n,
   cuda::launch_depth_weights(p, on_device().stream);
 }
 
-// Backend::sample (cuda_sampling.cu). The parameters and ids go up in one copy from the
+// Backend::sample (cuda_sampling.cu). The parameters, ids and structured-output bitmasks (a
+// few KB: a constrained row's logits never come back to the host) go up in one copy from the
 // persistent pinned staging, the ids come back into it, and the call waits for them (the
 // engine reads them next). No allocation once the staging has grown to the batch.
 // Not capturable, and not meant to be (kernels/cuda/NOTES.md, "Sampling"): the decode graphs
@@ -942,12 +944,15 @@ void CudaBackend::queue_sample(Tensor& logits, const SampleBatch& batch, std::sp
     }
     needs_counts = needs_counts || row.presence_penalty != 0.0f || row.frequency_penalty != 0.0f;
   }
+  check_sample_bitmask(batch, vocab);
+  const int64_t bitmask_words = static_cast<int64_t>(batch.bitmask.size());
   Impl& im = on_device();
   ATTNRES_CHECK(!im.capturing(), "sample: cannot run inside a CUDA graph capture");
   if (ctas_per_row == 0) ctas_per_row = cuda::plan_sample_ctas_per_row(rows, vocab, im.sm_count);
 
   // Staging: grown (rarely), never shrunk. The last call was waited for, so nothing reads it.
-  const cuda::SampleStagingLayout layout = cuda::sample_staging_layout(rows, num_ids);
+  const cuda::SampleStagingLayout layout =
+      cuda::sample_staging_layout(rows, num_ids, bitmask_words);
   if (layout.total_bytes > im.sample_host_bytes) {
     const size_t grown = cuda::grown_staging_bytes(im.sample_host_bytes, layout.total_bytes);
     im.sample_host.reset();  // freed first: the peak is the new one alone
@@ -976,12 +981,17 @@ void CudaBackend::queue_sample(Tensor& logits, const SampleBatch& batch, std::sp
     std::memcpy(host + layout.ids_offset, batch.token_ids.data(),
                 static_cast<size_t>(num_ids) * sizeof(int32_t));
   }
+  if (bitmask_words) {
+    std::memcpy(host + layout.bitmask_offset, batch.bitmask.data(),
+                static_cast<size_t>(bitmask_words) * sizeof(int32_t));
+  }
   CUDA_CHECK(cudaMemcpyAsync(device, host, layout.upload_bytes, cudaMemcpyHostToDevice, im.stream));
   // Null until a call has a penalty row: only such rows read counts.
   int32_t* counts = static_cast<int32_t*>(im.sample_counts.get());
   cuda::launch_sample(
       f32(logits), rows, vocab, batch.decodable, reinterpret_cast<const SampleRow*>(device),
-      reinterpret_cast<const int32_t*>(device + layout.ids_offset), counts,
+      reinterpret_cast<const int32_t*>(device + layout.ids_offset),
+      reinterpret_cast<const int32_t*>(device + layout.bitmask_offset), counts,
       reinterpret_cast<int32_t*>(device + layout.out_offset), ctas_per_row, im.stream);
   const size_t out_bytes = static_cast<size_t>(rows) * sizeof(int32_t);
   CUDA_CHECK(cudaMemcpyAsync(host + layout.out_offset, device + layout.out_offset, out_bytes,

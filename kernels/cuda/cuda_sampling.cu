@@ -1,9 +1,10 @@
 // Backend::sample on the GPU (engine/core/backend.h): each row's logits become a token id
 // with the host Sampler's pipeline (engine/sample/sampler.h), in its order: check (NaN / +inf,
-// a finite decodable logit), padding mask, min_tokens blocking, penalties, then greedy argmax,
-// or temperature, top-k, top-p, min-p and the draw.
+// a finite decodable logit), padding mask, the structured-output token bitmask, min_tokens
+// blocking, penalties, then greedy argmax, or temperature, top-k, top-p, min-p and the draw.
 // Layout: logits [rows, vocab] f32 (the sampled rows are overwritten), rows[] the parameters,
-// token_ids the ids the rows' ranges point into, counts [rows, vocab] int32 zeros (penalty
+// token_ids the ids the rows' ranges point into, bitmask [mask rows, (vocab + 31) / 32] int32
+// (a row's allowed ids, xgrammar's layout), counts [rows, vocab] int32 zeros (penalty
 // scratch; left zero), out [rows] int32.
 //
 // Why it is shaped this way:
@@ -257,7 +258,8 @@ using BlockArgMax = cub::BlockReduce<ArgMax, kSampleThreads>;
 template <int kCtas>
 __global__ void __cluster_dims__(kCtas, 1, 1) __launch_bounds__(kSampleThreads, 1)
     sample_kernel(float* logits, int64_t vocab, int64_t slice, int32_t decodable,
-                  const SampleRow* rows, const int32_t* token_ids, int32_t* counts, int32_t* out) {
+                  const SampleRow* rows, const int32_t* token_ids, const int32_t* bitmask,
+                  int32_t* counts, int32_t* out) {
   using Cluster = RowCluster<kCtas>;
   extern __shared__ unsigned int seen[];  // [(slice + 31) / 32] repetition marks
   wait_for_previous_kernel();
@@ -279,13 +281,21 @@ __global__ void __cluster_dims__(kCtas, 1, 1) __launch_bounds__(kSampleThreads, 
   const int tid = threadIdx.x, threads = blockDim.x;
   int phase = 0;  // merges so far (see Exchange)
 
-  // Check, then mask the padding rows (check_logits_row, Vocabulary::mask_padding).
+  // Check the raw row, then mask the padding rows and the ids the row's structured-output
+  // bitmask forbids (check_logits_row, Vocabulary::mask_padding, ConstraintMatcher::apply; a
+  // row the check refuses returns below, its masked values unread). A slice starts on a whole
+  // word (sample_slice_ids), so a warp reads one word for 32 consecutive ids.
+  const int32_t* mask = p.bitmask_row >= 0
+                            ? bitmask + static_cast<int64_t>(p.bitmask_row) * ((vocab + 31) / 32)
+                            : nullptr;
   int non_finite = 0, decodable_finite = 0;
   for (int64_t i = begin + tid; i < end; i += threads) {
     const float v = x[i];
     if (isnan(v) || v == INFINITY) non_finite = 1;
     if (i < decodable && isfinite(v)) decodable_finite = 1;
-    if (i >= decodable) x[i] = -INFINITY;
+    const bool allowed =
+        mask == nullptr || ((static_cast<uint32_t>(mask[i >> 5]) >> (i & 31)) & 1u);
+    if (i >= decodable || !allowed) x[i] = -INFINITY;
   }
   non_finite = __syncthreads_or(non_finite);
   decodable_finite = __syncthreads_or(decodable_finite);
@@ -488,14 +498,15 @@ __global__ void __cluster_dims__(kCtas, 1, 1) __launch_bounds__(kSampleThreads, 
 
 template <int kCtas>
 void launch_sample_kernel(float* logits, int64_t rows, int64_t vocab, int32_t decodable,
-                          const SampleRow* row_args, const int32_t* token_ids, int32_t* counts,
-                          int32_t* out, cudaStream_t stream) {
+                          const SampleRow* row_args, const int32_t* token_ids,
+                          const int32_t* bitmask, int32_t* counts, int32_t* out,
+                          cudaStream_t stream) {
   const int64_t slice = sample_slice_ids(vocab, kCtas);
   const size_t seen_bytes = static_cast<size_t>((slice + 31) / 32) * sizeof(unsigned int);
   // The grid is a whole number of clusters (__cluster_dims__ fixes kCtas at compile time).
   launch_kernel(sample_kernel<kCtas>, dim3(static_cast<unsigned>(rows * kCtas)),
                 dim3(kSampleThreads), seen_bytes, stream, logits, vocab, slice, decodable, row_args,
-                token_ids, counts, out);
+                token_ids, bitmask, counts, out);
 }
 
 }  // namespace
@@ -519,11 +530,13 @@ int plan_sample_ctas_per_row(int64_t rows, int64_t vocab, int sm_count) {
   return ctas;
 }
 
-SampleStagingLayout sample_staging_layout(int64_t rows, int64_t num_ids) {
+SampleStagingLayout sample_staging_layout(int64_t rows, int64_t num_ids, int64_t bitmask_words) {
   auto align = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
   SampleStagingLayout layout;
   layout.ids_offset = align(static_cast<size_t>(rows) * sizeof(SampleRow));
-  layout.upload_bytes = layout.ids_offset + static_cast<size_t>(num_ids) * sizeof(int32_t);
+  layout.bitmask_offset = layout.ids_offset + static_cast<size_t>(num_ids) * sizeof(int32_t);
+  layout.upload_bytes =
+      layout.bitmask_offset + static_cast<size_t>(bitmask_words) * sizeof(int32_t);
   layout.out_offset = align(layout.upload_bytes);
   layout.total_bytes = layout.out_offset + static_cast<size_t>(rows) * sizeof(int32_t);
   return layout;
@@ -535,8 +548,8 @@ size_t grown_staging_bytes(size_t capacity, size_t needed) {
 }
 
 void launch_sample(float* logits, int64_t rows, int64_t vocab, int32_t decodable,
-                   const SampleRow* row_args, const int32_t* token_ids, int32_t* counts,
-                   int32_t* out, int ctas_per_row, cudaStream_t stream) {
+                   const SampleRow* row_args, const int32_t* token_ids, const int32_t* bitmask,
+                   int32_t* counts, int32_t* out, int ctas_per_row, cudaStream_t stream) {
   if (rows == 0) return;
   ATTNRES_CHECK(sample_slice_ids(vocab, ctas_per_row) <= kMaxSampleSliceIds,
                 "sample: a slice of " + std::to_string(sample_slice_ids(vocab, ctas_per_row)) +
@@ -546,20 +559,20 @@ void launch_sample(float* logits, int64_t rows, int64_t vocab, int32_t decodable
                     ", the shared memory of its repetition bitmap");
   switch (ctas_per_row) {
     case 1:
-      launch_sample_kernel<1>(logits, rows, vocab, decodable, row_args, token_ids, counts, out,
-                              stream);
+      launch_sample_kernel<1>(logits, rows, vocab, decodable, row_args, token_ids, bitmask, counts,
+                              out, stream);
       break;
     case 2:
-      launch_sample_kernel<2>(logits, rows, vocab, decodable, row_args, token_ids, counts, out,
-                              stream);
+      launch_sample_kernel<2>(logits, rows, vocab, decodable, row_args, token_ids, bitmask, counts,
+                              out, stream);
       break;
     case 4:
-      launch_sample_kernel<4>(logits, rows, vocab, decodable, row_args, token_ids, counts, out,
-                              stream);
+      launch_sample_kernel<4>(logits, rows, vocab, decodable, row_args, token_ids, bitmask, counts,
+                              out, stream);
       break;
     case 8:
-      launch_sample_kernel<8>(logits, rows, vocab, decodable, row_args, token_ids, counts, out,
-                              stream);
+      launch_sample_kernel<8>(logits, rows, vocab, decodable, row_args, token_ids, bitmask, counts,
+                              out, stream);
       break;
     default:
       throw Error("sample: " + std::to_string(ctas_per_row) +

@@ -33,6 +33,8 @@
 #   prefill    prefill attention and 1K / 8K prompts against the GEMM rate
 #   ncu        every kernel of a decode step under Nsight Compute (skipped under gVisor)
 #   peerbench  the transformers peer's decode and prefill beside ours on the same checkpoint
+#   depth      the depth mix's Phase 1 and Phase 2 alone at prefill shapes against the copy rate
+#   depthpeers flash-attn-res and fast-attnres on the same shapes, checked, beside depth's figures
 #
 # Through the device tool (give it ~40 s more than the budget):
 #   run(command="kernels/cuda/gpu_lease.sh lease", carry=["build-cuda/device"], timeout_s=600)
@@ -71,6 +73,11 @@ stage() {
     --platform manylinux2014_x86_64 -d "$dev/wheels" "openai>=1.0" "grpcio>=1.60" \
     "grpcio-tools>=1.60" "grpcio-health-checking>=1.60" pytest jsonschema \
     || echo "stage: the wheels were not fetched; the e2e step will fail at its imports"
+  # The public AttnRes kernels the depthpeers step times (pure Python Triton kernels; torch
+  # and Triton are on the GPU machine). Apart from wheels/: fast-attnres imports as `attnres`.
+  python3 -m pip download -q --no-deps --only-binary=:all: -d "$dev/peer_wheels" \
+    "flash-attn-res==0.1.12" "fast-attnres==2.1.0" \
+    || echo "stage: the peer wheels were not fetched; the depthpeers step will fail"
   du -sh "$dev" "$dev"/*
 }
 

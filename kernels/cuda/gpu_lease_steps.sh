@@ -309,3 +309,34 @@ step_peerbench() {
   "$unpacked/bench_cuda_backend" --model "$peer" --only prefill --steps 5
   python3 clients/bench/transformers/bench_transformers.py "$peer" --json "$LEASE_LOGS/transformers.json"
 }
+
+# The depth mix alone (issue #49): our Phase 1 and Phase 2 at prefill shapes (T 1K and 8K, 2, 4
+# and 8 bf16 bank entries, d 1024 and 2048) against the copy rate; its JSON feeds depthpeers.
+# Timeouts set here, not in step_timeout, so that this block stands alone.
+: "${LEASE_TIMEOUT_depth:=120}"
+step_depth() {
+  cuda_only depth
+  "$unpacked/bench_cuda_backend" --only depth --json "$LEASE_LOGS/depth_ours.json"
+}
+
+# The public AttnRes kernels on the same shapes (clients/bench/depth_peers/bench_depth_peers.py):
+# flash-attn-res's Phase 1 / Phase 2 and fast-attnres's one-pass mix, each checked against the
+# NumPy reference of docs/ATTNRES.md §3 first, then timed beside depth's figures (run depth
+# before it). Their wheels (peer_wheels/, staged by `gpu_lease.sh stage`) go into a directory of
+# their own, on this step's path only: fast-attnres imports as `attnres`. Triton compiles each
+# shape on its first call (one pinned config, no autotuning): hence the longer timeout. The
+# rehearsal runs the reference's self-check, then skips.
+: "${LEASE_TIMEOUT_depthpeers:=300}"
+step_depthpeers() {
+  local script=clients/bench/depth_peers/bench_depth_peers.py peer_site=/tmp/attnres-depth-peers
+  if [ "$LEASE_DEVICE" != cuda ]; then
+    python3 "$script" --self-check
+    skip "the peers need CUDA, torch and Triton (the reference's self-check passed)"
+  fi
+  ls "$staged"/peer_wheels/*.whl > /dev/null 2>&1 \
+    || { echo "no wheels in $staged/peer_wheels (gpu_lease.sh stage fetches them)"; return 1; }
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "$peer_site" "$staged"/peer_wheels/*.whl
+  PYTHONPATH="$peer_site${PYTHONPATH:+:$PYTHONPATH}" python3 "$script" \
+    --ours "$LEASE_LOGS/depth_ours.json" --json "$LEASE_LOGS/depth_peers.json"
+}

@@ -96,3 +96,14 @@ def test_lease_reports_failures_timeouts_and_the_budget(attnres_bin, tmp_path):
     assert {"e2e.log", "variants.log"} <= logs
     output, verdicts, _ = run_lease(attnres_bin, tmp_path / "b", "--budget", "5", "e2e")
     assert verdicts == {"e2e": "SKIP"} and "the budget is spent" in output, output
+
+
+def test_lease_rehearses_the_depth_steps(attnres_bin, tmp_path):
+    """depth needs the CUDA build; depthpeers runs the peer bench's reference self-check (the
+    NumPy two-phase mix against the direct softmax) before it skips for want of a GPU."""
+    require_binary(attnres_bin)
+    output, verdicts, logs = run_lease(attnres_bin, tmp_path, "--budget", "120", "depth",
+                                       "depthpeers")
+    assert verdicts == {"depth": "SKIP", "depthpeers": "SKIP"}, output
+    assert "the reference's self-check passed" in output, output
+    assert {"depth.log", "depthpeers.log"} <= logs

@@ -9,6 +9,9 @@
 //   bench_cuda_backend --only prefill [--model NAME|DIR]... [--tokens T]... [--chunk N]
 //                      [--bf16-act on|off|both]
 //                      (bench_cuda_prefill.cpp)
+//   bench_cuda_backend --only depth [--tokens T]... [--steps N] [--json PATH]
+//                      (bench_cuda_depth.cpp: Phase 1 and Phase 2 alone, T 1K and 8K by
+//                      default, 2, 4 and 8 bank entries, d 1024 and 2048, against the copy rate)
 //
 // Step: prints, per model and batch: median ms/step (CUDA events around Transformer::forward,
 // host work of the step included), the weight-read floor, floor / measured, and the KV bytes
@@ -48,6 +51,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "tests/cpp/kernels/cuda/bench_cuda_depth.h"
 #include "tests/cpp/kernels/cuda/bench_cuda_prefill.h"
 
 namespace attnres {
@@ -383,7 +387,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> models;
   int context = 256, steps = 20;
   DType kv_dtype = DType::BF16;
-  std::string only, pdl, bf16_act;
+  std::string only, pdl, bf16_act, json;
   std::vector<int> prefill_tokens;
   int chunk = 0;
   for (int i = 1; i < argc; ++i) {
@@ -400,10 +404,12 @@ int main(int argc, char** argv) {
     } else if (a == "--only" && i + 1 < argc &&
                (std::string(argv[i + 1]) == "step" || std::string(argv[i + 1]) == "attention" ||
                 std::string(argv[i + 1]) == "prefill-attention" ||
-                std::string(argv[i + 1]) == "prefill")) {
+                std::string(argv[i + 1]) == "prefill" || std::string(argv[i + 1]) == "depth")) {
       only = argv[++i];
     } else if (a == "--tokens" && i + 1 < argc) {
       prefill_tokens.push_back(std::max(1, std::atoi(argv[++i])));
+    } else if (a == "--json" && i + 1 < argc) {
+      json = argv[++i];
     } else if (a == "--chunk" && i + 1 < argc) {
       chunk = std::max(0, std::atoi(argv[++i]));
     } else if (a == "--pdl" && i + 1 < argc &&
@@ -421,8 +427,9 @@ int main(int argc, char** argv) {
       std::fprintf(
           stderr,
           "usage: %s [--model NAME|DIR]... [--context N] [--steps N] "
-          "[--kv-dtype bfloat16|float32] [--only step|attention|prefill-attention|prefill] "
-          "[--tokens T]... [--chunk N] [--pdl on|off] [--bf16-act on|off|both]\n",
+          "[--kv-dtype bfloat16|float32] "
+          "[--only step|attention|prefill-attention|prefill|depth] "
+          "[--tokens T]... [--chunk N] [--pdl on|off] [--bf16-act on|off|both] [--json PATH]\n",
           argv[0]);
       return 2;
     }
@@ -437,6 +444,14 @@ int main(int argc, char** argv) {
     std::printf("device copy bandwidth (1 GiB D2D, read + written): %.0f GB/s\n", bw / 1e9);
     if (only == "prefill-attention") {
       bench_prefill_attention();
+      return 0;
+    }
+    if (only == "depth") {
+      DepthBenchOptions options;
+      if (!prefill_tokens.empty()) options.tokens = prefill_tokens;
+      options.iters = steps;
+      options.json_path = json;
+      bench_depth(options, bw);
       return 0;
     }
     if (only == "prefill") {
