@@ -96,3 +96,65 @@ def test_lease_reports_failures_timeouts_and_the_budget(attnres_bin, tmp_path):
     assert {"e2e.log", "variants.log"} <= logs
     output, verdicts, _ = run_lease(attnres_bin, tmp_path / "b", "--budget", "5", "e2e")
     assert verdicts == {"e2e": "SKIP"} and "the budget is spent" in output, output
+
+
+FAKE_BENCH = """#!/bin/sh
+# bench_cuda_backend's step lines, the levers line saying what the environment switched on
+deep=off; [ "${ATTNRES_CUDA_GEMV_DEEP:-}" = 1 ] && deep=on
+echo "args: $*"
+for m in attnres-0.6b plain-0.6b; do
+  echo "$m: a model, bf16 depth bank"
+  for b in 1 8; do
+    echo "  batch  $b, context 1024: eager 1.$b ms/step (min 1.0), floor/measured 0.2$b, KV read 1 MB"
+    echo "  batch  $b: kernel launches per decode step 5; GEMV levers: deep $deep"
+    echo "  batch  $b, context 1024: graph 0.$b ms/step (min 0.1), floor/measured 0.3$b, logits identical"
+  done
+done
+exit ${FAKE_BENCH_EXIT:-0}
+"""
+
+FAKE_TESTS = """#!/bin/sh
+echo "tests deep=${ATTNRES_CUDA_GEMV_DEEP:-unset} $*" >> "$FAKE_TESTS_LOG"
+"""
+
+
+def lease_log(tmp_path, name):
+    """The text of one log in the archive run_lease(attnres_bin, tmp_path, ...) brought back."""
+    with tarfile.open(tmp_path / "out" / "lease-logs.tar.gz") as tar:
+        member = next(m for m in tar.getmembers() if Path(m.name).name == name)
+        return tar.extractfile(member).read().decode()
+
+
+def test_lease_rehearses_the_levers_step(attnres_bin, tmp_path):
+    """The levers step over stand-ins for bench_cuda_backend and attnres_cuda_tests: one bench
+    run per setting with that setting's switches in its environment, a summary line per
+    (setting, model, batch) with what the bench says was on, the tests once per lever with it
+    on; a failing bench fails the step; without the stand-ins the step skips."""
+    require_binary(attnres_bin)
+    bench, tests, tests_log = tmp_path / "bench.sh", tmp_path / "tests.sh", tmp_path / "tests.log"
+    bench.write_text(FAKE_BENCH)
+    tests.write_text(FAKE_TESTS)
+    bench.chmod(0o755)
+    tests.chmod(0o755)
+    stand_ins = dict(LEVERS_BENCH=str(bench), LEVERS_TESTS=str(tests), FAKE_TESTS_LOG=str(tests_log))
+    output, verdicts, logs = run_lease(attnres_bin, tmp_path / "a", "--budget", "60", "levers",
+                                       **stand_ins)
+    assert verdicts == {"levers": "PASS"}, output
+    assert {"levers.log", "levers-baseline.log", "levers-deep.log"} <= logs
+    output = lease_log(tmp_path / "a", "levers.log")
+    assert "args: --only step --context 1024 --batch 1 --batch 8" in output, output
+    summary = [line.split() for line in output.splitlines() if line.startswith("LEVERS ")]
+    assert [s[1:7] for s in summary] == [
+        [setting, model, b, f"1.{b}", f"0.{b}", f"0.3{b}"]
+        for setting in ("baseline", "deep") for model in ("attnres-0.6b", "plain-0.6b")
+        for b in ("1", "8")], output
+    assert [s[7:] for s in summary] == [["deep", "off"]] * 4 + [["deep", "on"]] * 4, output
+    assert tests_log.read_text().splitlines() == [
+        "tests deep=1 --gtest_brief=1 --gtest_filter=CudaGemvLevers.*:CudaOps.Linear*:"
+        "CudaFusedDecode.*:CudaBatchInvariance.*:CudaResidualEpilogue.*"]
+
+    output, verdicts, _ = run_lease(attnres_bin, tmp_path / "b", "--budget", "60", "levers",
+                                    FAKE_BENCH_EXIT="3", **stand_ins)
+    assert verdicts == {"levers": "FAIL"}, output
+    output, verdicts, _ = run_lease(attnres_bin, tmp_path / "c", "--budget", "60", "levers")
+    assert verdicts == {"levers": "SKIP"}, output
