@@ -38,8 +38,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 
 // gemv_kernel's vector path with the GEMV levers of the mask kLevers (cuda_gemv_rows.cuh).
 template <class W, int R, int kLevers>
-__global__ void __launch_bounds__(kGemvWarps * 32, kGemvLeverMinBlocks)
+__global__ void __launch_bounds__(kGemvWarps * 32, gemv_lever_min_blocks(kLevers))
     gemv_lever_kernel(const float* __restrict__ x, int64_t K, GemvSegments segments) {
+  if constexpr ((kLevers & kGemvLeverPrefetch) != 0) prefetch_gemv_warp_row<W>(K, segments);
   wait_for_previous_kernel();
   gemv_warp<W, R, true, /*kResidual=*/true, kLevers>(x, K, segments);
 }
@@ -56,9 +57,10 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 
 // gemv_swiglu_kernel's vector path with the GEMV levers of the mask kLevers.
 template <class W, int R, int kLevers>
-__global__ void __launch_bounds__(kGemvWarps * 32, kGemvLeverMinBlocks)
+__global__ void __launch_bounds__(kGemvWarps * 32, gemv_lever_min_blocks(kLevers))
     gemv_swiglu_lever_kernel(const float* __restrict__ x, int64_t K, GemvSegment gate,
                              GemvSegment up, float* __restrict__ out) {
+  if constexpr ((kLevers & kGemvLeverPrefetch) != 0) prefetch_swiglu_warp_rows<W>(K, gate, up);
   wait_for_previous_kernel();
   gemv_swiglu_warp<W, R, true, kLevers>(x, K, gate, up, out);
 }

@@ -17,6 +17,12 @@ struct GemvLevers {
   // consumes the first (gate and up rows together in the SwiGLU GEMV), instead of row_dot's
   // unrolled loop of 4.
   std::atomic<bool> deep{false};
+  // ATTNRES_CUDA_PDL_PREFETCH: each warp asks L2 for its weight rows (prefetch.L2, one
+  // 128-byte line per lane in turn) before griddepcontrol.wait, so under programmatic
+  // dependent launch the rows stream in while the kernel ahead still runs, and before the
+  // PreNorm prologue's barriers. Weights do not change within a step: nothing the kernel ahead
+  // writes is read early.
+  std::atomic<bool> weight_prefetch{false};
 };
 
 // The levers of the backend whose op runs on this thread (CudaBackend::on_device makes them
@@ -26,6 +32,10 @@ void make_gemv_levers_current(const std::shared_ptr<GemvLevers>& levers);
 inline bool gemv_deep_now() {
   const GemvLevers* l = current_gemv_levers();
   return l && l->deep.load(std::memory_order_relaxed);
+}
+inline bool gemv_weight_prefetch_now() {
+  const GemvLevers* l = current_gemv_levers();
+  return l && l->weight_prefetch.load(std::memory_order_relaxed);
 }
 
 // A lever's environment variable: "1", "on" or "true" switch it on; unset or anything else

@@ -32,6 +32,7 @@ template <class W, int R, int kLevers>
 __device__ __forceinline__ void gemv_prenorm_block(const GemvPrenorm& prenorm, int prenorm_threads,
                                                    int64_t K, const GemvSegments& segments) {
   extern __shared__ __align__(16) float x[];  // [R, K]
+  if constexpr ((kLevers & kGemvLeverPrefetch) != 0) prefetch_gemv_warp_row<W>(K, segments);
   wait_for_previous_kernel();
   prenorm_rows<R>(prenorm, K, prenorm_threads, x);
   // The prologue's segments carry no residual (GemvPrenorm's callers; it cost this kernel
@@ -47,7 +48,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 }
 
 template <class W, int R, int kLevers>
-__global__ void __launch_bounds__(kGemvWarps * 32, kGemvLeverMinBlocks)
+__global__ void __launch_bounds__(kGemvWarps * 32, gemv_lever_min_blocks(kLevers))
     gemv_prenorm_lever_kernel(GemvPrenorm prenorm, int prenorm_threads, int64_t K,
                               GemvSegments segments) {
   gemv_prenorm_block<W, R, kLevers>(prenorm, prenorm_threads, K, segments);
@@ -60,6 +61,7 @@ __device__ __forceinline__ void gemv_prenorm_swiglu_block(const GemvPrenorm& pre
                                                           const GemvSegment& gate,
                                                           const GemvSegment& up, float* out) {
   extern __shared__ __align__(16) float x[];  // [R, K]
+  if constexpr ((kLevers & kGemvLeverPrefetch) != 0) prefetch_swiglu_warp_rows<W>(K, gate, up);
   wait_for_previous_kernel();
   prenorm_rows<R>(prenorm, K, prenorm_threads, x);
   gemv_swiglu_warp<W, R, true, kLevers>(x, K, gate, up, out);
@@ -73,7 +75,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 }
 
 template <class W, int R, int kLevers>
-__global__ void __launch_bounds__(kGemvWarps * 32, kGemvLeverMinBlocks)
+__global__ void __launch_bounds__(kGemvWarps * 32, gemv_lever_min_blocks(kLevers))
     gemv_prenorm_swiglu_lever_kernel(GemvPrenorm prenorm, int prenorm_threads, int64_t K,
                                      GemvSegment gate, GemvSegment up, float* __restrict__ out) {
   gemv_prenorm_swiglu_block<W, R, kLevers>(prenorm, prenorm_threads, K, gate, up, out);

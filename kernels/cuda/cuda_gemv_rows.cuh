@@ -87,20 +87,48 @@ __device__ __forceinline__ void row_dot(const float* __restrict__ x, const W* __
 
 // The GEMV levers (cuda_gemv_levers.h) as a kernel template parameter: a bit mask. The
 // kernels with a lever are kernels of their own (the `*_lever_kernel`s), declared with
-// kGemvLeverMinBlocks: the deep lever's loads want registers, and left to itself ptxas caps
+// gemv_lever_min_blocks: the deep lever's loads want registers, and left to itself ptxas caps
 // some instances at 80 and spills (f32 weights, 6 and 7 rows); two blocks per SM allow 128
-// with no spill. The kernels without a lever keep their declaration and code.
-constexpr int kGemvLeverDeep = 1;  // row_dot_deep in place of row_dot
+// with no spill. Without the deep lever, no minimum (0: the kernels without a lever's
+// declaration), since row_dot's unrolled loop spilled under the 128 cap (f16 / bf16 at 5 to 8
+// rows). The kernels without a lever keep their declaration and code.
+constexpr int kGemvLeverDeep = 1;      // row_dot_deep in place of row_dot
+constexpr int kGemvLeverPrefetch = 2;  // the warp's weight rows to L2 before the PDL wait
 constexpr int kGemvLeverMinBlocks = 2;
+constexpr int gemv_lever_min_blocks(int levers) {
+  return (levers & kGemvLeverDeep) != 0 ? kGemvLeverMinBlocks : 0;
+}
 
 // The mask of the levers the current backend has on (0: the kernels without a lever).
-inline int gemv_levers_now() { return gemv_deep_now() ? kGemvLeverDeep : 0; }
+inline int gemv_levers_now() {
+  return (gemv_deep_now() ? kGemvLeverDeep : 0) |
+         (gemv_weight_prefetch_now() ? kGemvLeverPrefetch : 0);
+}
 
 // Calls f(std::integral_constant<int, L>{}) with L = levers, a mask other than 0.
 template <class F>
 void dispatch_gemv_levers(int levers, F&& f) {
-  ATTNRES_CHECK(levers == kGemvLeverDeep, "gemv levers " + std::to_string(levers));
-  return f(std::integral_constant<int, kGemvLeverDeep>{});
+  switch (levers) {
+    case kGemvLeverDeep:
+      return f(std::integral_constant<int, kGemvLeverDeep>{});
+    case kGemvLeverPrefetch:
+      return f(std::integral_constant<int, kGemvLeverPrefetch>{});
+    case kGemvLeverDeep | kGemvLeverPrefetch:
+      return f(std::integral_constant<int, kGemvLeverDeep | kGemvLeverPrefetch>{});
+    default:
+      ATTNRES_CHECK(false, "gemv levers " + std::to_string(levers));
+  }
+}
+
+// Asks L2 for the bytes [p, p + bytes): lane i prefetches the 128-byte lines i, i + 32, ...
+// A hint with no effect on any value (prefetch.L2, generic address), so a warp may issue it
+// before griddepcontrol.wait for memory the kernel ahead does not write.
+__device__ __forceinline__ void prefetch_to_l2(const void* p, int64_t bytes, int lane) {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{127};
+  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes);
+#pragma unroll 1
+  for (uintptr_t a = begin + static_cast<uintptr_t>(lane) * 128; a < end; a += 32 * 128)
+    asm volatile("prefetch.L2 [%0];" ::"l"(a));
 }
 
 // The 16-byte weight loads a lane issues under the deep lever before it consumes the first.
@@ -197,6 +225,29 @@ __device__ __forceinline__ bool find_segment(const GemvSegments& segments, int64
     }
   }
   return found;
+}
+
+// The prefetch lever's share of a warp of gemv_warp: its weight row (the one gemv_warp reads)
+// to L2. Reads only the kernel's parameters, so it may run before wait_for_previous_kernel.
+template <class W>
+__device__ __forceinline__ void prefetch_gemv_warp_row(int64_t K, const GemvSegments& segments) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
+  GemvSegment seg;
+  if (!find_segment(segments, o, seg)) return;
+  prefetch_to_l2(static_cast<const W*>(seg.w) + o * K, K * static_cast<int64_t>(sizeof(W)), lane);
+}
+
+// The same for a warp of gemv_swiglu_warp: its gate and up rows.
+template <class W>
+__device__ __forceinline__ void prefetch_swiglu_warp_rows(int64_t K, const GemvSegment& gate,
+                                                          const GemvSegment& up) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
+  if (o >= gate.n) return;
+  const int64_t bytes = K * static_cast<int64_t>(sizeof(W));
+  prefetch_to_l2(static_cast<const W*>(gate.w) + o * K, bytes, lane);
+  prefetch_to_l2(static_cast<const W*>(up.w) + o * K, bytes, lane);
 }
 
 // A warp's whole share of gemv_kernel, x [R, K] in global or shared memory: output row

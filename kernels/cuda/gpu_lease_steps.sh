@@ -288,6 +288,8 @@ step_bench() {
 levers_settings() {
   echo "baseline"
   echo "deep ATTNRES_CUDA_GEMV_DEEP=1"
+  echo "prefetch ATTNRES_CUDA_PDL_PREFETCH=1"
+  echo "both ATTNRES_CUDA_GEMV_DEEP=1 ATTNRES_CUDA_PDL_PREFETCH=1"
 }
 
 # The levers measured against one baseline in one run on one card: batch-1 and batch-8 decode

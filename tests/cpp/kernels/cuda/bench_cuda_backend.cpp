@@ -323,11 +323,12 @@ void bench_model(const std::string& name, int context, int steps, const std::vec
     const uint64_t cublas = after.cublas_calls - before.cublas_calls;
     std::printf(
         "  batch %2d: kernel launches per decode step %llu (%llu ours + %llu calls into cuBLAS), "
-        "%.1f per layer; programmatic dependent launch %s; GEMV levers: deep %s\n",
+        "%.1f per layer; programmatic dependent launch %s; GEMV levers: deep %s, prefetch %s\n",
         batch_size, static_cast<unsigned long long>(kernels + cublas),
         static_cast<unsigned long long>(kernels), static_cast<unsigned long long>(cublas),
         static_cast<double>(kernels + cublas) / c.num_layers,
-        be.programmatic_launch() ? "on" : "off", be.gemv_deep() ? "on" : "off");
+        be.programmatic_launch() ? "on" : "off", be.gemv_deep() ? "on" : "off",
+        be.gemv_weight_prefetch() ? "on" : "off");
 
     // The same step captured into a CUDA graph and replayed (launch gaps removed). The eager
     // steps above warmed the caching allocator and the staging buffers; the graph keeps its

@@ -9,6 +9,8 @@
 // - whole models (plain and block AttnRes, bf16 and f32 weights), whose decode steps run the
 //   PreNorm-prologue GEMVs too: the logits bit for bit against the levers off;
 // - each environment variable switches its lever when a backend is built, and only then.
+// The prefetch lever issues its L2 prefetches before the PDL wait; the tests run with PDL as
+// the backend has it (on for compute capability 9.0+), so the early prefetches are exercised.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -30,14 +32,19 @@ namespace {
 struct LeverSet {
   const char* name;
   bool deep;
+  bool prefetch;
 };
 
 // Each lever alone, then all together.
-const LeverSet kLeverSets[] = {{"deep", true}};
-constexpr LeverSet kLeversOff = {"off", false};
+const LeverSet kLeverSets[] = {
+    {"deep", true, false}, {"prefetch", false, true}, {"deep + prefetch", true, true}};
+constexpr LeverSet kLeversOff = {"off", false, false};
 
 // Explicitly, both ways: a test run may have the environment switch a lever on.
-void switch_levers(CudaBackend& be, const LeverSet& levers) { be.set_gemv_deep(levers.deep); }
+void switch_levers(CudaBackend& be, const LeverSet& levers) {
+  be.set_gemv_deep(levers.deep);
+  be.set_gemv_weight_prefetch(levers.prefetch);
+}
 
 struct Backends {
   explicit Backends(const LeverSet& levers) {
@@ -237,21 +244,33 @@ class SavedEnvironment {
   bool had_ = false;
 };
 
-// The environment variables are read when a backend is built: set, a new backend has the
-// lever on; unset, off; a backend built before keeps what it read.
+// The environment variables are read when a backend is built: set, a new backend has that
+// lever on and the other off; unset, off; a backend built before keeps what it read.
 TEST(CudaGemvLevers, EnvironmentSwitchesALeverWhenABackendIsBuilt) {
   SKIP_WITHOUT_CUDA();
-  const SavedEnvironment saved("ATTNRES_CUDA_GEMV_DEEP");
-  ASSERT_EQ(unsetenv("ATTNRES_CUDA_GEMV_DEEP"), 0);
+  const char* deep_var = "ATTNRES_CUDA_GEMV_DEEP";
+  const char* prefetch_var = "ATTNRES_CUDA_PDL_PREFETCH";
+  const SavedEnvironment saved_deep(deep_var), saved_prefetch(prefetch_var);
+  ASSERT_EQ(unsetenv(deep_var), 0);
+  ASSERT_EQ(unsetenv(prefetch_var), 0);
   CudaBackend before(0);
   EXPECT_FALSE(before.gemv_deep());
-  ASSERT_EQ(setenv("ATTNRES_CUDA_GEMV_DEEP", "1", 1), 0);
+  EXPECT_FALSE(before.gemv_weight_prefetch());
+  ASSERT_EQ(setenv(deep_var, "1", 1), 0);
   CudaBackend deep(0);
-  ASSERT_EQ(unsetenv("ATTNRES_CUDA_GEMV_DEEP"), 0);
+  ASSERT_EQ(unsetenv(deep_var), 0);
+  ASSERT_EQ(setenv(prefetch_var, "1", 1), 0);
+  CudaBackend prefetch(0);
+  ASSERT_EQ(unsetenv(prefetch_var), 0);
   EXPECT_TRUE(deep.gemv_deep());
+  EXPECT_FALSE(deep.gemv_weight_prefetch());
+  EXPECT_FALSE(prefetch.gemv_deep());
+  EXPECT_TRUE(prefetch.gemv_weight_prefetch());
   EXPECT_FALSE(before.gemv_deep());
+  EXPECT_FALSE(before.gemv_weight_prefetch());
   CudaBackend after(0);
   EXPECT_FALSE(after.gemv_deep());
+  EXPECT_FALSE(after.gemv_weight_prefetch());
 }
 
 // The values that switch a lever on, and those that leave it off (no GPU needed).
