@@ -6,8 +6,9 @@
 //   fewer vectors than a warp has lanes, a partial last batch of loads, K that takes the
 //   scalar path): bit for bit against the levers off (a lever keeps every output's order of
 //   operations), 1e-5 against the CPU (the GEMV's tolerance in cuda_ops_test.cpp);
-// - whole models (plain and block AttnRes, bf16 and f32 weights), whose decode steps run the
-//   PreNorm-prologue GEMVs too: the logits bit for bit against the levers off;
+// - whole models (plain and block AttnRes, bf16 and f32 weights; full AttnRes), whose decode
+//   steps run the PreNorm-prologue GEMVs and the QKV GEMV with RoPE + the KV store (with and
+//   without its prologue) too: the logits bit for bit against the levers off;
 // - each environment variable switches its lever when a backend is built, and only then.
 // The prefetch lever issues its L2 prefetches before the PDL wait; the tests run with PDL as
 // the backend has it (on for compute capability 9.0+), so the early prefetches are exercised.
@@ -219,6 +220,8 @@ TEST(CudaGemvLevers, ModelLogitsEqualTheLeversOff) {
       compare_model(small_config("", 3, 0), wdt, levers);
       compare_model(small_config("block", 4, 2), wdt, levers);
     }
+    // full: the QKV GEMV with RoPE + store reads x from memory (the merge keeps its launch).
+    compare_model(small_config("full", 4, 2), DType::BF16, levers);
   }
 }
 
