@@ -164,9 +164,9 @@ TEST(CudaGemvLevers, DecodeShapesEqualTheLeversOffAndTheCpu) {
   }
 }
 
-// K 64: fewer bf16 vectors than lanes; K 320: bf16 40 vectors (one batch of loads, partly
-// past the row), f32 80 (three batches, the last partial); K 2056: bf16 257 vectors (a second
-// batch of one load); K 37: the scalar path, which the levers leave alone.
+// K 64: fewer bf16 vectors than lanes; K 320: 40 bf16 / 80 f32 vectors, one batch of a lane's
+// loads with most of them past the row's end; K 2056: 257 bf16 vectors, a second batch of one
+// load (514 f32: a third); K 37: the scalar path, which the levers leave alone.
 TEST(CudaGemvLevers, SmallShapesAtEveryRowCount) {
   SKIP_WITHOUT_CUDA();
   for (const LeverSet& levers : kLeverSets) {
