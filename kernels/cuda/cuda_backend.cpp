@@ -88,6 +88,8 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   im.launch->programmatic =
       im.programmatic_launch_supported && cuda::programmatic_launch_wanted_by_env();
   im.bf16_activations = bf16_activations_wanted_by_env();
+  im.gemv_levers->deep = cuda::gemv_lever_wanted_by_env("ATTNRES_CUDA_GEMV_DEEP");
+  im.gemv_levers->weight_prefetch = cuda::gemv_lever_wanted_by_env("ATTNRES_CUDA_PDL_PREFETCH");
   CUDA_CHECK(cudaStreamCreateWithFlags(&im.stream, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&im.meta_copied, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&im.rows_copied, cudaEventDisableTiming));
@@ -132,6 +134,7 @@ CudaBackend::~CudaBackend() {
 CudaBackend::Impl& CudaBackend::on_device() {
   impl_->use_device();
   cuda::make_launch_context_current(impl_->launch);
+  cuda::make_gemv_levers_current(impl_->gemv_levers);
   return *impl_;
 }
 
@@ -147,6 +150,10 @@ void CudaBackend::set_programmatic_launch(bool on) {
   impl_->launch->programmatic = on && impl_->programmatic_launch_supported;
 }
 bool CudaBackend::programmatic_launch() const { return impl_->launch->programmatic; }
+void CudaBackend::set_gemv_deep(bool on) { impl_->gemv_levers->deep = on; }
+bool CudaBackend::gemv_deep() const { return impl_->gemv_levers->deep; }
+void CudaBackend::set_gemv_weight_prefetch(bool on) { impl_->gemv_levers->weight_prefetch = on; }
+bool CudaBackend::gemv_weight_prefetch() const { return impl_->gemv_levers->weight_prefetch; }
 CudaBackend::LaunchCounts CudaBackend::launch_counts() const {
   return {impl_->launch->kernels.load(), impl_->launch->cublas_calls.load()};
 }

@@ -181,6 +181,13 @@ class CudaBackend : public Backend {
   // device leaves it off. Results are the same bits either way.
   void set_programmatic_launch(bool on);
   bool programmatic_launch() const;
+  // The decode GEMVs' levers (kernels/cuda/cuda_gemv_levers.h, NOTES.md "GEMV levers"), off
+  // unless their environment variable is set when the backend is built; each setter switches
+  // its lever for launches (and graph captures) from now on. Same bits either way.
+  void set_gemv_deep(bool on);  // ATTNRES_CUDA_GEMV_DEEP
+  bool gemv_deep() const;
+  void set_gemv_weight_prefetch(bool on);  // ATTNRES_CUDA_PDL_PREFETCH
+  bool gemv_weight_prefetch() const;
   // Launches so far: kernels of kernels/cuda (a captured launch counts once, at capture; a
   // graph replay adds none), and calls into cuBLAS (each runs one or more kernels of its own).
   struct LaunchCounts {

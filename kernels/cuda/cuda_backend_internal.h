@@ -13,8 +13,9 @@
 #include "kernels/cuda/cuda_attention_dispatch.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/cuda_lt_gemm.h"
+#include "kernels/cuda/cuda_gemv_levers.h"
 #include "kernels/cuda/cuda_launch.h"
+#include "kernels/cuda/cuda_lt_gemm.h"
 
 namespace attnres {
 
@@ -30,6 +31,8 @@ struct CudaBackend::Impl {
   // PDL on / off and the launch counts (cuda_launch.h); current on the thread during an op.
   std::shared_ptr<cuda::LaunchContext> launch = std::make_shared<cuda::LaunchContext>();
   bool programmatic_launch_supported = false;  // compute capability 9.0+
+  // The decode GEMVs' levers (cuda_gemv_levers.h); current on the thread during an op.
+  std::shared_ptr<cuda::GemvLevers> gemv_levers = std::make_shared<cuda::GemvLevers>();
   // linear_input_dtype answers BF16 where it may (set_bf16_activations, ATTNRES_CUDA_BF16_ACT).
   bool bf16_activations = true;
 

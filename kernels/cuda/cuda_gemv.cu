@@ -17,6 +17,9 @@
 // gemv_kernel over segments), and the MLP's gate and up rows read by one warp with SwiGLU as
 // the epilogue (gemv_swiglu_kernel): per layer 6 launches become 2. And the residual add as
 // gemv_kernel's epilogue (launch_gemv_residual: o_proj and down_proj into the partial sum).
+//
+// The vector path's kernels also come with the GEMV levers compiled in (the `*_lever_kernel`s,
+// cuda_gemv_levers.h), launched when the backend has them on; the same outputs, bit for bit.
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_gemv_rows.cuh"
 #include "kernels/cuda/cuda_kernels.h"
@@ -33,6 +36,15 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   gemv_warp<W, R, kVectorized>(x, K, segments);
 }
 
+// gemv_kernel's vector path with the GEMV levers of the mask kLevers (cuda_gemv_rows.cuh).
+template <class W, int R, int kLevers>
+__global__ void __launch_bounds__(kGemvWarps * 32, gemv_lever_min_blocks(kLevers))
+    gemv_lever_kernel(const float* __restrict__ x, int64_t K, GemvSegments segments) {
+  if constexpr ((kLevers & kGemvLeverPrefetch) != 0) prefetch_gemv_warp_row<W>(K, segments);
+  wait_for_previous_kernel();
+  gemv_warp<W, R, true, /*kResidual=*/true, kLevers>(x, K, segments);
+}
+
 // out[r, o] = silu(x[r] . wg[o] + bg[o]) * (x[r] . wu[o] + bu[o]): warp o reads both rows, so
 // gate and up never leave registers (the eager path's two outputs and swiglu launch).
 template <class W, int R, bool kVectorized>
@@ -41,6 +53,16 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
                        float* __restrict__ out) {
   wait_for_previous_kernel();
   gemv_swiglu_warp<W, R, kVectorized>(x, K, gate, up, out);
+}
+
+// gemv_swiglu_kernel's vector path with the GEMV levers of the mask kLevers.
+template <class W, int R, int kLevers>
+__global__ void __launch_bounds__(kGemvWarps * 32, gemv_lever_min_blocks(kLevers))
+    gemv_swiglu_lever_kernel(const float* __restrict__ x, int64_t K, GemvSegment gate,
+                             GemvSegment up, float* __restrict__ out) {
+  if constexpr ((kLevers & kGemvLeverPrefetch) != 0) prefetch_swiglu_warp_rows<W>(K, gate, up);
+  wait_for_previous_kernel();
+  gemv_swiglu_warp<W, R, true, kLevers>(x, K, gate, up, out);
 }
 
 // Whether every weight row and x allow 16-byte vectors.
@@ -59,10 +81,16 @@ unsigned grid_for(int64_t rows) {
 template <class W, int R>
 void launch_rows(const float* x, int64_t K, const GemvSegments& segments, float* swiglu_out,
                  cudaStream_t stream) {
+  const int levers = gemv_levers_now();
   if (swiglu_out) {  // segments: gate then up
     const bool vec = vectorizable<W>(x, K, segments.seg, 2);
     const unsigned grid = grid_for(segments.seg[0].n);
-    if (vec) {
+    if (vec && levers) {
+      dispatch_gemv_levers(levers, [&](auto l) {
+        launch_kernel(gemv_swiglu_lever_kernel<W, R, decltype(l)::value>, grid, kGemvWarps * 32, 0,
+                      stream, x, K, segments.seg[0], segments.seg[1], swiglu_out);
+      });
+    } else if (vec) {
       launch_kernel(gemv_swiglu_kernel<W, R, true>, grid, kGemvWarps * 32, 0, stream, x, K,
                     segments.seg[0], segments.seg[1], swiglu_out);
     } else {
@@ -74,7 +102,12 @@ void launch_rows(const float* x, int64_t K, const GemvSegments& segments, float*
   int64_t total = 0;
   for (int s = 0; s < segments.count; ++s) total += segments.seg[s].n;
   const bool vec = vectorizable<W>(x, K, segments.seg, segments.count);
-  if (vec) {
+  if (vec && levers) {
+    dispatch_gemv_levers(levers, [&](auto l) {
+      launch_kernel(gemv_lever_kernel<W, R, decltype(l)::value>, grid_for(total), kGemvWarps * 32,
+                    0, stream, x, K, segments);
+    });
+  } else if (vec) {
     launch_kernel(gemv_kernel<W, R, true>, grid_for(total), kGemvWarps * 32, 0, stream, x, K,
                   segments);
   } else {

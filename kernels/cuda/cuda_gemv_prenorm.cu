@@ -26,27 +26,59 @@ namespace attnres::cuda {
 namespace {
 
 // gemv_kernel (cuda_gemv.cu) over the segments, reading x from the prologue's shared rows.
-template <class W, int R>
-__global__ void __launch_bounds__(kGemvWarps * 32)
-    gemv_prenorm_kernel(GemvPrenorm prenorm, int prenorm_threads, int64_t K,
-                        GemvSegments segments) {
+// kLevers: the mask of the GEMV levers compiled in (cuda_gemv_rows.cuh); 0 is the kernel
+// without a lever, whose declaration the others do not change.
+template <class W, int R, int kLevers>
+__device__ __forceinline__ void gemv_prenorm_block(const GemvPrenorm& prenorm, int prenorm_threads,
+                                                   int64_t K, const GemvSegments& segments) {
   extern __shared__ __align__(16) float x[];  // [R, K]
+  if constexpr ((kLevers & kGemvLeverPrefetch) != 0) prefetch_gemv_warp_row<W>(K, segments);
   wait_for_previous_kernel();
   prenorm_rows<R>(prenorm, K, prenorm_threads, x);
   // The prologue's segments carry no residual (GemvPrenorm's callers; it cost this kernel
   // spills at R = 3 with f32 weights).
-  gemv_warp<W, R, true, /*kResidual=*/false>(x, K, segments);
+  gemv_warp<W, R, true, /*kResidual=*/false, kLevers>(x, K, segments);
+}
+
+template <class W, int R>
+__global__ void __launch_bounds__(kGemvWarps * 32)
+    gemv_prenorm_kernel(GemvPrenorm prenorm, int prenorm_threads, int64_t K,
+                        GemvSegments segments) {
+  gemv_prenorm_block<W, R, 0>(prenorm, prenorm_threads, K, segments);
+}
+
+template <class W, int R, int kLevers>
+__global__ void __launch_bounds__(kGemvWarps * 32, gemv_lever_min_blocks(kLevers))
+    gemv_prenorm_lever_kernel(GemvPrenorm prenorm, int prenorm_threads, int64_t K,
+                              GemvSegments segments) {
+  gemv_prenorm_block<W, R, kLevers>(prenorm, prenorm_threads, K, segments);
 }
 
 // gemv_swiglu_kernel (cuda_gemv.cu), reading x from the prologue's shared rows.
+template <class W, int R, int kLevers>
+__device__ __forceinline__ void gemv_prenorm_swiglu_block(const GemvPrenorm& prenorm,
+                                                          int prenorm_threads, int64_t K,
+                                                          const GemvSegment& gate,
+                                                          const GemvSegment& up, float* out) {
+  extern __shared__ __align__(16) float x[];  // [R, K]
+  if constexpr ((kLevers & kGemvLeverPrefetch) != 0) prefetch_swiglu_warp_rows<W>(K, gate, up);
+  wait_for_previous_kernel();
+  prenorm_rows<R>(prenorm, K, prenorm_threads, x);
+  gemv_swiglu_warp<W, R, true, kLevers>(x, K, gate, up, out);
+}
+
 template <class W, int R>
 __global__ void __launch_bounds__(kGemvWarps * 32)
     gemv_prenorm_swiglu_kernel(GemvPrenorm prenorm, int prenorm_threads, int64_t K,
                                GemvSegment gate, GemvSegment up, float* __restrict__ out) {
-  extern __shared__ __align__(16) float x[];  // [R, K]
-  wait_for_previous_kernel();
-  prenorm_rows<R>(prenorm, K, prenorm_threads, x);
-  gemv_swiglu_warp<W, R, true>(x, K, gate, up, out);
+  gemv_prenorm_swiglu_block<W, R, 0>(prenorm, prenorm_threads, K, gate, up, out);
+}
+
+template <class W, int R, int kLevers>
+__global__ void __launch_bounds__(kGemvWarps * 32, gemv_lever_min_blocks(kLevers))
+    gemv_prenorm_swiglu_lever_kernel(GemvPrenorm prenorm, int prenorm_threads, int64_t K,
+                                     GemvSegment gate, GemvSegment up, float* __restrict__ out) {
+  gemv_prenorm_swiglu_block<W, R, kLevers>(prenorm, prenorm_threads, K, gate, up, out);
 }
 
 template <class W, int R>
@@ -56,17 +88,33 @@ void launch_rows(const GemvPrenorm& prenorm, int64_t K, const GemvSegments& segm
   const size_t smem = static_cast<size_t>(R * K) * sizeof(float);
   // The block size of the standalone PreNorm kernels, whose reduction order the prologue keeps.
   const int prenorm_threads = row_block_threads(K);
+  const int levers = gemv_levers_now();
   if (swiglu_out) {  // segments: gate, then up
     const unsigned grid = static_cast<unsigned>((segments.seg[0].n + kGemvWarps - 1) / kGemvWarps);
-    launch_kernel(gemv_prenorm_swiglu_kernel<W, R>, grid, dim3(threads), smem, stream, prenorm,
-                  prenorm_threads, K, segments.seg[0], segments.seg[1], swiglu_out);
+    if (levers) {
+      dispatch_gemv_levers(levers, [&](auto l) {
+        launch_kernel(gemv_prenorm_swiglu_lever_kernel<W, R, decltype(l)::value>, grid,
+                      dim3(threads), smem, stream, prenorm, prenorm_threads, K, segments.seg[0],
+                      segments.seg[1], swiglu_out);
+      });
+    } else {
+      launch_kernel(gemv_prenorm_swiglu_kernel<W, R>, grid, dim3(threads), smem, stream, prenorm,
+                    prenorm_threads, K, segments.seg[0], segments.seg[1], swiglu_out);
+    }
     return;
   }
   int64_t total = 0;
   for (int s = 0; s < segments.count; ++s) total += segments.seg[s].n;
   const unsigned grid = static_cast<unsigned>((total + kGemvWarps - 1) / kGemvWarps);
-  launch_kernel(gemv_prenorm_kernel<W, R>, grid, dim3(threads), smem, stream, prenorm,
-                prenorm_threads, K, segments);
+  if (levers) {
+    dispatch_gemv_levers(levers, [&](auto l) {
+      launch_kernel(gemv_prenorm_lever_kernel<W, R, decltype(l)::value>, grid, dim3(threads), smem,
+                    stream, prenorm, prenorm_threads, K, segments);
+    });
+  } else {
+    launch_kernel(gemv_prenorm_kernel<W, R>, grid, dim3(threads), smem, stream, prenorm,
+                  prenorm_threads, K, segments);
+  }
 }
 
 template <class W>

@@ -26,6 +26,12 @@
 // table entries come from the same rope_cos_sin. So q, k, v and the cache equal the two-launch
 // path's bit for bit.
 //
+// The GEMV levers (cuda_gemv_levers.h) have instances of their own (gemv_rope_lever_kernel,
+// declared as the other GEMVs' lever kernels): the deep lever reads a warp's rows two at a time
+// (rows o and o + 64 together, row_dot_deep: 8 loads in flight at K = 1024 where one row has
+// 4), the prefetch lever asks L2 for the warp's rows before the PDL wait and the prologue.
+// Each row's sum keeps gemv_row's order, so the bits stay the same.
+//
 // Shared memory: [the prologue's x: R * K] [head_out: R * hd] [cos, sin: hd / 2 each]
 // [gathered: hd]; at most kMaxGemvRopeSharedBytes dynamic (under the 48 KB a kernel gets
 // without opting in, beside the prologue's 2 KB static).
@@ -65,11 +71,77 @@ __device__ __forceinline__ void store_cache_value(void* cache, DType dtype, int6
   }
 }
 
-template <class W, int R, bool kPrologue>
-__global__ void __cluster_dims__(kRopeCluster, 1, 1) __launch_bounds__(kGemvWarps * 32)
-    gemv_rope_kernel(const float* __restrict__ x_global, GemvPrenorm prenorm, int prenorm_threads,
-                     int64_t K, GemvSegments qkv, RopeStoreParams rope) {
+// This cluster's head: the q heads, then the k heads, then the v heads.
+struct RopeHead {
+  int kind, head;
+};
+__device__ __forceinline__ RopeHead rope_head_of_block(const RopeStoreParams& rope) {
+  const int unit = static_cast<int>(blockIdx.x) / kRopeCluster;
+  const int kind = unit < rope.hq ? kQ : unit < rope.hq + rope.hkv ? kK : kV;
+  const int head = kind == kQ ? unit : kind == kK ? unit - rope.hq : unit - rope.hq - rope.hkv;
+  return {kind, head};
+}
+
+// The prefetch lever's share of a warp: its rows of the head to L2 (kernel parameters only, so
+// it may run before wait_for_previous_kernel).
+template <class W>
+__device__ __forceinline__ void prefetch_rope_warp_rows(int64_t K, const GemvSegments& qkv,
+                                                        const RopeStoreParams& rope) {
+  const int rank = static_cast<int>(cg::this_cluster().block_rank());
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const RopeHead h = rope_head_of_block(rope);
+  const GemvSegment seg = select_segment(qkv, h.kind);
+  const int64_t bytes = K * static_cast<int64_t>(sizeof(W));
+  for (int o = rank * kGemvWarps + warp; o < rope.head_dim; o += kRowsPerPass) {
+    const int64_t row = static_cast<int64_t>(h.head) * rope.head_dim + o;
+    prefetch_to_l2(static_cast<const W*>(seg.w) + row * K, bytes, lane);
+  }
+}
+
+// The deep lever's GEMV of a warp's rows of the head into head_out: rows o and
+// o + kRowsPerPass read together, each row's y as gemv_row computes it.
+template <class W, int R>
+__device__ __forceinline__ void gemv_rope_rows_deep(const float* __restrict__ x, int64_t K,
+                                                    const GemvSegment& seg, int head, int hd,
+                                                    int first_row, int lane, float* head_out) {
+#pragma unroll 1
+  for (int o = first_row; o < hd; o += 2 * kRowsPerPass) {
+    const int o2 = o + kRowsPerPass;
+    const int64_t row = static_cast<int64_t>(head) * hd + o, row2 = row + kRowsPerPass;
+    const W* w = static_cast<const W*>(seg.w);
+    float acc0[R], acc1[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = 0.0f;
+    if (o2 < hd) {
+      row_dot_deep<W, R, 2>(x, w + row * K, w + row2 * K, K, lane, acc0, acc1);
+    } else {
+      row_dot_deep<W, R, 1>(x, w + row * K, nullptr, K, lane, acc0, acc0);
+    }
+    const float b0 = seg.bias ? load_float(seg.bias, seg.bias_dtype, row) : 0.0f;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float y = warp_sum(acc0[r]) + b0;
+      if (lane == 0) head_out[r * hd + o] = y;
+    }
+    if (o2 < hd) {
+      const float b1 = seg.bias ? load_float(seg.bias, seg.bias_dtype, row2) : 0.0f;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const float y = warp_sum(acc1[r]) + b1;
+        if (lane == 0) head_out[r * hd + o2] = y;
+      }
+    }
+  }
+}
+
+// kLevers: the mask of the GEMV levers compiled in (cuda_gemv_rows.cuh); 0 for gemv_rope_kernel.
+template <class W, int R, bool kPrologue, int kLevers>
+__device__ __forceinline__ void gemv_rope_block(const float* __restrict__ x_global,
+                                                const GemvPrenorm& prenorm, int prenorm_threads,
+                                                int64_t K, const GemvSegments& qkv,
+                                                const RopeStoreParams& rope) {
   extern __shared__ __align__(16) float smem[];
+  if constexpr ((kLevers & kGemvLeverPrefetch) != 0) prefetch_rope_warp_rows<W>(K, qkv, rope);
   wait_for_previous_kernel();
   const cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
@@ -93,16 +165,20 @@ __global__ void __cluster_dims__(kRopeCluster, 1, 1) __launch_bounds__(kGemvWarp
 
   const GemvSegment seg = select_segment(qkv, kind);
   const int first_row = rank * kGemvWarps + warp;  // this warp's rows of the head: every 64th
+  if constexpr ((kLevers & kGemvLeverDeep) != 0) {
+    gemv_rope_rows_deep<W, R>(x, K, seg, head, hd, first_row, lane, head_out);
+  } else {
 // One row at a time, as gemv_kernel's warps.
 #pragma unroll 1
-  for (int o = first_row; o < hd; o += kRowsPerPass) {
-    const int64_t row = static_cast<int64_t>(head) * hd + o;  // in the segment's weight
-    float y[R];
-    gemv_row<W, R, true>(x, static_cast<const W*>(seg.w) + row * K, K, lane,
-                         seg.bias ? load_float(seg.bias, seg.bias_dtype, row) : 0.0f, y);
-    if (lane == 0) {
+    for (int o = first_row; o < hd; o += kRowsPerPass) {
+      const int64_t row = static_cast<int64_t>(head) * hd + o;  // in the segment's weight
+      float y[R];
+      gemv_row<W, R, true>(x, static_cast<const W*>(seg.w) + row * K, K, lane,
+                           seg.bias ? load_float(seg.bias, seg.bias_dtype, row) : 0.0f, y);
+      if (lane == 0) {
 #pragma unroll
-      for (int r = 0; r < R; ++r) head_out[r * hd + o] = y[r];
+        for (int r = 0; r < R; ++r) head_out[r * hd + o] = y[r];
+      }
     }
   }
 
@@ -152,6 +228,22 @@ __global__ void __cluster_dims__(kRopeCluster, 1, 1) __launch_bounds__(kGemvWarp
   cluster.sync();  // no block exits while another may still read its head_out
 }
 
+template <class W, int R, bool kPrologue>
+__global__ void __cluster_dims__(kRopeCluster, 1, 1) __launch_bounds__(kGemvWarps * 32)
+    gemv_rope_kernel(const float* __restrict__ x_global, GemvPrenorm prenorm, int prenorm_threads,
+                     int64_t K, GemvSegments qkv, RopeStoreParams rope) {
+  gemv_rope_block<W, R, kPrologue, 0>(x_global, prenorm, prenorm_threads, K, qkv, rope);
+}
+
+template <class W, int R, bool kPrologue, int kLevers>
+__global__ void __cluster_dims__(kRopeCluster, 1, 1)
+    __launch_bounds__(kGemvWarps * 32, gemv_lever_min_blocks(kLevers))
+        gemv_rope_lever_kernel(const float* __restrict__ x_global, GemvPrenorm prenorm,
+                               int prenorm_threads, int64_t K, GemvSegments qkv,
+                               RopeStoreParams rope) {
+  gemv_rope_block<W, R, kPrologue, kLevers>(x_global, prenorm, prenorm_threads, K, qkv, rope);
+}
+
 int64_t shared_floats(const GemvRopeArgs& a) {
   const int64_t hd = a.rope.head_dim;
   return (a.prenorm ? a.rows * a.K : 0) + a.rows * hd + 2 * hd;
@@ -162,7 +254,20 @@ void launch_rows(const GemvRopeArgs& a, cudaStream_t stream) {
   const RopeStoreParams& p = a.rope;
   const unsigned grid = static_cast<unsigned>((p.hq + 2 * p.hkv) * kRopeCluster);
   const size_t smem = static_cast<size_t>(shared_floats(a)) * sizeof(float);
-  if (a.prenorm) {
+  const int levers = gemv_levers_now();
+  if (levers) {
+    dispatch_gemv_levers(levers, [&](auto l) {
+      constexpr int L = decltype(l)::value;
+      if (a.prenorm) {
+        launch_kernel(gemv_rope_lever_kernel<W, R, true, L>, grid, dim3(kGemvWarps * 32), smem,
+                      stream, static_cast<const float*>(nullptr), *a.prenorm,
+                      row_block_threads(a.K), a.K, a.qkv, p);
+      } else {
+        launch_kernel(gemv_rope_lever_kernel<W, R, false, L>, grid, dim3(kGemvWarps * 32), smem,
+                      stream, a.x, GemvPrenorm{}, 0, a.K, a.qkv, p);
+      }
+    });
+  } else if (a.prenorm) {
     // The block size of the standalone PreNorm kernels, whose reduction order the prologue keeps.
     launch_kernel(gemv_rope_kernel<W, R, true>, grid, dim3(kGemvWarps * 32), smem, stream,
                   static_cast<const float*>(nullptr), *a.prenorm, row_block_threads(a.K), a.K,

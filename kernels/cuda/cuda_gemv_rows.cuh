@@ -2,13 +2,15 @@
 // cuda_gemv_prenorm.cu (x computed by the block into shared memory first) and cuda_gemv_rope.cu
 // (RoPE + KV store as the epilogue): the weight row's dot products with the R rows of x, and
 // the walk from a warp's output row to its segment.
-// The same code in both, so a row's sum has the same order and the same bits either way.
+// The same code in both, so a row's sum has the same order and the same bits either way; the
+// GEMV levers (cuda_gemv_levers.h, kLevers) keep that order too.
 #pragma once
 
 #include <cstdint>
 #include <type_traits>
 
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_gemv_levers.h"
 #include "kernels/cuda/cuda_kernels.h"
 
 namespace attnres::cuda {
@@ -83,6 +85,114 @@ __device__ __forceinline__ void row_dot(const float* __restrict__ x, const W* __
   }
 }
 
+// The GEMV levers (cuda_gemv_levers.h) as a kernel template parameter: a bit mask. The
+// kernels with a lever are kernels of their own (the `*_lever_kernel`s), declared with
+// gemv_lever_min_blocks: the deep lever's loads want registers, and left to itself ptxas caps
+// some instances at 80 and spills (f32 weights, 6 and 7 rows); two blocks per SM allow 128
+// with no spill. Without the deep lever, no minimum (0: the kernels without a lever's
+// declaration), since row_dot's unrolled loop spilled under the 128 cap (f16 / bf16 at 5 to 8
+// rows). The kernels without a lever keep their declaration and code.
+constexpr int kGemvLeverDeep = 1;      // row_dot_deep in place of row_dot
+constexpr int kGemvLeverPrefetch = 2;  // the warp's weight rows to L2 before the PDL wait
+constexpr int kGemvLeverMinBlocks = 2;
+constexpr int gemv_lever_min_blocks(int levers) {
+  return (levers & kGemvLeverDeep) != 0 ? kGemvLeverMinBlocks : 0;
+}
+
+// The mask of the levers the current backend has on (0: the kernels without a lever).
+inline int gemv_levers_now() {
+  return (gemv_deep_now() ? kGemvLeverDeep : 0) |
+         (gemv_weight_prefetch_now() ? kGemvLeverPrefetch : 0);
+}
+
+// Calls f(std::integral_constant<int, L>{}) with L = levers, a mask other than 0.
+template <class F>
+void dispatch_gemv_levers(int levers, F&& f) {
+  switch (levers) {
+    case kGemvLeverDeep:
+      return f(std::integral_constant<int, kGemvLeverDeep>{});
+    case kGemvLeverPrefetch:
+      return f(std::integral_constant<int, kGemvLeverPrefetch>{});
+    case kGemvLeverDeep | kGemvLeverPrefetch:
+      return f(std::integral_constant<int, kGemvLeverDeep | kGemvLeverPrefetch>{});
+    default:
+      ATTNRES_CHECK(false, "gemv levers " + std::to_string(levers));
+  }
+}
+
+// Asks L2 for the bytes [p, p + bytes): lane i prefetches the 128-byte lines i, i + 32, ...
+// A hint with no effect on any value (prefetch.L2, generic address), so a warp may issue it
+// before griddepcontrol.wait for memory the kernel ahead does not write.
+__device__ __forceinline__ void prefetch_to_l2(const void* p, int64_t bytes, int lane) {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{127};
+  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes);
+#pragma unroll 1
+  for (uintptr_t a = begin + static_cast<uintptr_t>(lane) * 128; a < end; a += 32 * 128)
+    asm volatile("prefetch.L2 [%0];" ::"l"(a));
+}
+
+// The 16-byte weight loads a lane issues under the deep lever before it consumes the first.
+constexpr int kGemvDeepLoads = 8;
+
+// acc[r] += (one vector's share of) x[r] . w, the vector raw holding w[k .. k + kVec): the
+// operations and order of row_dot's vector loop body.
+template <class W, int R>
+__device__ __forceinline__ void fma_weight_vector(const uint4& raw, const float* __restrict__ x,
+                                                  int64_t K, int64_t k, float (&acc)[R]) {
+  constexpr int kVec = WeightVector<W>::kVec;
+  const W* e = reinterpret_cast<const W*>(&raw);
+  float v[kVec];
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) v[i] = to_f32(e[i]);
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float4* xr = reinterpret_cast<const float4*>(x + r * K + k);
+#pragma unroll
+    for (int q = 0; q < kVec / 4; ++q) {
+      const float4 xv = xr[q];
+      acc[r] += v[4 * q] * xv.x + v[4 * q + 1] * xv.y + v[4 * q + 2] * xv.z + v[4 * q + 3] * xv.w;
+    }
+  }
+}
+
+// row_dot's vector path for kRows (1 or 2) weight rows w0 (and w1) at once, the deep lever: a
+// lane loads the next kGemvDeepLoads / kRows vectors of every row (the same lane-strided
+// positions row_dot reads), then consumes them. Each acc sees the same products in the same
+// order as row_dot gives it, so the sums have the same bits; only the loads move earlier.
+template <class W, int R, int kRows>
+__device__ __forceinline__ void row_dot_deep(const float* __restrict__ x, const W* __restrict__ w0,
+                                             const W* __restrict__ w1, int64_t K, int lane,
+                                             float (&acc0)[R], float (&acc1)[R]) {
+  static_assert(kRows == 1 || kRows == 2, "row_dot_deep reads one or two rows");
+  constexpr int kVec = WeightVector<W>::kVec;
+  constexpr int kDepth = kGemvDeepLoads / kRows;
+  constexpr int64_t kStep = 32 * kVec;
+#pragma unroll 1
+  for (int64_t k0 = static_cast<int64_t>(lane) * kVec; k0 < K; k0 += kDepth * kStep) {
+    uint4 raw0[kDepth], raw1[kDepth];
+#pragma unroll
+    for (int d = 0; d < kDepth; ++d) {
+      const int64_t k = k0 + d * kStep;
+      const bool in = k < K;
+      raw0[d] = in ? __ldg(reinterpret_cast<const uint4*>(w0 + k)) : make_uint4(0, 0, 0, 0);
+      if constexpr (kRows == 2)
+        raw1[d] = in ? __ldg(reinterpret_cast<const uint4*>(w1 + k)) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int d = 0; d < kDepth; ++d) {
+      const int64_t k = k0 + d * kStep;
+      if (k < K) fma_weight_vector<W, R>(raw0[d], x, K, k, acc0);
+    }
+    if constexpr (kRows == 2) {
+#pragma unroll
+      for (int d = 0; d < kDepth; ++d) {
+        const int64_t k = k0 + d * kStep;
+        if (k < K) fma_weight_vector<W, R>(raw1[d], x, K, k, acc1);
+      }
+    }
+  }
+}
+
 // One output row of the GEMV for the R rows of x: y[r] = x[r] . wr + bias, in every lane of
 // the warp: row_dot, then warp_sum, then the bias, the operations and order of gemv_warp below
 // (which keeps its own copy of these lines: written through this helper, ptxas spilled
@@ -117,12 +227,35 @@ __device__ __forceinline__ bool find_segment(const GemvSegments& segments, int64
   return found;
 }
 
+// The prefetch lever's share of a warp of gemv_warp: its weight row (the one gemv_warp reads)
+// to L2. Reads only the kernel's parameters, so it may run before wait_for_previous_kernel.
+template <class W>
+__device__ __forceinline__ void prefetch_gemv_warp_row(int64_t K, const GemvSegments& segments) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
+  GemvSegment seg;
+  if (!find_segment(segments, o, seg)) return;
+  prefetch_to_l2(static_cast<const W*>(seg.w) + o * K, K * static_cast<int64_t>(sizeof(W)), lane);
+}
+
+// The same for a warp of gemv_swiglu_warp: its gate and up rows.
+template <class W>
+__device__ __forceinline__ void prefetch_swiglu_warp_rows(int64_t K, const GemvSegment& gate,
+                                                          const GemvSegment& up) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
+  if (o >= gate.n) return;
+  const int64_t bytes = K * static_cast<int64_t>(sizeof(W));
+  prefetch_to_l2(static_cast<const W*>(gate.w) + o * K, bytes, lane);
+  prefetch_to_l2(static_cast<const W*>(up.w) + o * K, bytes, lane);
+}
+
 // A warp's whole share of gemv_kernel, x [R, K] in global or shared memory: output row
 // (blockIdx.x * kGemvWarps + warp) of the segments, bias then residual (the rounding of linear
 // then add_inplace; the same lane reads residual[i] before it writes out[i], so out may be the
 // residual; kResidual false: segments without one, the code left out). Returns early for a
 // warp past the last row: no block barriers may follow.
-template <class W, int R, bool kVectorized, bool kResidual = true>
+template <class W, int R, bool kVectorized, bool kResidual = true, int kLevers = 0>
 __device__ __forceinline__ void gemv_warp(const float* __restrict__ x, int64_t K,
                                           const GemvSegments& segments) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -132,7 +265,12 @@ __device__ __forceinline__ void gemv_warp(const float* __restrict__ x, int64_t K
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-  row_dot<W, R, kVectorized>(x, static_cast<const W*>(seg.w) + o * K, K, lane, acc);
+  const W* wr = static_cast<const W*>(seg.w) + o * K;
+  if constexpr (kVectorized && (kLevers & kGemvLeverDeep) != 0) {
+    row_dot_deep<W, R, 1>(x, wr, nullptr, K, lane, acc, acc);
+  } else {
+    row_dot<W, R, kVectorized>(x, wr, K, lane, acc);
+  }
   const float b = seg.bias ? load_float(seg.bias, seg.bias_dtype, o) : 0.0f;
 #pragma unroll
   for (int r = 0; r < R; ++r) {
@@ -149,7 +287,7 @@ __device__ __forceinline__ void gemv_warp(const float* __restrict__ x, int64_t K
 
 // A warp's share of gemv_swiglu_kernel: out[r, o] = silu(x[r] . wg[o] + bg[o]) *
 // (x[r] . wu[o] + bu[o]), both rows read by the one warp. Same early return as gemv_warp.
-template <class W, int R, bool kVectorized>
+template <class W, int R, bool kVectorized, int kLevers = 0>
 __device__ __forceinline__ void gemv_swiglu_warp(const float* __restrict__ x, int64_t K,
                                                  const GemvSegment& gate, const GemvSegment& up,
                                                  float* __restrict__ out) {
@@ -159,8 +297,14 @@ __device__ __forceinline__ void gemv_swiglu_warp(const float* __restrict__ x, in
   float acc_g[R], acc_u[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc_g[r] = acc_u[r] = 0.0f;
-  row_dot<W, R, kVectorized>(x, static_cast<const W*>(gate.w) + o * K, K, lane, acc_g);
-  row_dot<W, R, kVectorized>(x, static_cast<const W*>(up.w) + o * K, K, lane, acc_u);
+  const W* wg = static_cast<const W*>(gate.w) + o * K;
+  const W* wu = static_cast<const W*>(up.w) + o * K;
+  if constexpr (kVectorized && (kLevers & kGemvLeverDeep) != 0) {
+    row_dot_deep<W, R, 2>(x, wg, wu, K, lane, acc_g, acc_u);  // both rows' loads in flight
+  } else {
+    row_dot<W, R, kVectorized>(x, wg, K, lane, acc_g);
+    row_dot<W, R, kVectorized>(x, wu, K, lane, acc_u);
+  }
   const float bg = gate.bias ? load_float(gate.bias, gate.bias_dtype, o) : 0.0f;
   const float bu = up.bias ? load_float(up.bias, up.bias_dtype, o) : 0.0f;
 #pragma unroll

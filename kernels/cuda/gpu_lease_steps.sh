@@ -29,6 +29,7 @@ step_timeout() {
     synccheck) default=40 ;;
     initcheck) default=50 ;;
     bench|prefill) default=120 ;;
+    levers) default=240 ;;
     ncu|peerbench) default=150 ;;
     *) default=120 ;;
   esac
@@ -280,6 +281,63 @@ step_bench() {
   "$unpacked/bench_cuda_backend"
   "$unpacked/bench_cuda_backend" --only step --kv-dtype float32
   "$unpacked/bench_cuda_backend" --only step --pdl off
+}
+
+# The decode GEMVs' levers (kernels/cuda/NOTES.md "GEMV levers"), one setting per line: a name,
+# then the environment that switches it on (none: the kernels without a lever).
+levers_settings() {
+  echo "baseline"
+  echo "deep ATTNRES_CUDA_GEMV_DEEP=1"
+  echo "prefetch ATTNRES_CUDA_PDL_PREFETCH=1"
+  echo "both ATTNRES_CUDA_GEMV_DEEP=1 ATTNRES_CUDA_PDL_PREFETCH=1"
+}
+
+# The levers measured against one baseline in one run on one card: batch-1 and batch-8 decode
+# steps of both 0.6B twins at context 1024 per setting (logs levers-<setting>.log), a summary
+# of each step's time and fraction of the weight-read floor, then the tests of the kernels the
+# levers change with each setting on. The rehearsal runs the same loop over LEVERS_BENCH and
+# LEVERS_TESTS (stand-ins for bench_cuda_backend and attnres_cuda_tests), or skips.
+step_levers() {
+  local bench tests name envs status=0
+  local filter='CudaGemvLevers.*:CudaOps.Linear*:CudaFusedDecode.*:CudaBatchInvariance.*:CudaResidualEpilogue.*'
+  if [ "$LEASE_DEVICE" = cuda ]; then
+    bench=$unpacked/bench_cuda_backend tests=$unpacked/attnres_cuda_tests
+  else
+    [ -n "${LEVERS_BENCH:-}" ] || skip "levers needs the CUDA build (no GPU in a rehearsal)"
+    bench=$LEVERS_BENCH tests=${LEVERS_TESTS:-true}
+  fi
+  while read -r name envs; do
+    echo "== bench, $name: ${envs:-no lever}"
+    # shellcheck disable=SC2086
+    env $envs "$bench" --only step --context 1024 --batch 1 --batch 8 \
+      | tee "$LEASE_LOGS/levers-$name.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  done < <(levers_settings)
+  levers_summary
+  while read -r name envs; do
+    [ -z "$envs" ] && continue  # the ops step runs them without a lever
+    echo "== tests, $name: $envs"
+    # shellcheck disable=SC2086
+    env $envs "$tests" --gtest_brief=1 --gtest_filter="$filter" || status=1
+  done < <(levers_settings)
+  return $status
+}
+
+# One line per (setting, model, batch) from the levers-<setting>.log files: the eager and graph
+# step times, the graph's fraction of the floor, and the levers the bench says were on.
+levers_summary() {
+  local name envs
+  echo "== levers: setting model batch eager-ms graph-ms floor/graph levers-on"
+  while read -r name envs; do
+    awk -v setting="$name" '
+      /^[A-Za-z0-9._-]+: / { model = $1; sub(/:$/, "", model) }
+      / eager [0-9.]+ ms\/step/ { b = $2; sub(/,/, "", b); eager[b] = $6 }
+      /GEMV levers:/ { b = $2; sub(/:/, "", b); lv = $0; sub(/.*GEMV levers: /, "", lv); levers[b] = lv }
+      / graph [0-9.]+ ms\/step/ {
+        b = $2; sub(/,/, "", b); f = $0; sub(/.*floor\/measured /, "", f); sub(/,.*/, "", f)
+        printf "LEVERS %-10s %-14s %3s %8s %8s %6s  %s\n", setting, model, b, eager[b], $6, f, levers[b]
+      }' "$LEASE_LOGS/levers-$name.log"
+  done < <(levers_settings)
 }
 
 # Prefill: the attention kernels on prefill chunks, then 1K and 8K-token prompts of the twins

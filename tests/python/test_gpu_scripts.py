@@ -107,3 +107,72 @@ def test_lease_rehearses_the_depth_steps(attnres_bin, tmp_path):
     assert verdicts == {"depth": "SKIP", "depthpeers": "SKIP"}, output
     assert "the reference's self-check passed" in output, output
     assert {"depth.log", "depthpeers.log"} <= logs
+
+
+FAKE_BENCH = """#!/bin/sh
+# bench_cuda_backend's step lines, the levers line saying what the environment switched on
+deep=off; [ "${ATTNRES_CUDA_GEMV_DEEP:-}" = 1 ] && deep=on
+prefetch=off; [ "${ATTNRES_CUDA_PDL_PREFETCH:-}" = 1 ] && prefetch=on
+echo "args: $*"
+for m in attnres-0.6b plain-0.6b; do
+  echo "$m: a model, bf16 depth bank"
+  for b in 1 8; do
+    echo "  batch  $b, context 1024: eager 1.$b ms/step (min 1.0), floor/measured 0.2$b, KV read 1 MB"
+    echo "  batch  $b: kernel launches per decode step 5; GEMV levers: deep $deep, prefetch $prefetch"
+    echo "  batch  $b, context 1024: graph 0.$b ms/step (min 0.1), floor/measured 0.3$b, logits identical"
+  done
+done
+exit ${FAKE_BENCH_EXIT:-0}
+"""
+
+FAKE_TESTS = """#!/bin/sh
+echo "tests deep=${ATTNRES_CUDA_GEMV_DEEP:-unset} prefetch=${ATTNRES_CUDA_PDL_PREFETCH:-unset} $*" \
+  >> "$FAKE_TESTS_LOG"
+"""
+
+
+def lease_log(tmp_path, name):
+    """The text of one log in the archive run_lease(attnres_bin, tmp_path, ...) brought back."""
+    with tarfile.open(tmp_path / "out" / "lease-logs.tar.gz") as tar:
+        member = next(m for m in tar.getmembers() if Path(m.name).name == name)
+        return tar.extractfile(member).read().decode()
+
+
+def test_lease_rehearses_the_levers_step(attnres_bin, tmp_path):
+    """The levers step over stand-ins for bench_cuda_backend and attnres_cuda_tests: one bench
+    run per setting with that setting's switches in its environment, a summary line per
+    (setting, model, batch) with what the bench says was on, the tests once per lever with it
+    on; a failing bench fails the step; without the stand-ins the step skips."""
+    require_binary(attnres_bin)
+    bench, tests, tests_log = tmp_path / "bench.sh", tmp_path / "tests.sh", tmp_path / "tests.log"
+    bench.write_text(FAKE_BENCH)
+    tests.write_text(FAKE_TESTS)
+    bench.chmod(0o755)
+    tests.chmod(0o755)
+    stand_ins = dict(LEVERS_BENCH=str(bench), LEVERS_TESTS=str(tests), FAKE_TESTS_LOG=str(tests_log))
+    output, verdicts, logs = run_lease(attnres_bin, tmp_path / "a", "--budget", "60", "levers",
+                                       **stand_ins)
+    assert verdicts == {"levers": "PASS"}, output
+    settings = ("baseline", "deep", "prefetch", "both")
+    assert {"levers.log"} | {f"levers-{s}.log" for s in settings} <= logs
+    output = lease_log(tmp_path / "a", "levers.log")
+    assert "args: --only step --context 1024 --batch 1 --batch 8" in output, output
+    summary = [line.split() for line in output.splitlines() if line.startswith("LEVERS ")]
+    assert [s[1:7] for s in summary] == [
+        [setting, model, b, f"1.{b}", f"0.{b}", f"0.3{b}"]
+        for setting in settings for model in ("attnres-0.6b", "plain-0.6b")
+        for b in ("1", "8")], output
+    on_off = [["off,", "off"], ["on,", "off"], ["off,", "on"], ["on,", "on"]]
+    assert [s[7:] for s in summary] == [
+        ["deep", deep, "prefetch", prefetch] for deep, prefetch in on_off for _ in range(4)], output
+    flags = "--gtest_brief=1 --gtest_filter=CudaGemvLevers.*:CudaOps.Linear*:" \
+            "CudaFusedDecode.*:CudaBatchInvariance.*:CudaResidualEpilogue.*"
+    assert tests_log.read_text().splitlines() == [
+        f"tests deep=1 prefetch=unset {flags}", f"tests deep=unset prefetch=1 {flags}",
+        f"tests deep=1 prefetch=1 {flags}"]
+
+    output, verdicts, _ = run_lease(attnres_bin, tmp_path / "b", "--budget", "60", "levers",
+                                    FAKE_BENCH_EXIT="3", **stand_ins)
+    assert verdicts == {"levers": "FAIL"}, output
+    output, verdicts, _ = run_lease(attnres_bin, tmp_path / "c", "--budget", "60", "levers")
+    assert verdicts == {"levers": "SKIP"}, output

@@ -3,7 +3,7 @@
 // reading every weight once at the measured device copy bandwidth; and the attention op
 // alone against the floor of reading its K/V once.
 //
-//   bench_cuda_backend [--model NAME|DIR]... [--context N] [--steps N]
+//   bench_cuda_backend [--model NAME|DIR]... [--context N] [--steps N] [--batch B]...
 //                      [--kv-dtype bfloat16|float32] [--only step|attention|prefill-attention]
 //                      [--pdl on|off]
 //   bench_cuda_backend --only prefill [--model NAME|DIR]... [--tokens T]... [--chunk N]
@@ -13,14 +13,16 @@
 //                      (bench_cuda_depth.cpp: Phase 1 and Phase 2 alone, T 1K and 8K by
 //                      default, 2, 4 and 8 bank entries, d 1024 and 2048, against the copy rate)
 //
-// Step: prints, per model and batch: median ms/step (CUDA events around Transformer::forward,
-// host work of the step included), the weight-read floor, floor / measured, and the KV bytes
-// the step reads (not in the floor); then the same for the step captured once into a CUDA
-// graph and replayed (with a bit-exactness check against the eager logits). The KV cache is
-// --kv-dtype (default bfloat16, what --kv-cache-dtype auto gives a bf16 checkpoint).
+// Step: prints, per model and batch (--batch, default 1 and 64): median ms/step (CUDA events
+// around Transformer::forward, host work of the step included), the weight-read floor,
+// floor / measured, and the KV bytes the step reads (not in the floor); then the same for the
+// step captured once into a CUDA graph and replayed (with a bit-exactness check against the
+// eager logits). The KV cache is --kv-dtype (default bfloat16, what --kv-cache-dtype auto
+// gives a bf16 checkpoint).
 // Also the launches of one eager step (CudaBackend::launch_counts: our kernels, and calls into
 // cuBLAS), and whether they used programmatic dependent launch (--pdl; default: the backend's,
-// on for compute capability 9.0+ unless ATTNRES_CUDA_PDL=0).
+// on for compute capability 9.0+ unless ATTNRES_CUDA_PDL=0), and the GEMV levers the
+// environment switched on (kernels/cuda/cuda_gemv_levers.h).
 // Attention: the 0.6B layer's attention (16 query heads, 8 KV heads, hd 128, block 16) at
 // batch 1 and 64 decode rows, context 1024 and 4096, f32 and bf16 caches: microseconds per
 // call (eager: many calls between two events; graph: the calls captured once, replayed), the
@@ -258,8 +260,8 @@ void bench_prefill_attention() {
   }
 }
 
-void bench_model(const std::string& name, int context, int steps, DType kv_dtype, double bandwidth,
-                 const std::string& pdl) {
+void bench_model(const std::string& name, int context, int steps, const std::vector<int>& batches,
+                 DType kv_dtype, double bandwidth, const std::string& pdl) {
   // A built-in shape, or a Hugging Face directory (the checkpoint transformers is timed on).
   LoadedModel lm = load_bench_model(name);
   CudaBackend be(0);
@@ -277,7 +279,7 @@ void bench_model(const std::string& name, int context, int steps, DType kv_dtype
       "GB/s\n",
       name.c_str(), c.summary().c_str(), storage_dtype_name(bank_dtype).c_str(),
       model.weight_bytes() / 1e6, floor_ms, bandwidth / 1e9);
-  for (int batch_size : {1, 64}) {
+  for (int batch_size : batches) {
     const int block_size = 16;
     const int blocks_per_seq = (context + 1 + block_size - 1) / block_size;
     KvCache cache = KvCache::allocate(be, c, batch_size * blocks_per_seq, block_size, kv_dtype);
@@ -325,11 +327,12 @@ void bench_model(const std::string& name, int context, int steps, DType kv_dtype
     const uint64_t cublas = after.cublas_calls - before.cublas_calls;
     std::printf(
         "  batch %2d: kernel launches per decode step %llu (%llu ours + %llu calls into cuBLAS), "
-        "%.1f per layer; programmatic dependent launch %s\n",
+        "%.1f per layer; programmatic dependent launch %s; GEMV levers: deep %s, prefetch %s\n",
         batch_size, static_cast<unsigned long long>(kernels + cublas),
         static_cast<unsigned long long>(kernels), static_cast<unsigned long long>(cublas),
         static_cast<double>(kernels + cublas) / c.num_layers,
-        be.programmatic_launch() ? "on" : "off");
+        be.programmatic_launch() ? "on" : "off", be.gemv_deep() ? "on" : "off",
+        be.gemv_weight_prefetch() ? "on" : "off");
 
     // The same step captured into a CUDA graph and replayed (launch gaps removed). The eager
     // steps above warmed the caching allocator and the staging buffers; the graph keeps its
@@ -388,7 +391,7 @@ int main(int argc, char** argv) {
   int context = 256, steps = 20;
   DType kv_dtype = DType::BF16;
   std::string only, pdl, bf16_act, json;
-  std::vector<int> prefill_tokens;
+  std::vector<int> prefill_tokens, batches;
   int chunk = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -419,6 +422,8 @@ int main(int argc, char** argv) {
                (std::string(argv[i + 1]) == "on" || std::string(argv[i + 1]) == "off" ||
                 std::string(argv[i + 1]) == "both")) {
       bf16_act = argv[++i];
+    } else if (a == "--batch" && i + 1 < argc) {
+      batches.push_back(std::max(1, std::atoi(argv[++i])));
     } else if (a == "--context" && i + 1 < argc) {
       context = std::atoi(argv[++i]);
     } else if (a == "--steps" && i + 1 < argc) {
@@ -426,7 +431,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(
           stderr,
-          "usage: %s [--model NAME|DIR]... [--context N] [--steps N] "
+          "usage: %s [--model NAME|DIR]... [--context N] [--steps N] [--batch B]... "
           "[--kv-dtype bfloat16|float32] "
           "[--only step|attention|prefill-attention|prefill|depth] "
           "[--tokens T]... [--chunk N] [--pdl on|off] [--bf16-act on|off|both] [--json PATH]\n",
@@ -435,6 +440,7 @@ int main(int argc, char** argv) {
     }
   }
   if (models.empty()) models = {"attnres-0.6b", "plain-0.6b"};
+  if (batches.empty()) batches = {1, 64};
   if (!cuda_device_available()) {
     std::fprintf(stderr, "no CUDA device: nothing to measure\n");
     return 1;
@@ -460,7 +466,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (only != "attention")
-      for (const std::string& m : models) bench_model(m, context, steps, kv_dtype, bw, pdl);
+      for (const std::string& m : models)
+        bench_model(m, context, steps, batches, kv_dtype, bw, pdl);
     if (only != "step") bench_attention(bw);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
