@@ -88,16 +88,24 @@ std::optional<OutputConstraint> json_schema_constraint(const Flags& flags) {
   return c;
 }
 
+// The engine flags with --model set to one of the models a latency run compares.
+EngineArgs model_args(const std::string& model_arg, const Flags& flags) {
+  EngineArgs args = engine_args_from_flags(flags);
+  args.model = model_arg;
+  return args;
+}
+
 // One model of a latency run: loaded and ready, then measured one iteration at a time, so
 // that several models' iterations can alternate.
 class LatencyRun {
  public:
   LatencyRun(const std::string& model_arg, const Flags& flags)
-      : model_(load_model_arg(model_arg)),
+      : model_(load_model(model_args(model_arg, flags))),
         batch_(flags.get_int("batch", 1)),
         input_len_(flags.get_int("input-len", 128)),
         output_len_(flags.get_int("output-len", 32)),
         constraint_(json_schema_constraint(flags)) {
+    report_quantization(model_);
     vocab_ = std::min(model_.config.vocab_size, model_.tokenizer->vocab_size());
     OfflineGeneratorOptions options;
     options.max_model_len = model_.config.max_position_embeddings;
@@ -265,6 +273,9 @@ int run_latency(const std::vector<std::string>& args) {
   const std::vector<LatencyResult> results = measure_all(models, flags, bandwidth);
   std::printf("memory bandwidth (copy, read+write): %.1f GB/s\n", bandwidth);
   for (const LatencyResult& r : results) std::printf("%s: %s\n", r.model.c_str(), r.runs_on.c_str());
+  // The weights (quantized or not: --quantization) dominate it; compare runs of one model each.
+  std::printf("resident memory (VmRSS) after the runs: %.0f MB\n",
+              static_cast<double>(resident_memory_bytes()) / 1e6);
   std::printf("batch %d, input %d, output %d\n\n", batch, input_len,
               flags.get_int("output-len", 32));
   std::printf("%-36s %14s %14s %12s %10s %10s %10s %10s\n", "model", "prefill tok/s",
