@@ -4,7 +4,7 @@
 // final mix (2b) -> norm -> LM head. The same code runs plain Qwen3 / Qwen2 / Llama models
 // (the plan then has no mixes) and every AttnRes variant.
 //
-// Tensor parallelism (engine/parallel) changes only where the forward communicates: a rank is
+// Tensor parallelism (engine/runner) changes only where the forward communicates: a rank is
 // given its local config and weight slices, plus a Communicator. On the ordinary path every
 // rank holds every row of the step; the outputs of the row-parallel o_proj and down_proj are
 // all-reduced. On the sequence-parallel path (long prefill, docs/ATTNRES.md §4) each rank holds
@@ -61,7 +61,7 @@ class Transformer {
   // Uploads the weights to the backend (the CPU backend keeps them where they are: a
   // memory-mapped bf16 weight stays a memory-mapped bf16 weight) and folds each depth
   // RMSNorm gain into its pseudo-query.
-  // Under tensor parallelism config and weights are the rank's (engine/parallel/
+  // Under tensor parallelism config and weights are the rank's (engine/runner/
   // tensor_parallel.h: local_config, shard_weights).
   // depth_bank_dtype: what the depth bank stores (F32, or BF16 where the backend's
   // supports_depth_bank_dtype says so; throws otherwise). A BF16 bank rounds each entry to
@@ -83,7 +83,7 @@ class Transformer {
   // device, f32 or the dtype Backend::linear_input_dtype picked for the LM head's input; every
   // rank gets every row), then the LM head over them (the rank's
   // vocabulary slice). Split so a step graph can hold the first and leave the large logits
-  // buffer to one eager op (engine/sched/decode_graphs.h).
+  // buffer to one eager op (engine/runner/decode_graphs.h).
   Tensor forward_hidden(const BatchMeta& batch, KvCache& cache, std::span<const int32_t> logit_rows,
                         const DepthWeightsRequest* depth = nullptr);
   Tensor lm_head(const Tensor& hidden);

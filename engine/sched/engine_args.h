@@ -34,7 +34,7 @@ struct EngineArgs {
   // (the CPU with AVX512_BF16 where vdpbf16ps outruns f32 FMAs: Zen 4), else float32.
   std::string linear_input_dtype = "auto";
   // --enforce-eager: run every step op by op, never as a replayed step graph (graphs are
-  // used only where the backend records them: CUDA; engine/sched/decode_graphs.h).
+  // used only where the backend records them: CUDA; engine/runner/decode_graphs.h).
   bool enforce_eager = false;
 
   // --- the serving engine (attnres serve) ---

@@ -36,8 +36,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "engine/runner/model_runner.h"
 #include "engine/sample/constraint_compiler.h"
-#include "engine/sched/model_runner.h"
 #include "engine/sched/output_processor.h"
 #include "engine/sched/request_stream.h"
 #include "engine/sched/scheduler.h"

@@ -14,9 +14,9 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/runner/model_runner.h"
 #include "engine/sample/constraint_compiler.h"
 #include "engine/sample/sampling_params.h"
-#include "engine/sched/model_runner.h"
 #include "engine/sched/sequence_output.h"
 #include "engine/tokenizer/tokenizer.h"
 

@@ -18,12 +18,12 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/runner/model_runner.h"
 #include "engine/sample/constraint_matcher.h"
 #include "engine/sample/logprobs.h"
 #include "engine/sample/sampler.h"
 #include "engine/sample/stop_checker.h"
 #include "engine/sample/vocabulary.h"
-#include "engine/sched/model_runner.h"
 
 namespace attnres {
 

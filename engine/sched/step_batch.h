@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "engine/core/backend.h"
-#include "engine/sched/model_runner.h"
+#include "engine/runner/model_runner.h"
 #include "engine/sched/scheduler.h"
 
 namespace attnres {

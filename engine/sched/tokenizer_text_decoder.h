@@ -4,7 +4,7 @@
 
 #include <memory>
 
-#include "engine/sched/model_runner.h"
+#include "engine/runner/model_runner.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace attnres {

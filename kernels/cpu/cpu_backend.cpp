@@ -125,7 +125,8 @@ std::vector<float> widen_vector(const Tensor& t, int64_t n, const char* what) {
   ATTNRES_CHECK(
       t.defined() && t.device == Device::CPU && t.numel() == n,
       std::string(what) + " " + shape_str(t.shape) + ": expected " + std::to_string(n) + " values");
-  ATTNRES_CHECK(t.dtype != DType::I32, std::string(what) + " must be a float dtype");
+  ATTNRES_CHECK(t.dtype != DType::I32 && !is_block_quantized(t.dtype),
+                std::string(what) + " must be F32, BF16 or F16");
   std::vector<float> v(static_cast<size_t>(n));
   // A loop per dtype: element_as_float's call and checks per element were 2% of a 100M-shape
   // Phase 2, which widens its gain on every call.
@@ -141,6 +142,8 @@ std::vector<float> widen_vector(const Tensor& t, int64_t n, const char* what) {
       for (int64_t i = 0; i < n; ++i) v[i] = f16_to_f32(half[i]);
       break;
     case DType::I32:
+    case DType::Q8_B32:
+    case DType::Q4_B32:
       break;  // refused above
   }
   return v;

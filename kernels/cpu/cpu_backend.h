@@ -1,9 +1,11 @@
 // The CPU implementation of attnres::Backend (engine/core/backend.h): f32 activations,
-// F32 / BF16 / F16 weights read as stored, threads of its own cpu::WorkerPool. It is the reference
-// every other backend is tested against, so each op validates shapes and dtypes (ATTNRES_CHECK)
-// before running. The ops are defined across several files by theme:
+// F32 / BF16 / F16 weights read as stored (and the block-quantized Q8_B32 / Q4_B32), threads
+// of its own cpu::WorkerPool. It is the reference every other backend is tested against, so
+// each op validates shapes and dtypes (ATTNRES_CHECK) before running. The ops are defined
+// across several files by theme:
 //   cpu_backend.cpp      memory ops, factory, thread count
 //   cpu_linear.cpp       linear: GEMV (decode, R <= 8) and packed GEMM (prefill)
+//   cpu_linear_quant.cpp linear over block-quantized weights (int8 activations)
 //   cpu_attention.cpp    store_kv, paged causal GQA attention
 //   cpu_norm_rope.cpp    rms_norm, qk_norm_rope
 //   cpu_depth_mix.cpp    depth_phase1, depth_phase2_prenorm(_pair) (docs/ATTNRES.md §3)
@@ -47,6 +49,10 @@ class CpuBackend : public Backend {
   bool mixes_without_phase1() const override { return true; }
   bool supports_depth_bank_dtype(DType dtype) const override {
     return depth_bank_dtype_supported(dtype);
+  }
+  // F32, BF16, F16 and the block-quantized Q8_B32 / Q4_B32 (cpu_linear_quant.h).
+  bool supports_weight_dtype(DType dtype) const override {
+    return Backend::supports_weight_dtype(dtype) || is_block_quantized(dtype);
   }
   int num_threads() const { return threads_; }
   // bf16 linear inputs: with bf16 weights, linear rounds x to bf16 and computes its dot

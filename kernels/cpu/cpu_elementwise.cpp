@@ -9,6 +9,7 @@
 
 #include "engine/core/error.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_linear_quant.h"
 #include "kernels/cpu/cpu_simd.h"
 
 namespace attnres {
@@ -79,6 +80,10 @@ void CpuBackend::embedding(const Tensor& table, const BatchMeta& batch, Tensor& 
       return embed_rows<DType::BF16>(table.data, ids, t_dim, d, out.ptr<float>(), *pool_);
     case DType::F16:
       return embed_rows<DType::F16>(table.data, ids, t_dim, d, out.ptr<float>(), *pool_);
+    case DType::Q8_B32:
+    case DType::Q4_B32:  // a quantized tied embedding / LM head: the rows dequantized
+      return cpu::embed_quantized(table.dtype, table.ptr<uint8_t>(), d, ids, t_dim,
+                                  out.ptr<float>(), *pool_);
     default:
       ATTNRES_CHECK(false, "embedding table dtype " + std::string(dtype_name(table.dtype)));
   }

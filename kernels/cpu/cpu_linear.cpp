@@ -3,6 +3,7 @@
 // With bf16 linear inputs on (CpuBackend::set_bf16_linear_inputs) and bf16 weights, x is
 // first rounded to bf16 and every dot product is Bf16Dot's (vdpbf16ps); otherwise F32Dot's
 // (cpu_linear_dot.h). The kernels below are written once over that policy D.
+// Block-quantized weights (Q8_B32 / Q4_B32) go to cpu_linear_quant.h's kernels instead.
 //
 // Two regimes, two kernels, one arithmetic:
 // - Decode (R <= 8) is memory-bound: every weight byte is read once per step and the x rows
@@ -25,6 +26,7 @@
 #include "engine/core/error.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_linear_dot.h"
+#include "kernels/cpu/cpu_linear_quant.h"
 #include "kernels/cpu/cpu_simd.h"
 #include "kernels/cpu/thread_scratch.h"
 
@@ -489,6 +491,10 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Te
   }
 #endif
   const float* xp = x.ptr<float>();
+  if (is_block_quantized(w.dtype)) {
+    const cpu::QuantizedRows q = cpu::quantize_rows(w.dtype, xp, op.r_dim, op.k_dim, *pool_);
+    return cpu::linear_quantized(q, w.ptr<uint8_t>(), op.n_dim, op.bias, o, *pool_);
+  }
   switch (w.dtype) {
     case DType::F32:
       return linear_rows<cpu::F32Dot<DType::F32>>(xp, op.r_dim, op.k_dim, w.data, op.bias, o,
@@ -519,6 +525,18 @@ bool CpuBackend::rounds_linear_inputs(std::span<const LinearTarget> targets) con
   return true;
 }
 
+namespace {
+// Whether every target's weights are of one block-quantized format (and so read the same
+// quantized x).
+bool quantizes_once(std::span<const Backend::LinearTarget> targets) {
+  if (targets.empty() || !is_block_quantized(targets[0].w->dtype)) return false;
+  for (const Backend::LinearTarget& t : targets) {
+    if (t.w->dtype != targets[0].w->dtype) return false;
+  }
+  return true;
+}
+}  // namespace
+
 void CpuBackend::linear_many(const Tensor& x, std::span<const LinearTarget> targets) {
 #if defined(__AVX512BF16__)
   if (rounds_linear_inputs(targets)) {
@@ -536,6 +554,17 @@ void CpuBackend::linear_many(const Tensor& x, std::span<const LinearTarget> targ
     return;
   }
 #endif
+  if (quantizes_once(targets)) {  // x quantized once for all the targets
+    std::vector<LinearOperands> ops;
+    ops.reserve(targets.size());
+    for (const LinearTarget& t : targets) ops.emplace_back(x, *t.w, t.bias, *t.out);
+    const cpu::QuantizedRows q =
+        cpu::quantize_rows(targets[0].w->dtype, x.ptr<float>(), ops[0].r_dim, ops[0].k_dim, *pool_);
+    for (size_t i = 0; i < targets.size(); ++i)
+      cpu::linear_quantized(q, targets[i].w->ptr<uint8_t>(), ops[i].n_dim, ops[i].bias,
+                            targets[i].out->ptr<float>(), *pool_);
+    return;
+  }
   Backend::linear_many(x, targets);
 }
 

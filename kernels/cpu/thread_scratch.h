@@ -19,6 +19,7 @@ enum class ScratchSlot {
   GemmPanel,
   GemmPartials,
   LinearInput,   // a linear's x rounded to bf16 (bf16 linear inputs)
+  QuantInput,    // a linear's x quantized to int8 blocks (quantized weights)
   DepthLogits,   // Phase 1: a token's logits, then softmax weights
   DepthSigmoid,  // Phase 1, pre_gated: sigmoid(gate logits) of a token
   DepthRows,     // Phase 2 into bf16 outs: a token's h rows in f32, before the rounding

@@ -26,7 +26,9 @@
 #   peer       our logits and greedy tokens against transformers on the same checkpoint
 #   ops        every CUDA op and the forward against the CPU backend (attnres_cuda_tests)
 #   memcheck, racecheck_norms, racecheck_decode, racecheck_attention, synccheck, initcheck
-#              compute-sanitizer over the CUDA tests (skipped under gVisor)
+#              compute-sanitizer over the CUDA tests (skipped under gVisor); racecheck_probe,
+#              what racecheck sees of distributed shared memory (docs/RELIABILITY.md);
+#   cluster_repeat  the cluster-exchange tests natively, 20 times over
 #   bench      decode-step timings against the weight-read floor
 #   prefill    prefill attention and 1K / 8K prompts against the GEMM rate
 #   ncu        every kernel of a decode step under Nsight Compute (skipped under gVisor)
@@ -45,7 +47,7 @@ stage() {
   # Portable CPU code: the device machine's CPU may lack this one's ISA extensions.
   cmake -S . -B "$build" -G Ninja -DATTNRES_CPU_ARCH=x86-64-v3 > /dev/null
   ninja -C "$build" -j"${JOBS:-1}" attnres_cuda_tests bench_cuda_backend \
-    attnres_cuda_tensor_parallel_tests attnres
+    attnres_cuda_tensor_parallel_tests attnres_cuda_sanitizer_probes attnres
   rm -rf "$dev" && mkdir -p "$dev"
   # The CLI needs gRPC, Protobuf, Abseil, MPI ... which the GPU machine lacks: their shared
   # libraries travel in lib/, all but the C and C++ runtimes (the device's own are newer) and
@@ -54,7 +56,7 @@ stage() {
   bundle=$(mktemp -d)
   mkdir -p "$bundle/lib"
   cp "$build"/tests/cpp/kernels/cuda/{attnres_cuda_tests,bench_cuda_backend,attnres_cuda_tensor_parallel_tests} \
-    "$build"/server/cli/attnres "$bundle/"
+    "$build"/tests/cpp/kernels/cuda/attnres_cuda_sanitizer_probes "$build"/server/cli/attnres "$bundle/"
   ldd "$bundle"/attnres* "$bundle"/bench_cuda_backend | awk '$3 ~ /^\// {print $1, $3}' | sort -u \
     | grep -vE '^(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux[^ ]*|libcudart|libcublas|libcublasLt|libnccl)\.' \
     | while read -r name path; do cp -L "$path" "$bundle/lib/$name"; done

@@ -10,6 +10,10 @@ site=/tmp/attnres-site                   # its wheels, installed once per machin
 # Each step's timeout in seconds (LEASE_TIMEOUT_<step> overrides it). The figures come from the
 # H200 run of 2026-11-28 where a step ran there (ops ~80 s, peer ~60 s with its checkpoint
 # written, bench ~40 s; memcheck ~50 s; racecheck was cut off at 50 s), else from the CPU.
+# The sanitizer steps' timeouts add up, with the setup, to one 540-s lease in the order
+# racecheck_probe racecheck_norms racecheck_decode racecheck_attention synccheck initcheck
+# cluster_repeat memcheck
+# (docs/RELIABILITY.md "GPU sanitizers" sizes them).
 step_timeout() {
   local var="LEASE_TIMEOUT_$1" default
   case $1 in
@@ -18,9 +22,12 @@ step_timeout() {
     variants) default=180 ;;
     peer) default=150 ;;
     ops) default=150 ;;
-    memcheck) default=180 ;;
-    racecheck_*) default=180 ;;
-    synccheck|initcheck) default=120 ;;
+    memcheck) default=120 ;;
+    racecheck_probe|cluster_repeat) default=30 ;;
+    racecheck_decode) default=100 ;;
+    racecheck_*) default=80 ;;
+    synccheck) default=40 ;;
+    initcheck) default=50 ;;
     bench|prefill) default=120 ;;
     ncu|peerbench) default=150 ;;
     *) default=120 ;;
@@ -143,33 +150,129 @@ step_ops() {
   "$unpacked/attnres_cuda_tests"
 }
 
-# compute-sanitizer over the CUDA tests: $1 the tool, $2 the gtest filter.
+# compute-sanitizer over the CUDA tests. The sanitizer-sized suite (CudaSanitizerSized.*, in
+# the test files of the kernels they cover, plus full-size tests that are already small) runs
+# every CUDA kernel family at the smallest shapes that reach each of its paths; its three
+# groups by kernel family are racecheck's three steps (racecheck is slow per launch).
+sanitized_norms='CudaSanitizerSized.Norms*:CudaSanitizerSized.Depth*:CudaOps.QkNormRope'
+sanitized_decode='CudaSanitizerSized.Decode*'
+sanitized_attention='CudaSanitizerSized.Attention*:CudaSanitizerSized.Sample*'
+sanitized_attention+=':CudaSample.RowsTheHostWouldRefuseGetTheirCodes'
+# Kernels without shared memory or barriers (nothing for racecheck or synccheck to see):
+# embedding, swiglu, add, gather, the bf16 rounding, the plain GEMVs.
+sanitized_elementwise='CudaOps.Embedding:CudaOps.SwigluAndAdd:CudaOps.GatherRows'
+sanitized_elementwise+=':CudaDepthBankBf16.CopyRoundsLikeF32ToBf16:CudaOps.LinearManyAndLinearSwiglu'
+sanitized_all="$sanitized_norms:$sanitized_decode:$sanitized_attention"
+
+# Every pattern of the gtest filter $1 names at least one test of attnres_cuda_tests (a test
+# renamed away from a filter would drop out of the sanitizer runs without a word).
+check_filter() {
+  local binary=$unpacked/attnres_cuda_tests listed pattern
+  [ "$LEASE_DEVICE" = cpu ] && binary=$(bin_dir)/tests/cpp/kernels/cuda/attnres_cuda_tests
+  [ -x "$binary" ] || { echo "no $binary: the filter is not checked"; return 0; }
+  local IFS=':'
+  for pattern in ${1#-}; do
+    [ -z "$pattern" ] && continue
+    listed=$("$binary" --gtest_list_tests --gtest_filter="$pattern" | grep -c '^  ' || true)
+    if [ "$listed" -eq 0 ]; then
+      echo "the filter's pattern $pattern names no test of $binary"
+      return 1
+    fi
+    echo "filter pattern $pattern: $listed tests"
+  done
+}
+
+# compute-sanitizer --tool $1 over attnres_cuda_tests --gtest_filter=$2 (further arguments go to
+# compute-sanitizer). Fails on any error the tool counts, on any hazard racecheck displays
+# (its summary counts warnings apart from errors: a warning fails too, whatever
+# --error-exitcode counts), and on a failing test. The rehearsal checks the filter and skips.
 sanitize() {
+  local tool=$1 filter=$2
+  shift 2
+  check_filter "$filter" || return 1
   cuda_only "compute-sanitizer"
   under_gvisor && skip "compute-sanitizer refuses the device under gVisor"
-  compute-sanitizer --tool "$1" --error-exitcode 9 "$unpacked/attnres_cuda_tests" --gtest_filter="$2"
+  compute-sanitizer --version | tail -n1
+  local out rc
+  out=$(mktemp)
+  set +e
+  CUDA_MODULE_LOADING=LAZY compute-sanitizer --tool "$tool" --error-exitcode 9 "$@" \
+    "$unpacked/attnres_cuda_tests" --gtest_filter="$filter" 2>&1 | tee "$out"
+  rc=${PIPESTATUS[0]}
+  set -e
+  if [ "$tool" = racecheck ] && grep -Eq 'RACECHECK SUMMARY: [1-9]' "$out"; then
+    echo "racecheck displayed hazards (see above)"
+    [ "$rc" -eq 0 ] && rc=8
+  fi
+  grep -E '(ERROR|RACECHECK) SUMMARY' "$out" || echo "no sanitizer summary: the run did not finish"
+  return "$rc"
 }
 
 # memcheck over every suite but the test that provokes failed captures on purpose: its
 # cudaStreamSynchronize and cudaMalloc inside a capture are API errors the sanitizer counts.
+# At the tests' real shapes (out-of-bounds bugs depend on sizes); the last step of a sanitizer
+# lease, so a timeout costs only its own tail.
 step_memcheck() {
   sanitize memcheck "${MEMCHECK_FILTER:-*-CudaGraph.CallsThatCannotBeCapturedFailTheCapture}"
 }
-# racecheck is slow (over 50 s for four CudaOps tests on the H200), so it runs in three groups,
-# each a step of its own: the norm, RoPE and depth-mix kernels; the fused decode GEMVs (the
-# PreNorm prologue's barriers, the QKV GEMV's cluster exchange) and bf16 activations; the
-# attention kernels (paged decode, split merge, prefill) and sampling's cluster merges.
-step_racecheck_norms() {
-  sanitize racecheck "${RACECHECK_FILTER:-CudaOps.*:CudaDepthBankBf16.*:CudaDepthModes.*}"
+# racecheck in three groups by kernel family, each a step of its own: the norms, RoPE and
+# depth-mix kernels; the fused decode GEMVs (the PreNorm prologue's barriers, the QKV GEMV's
+# cluster exchange through distributed shared memory); the attention kernels (paged decode,
+# split merge, prefill) and sampling's cluster merges.
+step_racecheck_norms() { sanitize racecheck "${RACECHECK_FILTER:-$sanitized_norms}"; }
+step_racecheck_decode() { sanitize racecheck "${RACECHECK_FILTER:-$sanitized_decode}"; }
+step_racecheck_attention() { sanitize racecheck "${RACECHECK_FILTER:-$sanitized_attention}"; }
+# What racecheck sees of distributed shared memory (attnres_cuda_sanitizer_probes, planted
+# races): the block-local race must be reported (else racecheck finds nothing on this machine
+# and its steps prove nothing) and the exchange behind a cluster barrier must not; whether the
+# unsynchronized cluster exchange is reported is the answer, printed as a line of its own.
+step_racecheck_probe() {
+  cuda_only racecheck_probe
+  under_gvisor && skip "compute-sanitizer refuses the device under gVisor"
+  local probe="$unpacked/attnres_cuda_sanitizer_probes" kernel hazards status=0 out
+  out=$(mktemp)
+  for kernel in block_race cluster_race cluster_sync; do
+    echo "== racecheck $kernel"
+    compute-sanitizer --tool racecheck "$probe" "$kernel" > "$out" 2>&1 || true
+    cat "$out"
+    hazards=$(sed -nE 's/.*RACECHECK SUMMARY: ([0-9]+) hazard.*/\1/p' "$out")
+    echo "$kernel: ${hazards:-no summary} hazards"
+    case $kernel in
+      block_race)
+        [ "${hazards:-0}" -gt 0 ] || { echo "the planted block race was not reported"; status=1; }
+        ;;
+      cluster_sync)
+        [ "${hazards:-1}" -eq 0 ] || { echo "a synchronized cluster exchange was reported"; status=1; }
+        ;;
+      cluster_race)
+        if [ "${hazards:-0}" -gt 0 ]; then
+          echo "ANSWER: racecheck reports a distributed-shared-memory race across a cluster"
+        else
+          echo "ANSWER: racecheck does not report a distributed-shared-memory race across a cluster"
+        fi
+        ;;
+    esac
+  done
+  return $status
 }
-step_racecheck_decode() {
-  sanitize racecheck "${RACECHECK_FILTER:-CudaFusedDecode.*:CudaBf16Activations.*}"
+# synccheck (barriers reached by part of a block or cluster, bad __syncwarp masks) and initcheck
+# (reads of device memory nothing wrote) over the whole sanitizer-sized suite.
+step_synccheck() { sanitize synccheck "${SYNCCHECK_FILTER:-$sanitized_all}"; }
+step_initcheck() {
+  sanitize initcheck "${INITCHECK_FILTER:-$sanitized_all:$sanitized_elementwise}"
 }
-step_racecheck_attention() {
-  sanitize racecheck "${RACECHECK_FILTER:-CudaFlashAttention.*:CudaPrefillAttention.*:CudaSample*}"
+
+# The two kernels whose blocks exchange data through distributed shared memory (the QKV GEMV's
+# RoPE epilogue, sampling's merges), natively and many times over: each run compares the
+# cluster's result bit for bit with a path that has no exchange (the two-launch QKV path, the
+# one-CTA sample), so a missing or misplaced cluster barrier that timing exposes fails it.
+step_cluster_repeat() {
+  local filter='CudaSanitizerSized.DecodeQkvRopeCluster:CudaSanitizerSized.SampleClusterMerges'
+  check_filter "$filter" || return 1
+  cuda_only cluster_repeat
+  "$unpacked/attnres_cuda_tests" --gtest_repeat="${CLUSTER_REPEAT:-20}" --gtest_brief=1 \
+    --gtest_filter="$filter"
 }
-step_synccheck() { sanitize synccheck "${SYNCCHECK_FILTER:-CudaOps.*:CudaFusedDecode.*:CudaFlashAttention.*:CudaPrefillAttention.*:CudaSample*}"; }
-step_initcheck() { sanitize initcheck "${INITCHECK_FILTER:-CudaOps.*:CudaFusedDecode.*:CudaFlashAttention.*:CudaPrefillAttention.*:CudaSample*}"; }
 
 # Decode-step timing against the weight-read floor (bf16 and f32 KV cache, PDL off).
 step_bench() {

@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "engine/core/error.h"
-#include "engine/sched/model_runner.h"
+#include "engine/runner/model_runner.h"
 
 namespace attnres::cli {
 

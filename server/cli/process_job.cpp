@@ -9,7 +9,7 @@
 #include <string>
 
 #include "engine/core/error.h"
-#include "engine/parallel/process_control.h"
+#include "engine/runner/process_control.h"
 #include "engine/sched/model_execution.h"
 #ifdef ATTNRES_HAVE_MPI
 #include "engine/parallel/mpi/mpi_process_group.h"

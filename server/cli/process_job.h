@@ -1,5 +1,5 @@
 // `attnres` started by mpirun with several ranks (one tensor-parallel rank per process): rank 0
-// runs the command, whose model runs on every rank (engine/parallel/process_runner.h); the other
+// runs the command, whose model runs on every rank (engine/runner/process_runner.h); the other
 // ranks obey rank 0 until it says Exit. Without a launcher (or with one rank), the command just
 // runs.
 #pragma once

@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/sched/model_runner.h"
+#include "engine/runner/model_runner.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace attnres::cli {

@@ -63,6 +63,29 @@ def test_lease_rehearsal_runs_every_step_on_the_cpu(attnres_bin, tmp_path):
             "verdicts.txt"} <= logs
 
 
+SANITIZER_STEPS = ("racecheck_probe", "racecheck_norms", "racecheck_decode",
+                   "racecheck_attention", "synccheck", "initcheck", "cluster_repeat", "memcheck")
+
+
+def test_lease_rehearses_the_sanitizer_steps(attnres_bin, tmp_path):
+    """Each compute-sanitizer step skips on the CPU after checking that every pattern of its
+    gtest filter names a test of attnres_cuda_tests (where the build has it); a pattern that
+    names none fails the step."""
+    require_binary(attnres_bin)
+    cuda_tests = attnres_bin.parents[2] / "tests/cpp/kernels/cuda/attnres_cuda_tests"
+    output, verdicts, logs = run_lease(attnres_bin, tmp_path / "a", "--budget", "120",
+                                       *SANITIZER_STEPS)
+    assert verdicts == {step: "SKIP" for step in SANITIZER_STEPS}, output
+    assert {f"{step}.log" for step in SANITIZER_STEPS} <= logs
+    if not cuda_tests.exists():
+        return  # a build without nvcc: nothing to list the filters against
+    output, verdicts, _ = run_lease(attnres_bin, tmp_path / "b", "--budget", "60",
+                                    "racecheck_decode", "synccheck",
+                                    RACECHECK_FILTER="CudaSanitizerSized.Decode*:NoSuchSuite.*")
+    assert verdicts == {"racecheck_decode": "FAIL", "synccheck": "SKIP"}, output
+    assert "NoSuchSuite.* names no test" in output, output
+
+
 def test_lease_reports_failures_timeouts_and_the_budget(attnres_bin, tmp_path):
     require_binary(attnres_bin)
     output, verdicts, logs = run_lease(

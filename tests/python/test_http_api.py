@@ -11,8 +11,7 @@ import openai
 import pytest
 from tokenizers import Tokenizer
 
-from http_helpers import (assert_error_envelope, connect, openai_client, parse_sse, post_json,
-                          request, served_model_name)
+from http_helpers import assert_error_envelope, connect, parse_sse, post_json, request
 from server_process import ServerProcess
 
 # One OpenMP thread for the engine: these tests exercise the HTTP front end, and on a shared
@@ -28,16 +27,6 @@ CHAT = [{"role": "system", "content": "You are terse."},
 def server(attnres_bin):
     with ServerProcess(attnres_bin, "--max-num-seqs", "32", env=SERVER_ENV) as s:
         yield s
-
-
-@pytest.fixture(scope="module")
-def model_name(server) -> str:
-    return served_model_name(server.http_url)
-
-
-@pytest.fixture(scope="module")
-def client(server) -> openai.OpenAI:
-    return openai_client(server.http_url)
 
 
 @pytest.fixture(scope="module")

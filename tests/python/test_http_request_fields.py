@@ -13,8 +13,7 @@ import openai
 import pytest
 from tokenizers import Tokenizer
 
-from http_helpers import (assert_error_envelope, openai_client, parse_sse, post_json, request,
-                          served_model_name)
+from http_helpers import assert_error_envelope, parse_sse, post_json, request
 from server_process import ServerProcess
 
 PROMPT = "The quick brown fox jumps over the lazy dog because"
@@ -25,16 +24,6 @@ CHAT = [{"role": "user", "content": "Tell me about foxes."}]
 def server(attnres_bin):
     with ServerProcess(attnres_bin, "--max-num-seqs", "16") as s:
         yield s
-
-
-@pytest.fixture(scope="module")
-def model_name(server) -> str:
-    return served_model_name(server.http_url)
-
-
-@pytest.fixture(scope="module")
-def client(server) -> openai.OpenAI:
-    return openai_client(server.http_url)
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 """Tensor parallelism with one rank per process, launched by Open MPI's mpirun (issue #18):
-engine/parallel/process_runner.h and engine/parallel/mpi/, on the CPU over loopback.
+engine/runner/process_runner.h and engine/parallel/mpi/, on the CPU over loopback.
 
 What must hold:
 - `mpirun -np 2` and `-np 4` give the same greedy tokens and text as one process, and logprobs

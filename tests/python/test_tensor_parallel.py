@@ -9,7 +9,7 @@ What must hold (issue #7):
   equals the unsharded prefill.
 - An uneven vocabulary split (padded LM head slices) and TP = 3 are exact too.
 - `attnres serve --tensor-parallel-size 2` serves the same greedy text as a single rank.
-Per-rank bank memory (1/P) is measured in tests/cpp/engine/parallel (ForwardFootprint).
+Per-rank bank memory (1/P) is measured in tests/cpp/engine/runner (ForwardFootprint).
 
 Error measure: max|a - b| / max|b| over the whole [positions, vocab] logits array.
 """

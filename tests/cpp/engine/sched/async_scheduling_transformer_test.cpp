@@ -17,7 +17,7 @@
 #include "engine/model/model_config.h"
 #include "engine/model/random_weights.h"
 #include "engine/model/transformer.h"
-#include "engine/sched/transformer_runner.h"
+#include "engine/runner/transformer_runner.h"
 #include "engine_test_util.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "threaded_runner.h"

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "engine/core/backend.h"
-#include "engine/sched/model_runner.h"
+#include "engine/runner/model_runner.h"
 
 namespace attnres::testing {
 

@@ -14,7 +14,7 @@
 #include <thread>
 #include <utility>
 
-#include "engine/sched/model_runner.h"
+#include "engine/runner/model_runner.h"
 
 namespace attnres::testing {
 

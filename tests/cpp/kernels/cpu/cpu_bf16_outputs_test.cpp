@@ -5,7 +5,7 @@
 // op's f32 output rounded to nearest even (f32_to_bf16), bit for bit: what linear did itself
 // before, in a rounding pass of its own. These ops run on any build; the whole forward with
 // bf16 linear inputs (which needs AVX512_BF16) is checked in
-// tests/cpp/engine/parallel/bf16_activations_test.cpp.
+// tests/cpp/engine/runner/bf16_activations_test.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>

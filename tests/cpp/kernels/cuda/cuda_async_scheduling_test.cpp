@@ -14,8 +14,8 @@
 
 #include "engine/model/random_weights.h"
 #include "engine/model/transformer.h"
+#include "engine/runner/transformer_runner.h"
 #include "engine/sched/engine_core.h"
-#include "engine/sched/transformer_runner.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "tests/cpp/kernels/cuda/cuda_model_util.h"
 #include "tests/cpp/kernels/cuda/cuda_test_util.h"

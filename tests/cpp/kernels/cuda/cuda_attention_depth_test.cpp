@@ -273,5 +273,39 @@ TEST(CudaOps, DepthPhasesChained) {
   }
 }
 
+// --- sanitizer-sized (docs/RELIABILITY.md "GPU sanitizers") ---
+
+// depth_phase1_kernel<S, V, B, C>: every query count S of one group (1..8, the bank alternating
+// F32 / BF16) and two groups (9); the 8-wide path with o in registers (d 64: one vector per
+// thread) and in memory (d 2056: 257 vectors over 256 threads); the scalar path with one and
+// two chunks held (d 67; d 1500 misaligned: 1024 threads) and in memory (d 2100 misaligned).
+TEST(CudaSanitizerSized, DepthPhase1) {
+  SKIP_WITHOUT_CUDA();
+  uint32_t seed = 700;
+  for (int S = 1; S <= 8; ++S)
+    check_phase1(S, 3, 2, 64, 1.0f, 2e-5, seed++, S % 2 ? DType::F32 : DType::BF16);
+  for (DType bank : kBankDtypes) {
+    check_phase1(9, 2, 2, 64, 1.0f, 2e-5, seed++, bank);
+    check_phase1(2, 3, 1, 2056, 1.0f, 2e-5, seed++, bank);
+    check_phase1(3, 4, 2, 67, 1.0f, 2e-5, seed++, bank);
+    check_phase1(2, 3, 1, 1500, 1.0f, 2e-5, seed++, bank, true);
+    check_phase1(2, 3, 1, 2100, 1.0f, 2e-5, seed++, bank, true);
+  }
+}
+
+// depth_phase2_prenorm_kernel (block mode's plain merge, and the plain pre-norm): one partial
+// warp (d 1), a partial last warp (d 67), a row longer than the block (d 2100); merged and
+// plain, in place and not; each gain dtype.
+TEST(CudaSanitizerSized, DepthPhase2Prenorm) {
+  SKIP_WITHOUT_CUDA();
+  uint32_t seed = 750;
+  for (int64_t d : {1, 67})
+    for (bool mixing : {true, false})
+      for (bool alias : {false, true})
+        check_phase2(3, d, mixing, alias, 1.0f, DType::BF16, 2e-5, seed++);
+  check_phase2(2, 2100, true, false, 1.0f, DType::F32, 2e-5, seed++);
+  check_phase2(2, 2100, false, true, 1.0f, DType::F16, 2e-5, seed++);
+}
+
 }  // namespace
 }  // namespace attnres::test

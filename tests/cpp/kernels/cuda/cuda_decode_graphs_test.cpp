@@ -1,5 +1,5 @@
-// Decode steps replayed as real CUDA graphs through the runner (engine/sched/decode_graphs.h):
-// the same schedule as tests/cpp/engine/parallel/decode_graphs_test.cpp (batches of 1..9
+// Decode steps replayed as real CUDA graphs through the runner (engine/runner/decode_graphs.h):
+// the same schedule as tests/cpp/engine/runner/decode_graphs_test.cpp (batches of 1..9
 // sequences moving between buckets, contexts crossing block boundaries, prefill steps between),
 // so graphs are replayed with changing batches. Each step's logits against the same CUDA model
 // run eagerly (--enforce-eager) and against the CPU backend. Needs a GPU (skips without one).
@@ -13,10 +13,10 @@
 
 #include "engine/model/random_weights.h"
 #include "engine/model/transformer.h"
-#include "engine/sched/transformer_runner.h"
+#include "engine/runner/transformer_runner.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "tests/cpp/engine/parallel/decode_graphs_test_util.h"
+#include "tests/cpp/engine/runner/decode_graphs_test_util.h"
 #include "tests/cpp/kernels/cuda/cuda_model_util.h"
 #include "tests/cpp/kernels/cuda/cuda_test_util.h"
 

@@ -56,6 +56,17 @@ TEST(CudaOps, DepthWeights) {
   }
 }
 
+// Sanitizer-sized (docs/RELIABILITY.md "GPU sanitizers"): depth_weights_kernel's scalar path
+// (d 67) and 16-byte loads (d 64), one source and several, on each bank dtype.
+TEST(CudaSanitizerSized, DepthWeights) {
+  SKIP_WITHOUT_CUDA();
+  uint32_t seed = 800;
+  check_depth_weights(1, 2, 67, 1.0f, seed++, DType::F32);
+  check_depth_weights(5, 3, 67, 1.0f, seed++, DType::BF16);
+  check_depth_weights(1, 2, 64, 1.0f, seed++, DType::BF16);
+  check_depth_weights(5, 3, 64, 1.0f, seed++, DType::F32);
+}
+
 TEST(CudaModel, DepthWeightsOfAForward) {
   SKIP_WITHOUT_CUDA();
   for (DType bank_dtype : kBankDtypes)

@@ -229,6 +229,34 @@ TEST(CudaFlashAttention, HeadLayouts) {
   }
 }
 
+// Sanitizer-sized (docs/RELIABILITY.md "GPU sanitizers"): paged_attention_kernel and the
+// split merge at the smallest shapes reaching each path, through the backend's plan (a
+// context over kMinAttentionSplitLen = 32 on a batch far from filling the GPU splits: 99
+// positions in 4 splits of 25, then merge_attention_splits_kernel; 20 does not). Each case
+// names the path it adds:
+TEST(CudaSanitizerSized, AttentionDecodeSplitAndUnsplit) {
+  SKIP_WITHOUT_CUDA();
+  const std::vector<SeqSpec> mixed = {{99, 1}, {3, 1}, {40, 5}};  // short rows in a split plan
+  // f32 cache, 2 query heads per CTA, 16 lanes per key, split + merge.
+  check_against_cpu(DType::F32, 4, 2, 64, {{99, 1}}, 601);
+  // bf16 cache, 8 lanes per key, one split (no merge).
+  check_against_cpu(DType::BF16, 4, 2, 64, {{19, 1}}, 602);
+  // A group of 3 in a 4-head CTA (one head slot idle); a 5-row chunk and rows whose context
+  // fits one split in a split plan.
+  check_against_cpu(DType::BF16, 6, 2, 64, mixed, 603);
+  // A group of 1 (Hq = Hkv), hd 128.
+  check_against_cpu(DType::F32, 2, 2, 128, mixed, 604);
+  // A group of 16: two 8-head CTAs per KV head, split.
+  check_against_cpu(DType::BF16, 16, 1, 128, {{70, 1}}, 605);
+  // f32 hd 256: two 16-byte loads per lane (64 vectors).
+  check_against_cpu(DType::F32, 8, 2, 256, {{50, 1}, {0, 2}}, 606);
+  // Scalar loads (hd 6), block size 3.
+  check_against_cpu(DType::BF16, 4, 2, 6, mixed, 607, 3);
+  // hd 80: f32 20 vectors on 32 lanes (12 idle), block size 1; bf16 10 vectors on 16 lanes.
+  check_against_cpu(DType::F32, 6, 2, 80, mixed, 608, 1);
+  check_against_cpu(DType::BF16, 6, 2, 80, {{99, 1}}, 609, 8);
+}
+
 // --- the split count ---
 
 // Runs the attention kernel directly with a forced split, on a problem whose store_kv already

@@ -223,10 +223,16 @@ Weights random_weight(Backend& gpu, int64_t n, int64_t k, DType dtype, std::mt19
   return w;
 }
 
-void check_prenorm_linear(int64_t rows, Mix mix, DType wdt, uint32_t seed) {
-  const int64_t d = 1024, nq = 2048, nkv = 1024, ffn = 3072;
+// The widths of one decoder layer's linears (default: the 0.6B shapes).
+struct LinearShapes {
+  int64_t d = 1024, nq = 2048, nkv = 1024, ffn = 3072;
+};
+
+void check_prenorm_linear(int64_t rows, Mix mix, DType wdt, uint32_t seed,
+                          LinearShapes shapes = {}) {
+  const int64_t d = shapes.d, nq = shapes.nq, nkv = shapes.nkv, ffn = shapes.ffn;
   SCOPED_TRACE(std::to_string(rows) + " rows, " + mix_name(mix) + ", " +
-               std::string(dtype_name(wdt)) + " weights");
+               std::string(dtype_name(wdt)) + " weights, d " + std::to_string(d));
   Backends be;
   std::mt19937 rng(seed);
   const PrenormInputs host = random_prenorm(rows, d, rng);
@@ -336,16 +342,17 @@ struct QkvRopeCase {
   int64_t rows;
   Mix mix;
   DType weights, cache;
-  int hq = 16, hkv = 8, hd = 128;  // the 0.6B shapes (d 1024)
+  int hq = 16, hkv = 8, hd = 128;  // the 0.6B shapes
+  int64_t d = 1024;
 };
 
 void check_qkv_rope(const QkvRopeCase& c, uint32_t seed) {
-  const int64_t d = 1024;
+  const int64_t d = c.d;
   const int hq = c.hq, hkv = c.hkv, hd = c.hd;
   SCOPED_TRACE(std::to_string(c.rows) + " rows, " + mix_name(c.mix) + ", " +
                std::string(dtype_name(c.weights)) + " weights, " +
                std::string(dtype_name(c.cache)) + " cache, hq " + std::to_string(hq) + " hkv " +
-               std::to_string(hkv) + " hd " + std::to_string(hd));
+               std::to_string(hkv) + " hd " + std::to_string(hd) + " d " + std::to_string(d));
   Backends be;
   std::mt19937 rng(seed);
   const int block_size = 16, num_blocks = 128;
@@ -599,6 +606,65 @@ TEST(CudaFusedDecode, ModelLogitsEqualTheUnfusedPath) {
     compare_fused_model(small_config("full", 4, 2), DType::BF16, kv);
     compare_fused_model(small_config("delta_v", 4, 2, "sigmoid_vector", true), DType::BF16, kv);
   }
+}
+
+// --- sanitizer-sized: the shapes compute-sanitizer runs (docs/RELIABILITY.md "GPU sanitizers") ---
+// The smallest shapes that still reach every path of the kernels, so that racecheck (slow per
+// launch) finishes in its share of a GPU lease; the checks are the full-size tests' own.
+
+// qk_norm_rope_kernel<S, store>: 8 warps over the q, k (and v) head units of a token; hq 8 /
+// hkv 4 gives 16 units with the store, so every warp takes a second unit; hd 80 leaves a
+// partial second pass of RoPE's lanes (40 pairs), hd 6 most lanes without a pair; decode rows
+// and a prefill chunk; both cache dtypes (the store's two instantiations).
+TEST(CudaSanitizerSized, NormsQkNormRopeStore) {
+  SKIP_WITHOUT_CUDA();
+  uint32_t seed = 900;
+  for (DType cache_dtype : {DType::F32, DType::BF16}) {
+    check_rope_store(cache_dtype, {{5, 1}, {40, 1}}, 8, 4, 80, seed++);
+    check_rope_store(cache_dtype, {{2, 3}, {0, 1}}, 3, 1, 6, seed++);
+  }
+}
+
+// gemv_prenorm_kernel / gemv_prenorm_swiglu_kernel (cuda_gemv_prologue.cuh's four barriers
+// before the first weight byte). d 320: the standalone PreNorm's block is 320 threads, so the
+// 8 warps play 10 virtual warps (a warp takes a second (row, virtual warp) task even at one
+// row), and the scaling pass over 256 threads has a 64-element tail; the weight rows end in a
+// partial 16-byte-vector pass (bf16: 256 + 64, f32: 2 x 128 + 64). Widths 36 + 20 + 20 and 44
+// leave the last block's warps past the last row (the early return). Paths: the plain
+// pre-norm and the Phase-2 merge (its logit reduction first), rows 1..8 (every R), bf16 and
+// f32 weights; a §2d mix the prologue declines (the separate launches); 12 rows (cuBLAS).
+TEST(CudaSanitizerSized, DecodePrenormLinear) {
+  SKIP_WITHOUT_CUDA();
+  const LinearShapes shapes{320, 36, 20, 44};
+  uint32_t seed = 920;
+  for (int64_t rows = 1; rows <= 8; ++rows)
+    check_prenorm_linear(rows, Mix::Merge, DType::BF16, seed++, shapes);
+  for (int64_t rows : {1, 8}) check_prenorm_linear(rows, Mix::Plain, DType::BF16, seed++, shapes);
+  check_prenorm_linear(3, Mix::Merge, DType::F32, seed++, shapes);
+  check_prenorm_linear(6, Mix::Plain, DType::F32, seed++, shapes);
+  check_prenorm_linear(2, Mix::NullSource, DType::BF16, seed++, shapes);
+  check_prenorm_linear(12, Mix::Merge, DType::BF16, seed++, shapes);
+}
+
+// gemv_rope_kernel: a cluster of 8 blocks per head exchanging the head's rows through
+// distributed shared memory between two cluster barriers. hd 128 (2 rows per warp), rows
+// 1..8: token row r's epilogue runs in block r, so R = 1..8 takes 1..8 of the cluster's blocks
+// into the gather (the others only pass the barriers); v heads skip the barriers. Both cache
+// dtypes, the prologue's merge and plain paths, no prologue (a null-source mix: x from global
+// memory), f32 weights; hd 6 with a group of 3 (most warps without a row, a partial lane
+// pass in the per-head norm); 12 rows (the two-launch default).
+TEST(CudaSanitizerSized, DecodeQkvRopeCluster) {
+  SKIP_WITHOUT_CUDA();
+  uint32_t seed = 940;
+  for (int64_t rows = 1; rows <= 8; ++rows) {
+    const DType cache = rows % 2 ? DType::BF16 : DType::F32;
+    check_qkv_rope({rows, Mix::Merge, DType::BF16, cache, 2, 1, 128, 320}, seed++);
+  }
+  check_qkv_rope({3, Mix::Plain, DType::BF16, DType::BF16, 2, 1, 128, 320}, seed++);
+  check_qkv_rope({2, Mix::NullSource, DType::BF16, DType::F32, 2, 1, 128, 320}, seed++);
+  check_qkv_rope({4, Mix::Plain, DType::F32, DType::F32, 2, 1, 128, 320}, seed++);
+  check_qkv_rope({8, Mix::Plain, DType::F32, DType::BF16, 3, 1, 6, 320}, seed++);
+  check_qkv_rope({12, Mix::Merge, DType::BF16, DType::BF16, 2, 1, 128, 320}, seed++);
 }
 
 }  // namespace

@@ -250,6 +250,20 @@ TEST(CudaOps, PrepareBatchRefusesMalformedBatchesBeforeWriting) {
 
 // --- rms_norm, swiglu, add, gather ---
 
+// rms_norm of rows x n with a gain of gdt, into its own buffer and in place (x and out alias).
+void check_rms_norm(Backends& be, std::mt19937& rng, int64_t rows, int64_t n, DType gdt) {
+  Tensor x = random_host({rows, n}, DType::F32, rng, -3.0f, 3.0f);
+  Tensor gain = random_host({n}, gdt, rng, 0.5f, 1.5f);
+  Tensor ref = Tensor::empty({rows, n}, DType::F32);
+  be.cpu.rms_norm(x, gain, 1e-6f, ref);
+  Tensor xd = be.gpu.upload(x), gd = be.gpu.upload(gain);
+  Tensor out = device_nan(be.gpu, {rows, n});
+  be.gpu.rms_norm(xd, gd, 1e-6f, out);
+  EXPECT_TRUE(close_to(to_host(be.gpu, out), ref, 1e-5)) << rows << "x" << n;
+  be.gpu.rms_norm(xd, gd, 1e-6f, xd);
+  EXPECT_TRUE(close_to(to_host(be.gpu, xd), ref, 1e-5)) << "aliased " << rows << "x" << n;
+}
+
 TEST(CudaOps, RmsNorm) {
   SKIP_WITHOUT_CUDA();
   Backends be;
@@ -257,19 +271,20 @@ TEST(CudaOps, RmsNorm) {
   const std::vector<std::pair<int64_t, int64_t>> shapes = {
       {1, 1}, {3, 7}, {5, 1024}, {2, 8192}, {9, 1000}};
   for (auto [rows, n] : shapes) {
-    for (DType gdt : {DType::F32, DType::BF16, DType::F16}) {
-      Tensor x = random_host({rows, n}, DType::F32, rng, -3.0f, 3.0f);
-      Tensor gain = random_host({n}, gdt, rng, 0.5f, 1.5f);
-      Tensor ref = Tensor::empty({rows, n}, DType::F32);
-      be.cpu.rms_norm(x, gain, 1e-6f, ref);
-      Tensor xd = be.gpu.upload(x), gd = be.gpu.upload(gain);
-      Tensor out = device_nan(be.gpu, {rows, n});
-      be.gpu.rms_norm(xd, gd, 1e-6f, out);
-      EXPECT_TRUE(close_to(to_host(be.gpu, out), ref, 1e-5)) << rows << "x" << n;
-      be.gpu.rms_norm(xd, gd, 1e-6f, xd);  // in place (x and out alias)
-      EXPECT_TRUE(close_to(to_host(be.gpu, xd), ref, 1e-5)) << "aliased " << rows << "x" << n;
-    }
+    for (DType gdt : {DType::F32, DType::BF16, DType::F16}) check_rms_norm(be, rng, rows, n, gdt);
   }
+}
+
+// Sanitizer-sized (docs/RELIABILITY.md "GPU sanitizers"): rms_norm_kernel's block reduction
+// with one partial warp (n 7), several warps and a partial last one (n 1000: 32 warps, the
+// largest block), and a row longer than the block (n 2100: three passes, a tail).
+TEST(CudaSanitizerSized, NormsRmsNorm) {
+  SKIP_WITHOUT_CUDA();
+  Backends be;
+  std::mt19937 rng(40);
+  check_rms_norm(be, rng, 3, 7, DType::BF16);
+  check_rms_norm(be, rng, 2, 1000, DType::F32);
+  check_rms_norm(be, rng, 2, 2100, DType::F16);
 }
 
 TEST(CudaOps, SwigluAndAdd) {

@@ -412,6 +412,19 @@ TEST(CudaPrefillAttention, EveryChunkLengthThroughTheKernel) {
       }
 }
 
+// Sanitizer-sized (docs/RELIABILITY.md "GPU sanitizers"): prefill_attention_kernel at one KV
+// head. A 70-row chunk from scratch: a whole tile and a 6-row one, the causal mask on the
+// diagonal key tile (hd 128, f32 cache rounded while staging); a 20-row chunk after a cached
+// prefix of 40 (the prefix's key tile read unmasked, the next masked), block size 3, hd 64,
+// bf16 cache; a step with two prefill chunks and a decode row (both kernels in one call; 165
+// positions: three key tiles, the last partial).
+TEST(CudaSanitizerSized, AttentionPrefill) {
+  SKIP_WITHOUT_CUDA();
+  check_step(2, 1, 128, DType::F32, {{0, 70}}, 51);
+  check_step(2, 1, 64, DType::BF16, {{40, 20}}, 52, 3, 1);
+  check_step(2, 1, 64, DType::F32, {{0, 64}, {5, 1}, {100, 65}}, 53);
+}
+
 TEST(CudaPrefillAttention, RefusesShapesItCannotTake) {
   EXPECT_TRUE(cuda::prefill_attention_supports(128, DType::BF16, nullptr, nullptr));
   EXPECT_TRUE(cuda::prefill_attention_supports(64, DType::F32, nullptr, nullptr));

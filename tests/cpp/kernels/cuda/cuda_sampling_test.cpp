@@ -124,7 +124,46 @@ bool near_a_boundary(const std::vector<float>& raw, const RowCase& c, double u,
   return false;
 }
 
-void check_batch(int rows, uint64_t seed, VocabShape shape = {}) {
+// Row r's parameters set to reach one path of sample_kernel each, in turn: greedy; the
+// token-id-order draw (no top-k / top-p); top-k; top-p; top-k, top-p and min-p; every penalty
+// with min_tokens blocking the EOS and stop ids; greedy after penalties.
+void force_path(RowCase& c, int r) {
+  SamplingParams& p = c.params;
+  p.temperature = 1.0f;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  p.repetition_penalty = 1.0f;
+  p.presence_penalty = p.frequency_penalty = 0.0f;
+  p.min_tokens = 0;
+  switch (r % 7) {
+    case 0:
+      p.temperature = 0.0f;
+      break;
+    case 1:
+      break;
+    case 2:
+      p.top_k = 20;
+      break;
+    case 3:
+      p.top_p = 0.8f;
+      break;
+    case 4:
+      p.top_k = 50, p.top_p = 0.95f, p.min_p = 0.1f;
+      break;
+    case 5:
+      p.temperature = 0.7f, p.min_tokens = 50;
+      p.repetition_penalty = 1.2f, p.presence_penalty = 0.5f, p.frequency_penalty = 0.3f;
+      break;
+    default:
+      p.temperature = 0.0f;
+      p.repetition_penalty = 0.9f, p.presence_penalty = -1.0f, p.frequency_penalty = -0.6f;
+      break;
+  }
+}
+
+// every_path: the rows' parameters from force_path instead of random_case's draw.
+void check_batch(int rows, uint64_t seed, VocabShape shape = {}, bool every_path = false) {
   std::mt19937_64 rng(seed);
   // EOS ids inside every vocabulary tested (min_tokens blocks them).
   const std::vector<int32_t> eos_ids = {shape.decodable - 1, shape.decodable / 2};
@@ -137,6 +176,7 @@ void check_batch(int rows, uint64_t seed, VocabShape shape = {}) {
   std::vector<std::vector<float>> raw;
   for (int r = 0; r < rows; ++r) {
     cases.push_back(random_case(rng, shape));
+    if (every_path) force_path(cases.back(), r);
     raw.push_back(model_like_logits(rng, shape.vocab));
     std::copy(raw[r].begin(), raw[r].end(),
               host.ptr<float>() + static_cast<int64_t>(r) * shape.vocab);
@@ -210,6 +250,17 @@ TEST(CudaSample, MatchesTheCpuOpAtSmallOddAndLargeVocabularies) {
   check_batch(16, 301, {4099, 4000});
   check_batch(8, 302, {128256, 128256});
   check_batch(4, 303, {300007, 300000});
+}
+
+// Sanitizer-sized (docs/RELIABILITY.md "GPU sanitizers"): sample_kernel<1, 2, 4, 8>, whose
+// CTAs of a row merge through distributed shared memory, on every path of force_path (7 rows
+// and one more greedy), at vocab 4099 (slices of 4128, 2080, 1056 and 544 ids: every rank
+// owns ids, the last a partial line) and at vocab 40 (8 CTAs: ranks 2..7 own nothing).
+// check_batch runs each batch at the planned split twice and at 1, 2, 4 and 8 CTAs per row.
+TEST(CudaSanitizerSized, SampleClusterMerges) {
+  SKIP_WITHOUT_CUDA();
+  check_batch(8, 310, {4099, 4000}, true);
+  check_batch(8, 311, {40, 37}, true);
 }
 
 // The staging grows to a batch and is then reused on one backend: later batches, smaller or

@@ -10,10 +10,10 @@
 #include <cmath>
 
 #include "engine/model/random_weights.h"
+#include "engine/runner/transformer_runner.h"
 #include "kernels/cuda/nccl_communicator.h"
-#include "engine/sched/transformer_runner.h"
+#include "tests/cpp/engine/runner/parallel_test_util.h"
 #include "tests/cpp/kernels/cuda/cuda_test_util.h"
-#include "tests/cpp/engine/parallel/parallel_test_util.h"
 
 namespace attnres::test {
 namespace {

@@ -1,0 +1,638 @@
+// The quantized linear (cpu_linear_quant.h): every output is the fma chain over its blocks
+// that the header defines; the kernels differ only in how they get the blocks' integer sums.
+// - AVX-512 VNNI: the GEMV takes 16 output rows at a time, multiplies each one's step of 64
+//   weight bytes by the activation row with vpdpbusd, and reduces the 16 products' lanes to
+//   one vector of 16 outputs per block (reduce16); from 4 rows on it transposes the 16 rows'
+//   step to [4 weights][output] once and multiplies it by broadcast activations instead. The
+//   GEMM packs a tile of 32 outputs ([block][4 consecutive weights][output], gathered) once
+//   for all rows, so that one vpdpbusd with a broadcast group of 4 activations advances 16
+//   outputs, and keeps 6 rows x 32 outputs of block sums and accumulators in registers.
+// - Otherwise one output and one row at a time (AVX2's vpmaddubsw for each block's sum, or
+//   scalar code).
+//
+// An activation row (QuantizedRows) is q[K] bytes, then f32 dx[K / 32], then (Q4_B32) f32
+// dxs[K / 32] = f32(dx * sum qx) (the min term's factor); rows padded to 64 bytes. Q8_B32
+// stores qx + 128 (u8: vpdpbusd multiplies unsigned by signed bytes; the weights' sums times
+// 128 are subtracted again, exactly), Q4_B32 qx itself (the weights, 0..15, are the unsigned
+// side).
+#include "kernels/cpu/cpu_linear_quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "engine/core/error.h"
+#include "engine/core/quant_format.h"
+#include "kernels/cpu/cpu_simd.h"
+#include "kernels/cpu/thread_scratch.h"
+
+namespace attnres::cpu {
+
+float quantize_activation_block(const float* x, int8_t* q) {
+  float amax = 0.0f;
+  bool finite = true;
+  for (int j = 0; j < kQuantBlock; ++j) {
+    amax = std::max(amax, std::fabs(x[j]));
+    finite = finite && std::isfinite(x[j]);
+  }
+  if (!finite) {  // NaN scale: the block's outputs become NaN, as an f32 product would
+    std::fill(q, q + kQuantBlock, int8_t{0});
+    return std::numeric_limits<float>::quiet_NaN();
+  }
+  const float d = amax / 127.0f;
+  for (int j = 0; j < kQuantBlock; ++j) {
+    const float v = d == 0.0f ? 0.0f : std::nearbyint(x[j] / d);
+    q[j] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
+  }
+  return d;
+}
+
+namespace {
+
+constexpr int kB = static_cast<int>(kQuantBlock);
+// Up to 8 rows, the GEMV: the GEMM's gathers from DRAM made it 1.3-2x slower at R = 4 and 8
+// (0.6B shapes, both formats, on a loaded Zen 4 VM).
+constexpr int kMaxGemvRows = 8;
+// Bytes read past an activation row's end by a vector load of a partial step (whose weights
+// are zero there): the scratch buffer has this much slack.
+constexpr int64_t kActSlack = 256;
+
+uint16_t load_u16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return h;
+}
+
+// The matrix w [n, k] as stored (quant_format.h) and the quantized x rows.
+struct Operands {
+  const QuantizedRows& x;
+  const uint8_t* w;
+  int64_t n, blocks, row_bytes, scales_off, mins_off;
+  const float* bias;
+  float* out;
+
+  const uint8_t* quants(int64_t o) const { return w + o * row_bytes; }
+  const uint8_t* scales(int64_t o) const { return w + o * row_bytes + scales_off; }
+  const uint8_t* mins(int64_t o) const { return w + o * row_bytes + mins_off; }
+  const uint8_t* xq(int64_t r) const { return x.data + r * x.row_bytes; }
+  const float* dx(int64_t r) const { return reinterpret_cast<const float*>(xq(r) + x.k); }
+  const float* dxs(int64_t r) const { return dx(r) + blocks; }
+};
+
+// ---------------------------------------------------------------------------------------
+// One output and one row at a time (the builds without AVX-512 VNNI).
+
+// A block's exact integer sum: Q8_B32 weights w[32] against stored activations xu[32]
+// (qx + 128); Q4_B32 packed[16] against qx[32].
+inline int32_t block_sum_q8(const uint8_t* w, const uint8_t* xu) {
+#if defined(__AVX2__)
+  const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+  const __m256i xv = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xu)),
+                                      _mm256_set1_epi8(static_cast<char>(0x80)));
+  // |w| * (x with w's sign): pairs <= 2 * 127 * 127, no int16 saturation.
+  const __m256i p = _mm256_madd_epi16(
+      _mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv)), _mm256_set1_epi16(1));
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+#else
+  int32_t sum = 0;
+  for (int j = 0; j < kB; ++j) sum += int32_t{static_cast<int8_t>(w[j])} * (int32_t{xu[j]} - 128);
+  return sum;
+#endif
+}
+
+inline int32_t block_sum_q4(const uint8_t* packed, const uint8_t* x) {
+#if defined(__AVX2__)
+  const __m128i p = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed));
+  const __m128i nib = _mm_set1_epi8(0x0f);
+  const __m256i wv =
+      _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(p, 4), nib), _mm_and_si128(p, nib));
+  const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+  const __m256i s8 = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xv), _mm256_set1_epi16(1));
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+#else
+  int32_t sum = 0;
+  const auto* q = reinterpret_cast<const int8_t*>(x);
+  for (int j = 0; j < 16; ++j)
+    sum += int32_t{packed[j] & 0x0f} * q[j] + int32_t{packed[j] >> 4} * q[j + 16];
+  return sum;
+#endif
+}
+
+template <bool kQ4>
+float output_row(const Operands& op, int64_t r, int64_t o) {
+  const uint8_t* wq = op.quants(o);
+  const uint8_t* sc = op.scales(o);
+  const uint8_t* xq = op.xq(r);
+  const float* dx = op.dx(r);
+  float acc = 0.0f;
+  for (int64_t b = 0; b < op.blocks; ++b) {
+    const float dw = f16_to_f32(load_u16(sc + 2 * b));
+    if constexpr (kQ4) {
+      const int32_t s = block_sum_q4(wq + 16 * b, xq + kB * b);
+      acc = std::fma(static_cast<float>(s), dw * dx[b], acc);
+      acc = std::fma(f16_to_f32(load_u16(op.mins(o) + 2 * b)), op.dxs(r)[b], acc);
+    } else {
+      const int32_t s = block_sum_q8(wq + kB * b, xq + kB * b);
+      acc = std::fma(static_cast<float>(s), dw * dx[b], acc);
+    }
+  }
+  return op.bias ? acc + op.bias[o] : acc;
+}
+
+template <bool kQ4>
+void linear_rowwise(const Operands& op, WorkerPool& pool) {
+  constexpr int64_t kChunk = 32;
+  const int64_t chunks = (op.n + kChunk - 1) / kChunk;
+  pool.parallel_for(chunks, pool.size() > 1 && op.n * op.row_bytes >= (1 << 15), [&](int64_t c) {
+    for (int64_t o = c * kChunk; o < std::min(op.n, (c + 1) * kChunk); ++o)
+      for (int64_t r = 0; r < op.x.rows; ++r) op.out[r * op.n + o] = output_row<kQ4>(op, r, o);
+  });
+}
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
+constexpr const char* kIsa = "avx512-vnni";
+
+// ---------------------------------------------------------------------------------------
+// GEMV: 16 outputs per group.
+
+// 4 x 4 transpose of 128-bit lanes: f[L] = [u0.L, u1.L, u2.L, u3.L].
+inline void transpose_lanes4(const __m512i* u, __m512i* f) {
+  const __m512i t0 = _mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0));
+  const __m512i t1 = _mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1));
+  const __m512i t2 = _mm512_shuffle_i32x4(u[2], u[3], _MM_SHUFFLE(2, 0, 2, 0));
+  const __m512i t3 = _mm512_shuffle_i32x4(u[2], u[3], _MM_SHUFFLE(3, 1, 3, 1));
+  f[0] = _mm512_shuffle_i32x4(t0, t2, _MM_SHUFFLE(2, 0, 2, 0));
+  f[1] = _mm512_shuffle_i32x4(t1, t3, _MM_SHUFFLE(2, 0, 2, 0));
+  f[2] = _mm512_shuffle_i32x4(t0, t2, _MM_SHUFFLE(3, 1, 3, 1));
+  f[3] = _mm512_shuffle_i32x4(t1, t3, _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+// v[j] (j < 16): int32 lanes of output j. f[L] lane j = the sum of v[j]'s 128-bit lane L.
+inline void reduce16(const __m512i* v, __m512i* f) {
+  __m512i t[8], u[4];
+  for (int p = 0; p < 8; ++p)  // per 128-bit lane [a0 + a2, b0 + b2, a1 + a3, b1 + b3]
+    t[p] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * p], v[2 * p + 1]),
+                            _mm512_unpackhi_epi32(v[2 * p], v[2 * p + 1]));
+  for (int q = 0; q < 4; ++q)  // per 128-bit lane: outputs 4q .. 4q + 3
+    u[q] = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * q], t[2 * q + 1]),
+                            _mm512_unpackhi_epi64(t[2 * q], t[2 * q + 1]));
+  transpose_lanes4(u, f);
+}
+
+// The 16 x 16 transpose of int32 words: t[w] lane j = v[j] word w.
+inline void transpose16(const __m512i* v, __m512i* t) {
+  __m512i a[16], u[16];
+  for (int i = 0; i < 8; ++i) {
+    a[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+    a[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+  }
+  // u[4i + c], 128-bit lane L: rows 4i .. 4i + 3, word 4L + c.
+  for (int i = 0; i < 4; ++i) {
+    u[4 * i] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
+    u[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
+    u[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
+    u[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    const __m512i q[4] = {u[c], u[4 + c], u[8 + c], u[12 + c]};
+    __m512i f[4];
+    transpose_lanes4(q, f);
+    for (int l = 0; l < 4; ++l) t[4 * l + c] = f[l];
+  }
+}
+
+inline __m512i broadcast_word(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// The f16 at p + idx[j] + 2 (j < 16) as f32: a gather of the 4 bytes that end there (the
+// bytes before a scale or min are always in the row: the quants or the scales).
+inline __m512 gather_f16(const uint8_t* p, __m512i idx) {
+  const __m512i g = _mm512_i32gather_epi32(idx, p - 2, 1);
+  return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16)));
+}
+
+// Prefetches (into L2) a region a fixed share at a time: the next group's weights, spread
+// over this group's steps, so that the 16 interleaved rows come from L2.
+class RegionPrefetch {
+ public:
+  RegionPrefetch(const uint8_t* begin, const uint8_t* end, int64_t calls)
+      : p_(begin), end_(end), per_call_((end - begin + 64 * calls - 1) / (64 * calls)) {}
+  void step() {
+    for (int64_t i = 0; i < per_call_ && p_ < end_; ++i, p_ += 64) __builtin_prefetch(p_, 0, 2);
+  }
+
+ private:
+  const uint8_t* p_;
+  const uint8_t* end_;
+  int64_t per_call_;
+};
+
+// From kTransposeRows rows on, the group's weights are transposed once per step to
+// [word][output] (64 shuffles, shared by the rows) and each row's block sums are vpdpbusd
+// with broadcast activation words, as in the GEMM; below, each row's products are reduced
+// across lanes (reduce16: 44 shuffles and adds per row). At R = 8 the transposed form took
+// 0.7-1.0x the time (0.6B shapes, both formats, medians of 3 alternated runs on a loaded
+// Zen 4 VM), at R = 2 and 4 0.8-1.3x, within that machine's noise.
+constexpr int kTransposeRows = 4;
+
+template <bool kQ4, int R>
+void gemv_group(const Operands& op, int64_t o0) {
+  constexpr bool kTransposed = R >= kTransposeRows;
+  const int64_t nvalid = std::min<int64_t>(16, op.n - o0);
+  // Outputs past n repeat the last one (computed, not stored).
+  const uint8_t* rows[16];
+  for (int j = 0; j < 16; ++j) rows[j] = op.quants(o0 + std::min<int64_t>(j, nvalid - 1));
+  // Byte offsets of the 16 rows from the group's first (the clamped ones too).
+  const __m512i idx_valid = _mm512_mullo_epi32(
+      _mm512_min_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                       _mm512_set1_epi32(static_cast<int>(nvalid - 1))),
+      _mm512_set1_epi32(static_cast<int>(op.row_bytes)));
+  constexpr int kStepBlocks = kQ4 ? 4 : 2;
+  const int64_t steps = (op.blocks + kStepBlocks - 1) / kStepBlocks;
+  const uint8_t* next = op.quants(o0) + 16 * op.row_bytes;
+  const uint8_t* next_end = op.quants(std::min(op.n, o0 + 32));
+  RegionPrefetch prefetch(next, std::max(next, next_end), steps);
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t s = 0; s < steps; ++s) {
+    prefetch.step();
+    const int64_t b0 = s * kStepBlocks;
+    const int whole = static_cast<int>(std::min<int64_t>(kStepBlocks, op.blocks - b0));
+    __m512 dw[kStepBlocks], m[kStepBlocks];
+    for (int b = 0; b < whole; ++b) {
+      dw[b] = gather_f16(op.scales(o0) + 2 * (b0 + b), idx_valid);
+      if constexpr (kQ4) m[b] = gather_f16(op.mins(o0) + 2 * (b0 + b), idx_valid);
+    }
+    if constexpr (kQ4) {
+      const __mmask64 qmask = whole == 4 ? ~__mmask64{0} : (__mmask64{1} << (16 * whole)) - 1;
+      const __m512i nib = _mm512_set1_epi8(0x0f);
+      __m512i lo[16], hi[16];
+      for (int j = 0; j < 16; ++j) {
+        const __m512i packed = _mm512_maskz_loadu_epi8(qmask, rows[j] + 64 * s);
+        lo[j] = _mm512_and_si512(packed, nib);
+        hi[j] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), nib);
+      }
+      if constexpr (kTransposed) {
+        // The packed bytes as [word][output]: word 4b + g holds block b's weights 4g .. 4g + 3
+        // (low nibbles) and 16 + 4g .. (high), for 16 outputs.
+        __m512i packed[16], pt[16];
+        for (int j = 0; j < 16; ++j)
+          packed[j] = _mm512_or_si512(lo[j], _mm512_slli_epi16(hi[j], 4));
+        transpose16(packed, pt);
+        for (int w = 0; w < 16; ++w) {
+          lo[w] = _mm512_and_si512(pt[w], nib);
+          hi[w] = _mm512_and_si512(_mm512_srli_epi16(pt[w], 4), nib);
+        }
+        for (int r = 0; r < R; ++r) {
+          const uint8_t* xr = op.xq(r) + 128 * s;
+          const float* dx = op.dx(r) + b0;
+          const float* dxs = op.dxs(r) + b0;
+          for (int b = 0; b < whole; ++b) {
+            __m512i sum = _mm512_setzero_si512();
+            for (int g = 0; g < 4; ++g) {
+              sum = _mm512_dpbusd_epi32(sum, lo[4 * b + g], broadcast_word(xr + kB * b + 4 * g));
+              sum =
+                  _mm512_dpbusd_epi32(sum, hi[4 * b + g], broadcast_word(xr + kB * b + 16 + 4 * g));
+            }
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
+                                     _mm512_mul_ps(dw[b], _mm512_set1_ps(dx[b])), acc[r]);
+            acc[r] = _mm512_fmadd_ps(m[b], _mm512_set1_ps(dxs[b]), acc[r]);
+          }
+        }
+        continue;
+      }
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* xr = op.xq(r) + 128 * s;
+        const __m512i x0 = _mm512_loadu_si512(xr), x1 = _mm512_loadu_si512(xr + 64);
+        // The four blocks' first halves and second halves, lined up with the nibbles.
+        const __m512i xlo = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(2, 0, 2, 0));
+        const __m512i xhi = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(3, 1, 3, 1));
+        __m512i dot[16], f[4];
+        for (int j = 0; j < 16; ++j)
+          dot[j] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[j], xlo),
+                                       hi[j], xhi);
+        reduce16(dot, f);
+        const float* dx = op.dx(r) + b0;
+        const float* dxs = op.dxs(r) + b0;
+        for (int b = 0; b < whole; ++b) {
+          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(f[b]),
+                                   _mm512_mul_ps(dw[b], _mm512_set1_ps(dx[b])), acc[r]);
+          acc[r] = _mm512_fmadd_ps(m[b], _mm512_set1_ps(dxs[b]), acc[r]);
+        }
+      }
+    } else {
+      const __mmask64 qmask = whole == 2 ? ~__mmask64{0} : __mmask64{0xffffffff};
+      // Each output's lanes start from -128 x its weights' lane sums, so that vpdpbusd with
+      // the stored qx + 128 leaves the exact sums of qw qx.
+      const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
+      __m512i w[16], neg_corr[16];
+      for (int j = 0; j < 16; ++j) {
+        w[j] = _mm512_maskz_loadu_epi8(qmask, rows[j] + 64 * s);
+        neg_corr[j] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                       _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, w[j]));
+      }
+      if constexpr (kTransposed) {
+        // [word][output]: word 8b + g holds block b's weights 4g .. 4g + 3 for 16 outputs.
+        __m512i wt[16];
+        transpose16(w, wt);
+        __m512i init[2];
+        const __m512i ones = _mm512_set1_epi8(1);
+        for (int b = 0; b < whole; ++b) {
+          __m512i sum = _mm512_setzero_si512();
+          for (int g = 0; g < 8; ++g) sum = _mm512_dpbusd_epi32(sum, ones, wt[8 * b + g]);
+          init[b] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7));
+        }
+        for (int r = 0; r < R; ++r) {
+          const uint8_t* xr = op.xq(r) + 64 * s;
+          const float* dx = op.dx(r) + b0;
+          for (int b = 0; b < whole; ++b) {
+            __m512i sum = init[b];
+            for (int g = 0; g < 8; ++g)
+              sum = _mm512_dpbusd_epi32(sum, broadcast_word(xr + kB * b + 4 * g), wt[8 * b + g]);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
+                                     _mm512_mul_ps(dw[b], _mm512_set1_ps(dx[b])), acc[r]);
+          }
+        }
+        continue;
+      }
+      for (int r = 0; r < R; ++r) {
+        const __m512i xu = _mm512_loadu_si512(op.xq(r) + 64 * s);
+        __m512i dot[16], f[4];
+        for (int j = 0; j < 16; ++j) dot[j] = _mm512_dpbusd_epi32(neg_corr[j], xu, w[j]);
+        reduce16(dot, f);
+        const __m512i sums[2] = {_mm512_add_epi32(f[0], f[1]), _mm512_add_epi32(f[2], f[3])};
+        const float* dx = op.dx(r) + b0;
+        for (int b = 0; b < whole; ++b)
+          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[b]),
+                                   _mm512_mul_ps(dw[b], _mm512_set1_ps(dx[b])), acc[r]);
+      }
+    }
+  }
+  const __mmask16 omask = static_cast<__mmask16>((1u << nvalid) - 1);
+  const __m512 bias = op.bias ? _mm512_maskz_loadu_ps(omask, op.bias + o0) : _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r)
+    _mm512_mask_storeu_ps(op.out + r * op.n + o0, omask,
+                          op.bias ? _mm512_add_ps(acc[r], bias) : acc[r]);
+}
+
+template <bool kQ4, int R>
+void gemv(const Operands& op, WorkerPool& pool) {
+  const int64_t groups = (op.n + 15) / 16;
+  // Static contiguous ranges: each thread streams one region of the matrix.
+  pool.parallel_for(groups, pool.size() > 1 && op.n * op.row_bytes >= (1 << 15),
+                    [&](int64_t g) { gemv_group<kQ4, R>(op, g * 16); });
+}
+
+// ---------------------------------------------------------------------------------------
+// GEMM: tiles of 32 outputs, packed; 6 rows at a time.
+constexpr int kTile = 32;
+constexpr int kMr = 6;  // rows at a time: 12 block sums and 12 accumulators in registers
+// Packed block: quants [2 halves of 16 outputs][8 groups of 4 weights][16 outputs][4] (1024
+// bytes), f32 dw[32], then Q8_B32: int32 corr[32] (-128 x the block's weight sum), Q4_B32:
+// f32 m[32].
+constexpr int64_t kPackedBlock = 1024 + 128 + 128;
+
+// next: the next tile's weights, prefetched into L2 a share per block, so that its gathers
+// find them there (a hint: no value changes).
+template <bool kQ4>
+void pack_tile(const Operands& op, int64_t o0, uint8_t* panel, RegionPrefetch next) {
+  const int64_t nvalid = std::min<int64_t>(kTile, op.n - o0);
+  const __m512i nib = _mm512_set1_epi8(0x0f);
+  const __m512i ones = _mm512_set1_epi8(1);
+  for (int half = 0; half < 2; ++half) {
+    // Byte offsets of the half's 16 rows from the tile's first (outputs past n repeat the
+    // last one: computed, not stored).
+    const __m512i idx = _mm512_mullo_epi32(
+        _mm512_min_epi32(_mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+                                                            12, 13, 14, 15),
+                                          _mm512_set1_epi32(16 * half)),
+                         _mm512_set1_epi32(static_cast<int>(nvalid - 1))),
+        _mm512_set1_epi32(static_cast<int>(op.row_bytes)));
+    const uint8_t* base = op.quants(o0);
+    for (int64_t b = 0; b < op.blocks; ++b) {
+      next.step();
+      uint8_t* pb = panel + b * kPackedBlock;
+      __m512i sum = _mm512_setzero_si512();
+      if constexpr (kQ4) {
+        for (int g = 0; g < 4; ++g) {  // bytes 4g .. 4g + 3: weights 4g.. (low), 16 + 4g.. (high)
+          const __m512i v = _mm512_i32gather_epi32(idx, base + 16 * b + 4 * g, 1);
+          _mm512_store_si512(pb + half * 512 + g * 64, _mm512_and_si512(v, nib));
+          _mm512_store_si512(pb + half * 512 + (g + 4) * 64,
+                             _mm512_and_si512(_mm512_srli_epi16(v, 4), nib));
+        }
+        _mm512_store_ps(pb + 1152 + 64 * half, gather_f16(op.mins(o0) + 2 * b, idx));
+      } else {
+        for (int g = 0; g < 8; ++g) {
+          const __m512i v = _mm512_i32gather_epi32(idx, base + kB * b + 4 * g, 1);
+          _mm512_store_si512(pb + half * 512 + g * 64, v);
+          sum = _mm512_dpbusd_epi32(sum, ones, v);
+        }
+        // -128 x the block's weight sum per output.
+        _mm512_store_si512(pb + 1152 + 64 * half,
+                           _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7)));
+      }
+      _mm512_store_ps(pb + 1024 + 64 * half, gather_f16(op.scales(o0) + 2 * b, idx));
+    }
+  }
+}
+
+template <bool kQ4>
+void gemm_micro(const Operands& op, const uint8_t* panel, int64_t r0, int64_t m_valid, int64_t o0,
+                int64_t n_valid) {
+  const uint8_t* xq[kMr];
+  const float* dx[kMr];
+  const float* dxs[kMr];
+  for (int i = 0; i < kMr; ++i) {
+    const int64_t r = r0 + std::min<int64_t>(i, m_valid - 1);  // past the end: repeated
+    xq[i] = op.xq(r);
+    dx[i] = op.dx(r);
+    dxs[i] = op.dxs(r);
+  }
+  __m512 acc[kMr][2];
+  for (int i = 0; i < kMr; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < op.blocks; ++b) {
+    const uint8_t* pb = panel + b * kPackedBlock;
+    __m512i isum[kMr][2];
+    for (int v = 0; v < 2; ++v) {
+      const __m512i init = kQ4 ? _mm512_setzero_si512() : _mm512_load_si512(pb + 1152 + 64 * v);
+      for (int i = 0; i < kMr; ++i) isum[i][v] = init;
+    }
+    for (int g = 0; g < 8; ++g) {
+      const __m512i w0 = _mm512_load_si512(pb + g * 64);
+      const __m512i w1 = _mm512_load_si512(pb + 512 + g * 64);
+      for (int i = 0; i < kMr; ++i) {
+        int32_t x4;
+        std::memcpy(&x4, xq[i] + kB * b + 4 * g, 4);
+        const __m512i xb = _mm512_set1_epi32(x4);
+        if constexpr (kQ4) {
+          isum[i][0] = _mm512_dpbusd_epi32(isum[i][0], w0, xb);
+          isum[i][1] = _mm512_dpbusd_epi32(isum[i][1], w1, xb);
+        } else {
+          isum[i][0] = _mm512_dpbusd_epi32(isum[i][0], xb, w0);
+          isum[i][1] = _mm512_dpbusd_epi32(isum[i][1], xb, w1);
+        }
+      }
+    }
+    const __m512 dw[2] = {_mm512_load_ps(reinterpret_cast<const float*>(pb + 1024)),
+                          _mm512_load_ps(reinterpret_cast<const float*>(pb + 1088))};
+    for (int i = 0; i < kMr; ++i) {
+      const __m512 d = _mm512_set1_ps(dx[i][b]);
+      for (int v = 0; v < 2; ++v)
+        acc[i][v] =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i][v]), _mm512_mul_ps(dw[v], d), acc[i][v]);
+    }
+    if constexpr (kQ4) {
+      const __m512 m[2] = {_mm512_load_ps(reinterpret_cast<const float*>(pb + 1152)),
+                           _mm512_load_ps(reinterpret_cast<const float*>(pb + 1216))};
+      for (int i = 0; i < kMr; ++i) {
+        const __m512 ds = _mm512_set1_ps(dxs[i][b]);
+        for (int v = 0; v < 2; ++v) acc[i][v] = _mm512_fmadd_ps(m[v], ds, acc[i][v]);
+      }
+    }
+  }
+  for (int v = 0; v < 2; ++v) {
+    const int64_t lanes = std::clamp<int64_t>(n_valid - 16 * v, 0, 16);
+    if (lanes == 0) continue;
+    const __mmask16 omask = static_cast<__mmask16>((1u << lanes) - 1);
+    const __m512 bias =
+        op.bias ? _mm512_maskz_loadu_ps(omask, op.bias + o0 + 16 * v) : _mm512_setzero_ps();
+    for (int64_t i = 0; i < m_valid; ++i)
+      _mm512_mask_storeu_ps(op.out + (r0 + i) * op.n + o0 + 16 * v, omask,
+                            op.bias ? _mm512_add_ps(acc[i][v], bias) : acc[i][v]);
+  }
+}
+
+template <bool kQ4>
+void gemm(const Operands& op, WorkerPool& pool) {
+  const int64_t tiles = (op.n + kTile - 1) / kTile;
+  // Threads split the tiles; each packs a tile once and runs every row through it (the
+  // rows' activations, ~K bytes each, come from L2 / L3).
+  pool.run(pool.size() > 1 && tiles > 1 ? pool.size() : 1, [&](int tid, int team) {
+    auto* panel = reinterpret_cast<uint8_t*>(
+        thread_scratch(ScratchSlot::GemmPanel, static_cast<size_t>(op.blocks * kPackedBlock / 4)));
+    const IndexRange mine = static_block(tiles, tid, team);
+    for (int64_t tile : mine) {
+      const int64_t o0 = tile * kTile;
+      const uint8_t* next = op.quants(std::min(op.n, o0 + kTile));
+      const uint8_t* next_end =
+          tile + 1 < mine.end_ ? op.quants(std::min(op.n, o0 + 2 * kTile)) : next;
+      pack_tile<kQ4>(op, o0, panel, RegionPrefetch(next, next_end, 2 * op.blocks));
+      for (int64_t r0 = 0; r0 < op.x.rows; r0 += kMr)
+        gemm_micro<kQ4>(op, panel, r0, std::min<int64_t>(kMr, op.x.rows - r0), o0,
+                        std::min<int64_t>(kTile, op.n - o0));
+    }
+  });
+}
+
+template <bool kQ4>
+void linear_vnni(const Operands& op, WorkerPool& pool) {
+  if (op.x.rows > kMaxGemvRows) return gemm<kQ4>(op, pool);
+  switch (op.x.rows) {
+    case 1:
+      return gemv<kQ4, 1>(op, pool);
+    case 2:
+      return gemv<kQ4, 2>(op, pool);
+    case 3:
+      return gemv<kQ4, 3>(op, pool);
+    case 4:
+      return gemv<kQ4, 4>(op, pool);
+    case 5:
+      return gemv<kQ4, 5>(op, pool);
+    case 6:
+      return gemv<kQ4, 6>(op, pool);
+    case 7:
+      return gemv<kQ4, 7>(op, pool);
+    case 8:
+      return gemv<kQ4, 8>(op, pool);
+    default:
+      return;  // no rows
+  }
+}
+
+#elif defined(__AVX2__)
+constexpr const char* kIsa = "avx2";
+#else
+constexpr const char* kIsa = "scalar";
+#endif
+
+template <bool kQ4>
+void run(const Operands& op, WorkerPool& pool) {
+  if (op.x.rows == 0) return;
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
+  linear_vnni<kQ4>(op, pool);
+#else
+  linear_rowwise<kQ4>(op, pool);
+#endif
+}
+
+}  // namespace
+
+QuantizedRows quantize_rows(DType format, const float* x, int64_t rows, int64_t k,
+                            WorkerPool& pool) {
+  ATTNRES_CHECK(is_block_quantized(format) && k > 0 && k % kQuantBlock == 0,
+                "quantized linear: K = " + std::to_string(k) + " is not a multiple of 32");
+  const int64_t blocks = k / kQuantBlock;
+  QuantizedRows q;
+  q.format = format;
+  q.rows = rows;
+  q.k = k;
+  q.row_bytes = (k + (format == DType::Q4_B32 ? 8 : 4) * blocks + 63) / 64 * 64;
+  auto* data = reinterpret_cast<uint8_t*>(thread_scratch(
+      ScratchSlot::QuantInput, static_cast<size_t>((rows * q.row_bytes + kActSlack) / 4)));
+  q.data = data;
+  const bool q4 = format == DType::Q4_B32;
+  pool.parallel_for(rows, pool.size() > 1 && rows * k >= (1 << 16), [&](int64_t r) {
+    uint8_t* row = data + r * q.row_bytes;
+    auto* dx = reinterpret_cast<float*>(row + k);
+    for (int64_t b = 0; b < blocks; ++b) {
+      auto* qb = reinterpret_cast<int8_t*>(row + kB * b);
+      dx[b] = quantize_activation_block(x + r * k + kB * b, qb);
+      if (q4) {
+        int32_t sum = 0;
+        for (int j = 0; j < kB; ++j) sum += qb[j];
+        dx[blocks + b] = dx[b] * static_cast<float>(sum);
+      } else {
+        for (int j = 0; j < kB; ++j) row[kB * b + j] = static_cast<uint8_t>(qb[j] + 128);
+      }
+    }
+  });
+  return q;
+}
+
+void linear_quantized(const QuantizedRows& x, const uint8_t* w, int64_t n, const float* bias,
+                      float* out, WorkerPool& pool) {
+  const bool q4 = x.format == DType::Q4_B32;
+  const Operands op{x,
+                    w,
+                    n,
+                    x.k / kQuantBlock,
+                    static_cast<int64_t>(quant_row_bytes(x.format, x.k)),
+                    static_cast<int64_t>(quant_scales_offset(x.format, x.k)),
+                    q4 ? static_cast<int64_t>(quant_mins_offset(x.format, x.k)) : 0,
+                    bias,
+                    out};
+  if (q4) return run<true>(op, pool);
+  run<false>(op, pool);
+}
+
+void embed_quantized(DType format, const uint8_t* table, int64_t d, const int32_t* ids,
+                     int64_t t_dim, float* out, WorkerPool& pool) {
+  const auto row_bytes = static_cast<int64_t>(quant_row_bytes(format, d));
+  pool.parallel_for(t_dim, pool.size() > 1 && t_dim * d >= (1 << 15), [&](int64_t t) {
+    dequantize_row(format, table + ids[t] * row_bytes, d, out + t * d);
+  });
+}
+
+const char* quantized_linear_isa() { return kIsa; }
+
+}  // namespace attnres::cpu

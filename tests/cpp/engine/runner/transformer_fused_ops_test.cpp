@@ -1,0 +1,190 @@
+// Where the Transformer calls the fused ops (Backend::qk_norm_rope_store, prenorm_linear_many,
+// prenorm_linear_swiglu, prenorm_qkv_rope_store) and where it must not: the final norm (its rows
+// are the LM head's input), delta_v's attention (two mixes feed q / k and v: one
+// depth_phase2_prenorm_pair) and sequence-parallel steps (the normed rows are all-gathered
+// before the projections). On the CPU the fused ops'
+// defaults are the old calls, so the logits also stay those of the plain backend bit for bit.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/model/random_weights.h"
+#include "engine/model/transformer.h"
+#include "engine/runner/tensor_parallel_runner.h"
+#include "engine/runner/transformer_runner.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "tests/cpp/engine/runner/parallel_test_util.h"
+
+namespace attnres {
+namespace {
+
+// The CPU backend, counting the calls the forward makes to the ops below (not the calls a
+// default makes inside another op: prenorm_linear_many's own depth_phase2_prenorm is not one).
+class OpCountingBackend : public CpuBackend {
+ public:
+  OpCountingBackend() : CpuBackend(1) {}
+  std::map<std::string, int> calls;
+
+  void depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& partial, const Tensor& gain,
+                            float eps, Tensor& out) override {
+    Count c(*this, "depth_phase2_prenorm");
+    CpuBackend::depth_phase2_prenorm(mix, partial, gain, eps, out);
+  }
+  void depth_phase2_prenorm_pair(const DepthMixArgs& a, const DepthMixArgs& b,
+                                 const Tensor& partial, const Tensor& gain, float eps,
+                                 Tensor& out_a, Tensor& out_b) override {
+    Count c(*this, "depth_phase2_prenorm_pair");
+    CpuBackend::depth_phase2_prenorm_pair(a, b, partial, gain, eps, out_a, out_b);
+  }
+  void prenorm_linear_many(const PrenormArgs& in, std::span<const LinearTarget> t) override {
+    Count c(*this, "prenorm_linear_many");
+    CpuBackend::prenorm_linear_many(in, t);
+  }
+  void prenorm_linear_swiglu(const PrenormArgs& in, const Tensor& wg, const Tensor* bg,
+                             const Tensor& wu, const Tensor* bu, Tensor& gate, Tensor& up,
+                             Tensor& out) override {
+    Count c(*this, "prenorm_linear_swiglu");
+    CpuBackend::prenorm_linear_swiglu(in, wg, bg, wu, bu, gate, up, out);
+  }
+  void linear_many(const Tensor& x, std::span<const LinearTarget> t) override {
+    Count c(*this, "linear_many");
+    CpuBackend::linear_many(x, t);
+  }
+  void linear_swiglu(const Tensor& x, const Tensor& wg, const Tensor* bg, const Tensor& wu,
+                     const Tensor* bu, Tensor& gate, Tensor& up, Tensor& out) override {
+    Count c(*this, "linear_swiglu");
+    CpuBackend::linear_swiglu(x, wg, bg, wu, bu, gate, up, out);
+  }
+  void qk_norm_rope(Tensor& q, Tensor& k, int hd, const Tensor* qg, const Tensor* kg, float eps,
+                    const Tensor& inv_freq, const BatchMeta& batch) override {
+    Count c(*this, "qk_norm_rope");
+    CpuBackend::qk_norm_rope(q, k, hd, qg, kg, eps, inv_freq, batch);
+  }
+  void store_kv(const Tensor& k, const Tensor& v, const BatchMeta& batch,
+                KvCacheLayer& cache) override {
+    Count c(*this, "store_kv");
+    CpuBackend::store_kv(k, v, batch, cache);
+  }
+  void prenorm_qkv_rope_store(const PrenormArgs& in, std::span<const LinearTarget, 3> qkv,
+                              const RopeStoreArgs& rope) override {
+    Count c(*this, "prenorm_qkv_rope_store");
+    CpuBackend::prenorm_qkv_rope_store(in, qkv, rope);
+  }
+  void qk_norm_rope_store(Tensor& q, Tensor& k, const Tensor& v, int hd, const Tensor* qg,
+                          const Tensor* kg, float eps, const Tensor& inv_freq,
+                          const BatchMeta& batch, KvCacheLayer& cache) override {
+    Count c(*this, "qk_norm_rope_store");
+    CpuBackend::qk_norm_rope_store(q, k, v, hd, qg, kg, eps, inv_freq, batch, cache);
+  }
+
+ private:
+  struct Count {
+    Count(OpCountingBackend& b, const char* name) : backend(b) {
+      if (backend.depth_++ == 0) ++backend.calls[name];
+    }
+    ~Count() { --backend.depth_; }
+    OpCountingBackend& backend;
+  };
+  int depth_ = 0;
+};
+
+// The calls one step makes: per layer, the fused projections unless the step reads its normed
+// rows again (an attention step's with RoPE and the KV store); the final norm alone. `fused`:
+// whether the step may fuse (not sequence-parallel).
+std::map<std::string, int> expected_calls(const DepthPlan& plan, bool fused) {
+  std::map<std::string, int> want;
+  for (const DepthStep& step : plan.steps) {
+    if (step.kind == SublayerKind::Final) {
+      ++want["depth_phase2_prenorm"];
+    } else if (step.kind == SublayerKind::Mlp) {
+      ++want[fused ? "prenorm_linear_swiglu" : "linear_swiglu"];
+      if (!fused) ++want["depth_phase2_prenorm"];
+    } else {
+      const bool value_stream = step.value_slot >= 0;
+      if (fused && !value_stream) {
+        ++want["prenorm_qkv_rope_store"];
+      } else {
+        ++want["linear_many"];
+        // delta_v: both streams in one call
+        ++want[value_stream ? "depth_phase2_prenorm_pair" : "depth_phase2_prenorm"];
+        ++want["qk_norm_rope_store"];
+      }
+    }
+  }
+  return want;
+}
+
+std::map<std::string, int> times(std::map<std::string, int> calls, int n) {
+  for (auto& [name, count] : calls) count *= n;
+  return calls;
+}
+
+class TransformerFusedOps : public ::testing::TestWithParam<const char*> {};
+
+// Every step of a plain run (prefill, then decode steps) fuses, bar delta_v's attention and
+// the final norm; the logits equal a plain CPU backend's bit for bit.
+TEST_P(TransformerFusedOps, CalledWhereTheNormedRowsAreNotReadAgain) {
+  const ModelConfig config = test::tp_test_config(GetParam());
+  const ModelWeights weights = make_random_weights(config, {DType::F32, 21, false});
+  const int block_size = 4, n = 11, prefill = 8;
+  const std::vector<int32_t> ids = test::random_ids(n, config.vocab_size, 3);
+  const int blocks = (n + block_size - 1) / block_size;
+
+  auto plain_backend = make_cpu_backend(1);
+  Transformer plain(config, weights, *plain_backend);
+  TransformerRunner plain_runner(plain, blocks, block_size);
+  const std::vector<float> want =
+      test::run_prefill_then_decode(plain_runner, ids, prefill, block_size);
+
+  OpCountingBackend counting;
+  Transformer model(config, weights, counting);
+  TransformerRunner runner(model, blocks, block_size);
+  const std::vector<float> got = test::run_prefill_then_decode(runner, ids, prefill, block_size);
+  EXPECT_EQ(got, want);
+  const int steps = 1 + n - prefill;
+  EXPECT_EQ(counting.calls, times(expected_calls(model.plan(), true), steps));
+  if (std::string(GetParam()) == "delta_v") {  // the fallback is exercised, not vacuous
+    EXPECT_GT(counting.calls["linear_many"], 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, TransformerFusedOps,
+                         ::testing::Values("", "block", "full", "delta_v"), [](const auto& info) {
+                           const std::string mode = info.param;
+                           return mode.empty() ? std::string("plain") : mode;
+                         });
+
+// Tensor parallelism: a sequence-parallel step (the prefill) gathers its normed rows before the
+// projections, so it takes the unfused calls; the decode steps (not sharded) fuse.
+TEST(TransformerFusedOpsParallel, SequenceParallelStepsTakeTheUnfusedCalls) {
+  const ModelConfig config = test::tp_test_config("block");
+  const ModelWeights weights = make_random_weights(config, {DType::F32, 22, false});
+  const int block_size = 4, n = 10, prefill = 8, P = 2;
+  const std::vector<int32_t> ids = test::random_ids(n, config.vocab_size, 4);
+  const int blocks = (n + block_size - 1) / block_size;
+  TensorParallelOptions options = test::cpu_tensor_parallel_options(P, blocks, block_size, 2);
+  std::vector<OpCountingBackend*> ranks(P, nullptr);
+  options.make_backend = [&ranks](int rank) {
+    auto backend = std::make_unique<OpCountingBackend>();
+    ranks[rank] = backend.get();
+    return std::unique_ptr<Backend>(std::move(backend));
+  };
+  TensorParallelRunner tp(config, weights, options);
+  test::run_prefill_then_decode(tp, ids, prefill, block_size);
+  const DepthPlan& plan = tp.rank_model(0).plan();
+  std::map<std::string, int> want = expected_calls(plan, false);  // the sharded prefill
+  for (const auto& [name, count] : times(expected_calls(plan, true), n - prefill)) {
+    want[name] += count;
+  }
+  for (int r = 0; r < P; ++r) {
+    ASSERT_NE(ranks[r], nullptr);
+    EXPECT_EQ(ranks[r]->calls, want) << "rank " << r;
+    EXPECT_GT(ranks[r]->calls["linear_many"], 0) << "rank " << r << ": no sharded step";
+  }
+}
+
+}  // namespace
+}  // namespace attnres
