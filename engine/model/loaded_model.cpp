@@ -125,13 +125,18 @@ std::string assets_dir() {
   return std::string(ATTNRES_SOURCE_DIR) + "/engine/model/assets";
 }
 
-LoadedModel load_model(const std::string& model_dir) {
+LoadedModel load_model(const std::string& model_dir, const ModelLoadOptions& options) {
   if (!fs::is_directory(model_dir)) throw Error("model directory not found: " + model_dir);
   LoadedModel model;
   model.source = model_dir;
   model.config = ModelConfig::load(model_dir);
   WeightStore store = WeightStore::open(model_dir);
   model.weights = ModelWeights::load(model.config, store);
+  if (auto format = quantization_for(options.quantization, model.config)) {
+    // The float matrices' mapped pages leave this process's memory once quantized.
+    model.quantized = quantize_model_weights(model.weights, *format, options.threads,
+                                             [&store](const Tensor& t) { store.release_pages(t); });
+  }
   load_tokenizer(model, model_dir);
   if (model.tokenizer->vocab_size() > model.config.vocab_size) {
     throw Error(model_dir + ": tokenizer.json has " +
@@ -147,34 +152,52 @@ std::vector<std::string> builtin_model_names() {
   return names;
 }
 
-LoadedModel load_builtin_model(const std::string& name) {
+namespace {
+
+// The built-in shape `name` ("attnres-100m", "attnres-100m@delta"), its mode suffix applied.
+BuiltinShape find_builtin_shape(const std::string& name) {
   const size_t at = name.find('@');
   const std::string base = name.substr(0, at);
   for (BuiltinShape shape : builtin_shapes()) {
     if (base != shape.name) continue;
     if (at != std::string::npos) apply_mode_suffix(name.substr(at + 1), shape);
-    LoadedModel model;
-    model.source = "built-in:" + name;
-    model.config = ModelConfig::from_json(shape.config, model.source);
-    model.config.model_dir = model.source;
-    model.weights =
-        make_random_weights(model.config, {DType::BF16, /*seed=*/1234, shape.final_mix});
-    load_tokenizer(model, assets_dir() + "/gpt2");
-    model.tokenizer_config.chat_template = kDemoChatTemplate;
-    model.tokenizer_config.eos_token = "<|endoftext|>";
-    model.tokenizer_config.bos_token = "<|endoftext|>";
-    model.chat_template = ChatTemplate::parse(kDemoChatTemplate);
-    return model;
+    return shape;
   }
   std::string known;
   for (const std::string& n : builtin_model_names()) known += (known.empty() ? "" : ", ") + n;
   throw Error("unknown built-in model '" + name + "' (known: " + known + ")");
 }
 
-LoadedModel load_model_arg(const std::string& arg) {
-  if (arg.empty()) return load_builtin_model("demo");
-  if (arg.rfind("builtin:", 0) == 0) return load_builtin_model(arg.substr(8));
-  return load_model(arg);
+}  // namespace
+
+nlohmann::json builtin_model_config(const std::string& name) {
+  return find_builtin_shape(name).config;
+}
+
+LoadedModel load_builtin_model(const std::string& name, const ModelLoadOptions& options) {
+  const BuiltinShape shape = find_builtin_shape(name);
+  LoadedModel model;
+  model.source = "built-in:" + name;
+  model.config = ModelConfig::from_json(shape.config, model.source);
+  model.config.model_dir = model.source;
+  model.weights = make_random_weights(model.config, {DType::BF16, /*seed=*/1234, shape.final_mix});
+  if (auto format = quantization_for(options.quantization, model.config)) {
+    // The arena chunks stay for the gains they also hold: their matrices' pages go.
+    model.quantized =
+        quantize_model_weights(model.weights, *format, options.threads, drop_resident_pages);
+  }
+  load_tokenizer(model, assets_dir() + "/gpt2");
+  model.tokenizer_config.chat_template = kDemoChatTemplate;
+  model.tokenizer_config.eos_token = "<|endoftext|>";
+  model.tokenizer_config.bos_token = "<|endoftext|>";
+  model.chat_template = ChatTemplate::parse(kDemoChatTemplate);
+  return model;
+}
+
+LoadedModel load_model_arg(const std::string& arg, const ModelLoadOptions& options) {
+  if (arg.empty()) return load_builtin_model("demo", options);
+  if (arg.rfind("builtin:", 0) == 0) return load_builtin_model(arg.substr(8), options);
+  return load_model(arg, options);
 }
 
 }  // namespace attnres

@@ -332,11 +332,7 @@ ModelConfig ModelConfig::from_json(const json& config, const std::string& origin
   cfg.model_type = *model_type;
   cfg.arch = parse_architecture(fields, cfg.model_type);
 
-  if (fields.find("quantization_config")) {
-    fields.fail("quantization_config",
-                "present: quantized checkpoints are not supported "
-                "(use F32, BF16 or F16 weights)");
-  }
+  cfg.quantization = CheckpointQuantization::from_json(config, origin);
   std::string act = fields.string("hidden_act").value_or("silu");
   if (act != "silu") fields.fail("hidden_act", "expected \"silu\", got \"" + act + "\"");
   if (fields.boolean("use_sliding_window").value_or(false)) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/model/checkpoint_quantization.h"
 #include "engine/model/rope_frequencies.h"
 
 namespace attnres {
@@ -61,6 +62,9 @@ struct ModelConfig {
   std::vector<int32_t> eos_token_ids;
   std::optional<int32_t> bos_token_id;
   GenerationDefaults generation;
+  // config.json's quantization_config: how the checkpoint stores quantized matrices (unset:
+  // every weight is a float tensor).
+  std::optional<CheckpointQuantization> quantization;
 
   // P = ceil(L / num_blocks): decoder layers per AttnRes block (full: 1; none: L).
   int layers_per_block() const;

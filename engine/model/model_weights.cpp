@@ -5,6 +5,9 @@
 #include <string>
 
 #include "engine/core/error.h"
+#include "engine/core/quant_format.h"
+#include "engine/model/compressed_tensors.h"
+#include "engine/model/quantized_tensors.h"
 
 namespace attnres {
 namespace {
@@ -46,6 +49,25 @@ class WeightChecker {
                   ": all weights must share one dtype");
     }
     return store_.get(name);
+  }
+
+  // A weight matrix (a projection, the embedding or the LM head): a float tensor, or, in a
+  // quantized checkpoint, its quantized form (read as it is, or converted exactly from
+  // compressed-tensors). `name` ends in ".weight".
+  Tensor take_matrix(const std::string& name, const Shape& expected) {
+    if (!cfg_.quantization) return take(name, expected);
+    const CheckpointQuantization& q = *cfg_.quantization;
+    if (q.method == CheckpointQuantization::Method::Attnres) {
+      if (!store_.has(name) || store_.entry(name).dtype_name != "U8") return take(name, expected);
+      used_.insert(name);
+      return read_quantized_matrix(store_, name, expected, q.format);
+    }
+    const std::string prefix = name.substr(0, name.size() - std::string_view(".weight").size());
+    if (!has_compressed_tensors_matrix(store_, prefix, q.scheme)) return take(name, expected);
+    std::vector<std::string> used;
+    Tensor t = convert_compressed_tensors_matrix(store_, prefix, expected, q.scheme, used);
+    used_.insert(used.begin(), used.end());
+    return t;
   }
 
   // A 0-dim float of any float dtype (a bias, gate logit or alpha), read as a float. `why`
@@ -195,10 +217,10 @@ LayerWeights load_layer(const ModelConfig& cfg, WeightChecker& checker, int i) {
   const int64_t q_out = cfg.num_heads * hd, kv_out = cfg.num_kv_heads * hd;
   LayerWeights w;
   w.input_norm = checker.take(p + "input_layernorm.weight", {d});
-  w.q_proj = checker.take(p + "self_attn.q_proj.weight", {q_out, d});
-  w.k_proj = checker.take(p + "self_attn.k_proj.weight", {kv_out, d});
-  w.v_proj = checker.take(p + "self_attn.v_proj.weight", {kv_out, d});
-  w.o_proj = checker.take(p + "self_attn.o_proj.weight", {d, q_out});
+  w.q_proj = checker.take_matrix(p + "self_attn.q_proj.weight", {q_out, d});
+  w.k_proj = checker.take_matrix(p + "self_attn.k_proj.weight", {kv_out, d});
+  w.v_proj = checker.take_matrix(p + "self_attn.v_proj.weight", {kv_out, d});
+  w.o_proj = checker.take_matrix(p + "self_attn.o_proj.weight", {d, q_out});
   if (cfg.attention_bias) {
     w.q_bias = checker.take(p + "self_attn.q_proj.bias", {q_out});
     w.k_bias = checker.take(p + "self_attn.k_proj.bias", {kv_out});
@@ -210,9 +232,9 @@ LayerWeights load_layer(const ModelConfig& cfg, WeightChecker& checker, int i) {
     w.k_norm = checker.take(p + "self_attn.k_norm.weight", {hd});
   }
   w.post_attention_norm = checker.take(p + "post_attention_layernorm.weight", {d});
-  w.gate_proj = checker.take(p + "mlp.gate_proj.weight", {ffn, d});
-  w.up_proj = checker.take(p + "mlp.up_proj.weight", {ffn, d});
-  w.down_proj = checker.take(p + "mlp.down_proj.weight", {d, ffn});
+  w.gate_proj = checker.take_matrix(p + "mlp.gate_proj.weight", {ffn, d});
+  w.up_proj = checker.take_matrix(p + "mlp.up_proj.weight", {ffn, d});
+  w.down_proj = checker.take_matrix(p + "mlp.down_proj.weight", {d, ffn});
   if (cfg.mlp_bias) {
     w.gate_bias = checker.take(p + "mlp.gate_proj.bias", {ffn});
     w.up_bias = checker.take(p + "mlp.up_proj.bias", {ffn});
@@ -237,7 +259,7 @@ ModelWeights ModelWeights::load(const ModelConfig& cfg, const WeightStore& store
   WeightChecker checker(cfg, store);
   const int64_t d = cfg.hidden_size, vocab = cfg.vocab_size;
   ModelWeights w;
-  w.embed_tokens = checker.take("model.embed_tokens.weight", {vocab, d});
+  w.embed_tokens = checker.take_matrix("model.embed_tokens.weight", {vocab, d});
   for (int i = 0; i < cfg.num_layers; ++i) w.layers.push_back(load_layer(cfg, checker, i));
   w.final_norm = checker.take("model.norm.weight", {d});
   if (cfg.tie_word_embeddings) {
@@ -245,7 +267,7 @@ ModelWeights ModelWeights::load(const ModelConfig& cfg, const WeightStore& store
     // Some exporters still write the tied copy; transformers ignores it when tied, so do we.
     if (store.has("lm_head.weight")) checker.ignore("lm_head.weight");
   } else {
-    w.lm_head = checker.take("lm_head.weight", {vocab, d});
+    w.lm_head = checker.take_matrix("lm_head.weight", {vocab, d});
   }
 
   // Variant 2b is told apart from 2a only by the final-mix weights (docs/ATTNRES.md §2b).
@@ -263,6 +285,7 @@ ModelWeights ModelWeights::load(const ModelConfig& cfg, const WeightStore& store
   }
   checker.reject_leftovers();
   w.dtype = checker.dtype();
+  if (cfg.quantization) w.quant_format = cfg.quantization->format;
   return w;
 }
 

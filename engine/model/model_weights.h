@@ -18,6 +18,8 @@
 //   {p}_null_source [d]  (attnres_use_null_source; read by the delta modes only)
 //   {p}_pre_gate.weight [d,d] .bias [d]       (pre_gated)
 //   model.layers.{i}.v_res_proj.weight [1,d]  .v_res_norm.weight [d]  (delta_v)
+// Quantized checkpoints (ModelConfig::quantization) store the matrices differently
+// (quantized_tensors.h, compressed_tensors.h); they load as Q8_B32 / Q4_B32 tensors.
 // A tensor the mode creates but never reads (a null source outside the delta modes, gate
 // weights under first_layer / pre_gated, the bias of a delta mix) is accepted and ignored.
 #pragma once
@@ -63,7 +65,13 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
   // Present => variant 2b (block sums with reset and a final mix); absent on 2a and 2c.
   std::optional<AttnResWeights> final_res;
-  DType dtype = DType::BF16;  // the one dtype every weight matrix and gain shares
+  // The one float dtype every weight left in float shares (gains, biases, depth-mix weights,
+  // and the matrices that are not quantized).
+  DType dtype = DType::BF16;
+  // The block-quantized format (engine/core/quant_format.h) of the matrices that are
+  // quantized: projections, embedding and LM head, each tensor's own dtype saying whether it
+  // is (a compressed-tensors checkpoint usually keeps its LM head in float). Unset: none.
+  std::optional<DType> quant_format;
 
   // Validates names, shapes and dtypes against cfg and throws attnres::Error on the first
   // defect (naming the file, the tensor, what was found and what was expected).

@@ -255,6 +255,11 @@ Tensor SafetensorsFile::get(const std::string& name) const {
   return Tensor::wrap(const_cast<std::byte*>(data), entry.shape, entry.dtype, mapping_);
 }
 
+SafetensorsFile::Raw SafetensorsFile::raw(const std::string& name) const {
+  const Entry& entry = entry_or_throw(name);
+  return {data_of(entry), entry.nbytes, entry.shape, entry.dtype_name, mapping_};
+}
+
 float SafetensorsFile::read_scalar(const std::string& name) const {
   const Entry& entry = entry_or_throw(name);
   const std::byte* p = data_of(entry);

@@ -6,7 +6,8 @@
 // header (types, dtype names, size = shape x element size, offsets inside the file, no
 // overlaps) so that get() can hand out zero-copy views without further checks. Tensors whose
 // dtype the engine cannot compute with (F64, I64, F8_E4M3, ...) are listed by entries() but
-// get() refuses them; that way a checkpoint with a stray integer buffer still opens.
+// get() refuses them; that way a checkpoint with a stray integer buffer still opens. raw()
+// hands out any tensor's bytes (quantized checkpoints store U8, I8 and I32 tensors).
 #pragma once
 
 #include <cstddef>
@@ -40,6 +41,17 @@ class SafetensorsFile {
   // (A tensor misaligned for its dtype, from a writer that did not pad the header, is
   // copied to aligned memory instead.)
   Tensor get(const std::string& name) const;
+  // The stored bytes of any tensor whatever its dtype (the U8 / I8 / I32 tensors of quantized
+  // checkpoints included), zero-copy; `owner` keeps the mapping alive. Checked like every
+  // entry at open(): inside the file, size = shape x element size.
+  struct Raw {
+    const std::byte* data = nullptr;
+    size_t nbytes = 0;
+    Shape shape;
+    std::string dtype_name;
+    std::shared_ptr<void> owner;
+  };
+  Raw raw(const std::string& name) const;
   // Reads a one-element float tensor of any float dtype (F64, F32, BF16, F16) as a float.
   float read_scalar(const std::string& name) const;
   const std::string& path() const { return path_; }

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "engine/core/error.h"
+#include "engine/core/quant_format.h"
 #include "engine/model/depth_attention_layout.h"
 
 namespace attnres {
@@ -204,6 +205,10 @@ Transformer::Transformer(const ModelConfig& config, const ModelWeights& weights,
   if (!backend_.supports_depth_bank_dtype(depth_bank_dtype)) {
     throw Error("--depth-bank-dtype " + storage_dtype_name(depth_bank_dtype) + ": the " +
                 backend_.name() + " backend's depth ops read an f32 bank (not yet this dtype)");
+  }
+  if (weights.quant_format && !backend_.supports_weight_dtype(*weights.quant_format)) {
+    throw Error("--quantization " + quant_format_name(*weights.quant_format) +
+                " is not supported by the " + backend_.name() + " backend yet");
   }
   weights_.embed_tokens = backend_.upload(weights.embed_tokens);
   weights_.final_norm = upload(weights.final_norm);

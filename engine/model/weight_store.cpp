@@ -1,5 +1,8 @@
 #include "engine/model/weight_store.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -111,6 +114,30 @@ const SafetensorsFile& WeightStore::file_or_throw(const std::string& name) const
 }
 
 Tensor WeightStore::get(const std::string& name) const { return file_or_throw(name).get(name); }
+
+SafetensorsFile::Raw WeightStore::raw(const std::string& name) const {
+  return file_or_throw(name).raw(name);
+}
+
+const std::map<std::string, std::string>& WeightStore::metadata_of(const std::string& name) const {
+  return file_or_throw(name).metadata();
+}
+
+void WeightStore::release_pages(const Tensor& t) const {
+  if (!t.defined()) return;
+  const auto* begin = static_cast<const std::byte*>(t.data);
+  const std::byte* end = begin + t.nbytes();
+  for (const auto& file : files_) {
+    const std::byte* map_begin = file->mapping_begin();
+    if (begin < map_begin || end > map_begin + file->mapping_size()) continue;
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uintptr_t first = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
+    const uintptr_t last = reinterpret_cast<uintptr_t>(end) / page * page;
+    // Private read-only file pages: dropped, and faulted in from the file again on a read.
+    if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+    return;
+  }
+}
 
 const SafetensorsFile::Entry& WeightStore::entry(const std::string& name) const {
   return file_or_throw(name).entries().at(name);

@@ -22,6 +22,14 @@ class WeightStore {
   bool has(const std::string& name) const { return files_by_name_.count(name) != 0; }
   // Zero-copy view; throws naming the tensor and where it was looked for if missing.
   Tensor get(const std::string& name) const;
+  // Any tensor's stored bytes, zero-copy (SafetensorsFile::raw).
+  SafetensorsFile::Raw raw(const std::string& name) const;
+  // The __metadata__ of the file that holds `name`.
+  const std::map<std::string, std::string>& metadata_of(const std::string& name) const;
+  // Drops from this process's resident memory the mapped pages wholly inside `t` (a view
+  // into one of the store's files; anything else is left alone): for a float matrix that was
+  // quantized and is no longer read. The pages are re-read from the file if touched again.
+  void release_pages(const Tensor& t) const;
   // The header entry of a tensor (dtype, shape), without touching its data.
   const SafetensorsFile::Entry& entry(const std::string& name) const;
   // One-element float tensor of any float dtype read as a float (AttnRes gate biases).

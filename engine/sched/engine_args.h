@@ -17,6 +17,9 @@ struct EngineArgs {
   std::string device = "cpu";    // --device: a registered backend name
   int threads = 0;               // --threads: CPU threads, 0 = all cores (shared among ranks)
   int tensor_parallel_size = 1;  // --tensor-parallel-size
+  // --quantization: "" (the checkpoint's weights as stored) | "int8" | "int4": quantize every
+  // float weight matrix at load (engine/model/quantize_weights.h).
+  std::string quantization;
   int sequence_parallel_min_tokens = 128;  // --sequence-parallel-min-tokens (0 = never)
   // --kv-cache-dtype: "auto" | "bfloat16" | "float32". auto = bfloat16 when the checkpoint's
   // weights are bf16 and the backend's attention reads a bf16 cache, else float32

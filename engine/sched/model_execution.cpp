@@ -5,7 +5,9 @@
 
 #include "engine/core/backend_registry.h"
 #include "engine/core/error.h"
+#include "engine/core/quant_format.h"
 #include "engine/model/kv_cache.h"
+#include "engine/parallel/process_group.h"
 #include "engine/runner/tensor_parallel.h"
 #include "engine/sched/tokenizer_constraints.h"
 #include "engine/sched/tokenizer_text_decoder.h"
@@ -44,7 +46,27 @@ DType storage_dtype(const std::string& flag, const std::string& name, const Engi
 
 }  // namespace
 
-LoadedModel load_model(const EngineArgs& args) { return load_model_arg(args.model); }
+LoadedModel load_model(const EngineArgs& args) {
+  if (!args.quantization.empty()) {
+    if (args.tensor_parallel_size > 1 || job_process_group()) {
+      throw Error("--quantization " + args.quantization +
+                  " with tensor parallelism is not supported yet (quantized weights are not "
+                  "sharded across ranks)");
+    }
+    // Asked before quantizing: a backend that cannot read the format fails in a second, not
+    // after the whole model was quantized.
+    if (has_backend(args.device)) {
+      const DType format = quant_format_from_name(args.quantization, "--quantization");
+      BackendOptions probe;
+      probe.threads = 1;
+      if (!attnres::make_backend(args.device, probe)->supports_weight_dtype(format)) {
+        throw Error("--quantization " + args.quantization + " is not supported by the " +
+                    backend_traits(args.device).display_name + " backend yet");
+      }
+    }
+  }
+  return load_model_arg(args.model, {args.quantization, args.threads});
+}
 
 int tensor_parallel_size(const EngineArgs& args, const LoadedModel& model) {
   check_tensor_parallel(model.config, args.tensor_parallel_size);

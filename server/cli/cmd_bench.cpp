@@ -36,6 +36,9 @@ struct LatencyResult {
   double bytes_per_step = 0;
   double floor_ms = 0;
   std::vector<double> prefill, decode;  // per measured iteration: seconds, ms per step
+  // The process's resident memory (VmRSS) after the model's runs, while it is loaded: with
+  // one model per run, its weights (quantized or not: --quantization), cache and buffers.
+  size_t resident_bytes = 0;
 };
 
 double median(std::vector<double> v) {
@@ -88,16 +91,24 @@ std::optional<OutputConstraint> json_schema_constraint(const Flags& flags) {
   return c;
 }
 
+// The engine flags with --model set to one of the models a latency run compares.
+EngineArgs model_args(const std::string& model_arg, const Flags& flags) {
+  EngineArgs args = engine_args_from_flags(flags);
+  args.model = model_arg;
+  return args;
+}
+
 // One model of a latency run: loaded and ready, then measured one iteration at a time, so
 // that several models' iterations can alternate.
 class LatencyRun {
  public:
   LatencyRun(const std::string& model_arg, const Flags& flags)
-      : model_(load_model_arg(model_arg)),
+      : model_(load_model(model_args(model_arg, flags))),
         batch_(flags.get_int("batch", 1)),
         input_len_(flags.get_int("input-len", 128)),
         output_len_(flags.get_int("output-len", 32)),
         constraint_(json_schema_constraint(flags)) {
+    report_quantization(model_);
     vocab_ = std::min(model_.config.vocab_size, model_.tokenizer->vocab_size());
     OfflineGeneratorOptions options;
     options.max_model_len = model_.config.max_position_embeddings;
@@ -174,6 +185,7 @@ class LatencyRun {
     r.bytes_per_step = weight_bytes + batch_ * avg_context * kv_bytes_per_token /
                                           (shared_memory_bus ? 1 : exec_->tensor_parallel_size);
     r.floor_ms = r.bytes_per_step / (bandwidth_gbps * 1e9) * 1e3;
+    r.resident_bytes = resident_memory_bytes();
     return r;
   }
 
@@ -265,6 +277,11 @@ int run_latency(const std::vector<std::string>& args) {
   const std::vector<LatencyResult> results = measure_all(models, flags, bandwidth);
   std::printf("memory bandwidth (copy, read+write): %.1f GB/s\n", bandwidth);
   for (const LatencyResult& r : results) std::printf("%s: %s\n", r.model.c_str(), r.runs_on.c_str());
+  // The weights (quantized or not: --quantization) dominate it; compare runs of one model each.
+  size_t resident = 0;
+  for (const LatencyResult& r : results) resident = std::max(resident, r.resident_bytes);
+  std::printf("resident memory (VmRSS) with the models loaded: %.0f MB\n",
+              static_cast<double>(resident) / 1e6);
   std::printf("batch %d, input %d, output %d\n\n", batch, input_len,
               flags.get_int("output-len", 32));
   std::printf("%-36s %14s %14s %12s %10s %10s %10s %10s\n", "model", "prefill tok/s",

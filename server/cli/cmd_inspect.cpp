@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/core/error.h"
+#include "engine/core/quant_format.h"
 #include "engine/model/depth_plan.h"
 #include "engine/sched/engine_core.h"
 #include "engine/sched/model_execution.h"
@@ -194,7 +195,10 @@ int run_inspect(const std::vector<std::string>& args) {
   std::cout << "model:      " << model.source << "\n"
             << "config:     " << model.config.summary() << "\n"
             << "weights:    " << totals.params << " parameters, " << totals.bytes / 1e6 << " MB as "
-            << dtype_name(model.weights.embed_tokens.dtype)
+            << dtype_name(model.weights.dtype)
+            << (model.weights.quant_format
+                    ? ", weight matrices " + quant_format_name(*model.weights.quant_format)
+                    : "")
             << (model.weights.lm_head.data == model.weights.embed_tokens.data
                     ? ", tied LM head"
                     : ", separate LM head")

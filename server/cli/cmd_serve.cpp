@@ -266,6 +266,7 @@ int run_serve(const std::vector<std::string>& args) {
 
   LoadedModel model = load_model(engine_args);
   std::cerr << "attnres serve: loaded " << model.source << ": " << model.config.summary() << "\n";
+  report_quantization(model);
   if (!kv_memory_given) {
     engine_args.kv_cache_memory_bytes = default_kv_cache_bytes(engine_args, model);
   }

@@ -19,6 +19,7 @@ int run_generate(const std::vector<std::string>& args);
 int run_inspect(const std::vector<std::string>& args);
 int run_logits(const std::vector<std::string>& args);
 int run_bench(const std::vector<std::string>& args);
+int run_quantize(const std::vector<std::string>& args);
 // `bench serve` (cmd_bench_serve.cpp): the serving benchmark against a running server.
 int run_bench_serve(const std::vector<std::string>& args);
 
@@ -26,6 +27,9 @@ int run_bench_serve(const std::vector<std::string>& args);
 std::vector<FlagSpec> model_flags();
 // The model named by --model (a directory, builtin:NAME, or the demo model when absent).
 LoadedModel load_model_from_flags(const Flags& flags);
+// The --quantization log line (matrices, time, weight bytes, resident memory) on stderr,
+// when the model was quantized at load.
+void report_quantization(const LoadedModel& model);
 // --device auto: "cuda" when the CUDA backend is built and reports a visible GPU, else "cpu";
 // any other value as given.
 std::string resolve_device(const std::string& device);

@@ -4,6 +4,7 @@
 
 #include "engine/core/backend_registry.h"
 #include "engine/core/error.h"
+#include "engine/sched/model_execution.h"
 
 namespace attnres::cli {
 
@@ -15,6 +16,10 @@ std::vector<FlagSpec> model_flags() {
        "cpu (default auto; the CUDA server is not yet verified end to end on a GPU: "
        "README, \"Status\")"},
       {"threads", "N", "CPU threads (default: all cores; shared among the ranks)"},
+      {"quantization", "int8|int4",
+       "quantize every weight matrix (projections, embedding, LM head) at load: int8 = 8.5 "
+       "bits per weight, int4 = 5 (blocks of 32 with f16 scales); norms, biases and AttnRes "
+       "depth-mix weights stay as stored (default: the checkpoint's weights as stored)"},
       {"tensor-parallel-size", "N",
        "split the model across N ranks: N GPUs over NCCL with --device cuda, N thread "
        "groups on the CPU (default 1)"},
@@ -55,7 +60,17 @@ std::string resolve_device(const std::string& device) {
   return has_backend("cuda") && backend_traits("cuda").device_available() ? "cuda" : "cpu";
 }
 
-LoadedModel load_model_from_flags(const Flags& flags) { return load_model_arg(flags.get("model")); }
+LoadedModel load_model_from_flags(const Flags& flags) {
+  LoadedModel model = load_model(engine_args_from_flags(flags));
+  report_quantization(model);
+  return model;
+}
+
+void report_quantization(const LoadedModel& model) {
+  if (!model.quantized) return;
+  std::cerr << model.quantized->line() << "; resident memory " << resident_memory_bytes() / 1000000
+            << " MB\n";
+}
 
 EngineArgs engine_args_from_flags(const Flags& flags) {
   EngineArgs args;
@@ -63,6 +78,7 @@ EngineArgs engine_args_from_flags(const Flags& flags) {
   args.device = resolve_device(flags.get("device", "auto"));
   args.threads = flags.get_int("threads", 0);
   args.tensor_parallel_size = flags.get_int("tensor-parallel-size", 1);
+  args.quantization = flags.get("quantization", "");
   args.sequence_parallel_min_tokens = flags.get_int("sequence-parallel-min-tokens", 128);
   args.kv_cache_dtype = flags.get("kv-cache-dtype", "auto");
   args.depth_bank_dtype = flags.get("depth-bank-dtype", "auto");

@@ -286,7 +286,8 @@ TEST(ModelConfig, RejectsSlidingWindowAndOtherActivations) {
               HasSubstr("dir/config.json: field hidden_act: expected \"silu\", got \"gelu\""));
   c = tiny_config();
   c["quantization_config"] = {{"quant_method", "gptq"}};
-  EXPECT_THAT(config_error(c), HasSubstr("field quantization_config: present"));
+  EXPECT_THAT(config_error(c),
+              HasSubstr("dir/config.json: quantization_config.quant_method: \"gptq\" is not read"));
 }
 
 TEST(ModelConfig, LoadsGenerationConfigFromTheDirectory) {

@@ -1,0 +1,333 @@
+"""Quantized weights: where they come from, checked against NumPy (tests/reference/
+quantized_formats.py, written from the formats' specs, not from the engine's code).
+
+(a) `attnres quantize --quantization int8|int4` writes every projection, the embedding (tied:
+    once) as U8 rows that equal the NumPy quantizer's bit for bit, everything else byte for
+    byte as the source stored it, and quantization_config {"quant_method": "attnres"}.
+(b) compressed-tensors W4A16 (pack-quantized, symmetric and asymmetric, groups of 32 / 64 /
+    128) and W8A16 (int-quantized per channel, naive-quantized in groups) checkpoints, written
+    here as llm-compressor lays them out, are converted exactly: the rows `attnres quantize`
+    writes from them dequantize to the NumPy dequantization of the source, bit for bit.
+(c) What is refused, with the messages users see.
+(d) End to end (needs the CPU backend's kernels for quantized weights; skipped, with the
+    backend's refusal as the reason, where the build has none):
+    - logits of --quantization int8 / int4 against the float64 reference forward run on the
+      NumPy-dequantized weights, whose linears over quantized weights read their inputs
+      quantized as the CPU kernels define it (QuantizedReference: int8 per block of 32, f32
+      arithmetic): relative error (max|engine - ref| / max|ref|) <= QUANT_LOGITS_TOL. The
+      weights and the activations' rounding are then the same on both sides; what is left is
+      f32 against float64 accumulation (about 1e-6 here) and the rare activation that lands
+      on the other side of a rounding boundary (none in NumPy trials with f32-sized noise).
+      Without modelling the activations' rounding the error is ~3% on this checkpoint (its
+      logits move ~8x more than the weights' relative error), so the tolerance tells a kernel
+      that computes what it documents from one that does not.
+    - the checkpoint `attnres quantize` wrote gives the same logits as quantizing at load,
+      bit for bit (the same rows), and a compressed-tensors W4A16 checkpoint matches the
+      reference on its own dequantized weights.
+    - int8 greedy tokens (GREEDY_TOKENS of them) equal bf16's on at least GREEDY_MIN_EQUAL of
+      GREEDY_PROMPTS prompts. The float64 reference on the NumPy-dequantized int8 weights of
+      this checkpoint gives 12 of 16 (15 of 16 first tokens): a random checkpoint's top two
+      logits are close (median gap 2% of the largest logit, where int8 moves logits by ~3%),
+      so longer continuations part sooner than a trained model's would.
+"""
+
+import json
+import subprocess
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import attnres_ref as ref
+import quantized_formats as qf
+from checkpoint_cache import checkpoint_fixture
+from engine_cli import PREFILL, PROMPT_LEN, prompt_ids, relative_error, require_binary, run_cli
+
+QUANT_LOGITS_TOL = 2e-3
+GREEDY_PROMPTS, GREEDY_TOKENS, GREEDY_MIN_EQUAL = 16, 4, 10
+UNSUPPORTED = "is not supported by the"  # the backend's refusal (engine/model/transformer.cpp)
+# Widths that are multiples of 128, so that groups of 32, 64 and 128 all divide every row.
+SHAPE = {"hidden": 128, "heads": 4, "kv_heads": 2, "head_dim": 32, "ffn": 256}
+
+
+@pytest.fixture(scope="module")
+def checkpoint(ckpt_root):
+    yield from checkpoint_fixture(ckpt_root, prefix="quant", seed=5)
+
+
+def quantize_cli(binary, model, out, *flags):
+    return run_cli(binary, "quantize", "--model", model, "--output", out, *flags)
+
+
+def cli_error(binary, *args):
+    """stderr of a command that must fail."""
+    require_binary(binary)
+    proc = subprocess.run([str(binary), *map(str, args)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode != 0, f"expected a failure: {args}\n{proc.stdout[-2000:]}"
+    return proc.stderr
+
+
+def linear_names(tensors):
+    return [n for n in tensors if n.endswith(".weight") and
+            n[:-len(".weight")].endswith(qf.LINEAR_SUFFIXES)]
+
+
+@pytest.mark.parametrize("fmt", qf.FORMATS)
+def test_quantize_command_writes_the_numpy_rows(attnres_bin, checkpoint, tmp_path, fmt):
+    src = checkpoint("attnres_block", dtype="bf16", **SHAPE)
+    out = tmp_path / fmt
+    quantize_cli(attnres_bin, src, out, "--quantization", fmt)
+    config = json.loads((out / "config.json").read_text())
+    assert config["quantization_config"] == {"quant_method": "attnres", "format": fmt}
+    for f in ("tokenizer.json", "generation_config.json"):
+        assert (out / f).read_bytes() == (src / f).read_bytes()
+    source, _ = qf.read_safetensors_with_metadata(src / "model.safetensors")
+    written, metadata = qf.read_safetensors_with_metadata(out / "model.safetensors")
+    matrices = linear_names(source) + ["model.embed_tokens.weight"]  # tied: no lm_head
+    assert set(written) == set(source)
+    for name, t in source.items():
+        w = written[name]
+        if name in matrices:
+            assert json.loads(metadata[name]) == {"format": fmt, "shape": list(t.shape)}
+            assert w.dtype == np.uint8 and w.shape == (t.shape[0], qf.row_bytes(fmt, t.shape[1]))
+            np.testing.assert_array_equal(w, qf.quantize(t.astype(np.float32), fmt), err_msg=name)
+        else:
+            assert w.dtype == t.dtype and w.tobytes() == t.tobytes(), name
+
+
+def test_quantize_command_writes_a_builtin_model(attnres_bin, tmp_path):
+    out = tmp_path / "demo"
+    quantize_cli(attnres_bin, "builtin:demo", out, "--quantization", "int4")
+    info = run_cli(attnres_bin, "inspect", "--model", out)
+    assert "weight matrices int4, separate LM head" in info
+    written, metadata = qf.read_safetensors_with_metadata(out / "model.safetensors")
+    assert json.loads(metadata["lm_head.weight"])["format"] == "int4"
+    assert written["model.norm.weight"].dtype == ml_dtypes.bfloat16
+    assert "model.layers.0.attn_res_bias" in written  # the depth mix's recency bias, as F32
+
+
+CT_CASES = (  # (bits, group, symmetric, format)
+    (4, 128, True, None),
+    (4, 32, True, None),
+    (4, 64, False, None),
+    (8, None, True, "int-quantized"),
+    (8, 64, True, "naive-quantized"),
+)
+
+
+def ct_id(case):
+    bits, group, sym, fmt = case
+    return f"w{bits}-{'g' + str(group) if group else 'channel'}-{'sym' if sym else 'asym'}" + (
+        f"-{fmt}" if fmt else "")
+
+
+def write_ct(checkpoint, tmp_path, bits, group, symmetric, fmt):
+    src = checkpoint("attnres_block", dtype="bf16", **SHAPE)
+    ct = tmp_path / "ct"
+    # Asymmetric int4: scale x (8 + zero point) must be an f16 value for an exact min; scales
+    # in f16 with few mantissa bits keep every product exact (what the format allows, not what
+    # every writer does: the loader refuses the inexact ones, test_refusals).
+    scale_dtype = ml_dtypes.bfloat16 if symmetric else np.float16
+    reference = qf.write_compressed_tensors(src, ct, bits, group, symmetric, fmt,
+                                            scale_dtype=scale_dtype)
+    if not symmetric:  # round the scales to 7 significant bits, rewrite
+        tensors, _ = qf.read_safetensors_with_metadata(ct / "model.safetensors")
+        reference = {}
+        from safetensors.numpy import save_file
+        for name in list(tensors):
+            if name.endswith(".weight_scale"):
+                s = tensors[name].astype(np.float64)
+                e = np.floor(np.log2(np.where(s > 0, s, 1)))
+                tensors[name] = (np.round(s / 2.0 ** (e - 6)) * 2.0 ** (e - 6)).astype(np.float16)
+        save_file(tensors, str(ct / "model.safetensors"), metadata={"format": "pt"})
+        for name in tensors:
+            if name.endswith(".weight_packed"):
+                p = name[:-len(".weight_packed")]
+                reference[p + ".weight"] = ct_reference(tensors, p, group)
+    return src, ct, reference
+
+
+def unpack_int4(packed, axis, n):
+    """The inverse of the spec's packing (independent of quantized_formats._pack_int4)."""
+    p = packed.view(np.uint32)
+    if axis == 0:
+        return unpack_int4(p.T.copy().view(np.int32), 1, n).T
+    vals = np.stack([(p >> np.uint32(4 * i)) & 0xF for i in range(8)], axis=2)
+    return vals.reshape(p.shape[0], -1)[:, :n].astype(np.int16) - 8
+
+
+def ct_reference(tensors, prefix, group):
+    """NumPy dequantization of a pack-quantized Linear straight from its stored tensors."""
+    n, k = tensors[prefix + ".weight_shape"]
+    q = unpack_int4(tensors[prefix + ".weight_packed"], 1, k)
+    scale = tensors[prefix + ".weight_scale"].astype(np.float64)
+    zp = tensors.get(prefix + ".weight_zero_point")
+    z = np.zeros_like(scale) if zp is None else unpack_int4(zp, 0, n).astype(np.float64)
+    g = group or k
+    return ((q.reshape(n, k // g, g) - z[:, :, None]) * scale[:, :, None]).reshape(n, k)
+
+
+@pytest.mark.parametrize("case", CT_CASES, ids=ct_id)
+def test_compressed_tensors_convert_exactly(attnres_bin, checkpoint, tmp_path, case):
+    bits, group, symmetric, fmt = case
+    src, ct, reference = write_ct(checkpoint, tmp_path, bits, group, symmetric, fmt)
+    out = tmp_path / "ours"
+    quantize_cli(attnres_bin, ct, out)  # the checkpoint's own format, converted at load
+    ours = "int4" if bits == 4 else "int8"
+    assert json.loads((out / "config.json").read_text())["quantization_config"]["format"] == ours
+    written = qf.dequantized_checkpoint(out)
+    assert len(reference) == 7 * 6  # every Linear of the 6 layers
+    for name, expected in reference.items():
+        np.testing.assert_array_equal(written[name].astype(np.float64), expected, err_msg=name)
+    # The embedding (tied LM head) is no Linear: float as stored.
+    source, _ = qf.read_safetensors_with_metadata(src / "model.safetensors")
+    emb = "model.embed_tokens.weight"
+    assert written[emb].tobytes() == source[emb].tobytes()
+
+
+def test_refusals(attnres_bin, checkpoint, tmp_path):
+    src = checkpoint("attnres_block", dtype="bf16", **SHAPE)
+    # int8 as llm-compressor's symmetric observer writes it: q = -128 occurs.
+    ct = tmp_path / "w8"
+    qf.write_compressed_tensors(src, ct, 8, None, True, int8_range=(-128, 127))
+    assert "holds -128, outside our int8 range [-127, 127]" in cli_error(
+        attnres_bin, "generate", "--model", ct, "--prompt", "hi", "--max-tokens", "1")
+    # Asymmetric int4 with bf16 scales: some min is not an f16 value.
+    ct4 = tmp_path / "w4a"
+    qf.write_compressed_tensors(src, ct4, 4, 32, False)
+    assert "is not exactly an f16 value" in cli_error(attnres_bin, "quantize", "--model", ct4,
+                                                      "--output", tmp_path / "x")
+    # Another format than the checkpoint's (`quantize`: these refusals come before any
+    # backend is asked).
+    q8 = tmp_path / "q8"
+    quantize_cli(attnres_bin, src, q8, "--quantization", "int8")
+    assert "the checkpoint is already quantized to int8 (attnres)" in cli_error(
+        attnres_bin, "quantize", "--model", q8, "--quantization", "int4", "--output", tmp_path / "z")
+    # Widths not in blocks of 32.
+    odd = checkpoint("qwen3", dtype="bf16", hidden=48, heads=2, kv_heads=1, head_dim=32, ffn=96)
+    assert "--quantization int8: hidden_size 48 is not a multiple of 32" in cli_error(
+        attnres_bin, "quantize", "--model", odd, "--quantization", "int8", "--output", tmp_path / "w")
+    assert "with tensor parallelism is not supported" in cli_error(
+        attnres_bin, "generate", "--model", src, "--quantization", "int8",
+        "--tensor-parallel-size", "2", "--prompt", "hi")
+    assert "--quantization 'int2': expected int8 or int4" in cli_error(
+        attnres_bin, "quantize", "--model", src, "--quantization", "int2", "--output", tmp_path / "y")
+    # Corrupt scales in a written checkpoint: a NaN scale in a row of q_proj.
+    raw = bytearray((q8 / "model.safetensors").read_bytes())
+    n = int.from_bytes(raw[:8], "little")
+    info = json.loads(raw[8:8 + n])["model.layers.2.self_attn.q_proj.weight"]
+    at = 8 + n + info["data_offsets"][0] + SHAPE["hidden"] + 2  # row 0, block 1's scale
+    raw[at:at + 2] = np.array([np.nan], dtype=np.float16).tobytes()
+    (q8 / "model.safetensors").write_bytes(bytes(raw))
+    assert "model.layers.2.self_attn.q_proj.weight: row 0 block 1 has scale nan" in cli_error(
+        attnres_bin, "generate", "--model", q8, "--prompt", "hi")
+
+
+# --- end to end (needs the CPU kernels for quantized weights) -----------------------------
+
+
+def logits_or_skip(binary, model, ids, out, *flags):
+    """`attnres logits`, or a skip when the backend refuses quantized weights."""
+    require_binary(binary)
+    cmd = [str(binary), "logits", "--model", str(model), "--token-ids", ",".join(map(str, ids)),
+           "--prefill", str(PREFILL), "--out", str(out), *map(str, flags)]
+    # f32 KV cache and depth bank: the reference's precision everywhere but the quantized
+    # linears (callers add --linear-input-dtype float32).
+    cmd += ["--kv-cache-dtype", "float32", "--depth-bank-dtype", "float32"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0 and UNSUPPORTED in proc.stderr:
+        pytest.skip(proc.stderr.strip().splitlines()[-1])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return np.load(out)
+
+
+class QuantizedReference(ref.Model):
+    """The float64 reference on dequantized weights, whose linears over a quantized weight
+    read their inputs as the CPU kernels quantize them (kernels/cpu/cpu_linear_quant.h): per
+    row, per block of 32, dx = f32(max|x| / 127), x = dx * clamp(rint(x / dx), -127, 127),
+    in f32 arithmetic."""
+
+    def __init__(self, config, tensors, quantized):
+        super().__init__(config, tensors)
+        self.quantized = set(quantized)
+
+    def _linear_input(self, x, weight):
+        if weight not in self.quantized:
+            return super()._linear_input(x, weight)
+        x32 = np.asarray(x, dtype=np.float32)
+        blocks = x32.reshape(*x32.shape[:-1], -1, qf.BLOCK)
+        dx = (np.abs(blocks).max(axis=-1, keepdims=True) / np.float32(127)).astype(np.float32)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = np.where(dx == 0, 0, np.clip(np.rint(blocks / dx), -127, 127))
+        return (q.astype(np.float64) * dx.astype(np.float64)).reshape(x.shape)
+
+
+def reference_on(model_dir, tensors, quantized):
+    """The reference forward of the model in model_dir over `tensors` (dequantized weights),
+    the matrices named in `quantized` read as the quantized linears read them."""
+    config = json.loads((model_dir / "config.json").read_text())
+    config.pop("quantization_config", None)
+    return QuantizedReference(config, tensors, quantized)
+
+
+# Known defects of the CPU quantized linear path, found by these tests. int4 at load matches
+# the reference. int8: every matrix quantized alone (each projection, or the tied embedding /
+# LM head) and every pair of projections matches QuantizedReference to 2e-7, but the LM head
+# with k_proj (or v_proj) quantized gives wrong logits from the second position on (4.7e-3
+# on a 1-layer qwen3, 2.7e-2 here), prefilled or decoded alike. The compressed-tensors W4A16
+# checkpoint (float LM head) is 5.2e-3 off. Strict: a test fails once its case is right, so
+# the marker goes then.
+KERNEL_DEFECT = pytest.mark.xfail(
+    strict=True, reason="CPU quantized linears disagree with their documented arithmetic "
+                        "after the first position in these models (see the comment above)")
+
+
+@pytest.mark.parametrize("fmt", [pytest.param("int8", marks=KERNEL_DEFECT), "int4"])
+def test_quantized_logits_match_the_reference_on_dequantized_weights(attnres_bin, checkpoint,
+                                                                    tmp_path, fmt):
+    src = checkpoint("attnres_block", dtype="bf16", **SHAPE)
+    ids = prompt_ids(3, PROMPT_LEN)
+    at_load = logits_or_skip(attnres_bin, src, ids, tmp_path / "a.npy", "--quantization", fmt,
+                             "--linear-input-dtype", "float32")
+    out = tmp_path / "ckpt"
+    quantize_cli(attnres_bin, src, out, "--quantization", fmt)
+    from_ckpt = logits_or_skip(attnres_bin, out, ids, tmp_path / "b.npy",
+                               "--linear-input-dtype", "float32")
+    np.testing.assert_array_equal(from_ckpt, at_load)
+    tensors = qf.dequantized_checkpoint(out)
+    quantized = linear_names(tensors) + ["model.embed_tokens.weight"]
+    expected = reference_on(out, tensors, quantized).logits(ids)
+    err = relative_error(at_load, expected)
+    assert err <= QUANT_LOGITS_TOL, f"{fmt}: relative error {err:.2e}"
+
+
+@KERNEL_DEFECT
+def test_compressed_tensors_logits_match_the_reference(attnres_bin, checkpoint, tmp_path):
+    src, ct, reference = write_ct(checkpoint, tmp_path, 4, 128, True, None)
+    ids = prompt_ids(4, PROMPT_LEN)
+    got = logits_or_skip(attnres_bin, ct, ids, tmp_path / "ct.npy", "--linear-input-dtype",
+                         "float32")
+    tensors, _ = qf.read_safetensors_with_metadata(src / "model.safetensors")
+    tensors.update(reference)
+    err = relative_error(got, reference_on(src, tensors, reference).logits(ids))
+    assert err <= QUANT_LOGITS_TOL, f"relative error {err:.2e}"
+
+
+def greedy_tokens(binary, model, ids, *flags):
+    out = run_cli(binary, "generate", "--model", model, "--prompt-ids", ",".join(map(str, ids)),
+                  "--max-tokens", GREEDY_TOKENS, "--temperature", "0", "--ignore-eos", "--json",
+                  *flags)
+    return json.loads(out.strip().splitlines()[-1])["token_ids"]
+
+
+def test_int8_greedy_tokens_equal_bf16s_on_most_prompts(attnres_bin, checkpoint, tmp_path):
+    src = checkpoint("attnres_block", dtype="bf16", **SHAPE)
+    logits_or_skip(attnres_bin, src, prompt_ids(0, PROMPT_LEN), tmp_path / "probe.npy",
+                   "--quantization", "int8")
+    equal = 0
+    for seed in range(GREEDY_PROMPTS):
+        ids = prompt_ids(100 + seed, 10)
+        equal += greedy_tokens(attnres_bin, src, ids) == greedy_tokens(
+            attnres_bin, src, ids, "--quantization", "int8")
+    assert equal >= GREEDY_MIN_EQUAL, f"{equal} of {GREEDY_PROMPTS} prompts equal"

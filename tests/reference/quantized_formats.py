@@ -1,0 +1,208 @@
+"""NumPy definitions of the quantized weight formats the engine reads, written from their specs
+independently of the engine's code, for the quantization tests.
+
+Ours (engine/core/quant_format.h; `attnres quantize` checkpoints store each quantized matrix as
+a U8 [rows, row_bytes] tensor, its {"format", "shape"} in the file's __metadata__):
+    int8 (Q8_B32): row = int8 q[cols] | f16 d[cols/32];            w = d[k/32] q[k]
+    int4 (Q4_B32): row = u8 packed[cols/2] | f16 d[cols/32] | f16 m[cols/32];
+                   block b = bytes [16b, 16b+16): byte 16b+j holds q[32b+j] (low nibble) and
+                   q[32b+j+16] (high nibble);                        w = d[k/32] q[k] + m[k/32]
+    quantized from float32 (the bf16 weights widened) with f32 arithmetic and round to
+    nearest even: int8 d = f16(max|x| / 127), q = clamp(rint(x / d), -127, 127);
+    int4 m = f16(min x), d = f16((max x - m) / 15), q = clamp(rint((x - m) / d), 0, 15);
+    d == 0 gives q = 0.
+
+compressed-tensors (the library's compressors, 0.10 series: pack_quantized.py
+pack_to_int32 / naive_quantized.py), weight-only, for a Linear PREFIX:
+    W4A16 "pack-quantized": PREFIX.weight_packed int32 [N, K/8], value k of a row in bits
+        4 (k % 8) of word k // 8, stored as q + 8 (q in [-8, 7]); PREFIX.weight_scale
+        [N, K/group] (or [N, 1] per channel); PREFIX.weight_shape int64 [2];
+        asymmetric: PREFIX.weight_zero_point int32 [ceil(N/8), K/group], packed the same way
+        along the rows.
+    W8A16 "int-quantized" / "naive-quantized": PREFIX.weight int8 [N, K], PREFIX.weight_scale.
+    w = scale (q - zero_point).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+from safetensors.numpy import save_file
+
+BLOCK = 32
+FORMATS = ("int8", "int4")
+LINEAR_SUFFIXES = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                   "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+
+_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": ml_dtypes.bfloat16, "I64": "<i8",
+           "I32": "<i4", "I8": "i1", "U8": "u1"}
+
+
+def read_safetensors_with_metadata(path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    raw = Path(path).read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    metadata = header.pop("__metadata__", {})
+    out = {}
+    for name, info in header.items():
+        dt = np.dtype(_DTYPES[info["dtype"]])
+        begin, end = info["data_offsets"]
+        shape = tuple(info["shape"])
+        count = int(np.prod(shape)) if shape else 1
+        assert end - begin == count * dt.itemsize, name
+        out[name] = np.frombuffer(raw, dtype=dt, count=count, offset=8 + n + begin).reshape(shape).copy()
+    return out, metadata
+
+
+def row_bytes(fmt: str, cols: int) -> int:
+    return cols + 2 * (cols // BLOCK) if fmt == "int8" else cols // 2 + 4 * (cols // BLOCK)
+
+
+def quantize(w: np.ndarray, fmt: str) -> np.ndarray:
+    """[rows, cols] float -> uint8 [rows, row_bytes], as the engine's quantizer defines it."""
+    x = np.asarray(w, dtype=np.float32)
+    rows, cols = x.shape
+    blocks = x.reshape(rows, cols // BLOCK, BLOCK)
+    if fmt == "int8":
+        d = (np.abs(blocks).max(axis=2) / np.float32(127)).astype(np.float16)
+        df = d.astype(np.float32)[:, :, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = np.where(df == 0, 0, np.clip(np.rint(blocks / df), -127, 127))
+        q = q.astype(np.int8).reshape(rows, cols)
+        return np.concatenate([q.view(np.uint8), d.view(np.uint8).reshape(rows, -1)], axis=1)
+    m = blocks.min(axis=2).astype(np.float16)
+    mf = m.astype(np.float32)[:, :, None]
+    d = ((blocks.max(axis=2)[:, :, None] - mf)[:, :, 0] / np.float32(15)).astype(np.float16)
+    df = d.astype(np.float32)[:, :, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(df == 0, 0, np.clip(np.rint((blocks - mf) / df), 0, 15)).astype(np.uint8)
+    packed = (q[:, :, :16] | (q[:, :, 16:] << 4)).reshape(rows, cols // 2)
+    return np.concatenate([packed, d.view(np.uint8).reshape(rows, -1),
+                           m.view(np.uint8).reshape(rows, -1)], axis=1)
+
+
+def dequantize(rows_u8: np.ndarray, fmt: str, cols: int) -> np.ndarray:
+    """uint8 [rows, row_bytes] -> float32 [rows, cols], exactly."""
+    rows = rows_u8.shape[0]
+    nb = cols // BLOCK
+    if fmt == "int8":
+        q = rows_u8[:, :cols].view(np.int8).astype(np.float32).reshape(rows, nb, BLOCK)
+        d = rows_u8[:, cols:cols + 2 * nb].copy().view(np.float16).astype(np.float32)
+        return (q * d[:, :, None]).reshape(rows, cols)
+    packed = rows_u8[:, :cols // 2].reshape(rows, nb, 16)
+    q = np.concatenate([packed & 0xF, packed >> 4], axis=2).astype(np.float32)
+    d = rows_u8[:, cols // 2:cols // 2 + 2 * nb].copy().view(np.float16).astype(np.float32)
+    m = rows_u8[:, cols // 2 + 2 * nb:].copy().view(np.float16).astype(np.float32)
+    return (q * d[:, :, None] + m[:, :, None]).reshape(rows, cols)
+
+
+def dequantized_checkpoint(model_dir) -> dict[str, np.ndarray]:
+    """An `attnres quantize` checkpoint's tensors with every quantized matrix dequantized
+    (float32), the rest as stored."""
+    tensors, metadata = read_safetensors_with_metadata(Path(model_dir) / "model.safetensors")
+    out = {}
+    for name, t in tensors.items():
+        if t.dtype == np.uint8:
+            meta = json.loads(metadata[name])
+            out[name] = dequantize(t, meta["format"], meta["shape"][1])
+        else:
+            out[name] = t
+    return out
+
+
+# --- compressed-tensors ------------------------------------------------------------------
+
+
+def _pack_int4(u: np.ndarray, axis: int) -> np.ndarray:
+    """uint values in [0, 15] packed eight per int32 along `axis` (0 or 1), value i of each
+    group of eight in bits 4 i."""
+    u = u.astype(np.uint32)
+    if axis == 0:
+        return _pack_int4(u.T, 1).T.copy()
+    rows, cols = u.shape
+    pad = (-cols) % 8
+    u = np.pad(u, ((0, 0), (0, pad)))
+    packed = np.zeros((rows, u.shape[1] // 8), dtype=np.uint32)
+    for i in range(8):
+        packed |= u[:, i::8] << np.uint32(4 * i)
+    return packed.view(np.int32)
+
+
+def ct_quantize(w: np.ndarray, bits: int, group: int | None, symmetric: bool,
+                scale_dtype=ml_dtypes.bfloat16, int8_range=(-127, 127)):
+    """A min-max quantization of w [N, K] in the compressed-tensors convention: returns
+    (q int8 [N, K], scale [N, groups] in scale_dtype, zero point int8 [N, groups])."""
+    w = np.asarray(w, dtype=np.float64)
+    n, k = w.shape
+    g = group or k
+    blocks = w.reshape(n, k // g, g)
+    qmin, qmax = (-8, 7) if bits == 4 else int8_range
+    if symmetric:
+        scale = np.abs(blocks).max(axis=2) / ((qmax - qmin) / 2)
+        zero = np.zeros_like(scale)
+    else:
+        lo, hi = np.minimum(blocks.min(axis=2), 0), np.maximum(blocks.max(axis=2), 0)
+        scale = (hi - lo) / (qmax - qmin)
+        zero = np.clip(np.rint(qmin - lo / scale), qmin, qmax)
+    scale = scale.astype(scale_dtype)
+    s = scale.astype(np.float64)[:, :, None]
+    q = np.clip(np.rint(blocks / s + zero[:, :, None]), qmin, qmax).astype(np.int8).reshape(n, k)
+    return q, scale, zero.astype(np.int8)
+
+
+def ct_dequantize(q, scale, zero, group) -> np.ndarray:
+    n, k = q.shape
+    g = group or k
+    qb = q.astype(np.float64).reshape(n, k // g, g)
+    return ((qb - zero.astype(np.float64)[:, :, None]) * scale.astype(np.float64)[:, :, None]
+            ).reshape(n, k)
+
+
+def write_compressed_tensors(src_dir, out_dir, bits: int, group: int | None, symmetric: bool,
+                             fmt: str | None = None, int8_range=(-127, 127),
+                             scale_dtype=ml_dtypes.bfloat16) -> dict[str, np.ndarray]:
+    """Rewrites a float checkpoint (one model.safetensors) as llm-compressor would save it
+    with a weight-only scheme on every Linear of the decoder layers (lm_head ignored).
+    Returns {PREFIX.weight: the dequantized float64 matrix} for the quantized Linears."""
+    import shutil
+    src_dir, out_dir = Path(src_dir), Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for f in src_dir.iterdir():
+        if f.name not in ("model.safetensors", "config.json"):
+            shutil.copy(f, out_dir / f.name)
+    tensors, _ = read_safetensors_with_metadata(src_dir / "model.safetensors")
+    fmt = fmt or ("pack-quantized" if bits == 4 else "int-quantized")
+    out, reference = {}, {}
+    for name, t in tensors.items():
+        prefix = name[:-len(".weight")] if name.endswith(".weight") else None
+        if prefix is None or not prefix.endswith(LINEAR_SUFFIXES):
+            out[name] = t
+            continue
+        q, scale, zero = ct_quantize(t.astype(np.float32), bits, group, symmetric, scale_dtype,
+                                     int8_range)
+        reference[name] = ct_dequantize(q, scale, zero, group)
+        out[prefix + ".weight_scale"] = scale
+        if bits == 4:
+            out[prefix + ".weight_packed"] = _pack_int4((q.astype(np.int16) + 8).astype(np.uint8), 1)
+            out[prefix + ".weight_shape"] = np.array(t.shape, dtype=np.int64)
+            if not symmetric:
+                out[prefix + ".weight_zero_point"] = _pack_int4(
+                    (zero.astype(np.int16) + 8).astype(np.uint8), 0)
+        else:
+            out[prefix + ".weight"] = q
+    save_file(out, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    config = json.loads((src_dir / "config.json").read_text())
+    weights = {"num_bits": bits, "type": "int", "symmetric": symmetric,
+               "strategy": "group" if group else "channel", "group_size": group,
+               "actorder": None, "dynamic": False, "observer": "minmax"}
+    config["quantization_config"] = {
+        "quant_method": "compressed-tensors", "format": fmt, "quantization_status": "compressed",
+        "ignore": ["lm_head"], "kv_cache_scheme": None, "sparsity_config": {},
+        "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights,
+                                      "input_activations": None, "output_activations": None,
+                                      "format": fmt}}}
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return reference
