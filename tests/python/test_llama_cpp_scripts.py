@@ -142,8 +142,13 @@ def load_prefix_hits():
 
 def test_prefix_hit_rate_from_either_server():
     p = load_prefix_hits()
-    ours0 = "# HELP x\nattnres:prefix_cache_queries_total 1000\nattnres:prefix_cache_hits_total 100\n"
-    ours1 = "attnres:prefix_cache_queries_total 3000\nattnres:prefix_cache_hits_total 600\n"
+    # As our /metrics writes them: HELP / TYPE lines, a model_name label on each sample.
+    ours0 = ('# HELP attnres:prefix_cache_queries_total Prompt tokens {looked up}.\n'
+             '# TYPE attnres:prefix_cache_queries_total counter\n'
+             'attnres:prefix_cache_queries_total{model_name="m"} 1000\n'
+             'attnres:prefix_cache_hits_total{model_name="m"} 100\n')
+    ours1 = ('attnres:prefix_cache_queries_total{model_name="m"} 3000\n'
+             'attnres:prefix_cache_hits_total{model_name="m"} 600\n')
     assert p.hit_percent(ours0, ours1) == pytest.approx(25.0)
     # llama-server counts computed prompt tokens apart from the cached ones.
     llama0 = "llamacpp:prompt_tokens_total 500\nllamacpp:prompt_tokens_cached_total 0\n"

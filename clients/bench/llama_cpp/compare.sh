@@ -20,7 +20,8 @@
 # prefix-cache hit rate with 1 and 8 clients (128-token prompts, 32 tokens out). Every served
 # run draws its own prompts (a --seed no other run against that server used), so no run
 # reads another's prompts from the prefix cache; the hit rate (prefix_hits.py, from /metrics
-# before and after the run, warm-ups included) shows what the cache still found.
+# before and after the run, warm-ups included) shows what the cache still found: mostly the
+# warm-ups, which send the run's first prompt (so its first measured request finds it).
 # Env: SHAPES (default "100m 0.6b"), VARIANTS, QUICK=1 (one iteration, few prompts), ATTNRES
 # (the attnres binary; default this checkout's build), ATTNRES_LLAMA_DIR, HTTP_PORT /
 # GRPC_PORT, DRY_RUN=1 (print each measuring command instead of running it).

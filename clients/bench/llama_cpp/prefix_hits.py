@@ -15,15 +15,17 @@ import sys
 
 
 def read_metrics(text: str) -> dict[str, float]:
-    """{name: value} of the unlabelled samples of a Prometheus text exposition."""
-    out = {}
+    """{name: value} of a Prometheus text exposition, each name's samples summed over their
+    labels (ours carry model_name="...", llama-server's none)."""
+    out: dict[str, float] = {}
     for line in text.splitlines():
-        if not line or line.startswith("#") or "{" in line:
+        if not line or line.startswith("#"):
             continue
-        parts = line.split()
-        if len(parts) >= 2:
+        name, _, rest = line.partition("{") if "{" in line.split()[0] else (line.split()[0], "", "")
+        value = (rest.rsplit("}", 1)[1] if rest else line[len(name):]).split()
+        if value:
             try:
-                out[parts[0]] = float(parts[1])
+                out[name] = out.get(name, 0.0) + float(value[0])
             except ValueError:
                 pass
     return out
