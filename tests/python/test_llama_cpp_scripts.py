@@ -128,6 +128,12 @@ def test_accuracy_script_plan(tmp_path):
     assert len({flag(c, "--prompt") for c in greedy}) == 3
 
 
+def test_accuracy_llama_only(tmp_path):
+    proc = dry_run("accuracy.sh", str(tmp_path), SHAPES="100m 0.6b", OURS="no")
+    assert len(commands(proc, "llama-perplexity")) == 6
+    assert commands(proc, "attnres") == []
+
+
 def test_accuracy_refuses_unknown_variant(tmp_path):
     proc = dry_run("accuracy.sh", str(tmp_path), VARIANTS="int3")
     assert proc.returncode == 2 and "int3" in proc.stderr

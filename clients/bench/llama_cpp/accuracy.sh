@@ -17,7 +17,8 @@
 #   VARIANTS=f32 SHAPES=100m clients/bench/llama_cpp/accuracy.sh   # pipeline check
 # Env: SHAPES (default "100m 0.6b"), VARIANTS (ours, default "int8 int4": --quantization X;
 # "f32" = the bf16 weights with f32 KV cache and linear inputs, which needs no
-# quantization), LLAMA (default yes: the llama.cpp part; no = ours only), CTX (512), CHUNKS
+# quantization), LLAMA (default yes: the llama.cpp part; no = ours only), OURS (default yes;
+# no = llama.cpp's KL only: no perplexity or greedy runs of ours), CTX (512), CHUNKS
 # (default 8: 8 x 255 scored positions), PROMPTS (20), TEXT, ATTNRES, ATTNRES_LLAMA_DIR,
 # DRY_RUN=1 (print the commands only).
 set -euo pipefail
@@ -34,6 +35,7 @@ ctx=${CTX:-512}
 chunks=${CHUNKS:-8}
 prompts=${PROMPTS:-20}
 llama=${LLAMA:-yes}
+ours=${OURS:-yes}
 dry=${DRY_RUN:-0}
 threads=2
 for n in "$ctx" "$chunks" "$prompts"; do
@@ -51,7 +53,7 @@ mkdir -p "$out"
 tsv=$out/accuracy.tsv
 if [ "$dry" != 1 ]; then
   [ -f "$text" ] || { echo "no text at $text (TEXT=)" >&2; exit 1; }
-  [ -x "$attnres" ] || { echo "missing $attnres (the attnres build)" >&2; exit 1; }
+  [ $ours = no ] || [ -x "$attnres" ] || { echo "missing $attnres (the attnres build)" >&2; exit 1; }
   [ $llama = no ] || [ -x "$llama_perplexity" ] || { echo "missing $llama_perplexity (build.sh)" >&2; exit 1; }
   printf 'shape\tmodel\ttool\tvariant\tkl_mean\tkl_p99\tkl_max\tsame_top_pct\tppl\tppl_base\n' >"$tsv"
 fi
@@ -157,6 +159,7 @@ greedy_side() {  # how many prompts give each variant bf16's 32 greedy tokens
 for shape in $shapes; do
   echo "$shape: KL divergence" >&2
   [ $llama = no ] || llama_side "$shape"
+  [ $ours = no ] && continue
   ours_side "$shape" plain
   ours_side "$shape" attnres
   echo "$shape: greedy tokens" >&2
