@@ -80,8 +80,8 @@ llama_side() {
     run "$res" "$llama_perplexity" -m "$models/plain-$shape-$type.gguf" -f "$text" -c "$ctx" \
       --chunks "$chunks" -t $threads --kl-divergence-base "$base" --kl-divergence
     [ "$dry" = 1 ] && continue
-    # llama-perplexity logs its statistics on stderr.
-    record "$shape" plain llama.cpp "$type" "$(python3 - "$res.log" <<'PY'
+    # llama-perplexity prints its statistics on stdout, its progress on stderr.
+    record "$shape" plain llama.cpp "$type" "$(python3 - "$res" <<'PY'
 import re, sys
 t = open(sys.argv[1]).read()
 def f(pattern):
