@@ -18,6 +18,7 @@ int run_serve(const std::vector<std::string>& args);
 int run_generate(const std::vector<std::string>& args);
 int run_inspect(const std::vector<std::string>& args);
 int run_logits(const std::vector<std::string>& args);
+int run_perplexity(const std::vector<std::string>& args);
 int run_bench(const std::vector<std::string>& args);
 int run_quantize(const std::vector<std::string>& args);
 // `bench serve` (cmd_bench_serve.cpp): the serving benchmark against a running server.

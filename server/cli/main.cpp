@@ -19,6 +19,7 @@ commands:
   inspect    print a model's configuration, weights and AttnRes depth plan
   logits     write the logits of a token sequence to a .npy file (prefill, then decode steps)
   quantize   write a checkpoint with int8 / int4 weights (loads without re-quantizing)
+  perplexity perplexity over a text file; KL divergence against a saved base model's
   bench      benchmarks: `attnres bench latency` (engine only), `attnres bench serve` (a server)
 
 Without --model, commands use the built-in demo model. `attnres <command> --help` lists flags.
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
       if (command == "generate") return attnres::cli::run_generate(args);
       if (command == "inspect") return attnres::cli::run_inspect(args);
       if (command == "logits") return attnres::cli::run_logits(args);
+      if (command == "perplexity") return attnres::cli::run_perplexity(args);
       if (command == "bench") return attnres::cli::run_bench(args);
       if (command == "quantize") return attnres::cli::run_quantize(args);
       std::cerr << "attnres: unknown command '" << command << "'\n\n" << kUsage;

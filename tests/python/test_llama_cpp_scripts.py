@@ -1,7 +1,10 @@
 """The llama.cpp comparison scripts (clients/bench/llama_cpp/) need a llama.cpp build, GBs of
 Python wheels and minutes of benchmarking, so no test runs them; this checks what can be
-checked offline: every script parses (bash -n), and the summary of compare.sh reads a rows
-file as compare.sh writes it into the two tables (medians over repetitions, ratios)."""
+checked offline: every script parses (bash -n); the summary of compare.sh reads a rows file as
+compare.sh writes it into the two tables (medians over repetitions, ratios); what compare.sh
+and accuracy.sh would run (DRY_RUN=1: each command printed, not run): no two served runs share
+a prompt seed, each of our quantizations meets llama.cpp's file of the same bits; and the
+prefix-cache hit rate from either server's /metrics."""
 
 import importlib.util
 import subprocess
@@ -12,7 +15,8 @@ import pytest
 HERE = Path(__file__).resolve().parents[2] / "clients" / "bench" / "llama_cpp"
 
 
-@pytest.mark.parametrize("script", ["build.sh", "make_models.sh", "compare.sh", "same_weights.sh"])
+@pytest.mark.parametrize("script", ["build.sh", "make_models.sh", "compare.sh", "same_weights.sh",
+                                    "accuracy.sh"])
 def test_script_parses(script):
     subprocess.run(["bash", "-n", str(HERE / script)], check=True)
 
@@ -50,3 +54,112 @@ def test_summary_tables():
     assert "| 100m prefill tok/s, 128-token prompt | 1000.0 | 990.0 | 0.990 |" in twin
     assert not any("TTFT" in line for line in twin)
     assert lines[-1] == "(medians of 2 repetitions)"
+
+
+def dry_run(script, *args, **env):
+    """The commands a script would run (DRY_RUN=1: printed, one a line, nothing measured)."""
+    import os
+    full_env = {**os.environ, "DRY_RUN": "1", "ATTNRES_LLAMA_DIR": "/nonexistent/llama", **env}
+    proc = subprocess.run(["bash", str(HERE / script), *args], capture_output=True, text=True,
+                          env=full_env)
+    return proc
+
+
+def commands(proc, program):
+    import shlex
+    assert proc.returncode == 0, proc.stderr
+    return [shlex.split(line) for line in proc.stdout.splitlines()
+            if line.split(" ", 1)[0].endswith(program)]
+
+
+def flag(argv, name):
+    return argv[argv.index(name) + 1]
+
+
+def test_compare_served_runs_never_share_prompts(tmp_path):
+    # Every served run (2 reps x 2 shapes x 3 variants x 2 servers x 2 concurrencies) draws
+    # its own prompt set: 48 distinct seeds.
+    proc = dry_run("compare.sh", "2", str(tmp_path))
+    serve_runs = [c for c in commands(proc, "attnres") if c[1:3] == ["bench", "serve"]]
+    assert len(serve_runs) == 48
+    seeds = [flag(c, "--seed") for c in serve_runs]
+    assert len(set(seeds)) == len(seeds)
+    assert {flag(c, "--max-concurrency") for c in serve_runs} == {"1", "8"}
+
+
+def test_compare_pairs_each_quantization_with_llama_cpp_file(tmp_path):
+    proc = dry_run("compare.sh", "1", str(tmp_path), SHAPES="100m")
+    latency = [c for c in commands(proc, "attnres") if c[1:3] == ["bench", "latency"]]
+    quant = [flag(c, "--quantization") if "--quantization" in c else "bf16" for c in latency]
+    assert quant == ["bf16", "bf16", "int8", "int8", "int4", "int4"]
+    assert all(flag(c, "--threads") == "2" for c in latency)
+    benches = [flag(c, "-m").rsplit("/", 1)[1] for c in commands(proc, "llama-bench")]
+    assert benches == ["plain-100m.gguf"] * 2 + ["plain-100m-Q8_0.gguf"] * 2 + ["plain-100m-Q4_K_M.gguf"] * 2
+    servers = [line for line in proc.stdout.splitlines() if line.startswith(("serve:", "llama-server:"))]
+    assert servers[2].endswith("--threads 2 --quantization int8")
+    assert servers[3].endswith("plain-100m-Q8_0.gguf")
+    assert servers[5].endswith("plain-100m-Q4_K_M.gguf")
+
+
+@pytest.mark.parametrize("args,env", [(["0"], {}), (["x"], {}), (["1"], {"VARIANTS": "int3"})])
+def test_compare_refuses_bad_arguments(tmp_path, args, env):
+    proc = dry_run("compare.sh", *args, str(tmp_path), **env)
+    assert proc.returncode == 2
+    assert ("REPS" in proc.stderr) or ("int3" in proc.stderr)
+
+
+def test_accuracy_script_plan(tmp_path):
+    proc = dry_run("accuracy.sh", str(tmp_path), SHAPES="100m", PROMPTS="3", CTX="256", CHUNKS="4")
+    ppl = commands(proc, "llama-perplexity")
+    assert [flag(c, "-m").rsplit("/", 1)[1] for c in ppl] == [
+        "plain-100m.gguf", "plain-100m-Q8_0.gguf", "plain-100m-Q4_K_M.gguf"]
+    assert all(flag(c, "-c") == "256" and flag(c, "--chunks") == "4" for c in ppl)
+    assert "--kl-divergence" not in ppl[0] and all("--kl-divergence" in c for c in ppl[1:])
+    ours = [c for c in commands(proc, "attnres") if c[1] == "perplexity"]
+    # plain and the AttnRes twin: a bf16 base, then int8 and int4 against it.
+    assert len(ours) == 6
+    assert ["--save-logits" in c for c in ours] == [True, False, False] * 2
+    assert [flag(c, "--quantization") for c in ours if "--kl-base" in c] == ["int8", "int4"] * 2
+    assert all(flag(c, "--ctx") == "256" and flag(c, "--file") == "/usr/share/common-licenses/GPL-3"
+               for c in ours)
+    greedy = [c for c in commands(proc, "attnres") if c[1] == "generate"]
+    assert len(greedy) == 3 * 3  # each prompt: bf16, int8, int4
+    assert all(flag(c, "--temperature") == "0" for c in greedy)
+    assert len({flag(c, "--prompt") for c in greedy}) == 3
+
+
+def test_accuracy_llama_only(tmp_path):
+    proc = dry_run("accuracy.sh", str(tmp_path), SHAPES="100m 0.6b", OURS="no")
+    assert len(commands(proc, "llama-perplexity")) == 6
+    assert commands(proc, "attnres") == []
+
+
+def test_accuracy_refuses_unknown_variant(tmp_path):
+    proc = dry_run("accuracy.sh", str(tmp_path), VARIANTS="int3")
+    assert proc.returncode == 2 and "int3" in proc.stderr
+
+
+def load_prefix_hits():
+    spec = importlib.util.spec_from_file_location("prefix_hits", HERE / "prefix_hits.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_prefix_hit_rate_from_either_server():
+    p = load_prefix_hits()
+    # As our /metrics writes them: HELP / TYPE lines, a model_name label on each sample.
+    ours0 = ('# HELP attnres:prefix_cache_queries_total Prompt tokens {looked up}.\n'
+             '# TYPE attnres:prefix_cache_queries_total counter\n'
+             'attnres:prefix_cache_queries_total{model_name="m"} 1000\n'
+             'attnres:prefix_cache_hits_total{model_name="m"} 100\n')
+    ours1 = ('attnres:prefix_cache_queries_total{model_name="m"} 3000\n'
+             'attnres:prefix_cache_hits_total{model_name="m"} 600\n')
+    assert p.hit_percent(ours0, ours1) == pytest.approx(25.0)
+    # llama-server counts computed prompt tokens apart from the cached ones.
+    llama0 = "llamacpp:prompt_tokens_total 500\nllamacpp:prompt_tokens_cached_total 0\n"
+    llama1 = "llamacpp:prompt_tokens_total 1400\nllamacpp:prompt_tokens_cached_total 100\n"
+    assert p.hit_percent(llama0, llama1) == pytest.approx(10.0)
+    assert p.hit_percent(ours1, ours1) is None
+    with pytest.raises(SystemExit):
+        p.hit_percent("", "other_metric 1\n")
