@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/backend_capabilities.h"
 #include "engine/core/error.h"
 #include "engine/core/sample_row.h"
 #include "engine/core/tensor.h"
@@ -40,7 +41,7 @@ struct BatchMeta {
 };
 
 // One layer's paged KV cache: K and V are [num_blocks, block_size, num_kv_heads, head_dim],
-// F32 or BF16 (KvCache::allocate asks Backend::supports_kv_dtype first).
+// F32 or BF16 (KvCache::allocate asks capabilities().kv_cache_dtypes first).
 struct KvCacheLayer {
   Tensor k;
   Tensor v;
@@ -86,20 +87,28 @@ class Backend {
   virtual ~Backend() = default;
   virtual Device device() const = 0;
   virtual std::string name() const = 0;
-  // Whether store_kv / attention take a KV cache of this dtype. Every backend takes F32; the
-  // CPU and CUDA backends also BF16 (K/V rounded to nearest even when stored, widened in
-  // registers when read).
-  virtual bool supports_kv_dtype(DType dtype) const { return dtype == DType::F32; }
-  // Whether the depth ops (depth_phase1, the newer entries of depth_phase2_prenorm,
-  // depth_weights) read a bank of this dtype, and copy() converts f32 into it. Every backend
-  // takes F32; the CPU and CUDA backends also BF16 (rows widened in registers when read).
-  virtual bool supports_depth_bank_dtype(DType dtype) const { return dtype == DType::F32; }
-  // Whether linear (and the ops built on it) and embedding read weights stored in this dtype.
-  // Every backend reads F32, BF16 and F16; the block-quantized formats (quant_format.h) only
-  // where a backend says so here (the loader asks before it quantizes).
-  virtual bool supports_weight_dtype(DType dtype) const {
-    return dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16;
+  // What this backend can do (backend_capabilities.h): the same object its registration gives
+  // the registry. The default: f32 everywhere, the composed ops.
+  virtual const BackendCapabilities& capabilities() const {
+    static const BackendCapabilities defaults;
+    return defaults;
   }
+
+  // bf16 linear inputs, the one switch of --linear-input-dtype (the engine resolves the flag,
+  // "auto" included, and sets it on every backend it builds: BackendOptions). On: a linear
+  // with bf16 weights meets its input rows rounded to bf16 (round to nearest even, as
+  // f32_to_bf16), and linear_input_dtype may answer BF16. What that changes per backend: the
+  // CPU computes those dot products with vdpbf16ps and, over a bf16 KV cache, rounds the
+  // attention's q and softmax weights to bf16 too; CUDA, whose cuBLASLt GEMM (more than 8 rows)
+  // reads bf16 either way, has the producers write the rows in bf16 instead of linear
+  // converting them: the same bits. Off by default (f32 inputs). Throws where
+  // capabilities().bf16_linear_inputs is false.
+  void set_bf16_linear_inputs(bool on) {
+    ATTNRES_CHECK(!on || capabilities().bf16_linear_inputs,
+                  name() + " does not take bf16 linear inputs");
+    bf16_linear_inputs_ = on;
+  }
+  bool bf16_linear_inputs() const { return bf16_linear_inputs_; }
 
   // The dtype the forward allocates a linear's input rows in (the normed rows, the attention
   // and SwiGLU outputs, the LM head's rows), for `rows` rows read by weights of `weight_dtype`.
@@ -107,7 +116,7 @@ class Backend {
   // backend whose GEMM reads bf16 activations anyway (CUDA above 8 rows with bf16 weights;
   // the CPU with bf16 linear inputs and bf16 weights) has the producers write them rounded to
   // nearest even (as f32_to_bf16) and skips its own conversion, so its GEMMs see the same
-  // bits. Where it answers BF16 for a tensor, these ops
+  // bits; only with bf16_linear_inputs() on. Where it answers BF16 for a tensor, these ops
   // take that tensor (or a view of it) in BF16: out of rms_norm, depth_phase2_prenorm (then
   // not aliasing the partial), attention and swiglu, and so of linear_swiglu and
   // prenorm_linear_swiglu (the SwiGLU output); x and out of gather_rows; x of linear,
@@ -132,7 +141,7 @@ class Backend {
   // Copy a device tensor into host memory of nbytes() bytes.
   virtual void download(const Tensor& src, void* host_dst) = 0;
   // Same shape; the same dtype, or F32 into BF16 (rounded to nearest even, as f32_to_bf16)
-  // where supports_depth_bank_dtype(BF16): how an entry enters a bf16 depth bank.
+  // where capabilities().depth_bank_dtypes has BF16: how an entry enters a bf16 depth bank.
   virtual void copy(const Tensor& src, Tensor& dst) = 0;
   virtual void fill_zero(Tensor& dst) = 0;
   // Waits for queued work (a no-op on the CPU).
@@ -142,8 +151,8 @@ class Backend {
   // here once instead of in every op. The CPU reads the host vectors directly.
   virtual void prepare_batch(const BatchMeta& batch) { (void)batch; }
 
-  // --- step graphs (optional: backends whose per-op launch cost is worth removing) ---
-  virtual bool supports_step_graphs() const { return false; }
+  // --- step graphs (optional: backends whose per-op launch cost is worth removing;
+  // capabilities().step_graphs) ---
   // Records what `record` queues on this backend (nothing runs: replay it to run it). Warm up
   // first: run the same step once eagerly so every buffer it allocates is cached. Throws
   // where unsupported, or when `record` does something a graph cannot replay.
@@ -163,11 +172,6 @@ class Backend {
   // out = x W^T (+ bias). x [R, in] f32 (or linear_input_dtype's); w [out, in] any dtype; bias
   // [out] (any float dtype) or null. out [R, out] f32, not aliasing x.
   virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) = 0;
-
-  // Whether linear_residual saves work over linear + add_inplace (a fused launch). The forward
-  // calls it only then: the default below needs a scratch the forward would allocate per
-  // sublayer (the CPU keeps its separate ops, and so its one kept output buffer).
-  virtual bool fuses_linear_residual() const { return false; }
 
   // A sublayer's last linear with the residual add as its epilogue:
   //   out = (x W^T (+ bias)) + residual
@@ -253,7 +257,7 @@ class Backend {
   // A residual add that also pushes a depth-bank entry: x += y, then entry = the new x
   // (PushedRow::Sum: the cumulative modes' partial) or y (PushedRow::Addend: the delta modes'
   // sublayer output), converted as copy() converts (entry F32, or BF16 where
-  // supports_depth_bank_dtype says so). The default is exactly add_inplace then copy; a
+  // capabilities().depth_bank_dtypes has BF16). The default is exactly add_inplace then copy; a
   // backend may do both in one pass, reading y once instead of reading a row back to copy it.
   enum class PushedRow { Sum, Addend };
   virtual void add_inplace_push(Tensor& x, const Tensor& y, Tensor& entry, PushedRow pushed) {
@@ -275,12 +279,11 @@ class Backend {
   // same work and may return before the ids exist; they are in `out` once wait_sampled()
   // returns. `logits` and `out` must stay alive until then; `batch` is read before it returns.
   // One at a time: wait_sampled() before the next sample or sample_async. The defaults run
-  // sample() at once (samples_asynchronously() false: nothing to overlap).
+  // sample() at once (capabilities().samples_asynchronously false: nothing to overlap).
   virtual void sample_async(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) {
     sample(logits, batch, out);
   }
   virtual void wait_sampled() {}
-  virtual bool samples_asynchronously() const { return false; }
 
   // --- depth attention (docs/ATTNRES.md §3, §2d) ---
   // Phase 1, once per block, for the S sublayers that read the same bank:
@@ -288,11 +291,11 @@ class Backend {
   //   m[l, t] = max_j logit;  s[l, t] = sum_j exp(logit - m);  o[l, t] = sum_j exp(logit - m)
   //   bank[j, t]
   // queries [S, d] f32 (projection already multiplied by the norm gain); bank [>= n, T, d]
-  // with its first n entries live (n >= 1), F32 or a dtype of supports_depth_bank_dtype (every
-  // bank read below, here and in the other depth ops, sees the stored value widened exactly);
-  // m, s [S, T]; o [S, T, d].
-  // source_gate_logits [T, d] (pre_gated, docs/ATTNRES.md §2d), when given: every source is first
-  // replaced by sigmoid(source_gate_logits[t]) * bank[j, t] (logit, rms and o all see it).
+  // with its first n entries live (n >= 1), F32 or a dtype of capabilities().depth_bank_dtypes
+  // (every bank read below, here and in the other depth ops, sees the stored value widened
+  // exactly); m, s [S, T]; o [S, T, d]. source_gate_logits [T, d] (pre_gated, docs/ATTNRES.md §2d),
+  // when given: every source is first replaced by sigmoid(source_gate_logits[t]) * bank[j, t]
+  // (logit, rms and o all see it).
   virtual void depth_phase1(const Tensor& queries, const Tensor& bank, int n, float eps, Tensor& m,
                             Tensor& s, Tensor& o, const Tensor* source_gate_logits = nullptr) = 0;
 
@@ -311,16 +314,12 @@ class Backend {
   //   out = rms_norm(h, prenorm_gain, eps)
   // m, s [T] and o [T, d] are one sublayer's rows of the Phase-1 outputs; when m and newer are
   // both null there is no mix and h = p. m, s and o all null with newer given (where
-  // mixes_without_phase1()): there is no Phase-1 state, every bank source is a newer entry (the
-  // terms of m, s and o drop out above). p (the partial) [T, d]; query [d] f32, the step's (the
-  // newer entries' and the partial's). newer [k, T, d] (the bank's dtype) with 1 <= k <=
-  // kMaxNewerSources, or null. The bias applies to the partial's logit only (bank logits never
+  // capabilities().mixes_without_phase1): there is no Phase-1 state, every bank source is a newer
+  // entry (the terms of m, s and o drop out above). p (the partial) [T, d]; query [d] f32, the
+  // step's (the newer entries' and the partial's). newer [k, T, d] (the bank's dtype) with 1 <= k
+  // <= kMaxNewerSources, or null. The bias applies to the partial's logit only (bank logits never
   // carry one). out may alias p.
   static constexpr int kMaxNewerSources = 8;
-  // Whether depth_phase2_prenorm takes a mix without a Phase-1 state (above). The forward then
-  // skips Phase 1 for a group whose shared prefix is one entry: Phase 1 would write one o row
-  // per query, each that entry again, for Phase 2 to read back.
-  virtual bool mixes_without_phase1() const { return false; }
   enum class DepthGate { None, Scalar, Vector };
   struct DepthMixArgs {
     const Tensor* m = nullptr;
@@ -436,6 +435,9 @@ class Backend {
     ATTNRES_CHECK(apart(x, out) && apart(x, residual),
                   "linear_residual: x must not overlap out or the residual");
   }
+
+ private:
+  bool bf16_linear_inputs_ = false;
 };
 
 }  // namespace attnres

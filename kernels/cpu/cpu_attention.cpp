@@ -498,7 +498,7 @@ void CpuBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Bat
 
   if (cache.k.dtype == DType::BF16) {
 #if defined(__AVX512BF16__)
-    if (bf16_linear_inputs_) {  // bf16 q and weights (cpu_attention_bf16.h)
+    if (bf16_linear_inputs()) {  // bf16 q and weights (cpu_attention_bf16.h)
       attend<DType::BF16, true>(q, cache, batch, seq_of, max_ctx, hd, hq, group, scale, *pool_,
                                 threads_, out);
       return;

@@ -24,6 +24,13 @@
 
 namespace attnres {
 
+// The CPU backend's capabilities, the one object its instances and its registration share:
+// a KV cache and a depth bank of F32 or BF16 (store_kv and copy round to nearest even, the ops
+// widen in registers); Phase 2 mixes without a Phase-1 state; bf16 linear inputs where the
+// build has AVX512_BF16, preferred where this core's vdpbf16ps does at least 1.5x the
+// multiply-adds per second of its f32 FMAs (bf16_dot_rate.h: measured once, on first use).
+const BackendCapabilities& cpu_backend_capabilities();
+
 class CpuBackend : public Backend {
  public:
   // num_threads <= 0: cpu::default_thread_count() (OMP_NUM_THREADS, else the CPUs this
@@ -35,32 +42,18 @@ class CpuBackend : public Backend {
 
   Device device() const override { return Device::CPU; }
   std::string name() const override;
-  // F32 and BF16 (store_kv rounds to nearest even; attention widens in registers).
-  static bool kv_dtype_supported(DType dtype) {
-    return dtype == DType::F32 || dtype == DType::BF16;
-  }
-  bool supports_kv_dtype(DType dtype) const override { return kv_dtype_supported(dtype); }
-  // F32 and BF16 (copy rounds an entry to nearest even; the depth ops widen in registers).
-  static bool depth_bank_dtype_supported(DType dtype) {
-    return dtype == DType::F32 || dtype == DType::BF16;
-  }
-  bool mixes_without_phase1() const override { return true; }
-  bool supports_depth_bank_dtype(DType dtype) const override {
-    return depth_bank_dtype_supported(dtype);
-  }
+  // cpu_backend_capabilities(), above.
+  const BackendCapabilities& capabilities() const override { return cpu_backend_capabilities(); }
   int num_threads() const { return threads_; }
-  // bf16 linear inputs: with bf16 weights, linear rounds x to bf16 and computes its dot
-  // products with vdpbf16ps (cpu_linear_dot.h: Bf16Dot), in the GEMV and the GEMM alike, so
-  // batch invariance holds in either setting; over a bf16 KV cache, attention then rounds q
-  // and its softmax weights to bf16 as well (cpu_attention_bf16.h). Off by default (f32
-  // inputs, exact); the engine turns it on for --linear-input-dtype bfloat16 (or auto, where
-  // it is faster). Throws where the build has no AVX512_BF16 (bf16_linear_inputs_supported()).
-  void set_bf16_linear_inputs(bool on);
-  bool bf16_linear_inputs() const { return bf16_linear_inputs_; }
+  // bf16 linear inputs (Backend::set_bf16_linear_inputs): with bf16 weights, linear rounds x
+  // to bf16 and computes its dot products with vdpbf16ps (cpu_linear_dot.h: Bf16Dot), in the
+  // GEMV and the GEMM alike, so batch invariance holds in either setting; over a bf16 KV
+  // cache, attention then rounds q and its softmax weights to bf16 as well
+  // (cpu_attention_bf16.h). Supported where the build has AVX512_BF16.
   static bool bf16_linear_inputs_supported();
   // Whether bf16 linear inputs are the faster choice here: supported, and this core's
   // vdpbf16ps does at least 1.5x the multiply-adds per second of its f32 FMAs
-  // (bf16_dot_rate.h: 2x on Zen 4, 0.5x on the Xeon VM of earlier sessions).
+  // (bf16_dot_rate.h: 2x on Zen 4, 0.5x on a core that issues one every two cycles).
   static bool bf16_linear_inputs_faster();
   // BF16 with bf16 linear inputs and bf16 weights: the producers of a linear's input rows
   // (rms_norm, depth_phase2_prenorm, attention, swiglu) then write them rounded, as CUDA's
@@ -122,7 +115,6 @@ class CpuBackend : public Backend {
 
   std::unique_ptr<cpu::WorkerPool> pool_;
   int threads_;  // pool_->size()
-  bool bf16_linear_inputs_ = false;
   RopeTable rope_table_;
 };
 

@@ -495,7 +495,7 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Te
                                                   op.n_dim, *pool_);
     case DType::BF16:
 #if defined(__AVX512BF16__)
-      if (bf16_linear_inputs_) {
+      if (bf16_linear_inputs()) {
         const uint16_t* xb = round_inputs(xp, op.r_dim, op.k_dim, *pool_);
         return linear_rows<cpu::Bf16Dot>(xb, op.r_dim, op.k_dim, w.data, op.bias, o, op.n_dim,
                                          *pool_);
@@ -512,7 +512,7 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Te
 }
 
 bool CpuBackend::rounds_linear_inputs(std::span<const LinearTarget> targets) const {
-  if (!bf16_linear_inputs_ || targets.empty()) return false;
+  if (!bf16_linear_inputs() || targets.empty()) return false;
   for (const LinearTarget& t : targets) {
     if (t.w->dtype != DType::BF16) return false;
   }

@@ -5,9 +5,9 @@
 // PUBLIC on the target).
 //
 // Contract (same as the CPU backend, which is the reference):
-// - f32 activations on the device; weights F32 / BF16 / F16 read as stored. bf16 activations
-//   are a later optimisation. The KV cache is F32 or BF16 (supports_kv_dtype); the depth
-//   bank F32.
+// - f32 activations on the device (a linear's input rows bf16 where linear_input_dtype says
+//   so); weights F32 / BF16 / F16 read as stored. The KV cache is F32 or BF16, the depth
+//   bank too (cuda_backend_capabilities).
 // - One CUDA stream per backend; every op is queued on it; synchronize() waits for it and
 //   download() copies to the host and waits. Any thread may drive the backend (one at a
 //   time): each call first makes the backend's device current on the calling thread.
@@ -56,6 +56,14 @@ bool cuda_device_available();
 // the device cannot be queried.
 size_t cuda_free_memory_bytes(int device);
 
+// The CUDA backend's capabilities, the one object its instances and its registration share
+// (so --kv-cache-dtype and --depth-bank-dtype auto pick bf16 for a bf16 checkpoint): a KV cache
+// and a depth bank of F32 or BF16 (store_kv and copy round to nearest even, as the CPU does; the
+// kernels widen in registers); bf16 linear inputs, preferred (above 8 rows the cuBLASLt GEMM
+// reads bf16 either way: the producers write it instead of linear converting, the same bits);
+// CUDA graphs; linear_residual fused (<= 8 rows); sampling asynchronous.
+const BackendCapabilities& cuda_backend_capabilities();
+
 class CudaGraph;
 
 class CudaBackend : public Backend {
@@ -69,29 +77,14 @@ class CudaBackend : public Backend {
 
   Device device() const override { return Device::CUDA; }
   std::string name() const override;
-  // The KV cache may be F32 or BF16 (store_kv rounds to nearest even, as the CPU does;
-  // attention widens in registers). The registration's BackendTraits pass the same function.
-  static bool kv_dtype_supported(DType dtype) {
-    return dtype == DType::F32 || dtype == DType::BF16;
-  }
-  bool supports_kv_dtype(DType dtype) const override { return kv_dtype_supported(dtype); }
-  // F32 and BF16 (copy rounds an entry to nearest even, as f32_to_bf16; the depth kernels
-  // widen bank rows in registers). The registration passes the static one as its trait.
-  static bool depth_bank_dtype_supported(DType dtype) {
-    return dtype == DType::F32 || dtype == DType::BF16;
-  }
-  bool supports_depth_bank_dtype(DType dtype) const override {
-    return depth_bank_dtype_supported(dtype);
-  }
+  // cuda_backend_capabilities(), above.
+  const BackendCapabilities& capabilities() const override { return cuda_backend_capabilities(); }
 
-  // BF16 for more than 8 rows (the cuBLASLt path) read by bf16 weights, unless switched off:
-  // the producers then write the GEMM's bf16 input themselves, the bits linear's conversion
-  // gave (kernels/cuda/NOTES.md, "bf16 activations into the prefill GEMMs"). F32 otherwise.
+  // With bf16 linear inputs on (Backend::set_bf16_linear_inputs), BF16 for more than 8 rows
+  // (the cuBLASLt path) read by bf16 weights: the producers then write the GEMM's bf16 input
+  // themselves, the bits linear's conversion gives with them off (kernels/cuda/NOTES.md, "bf16
+  // activations into the prefill GEMMs"). F32 otherwise.
   DType linear_input_dtype(int64_t rows, DType weight_dtype) const override;
-  // On by default unless ATTNRES_CUDA_BF16_ACT=0 (or off / false) when the backend is built;
-  // applies to forwards from now on. Results are the same bits either way.
-  void set_bf16_activations(bool on);
-  bool bf16_activations() const;
 
   Tensor alloc(const Shape& shape, DType dtype) override;
   Tensor upload(const Tensor& host) override;
@@ -110,7 +103,6 @@ class CudaBackend : public Backend {
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
   // Decode-sized (<= 8 rows): the residual add in the GEMV's epilogue, the bits of linear then
   // add_inplace; more rows take the Backend's default (cuBLAS, then the add).
-  bool fuses_linear_residual() const override { return true; }
   void linear_residual(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& residual,
                        Tensor& out) override;
   // Decode-sized (<= 8 rows): one GEMV launch for every target, and gate / up with SwiGLU as
@@ -160,7 +152,6 @@ class CudaBackend : public Backend {
   // followed by an event; wait_sampled() waits for that event and copies them into `out`.
   void sample_async(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) override;
   void wait_sampled() override;
-  bool samples_asynchronously() const override { return true; }
 
   // Captures the work `record` queues on this backend's stream into a CUDA graph (see
   // CudaGraph). Warm up first: run the same step eagerly once, so that the caching allocator
@@ -171,7 +162,6 @@ class CudaBackend : public Backend {
   // Throws what `record` threw, or attnres::Error; the backend stays usable either way.
   std::unique_ptr<CudaGraph> capture_graph(const std::function<void()>& record);
   // The Backend's step graphs (engine/sched/decode_graphs.h) are these CUDA graphs.
-  bool supports_step_graphs() const override { return true; }
   std::unique_ptr<StepGraph> capture_step_graph(const std::function<void()>& record) override;
 
   // Programmatic dependent launch (kernels/cuda/cuda_launch.h): each kernel may be scheduled

@@ -30,8 +30,6 @@ struct CudaBackend::Impl {
   // PDL on / off and the launch counts (cuda_launch.h); current on the thread during an op.
   std::shared_ptr<cuda::LaunchContext> launch = std::make_shared<cuda::LaunchContext>();
   bool programmatic_launch_supported = false;  // compute capability 9.0+
-  // linear_input_dtype answers BF16 where it may (set_bf16_activations, ATTNRES_CUDA_BF16_ACT).
-  bool bf16_activations = true;
 
   // --- the prepared batch (prepare_batch) ---
   // One pinned staging buffer packs every metadata array; one cudaMemcpyAsync moves it to

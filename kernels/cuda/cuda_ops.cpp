@@ -62,10 +62,10 @@ void check_float_vector(const Tensor& t, int64_t n, const char* what) {
 }
 
 // A CUDA depth bank (or a view of its entries) whose last dimension is d, of a dtype the depth
-// kernels read (CudaBackend::depth_bank_dtype_supported: F32, BF16).
+// kernels read (cuda_backend_capabilities().depth_bank_dtypes: F32, BF16).
 void check_bank(const Tensor& t, int64_t d, const char* what) {
   check_cuda(t, what);
-  ATTNRES_CHECK(CudaBackend::depth_bank_dtype_supported(t.dtype),
+  ATTNRES_CHECK(cuda_backend_capabilities().depth_bank_dtypes.contains(t.dtype),
                 std::string(what) + " is " + std::string(dtype_name(t.dtype)) +
                     ": the CUDA depth ops read an F32 or BF16 bank");
   ATTNRES_CHECK(t.rank() >= 1 && t.dim(-1) == d, std::string(what) + " " + shape_str(t.shape) +
@@ -435,7 +435,8 @@ namespace {
 void check_cache(const KvCacheLayer& cache) {
   ATTNRES_CHECK(cache.k.rank() == 4 && cache.k.shape == cache.v.shape,
                 "kv cache k " + shape_str(cache.k.shape) + " v " + shape_str(cache.v.shape));
-  ATTNRES_CHECK(cache.k.dtype == cache.v.dtype && CudaBackend::kv_dtype_supported(cache.k.dtype),
+  ATTNRES_CHECK(cache.k.dtype == cache.v.dtype &&
+                    cuda_backend_capabilities().kv_cache_dtypes.contains(cache.k.dtype),
                 "the CUDA kv cache must be F32 or BF16 (k " +
                     std::string(dtype_name(cache.k.dtype)) + ", v " +
                     std::string(dtype_name(cache.v.dtype)) + ")");

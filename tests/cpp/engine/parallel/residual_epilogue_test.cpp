@@ -29,9 +29,12 @@ using test::run_prefill_then_decode;
 // linear_residual (CPU weights are the host tensors themselves: identified by pointer).
 class EpilogueRecordingBackend : public CpuBackend {
  public:
-  // fuses: what fuses_linear_residual says (true: as CUDA's; the CpuBackend's is false).
-  explicit EpilogueRecordingBackend(bool fuses = true) : CpuBackend(1), fuses_(fuses) {}
-  bool fuses_linear_residual() const override { return fuses_; }
+  // fuses: what capabilities().fuses_linear_residual says (true: as CUDA's; the CpuBackend's is
+  // false).
+  explicit EpilogueRecordingBackend(bool fuses = true) : CpuBackend(1) {
+    capabilities_.fuses_linear_residual = fuses;
+  }
+  const BackendCapabilities& capabilities() const override { return capabilities_; }
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override {
     ++plain[w.data];
     CpuBackend::linear(x, w, bias, out);
@@ -50,7 +53,7 @@ class EpilogueRecordingBackend : public CpuBackend {
   std::atomic<int> fused_total{0};
 
  private:
-  bool fuses_;
+  BackendCapabilities capabilities_ = cpu_backend_capabilities();
 };
 
 struct Mode {
@@ -144,7 +147,7 @@ TEST_P(ResidualEpilogue, FusedExactlyWhereTheOutputOnlyEntersThePartial) {
 // A backend whose linear_residual fuses nothing (the CPU's) keeps the separate ops: the
 // default would need a scratch per sublayer.
 TEST(ResidualEpilogueUnfusedBackend, KeepsLinearThenAdd) {
-  EXPECT_FALSE(CpuBackend(1).fuses_linear_residual());
+  EXPECT_FALSE(CpuBackend(1).capabilities().fuses_linear_residual);
   const ModelConfig config = test::tp_test_config("block");
   const ModelWeights weights = make_random_weights(config, {DType::F32, 23, false});
   const int block_size = 16, n = 12, prefill = 9;

@@ -70,8 +70,8 @@ TEST(CpuDepthBankBf16, CopyRoundsF32IntoBf16AndRefusesOtherConversions) {
   EXPECT_THROW(be->copy(dst, back), std::logic_error);  // bf16 -> f32 is not a bank write
   Tensor half = be->alloc({n}, DType::F16);
   EXPECT_THROW(be->copy(src, half), std::logic_error);
-  EXPECT_TRUE(be->supports_depth_bank_dtype(DType::BF16));
-  EXPECT_FALSE(be->supports_depth_bank_dtype(DType::F16));
+  EXPECT_TRUE(be->capabilities().depth_bank_dtypes.contains(DType::BF16));
+  EXPECT_FALSE(be->capabilities().depth_bank_dtypes.contains(DType::F16));
 }
 
 // add_inplace_push (the residual add that also writes the pushed bank entry) in one pass
