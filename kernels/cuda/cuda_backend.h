@@ -23,8 +23,11 @@
 //   the same bits), not batch-invariant: a row's result depends on whether its step had
 //   <= 8 rows, and cuBLAS picks kernels by shape. As vLLM by default; the CPU is both.
 //
-// Files: cuda_backend.cpp (memory, batch metadata, factory), cuda_ops.cpp (op validation
-// and dispatch, linear through cuBLAS), cuda_allocator.cpp (caching allocator and CUDA graph
+// Files: cuda_backend.cpp (memory, batch metadata, factory), the op bodies (validation and
+// dispatch) beside their kernels: cuda_linear_ops.cpp (linear through the GEMV or cuBLAS),
+// cuda_prenorm_ops.cpp, cuda_norm_rope_ops.cpp, cuda_attention_ops.cpp, cuda_depth_ops.cpp,
+// cuda_elementwise_ops.cpp, cuda_sampling_ops.cpp (their shared checks: cuda_op_checks.h);
+// cuda_allocator.cpp (caching allocator and CUDA graph
 // memory pools), cuda_graph.cpp (capture_graph, CudaGraph), cuda_launch.cpp (programmatic
 // dependent launch switch, launch counts; the launch itself: cuda_common.cuh), and the
 // kernels: cuda_elementwise.cu, cuda_gemv.cu, cuda_norm_rope.cu, cuda_attention.cu,
@@ -143,7 +146,7 @@ class CudaBackend : public Backend {
   void depth_weights(const Tensor& query, const Tensor& bank, int n, const Tensor& partial,
                      float bias, float eps, Tensor& out,
                      const DepthSourceSwitches& sources = {}) override;
-  // cuda_sampling.cu, launched from cuda_sampling_op.cpp; not inside a graph capture.
+  // cuda_sampling.cu, launched from cuda_sampling_ops.cpp; not inside a graph capture.
   void sample(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) override;
   // The same with ctas_per_row CTAs per row (1, 2, 4 or 8; 0: cuda::plan_sample_ctas_per_row
   // picks, as the override does), so tests can compare the splits.
