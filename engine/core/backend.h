@@ -1,7 +1,6 @@
 // The op interface the transformer forward is written against. A backend owns device
 // memory and implements each op for its device; the forward never branches on the device.
-// kernels/cpu implements it today (the reference for every other backend); kernels/cuda
-// will implement the same signatures.
+// kernels/cpu (the reference for every other backend) and kernels/cuda implement it.
 //
 // Conventions for every op:
 // - Activations are f32 (a linear's input rows may be bf16 where linear_input_dtype says so),
@@ -9,7 +8,14 @@
 //   (all sequences of the batch concatenated), d the hidden size.
 // - Weights may be F32, BF16 or F16 and are read as stored (never widened in memory).
 // - Outputs are preallocated by the caller with the right shape; ops never allocate them.
-// - Shapes and dtypes are validated by the op (ATTNRES_CHECK): a mismatch is a bug.
+// - Each op is a public non-virtual function that checks its operands once, for every
+//   backend (backend.cpp: shapes and dtypes against each other and the batch, which tensors
+//   may alias which; ATTNRES_CHECK, a mismatch is a bug), then calls its body: the protected
+//   virtual `<op>_impl` (linear -> linear_impl), which a backend overrides. A body checks only
+//   what is its device's own (that the tensors live on its device, the dtypes and sizes its
+//   kernels take). The fused ops' bodies default to the composition their comments give.
+// - What a backend can do (cache and bank dtypes, fusions, graphs) is its capabilities():
+//   one BackendCapabilities per backend, the registry's too (backend_capabilities.h).
 #pragma once
 
 #include <cstdint>
@@ -163,15 +169,15 @@ class Backend {
 
   // --- ops ---
   // out[t] = table[ids[t]] widened to f32. table [V, d]; out [T, d].
-  virtual void embedding(const Tensor& table, const BatchMeta& batch, Tensor& out) = 0;
+  void embedding(const Tensor& table, const BatchMeta& batch, Tensor& out);
 
   // out = x / sqrt(mean(x^2) + eps) * gain, per row. Accumulate in f32 or wider. x, out [R, n];
   // gain [n] (any dtype). x and out may alias.
-  virtual void rms_norm(const Tensor& x, const Tensor& gain, float eps, Tensor& out) = 0;
+  void rms_norm(const Tensor& x, const Tensor& gain, float eps, Tensor& out);
 
   // out = x W^T (+ bias). x [R, in] f32 (or linear_input_dtype's); w [out, in] any dtype; bias
   // [out] (any float dtype) or null. out [R, out] f32, not aliasing x.
-  virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) = 0;
+  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out);
 
   // A sublayer's last linear with the residual add as its epilogue:
   //   out = (x W^T (+ bias)) + residual
@@ -180,18 +186,8 @@ class Backend {
   // residual + y and y + residual are the same bits). residual, out [R, out] f32; out may be
   // residual itself (the partial sum updated in place) or not overlap it at all; neither may
   // alias x. A device backend fuses the add into the linear's launch (CUDA: <= 8 rows).
-  virtual void linear_residual(const Tensor& x, const Tensor& w, const Tensor* bias,
-                               const Tensor& residual, Tensor& out) {
-    check_residual_operands(x, residual, out);
-    if (out.data == residual.data) {
-      Tensor y = alloc(out.shape, DType::F32);
-      linear(x, w, bias, y);
-      add_inplace(out, y);
-    } else {
-      linear(x, w, bias, out);
-      add_inplace(out, residual);
-    }
-  }
+  void linear_residual(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& residual,
+                       Tensor& out);
 
   // Several linears of one input: outs[i] = x W_i^T (+ b_i), exactly as one linear() per
   // target (the default). A device backend runs them as one launch (a layer's q, k and v
@@ -201,58 +197,45 @@ class Backend {
     const Tensor* bias = nullptr;
     Tensor* out = nullptr;
   };
-  virtual void linear_many(const Tensor& x, std::span<const LinearTarget> targets) {
-    for (const LinearTarget& t : targets) linear(x, *t.w, t.bias, *t.out);
-  }
+  void linear_many(const Tensor& x, std::span<const LinearTarget> targets);
 
   // The MLP's input half: out = silu(x Wg^T (+ bg)) * (x Wu^T (+ bu)), exactly as the two
   // linears into gate and up followed by swiglu (the default; gate and up [R, n] are its
   // scratch). A device backend may skip the scratch and fuse it into one launch.
-  virtual void linear_swiglu(const Tensor& x, const Tensor& w_gate, const Tensor* b_gate,
-                             const Tensor& w_up, const Tensor* b_up, Tensor& gate, Tensor& up,
-                             Tensor& out) {
-    linear(x, w_gate, b_gate, gate);
-    linear(x, w_up, b_up, up);
-    swiglu(gate, up, out);
-  }
+  void linear_swiglu(const Tensor& x, const Tensor& w_gate, const Tensor* b_gate,
+                     const Tensor& w_up, const Tensor* b_up, Tensor& gate, Tensor& up, Tensor& out);
 
   // In place on q [T, Hq * hd] and k [T, Hkv * hd]: optional per-head RMSNorm (Qwen3's
   // q_norm / k_norm, gains [hd], null to skip), then rotary embedding in the rotate-half
   // (NeoX / HF Llama) layout at batch.positions with inverse frequencies inv_freq [hd / 2]
   // (f32). The angle position * inv_freq is formed in at least f32 (the CPU uses double, so
   // long contexts stay accurate).
-  virtual void qk_norm_rope(Tensor& q, Tensor& k, int head_dim, const Tensor* q_gain,
-                            const Tensor* k_gain, float eps, const Tensor& inv_freq,
-                            const BatchMeta& batch) = 0;
+  void qk_norm_rope(Tensor& q, Tensor& k, int head_dim, const Tensor* q_gain, const Tensor* k_gain,
+                    float eps, const Tensor& inv_freq, const BatchMeta& batch);
 
   // Write this step's k, v [T, Hkv * hd] (f32) into the cache at batch.slot_mapping, converted
   // to the cache's dtype (bf16: round to nearest even). Every slot must lie inside the cache
   // (there is no padding slot).
-  virtual void store_kv(const Tensor& k, const Tensor& v, const BatchMeta& batch,
-                        KvCacheLayer& cache) = 0;
+  void store_kv(const Tensor& k, const Tensor& v, const BatchMeta& batch, KvCacheLayer& cache);
 
   // qk_norm_rope, then store_kv of the roped k and v: exactly those two calls (the default).
   // A device backend does both in one launch (q and k still hold their roped values after it,
   // as after the two calls; the attention reads q and the cache).
-  virtual void qk_norm_rope_store(Tensor& q, Tensor& k, const Tensor& v, int head_dim,
-                                  const Tensor* q_gain, const Tensor* k_gain, float eps,
-                                  const Tensor& inv_freq, const BatchMeta& batch,
-                                  KvCacheLayer& cache) {
-    qk_norm_rope(q, k, head_dim, q_gain, k_gain, eps, inv_freq, batch);
-    store_kv(k, v, batch, cache);
-  }
+  void qk_norm_rope_store(Tensor& q, Tensor& k, const Tensor& v, int head_dim, const Tensor* q_gain,
+                          const Tensor* k_gain, float eps, const Tensor& inv_freq,
+                          const BatchMeta& batch, KvCacheLayer& cache);
 
   // Causal GQA attention of q [T, Hq * hd] over each sequence's cached keys/values
   // (positions 0..positions[t] inclusive, read through block_tables), scaled by `scale`.
   // out [T, Hq * hd].
-  virtual void attention(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
-                         int head_dim, float scale, Tensor& out) = 0;
+  void attention(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch, int head_dim,
+                 float scale, Tensor& out);
 
   // out = silu(gate) * up. gate, up, out [R, n].
-  virtual void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
+  void swiglu(const Tensor& gate, const Tensor& up, Tensor& out);
 
   // x += y, same shape.
-  virtual void add_inplace(Tensor& x, const Tensor& y) = 0;
+  void add_inplace(Tensor& x, const Tensor& y);
 
   // A residual add that also pushes a depth-bank entry: x += y, then entry = the new x
   // (PushedRow::Sum: the cumulative modes' partial) or y (PushedRow::Addend: the delta modes'
@@ -260,13 +243,10 @@ class Backend {
   // capabilities().depth_bank_dtypes has BF16). The default is exactly add_inplace then copy; a
   // backend may do both in one pass, reading y once instead of reading a row back to copy it.
   enum class PushedRow { Sum, Addend };
-  virtual void add_inplace_push(Tensor& x, const Tensor& y, Tensor& entry, PushedRow pushed) {
-    add_inplace(x, y);
-    copy(pushed == PushedRow::Sum ? x : y, entry);
-  }
+  void add_inplace_push(Tensor& x, const Tensor& y, Tensor& entry, PushedRow pushed);
 
   // out[i] = x[rows[i]]. x [R, n]; out [rows.size(), n]; out must not alias x.
-  virtual void gather_rows(const Tensor& x, std::span<const int32_t> rows, Tensor& out) = 0;
+  void gather_rows(const Tensor& x, std::span<const int32_t> rows, Tensor& out);
 
   // --- sampling (docs/ENGINE_CONTRACT.md, "Where sampling happens") ---
   // Samples rows [0, batch.rows.size()) of logits [>= rows, vocab] (f32) into out[i]: a token
@@ -274,15 +254,13 @@ class Backend {
   // and parameters on the CPU; within f32 rounding of its CDF on a device (kernels/cuda/
   // NOTES.md, "Sampling"). The sampled rows of logits are scratch: overwritten. Every id in
   // batch.token_ids must lie in [0, vocab) (a violation throws: it is a bug of the caller).
-  virtual void sample(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) = 0;
+  void sample(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out);
   // The asynchronous form (async scheduling, docs/ENGINE_CONTRACT.md): sample_async queues the
   // same work and may return before the ids exist; they are in `out` once wait_sampled()
   // returns. `logits` and `out` must stay alive until then; `batch` is read before it returns.
   // One at a time: wait_sampled() before the next sample or sample_async. The defaults run
   // sample() at once (capabilities().samples_asynchronously false: nothing to overlap).
-  virtual void sample_async(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) {
-    sample(logits, batch, out);
-  }
+  void sample_async(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out);
   virtual void wait_sampled() {}
 
   // --- depth attention (docs/ATTNRES.md §3, §2d) ---
@@ -296,8 +274,8 @@ class Backend {
   // exactly); m, s [S, T]; o [S, T, d]. source_gate_logits [T, d] (pre_gated, docs/ATTNRES.md §2d),
   // when given: every source is first replaced by sigmoid(source_gate_logits[t]) * bank[j, t]
   // (logit, rms and o all see it).
-  virtual void depth_phase1(const Tensor& queries, const Tensor& bank, int n, float eps, Tensor& m,
-                            Tensor& s, Tensor& o, const Tensor* source_gate_logits = nullptr) = 0;
+  void depth_phase1(const Tensor& queries, const Tensor& bank, int n, float eps, Tensor& m,
+                    Tensor& s, Tensor& o, const Tensor* source_gate_logits = nullptr);
 
   // Phase 2 fused with the sublayer's PreNorm. For each token, over the extra sources the
   // bank's Phase-1 state (m, s, o) does not hold:
@@ -338,20 +316,17 @@ class Backend {
     float gate_blend = 0.0f;
     const Tensor* gate_logits = nullptr;  // [T, d] f32, gate Vector
   };
-  virtual void depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& partial,
-                                    const Tensor& prenorm_gain, float norm_eps, Tensor& out) = 0;
+  void depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& partial,
+                            const Tensor& prenorm_gain, float norm_eps, Tensor& out);
   // Two Phase-2 mixes of one step over the same partial, prenorm gain and sources, differing
   // only in their query, Phase-1 rows (m, s, o) and null logit: delta_v's K and V streams
   // (docs/ATTNRES.md §2d), whose queries are neighbouring rows of the group's. The same as
   // depth_phase2_prenorm(a, ..., out_a) then depth_phase2_prenorm(b, ..., out_b) (the
   // default); out_a and out_b overlap neither each other nor the partial. A backend may read
   // the shared sources once for both.
-  virtual void depth_phase2_prenorm_pair(const DepthMixArgs& a, const DepthMixArgs& b,
-                                         const Tensor& partial, const Tensor& prenorm_gain,
-                                         float norm_eps, Tensor& out_a, Tensor& out_b) {
-    depth_phase2_prenorm(a, partial, prenorm_gain, norm_eps, out_a);
-    depth_phase2_prenorm(b, partial, prenorm_gain, norm_eps, out_b);
-  }
+  void depth_phase2_prenorm_pair(const DepthMixArgs& a, const DepthMixArgs& b,
+                                 const Tensor& partial, const Tensor& prenorm_gain, float norm_eps,
+                                 Tensor& out_a, Tensor& out_b);
 
   // The depth-mix weights of one mixing step, for introspection (docs/ATTNRES.md §5; the forward
   // runs it only when a request asked). For each token t, over the sources in the code's
@@ -379,17 +354,11 @@ class Backend {
   };
   // depth_phase2_prenorm into normed, then linear_many of it (the default): out_i = normed
   // W_i^T (+ b_i). A device backend may compute the normed rows inside the projection.
-  virtual void prenorm_linear_many(const PrenormArgs& in, std::span<const LinearTarget> targets) {
-    depth_phase2_prenorm(in.mix, *in.partial, *in.gain, in.eps, *in.normed);
-    linear_many(*in.normed, targets);
-  }
+  void prenorm_linear_many(const PrenormArgs& in, std::span<const LinearTarget> targets);
   // depth_phase2_prenorm into normed, then linear_swiglu of it (the default).
-  virtual void prenorm_linear_swiglu(const PrenormArgs& in, const Tensor& w_gate,
-                                     const Tensor* b_gate, const Tensor& w_up, const Tensor* b_up,
-                                     Tensor& gate, Tensor& up, Tensor& out) {
-    depth_phase2_prenorm(in.mix, *in.partial, *in.gain, in.eps, *in.normed);
-    linear_swiglu(*in.normed, w_gate, b_gate, w_up, b_up, gate, up, out);
-  }
+  void prenorm_linear_swiglu(const PrenormArgs& in, const Tensor& w_gate, const Tensor* b_gate,
+                             const Tensor& w_up, const Tensor* b_up, Tensor& gate, Tensor& up,
+                             Tensor& out);
   // The attention sublayer's front whole: prenorm_linear_many into q, k and v (qkv: the q, k,
   // v targets in that order, of one input), then qk_norm_rope_store of them (the default:
   // exactly those two calls). A device backend runs the per-head norms, RoPE and the cache
@@ -404,37 +373,99 @@ class Backend {
     const BatchMeta* batch = nullptr;
     KvCacheLayer* cache = nullptr;
   };
-  virtual void prenorm_qkv_rope_store(const PrenormArgs& in, std::span<const LinearTarget, 3> qkv,
-                                      const RopeStoreArgs& rope) {
-    ATTNRES_CHECK(rope.inv_freq && rope.batch && rope.cache,
-                  "prenorm_qkv_rope_store: inv_freq, batch and cache are required");
+  void prenorm_qkv_rope_store(const PrenormArgs& in, std::span<const LinearTarget, 3> qkv,
+                              const RopeStoreArgs& rope);
+  void depth_weights(const Tensor& query, const Tensor& bank, int n, const Tensor& partial,
+                     float bias, float eps, Tensor& out, const DepthSourceSwitches& sources = {});
+
+ protected:
+  // --- the op bodies: each public op above checks its operands, then calls its body here ---
+  // A backend overrides the bodies it implements; the fused ops' bodies default to the
+  // composition their comments above give, through the public plain ops (which check their
+  // own operands).
+  virtual void embedding_impl(const Tensor& table, const BatchMeta& batch, Tensor& out) = 0;
+  virtual void rms_norm_impl(const Tensor& x, const Tensor& gain, float eps, Tensor& out) = 0;
+  virtual void linear_impl(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) = 0;
+  virtual void linear_residual_impl(const Tensor& x, const Tensor& w, const Tensor* bias,
+                                    const Tensor& residual, Tensor& out) {
+    if (out.data == residual.data) {
+      Tensor y = alloc(out.shape, DType::F32);
+      linear(x, w, bias, y);
+      add_inplace(out, y);
+    } else {
+      linear(x, w, bias, out);
+      add_inplace(out, residual);
+    }
+  }
+  virtual void linear_many_impl(const Tensor& x, std::span<const LinearTarget> targets) {
+    for (const LinearTarget& t : targets) linear(x, *t.w, t.bias, *t.out);
+  }
+  virtual void linear_swiglu_impl(const Tensor& x, const Tensor& w_gate, const Tensor* b_gate,
+                                  const Tensor& w_up, const Tensor* b_up, Tensor& gate, Tensor& up,
+                                  Tensor& out) {
+    linear(x, w_gate, b_gate, gate);
+    linear(x, w_up, b_up, up);
+    swiglu(gate, up, out);
+  }
+  virtual void qk_norm_rope_impl(Tensor& q, Tensor& k, int head_dim, const Tensor* q_gain,
+                                 const Tensor* k_gain, float eps, const Tensor& inv_freq,
+                                 const BatchMeta& batch) = 0;
+  virtual void store_kv_impl(const Tensor& k, const Tensor& v, const BatchMeta& batch,
+                             KvCacheLayer& cache) = 0;
+  virtual void qk_norm_rope_store_impl(Tensor& q, Tensor& k, const Tensor& v, int head_dim,
+                                       const Tensor* q_gain, const Tensor* k_gain, float eps,
+                                       const Tensor& inv_freq, const BatchMeta& batch,
+                                       KvCacheLayer& cache) {
+    qk_norm_rope(q, k, head_dim, q_gain, k_gain, eps, inv_freq, batch);
+    store_kv(k, v, batch, cache);
+  }
+  virtual void attention_impl(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
+                              int head_dim, float scale, Tensor& out) = 0;
+  virtual void swiglu_impl(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
+  virtual void add_inplace_impl(Tensor& x, const Tensor& y) = 0;
+  virtual void add_inplace_push_impl(Tensor& x, const Tensor& y, Tensor& entry, PushedRow pushed) {
+    add_inplace(x, y);
+    copy(pushed == PushedRow::Sum ? x : y, entry);
+  }
+  virtual void gather_rows_impl(const Tensor& x, std::span<const int32_t> rows, Tensor& out) = 0;
+  virtual void sample_impl(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) = 0;
+  virtual void sample_async_impl(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) {
+    sample(logits, batch, out);
+  }
+  virtual void depth_phase1_impl(const Tensor& queries, const Tensor& bank, int n, float eps,
+                                 Tensor& m, Tensor& s, Tensor& o,
+                                 const Tensor* source_gate_logits) = 0;
+  virtual void depth_phase2_prenorm_impl(const DepthMixArgs& mix, const Tensor& partial,
+                                         const Tensor& prenorm_gain, float norm_eps,
+                                         Tensor& out) = 0;
+  virtual void depth_phase2_prenorm_pair_impl(const DepthMixArgs& a, const DepthMixArgs& b,
+                                              const Tensor& partial, const Tensor& prenorm_gain,
+                                              float norm_eps, Tensor& out_a, Tensor& out_b) {
+    depth_phase2_prenorm(a, partial, prenorm_gain, norm_eps, out_a);
+    depth_phase2_prenorm(b, partial, prenorm_gain, norm_eps, out_b);
+  }
+  virtual void prenorm_linear_many_impl(const PrenormArgs& in,
+                                        std::span<const LinearTarget> targets) {
+    depth_phase2_prenorm(in.mix, *in.partial, *in.gain, in.eps, *in.normed);
+    linear_many(*in.normed, targets);
+  }
+  virtual void prenorm_linear_swiglu_impl(const PrenormArgs& in, const Tensor& w_gate,
+                                          const Tensor* b_gate, const Tensor& w_up,
+                                          const Tensor* b_up, Tensor& gate, Tensor& up,
+                                          Tensor& out) {
+    depth_phase2_prenorm(in.mix, *in.partial, *in.gain, in.eps, *in.normed);
+    linear_swiglu(*in.normed, w_gate, b_gate, w_up, b_up, gate, up, out);
+  }
+  virtual void prenorm_qkv_rope_store_impl(const PrenormArgs& in,
+                                           std::span<const LinearTarget, 3> qkv,
+                                           const RopeStoreArgs& rope) {
     prenorm_linear_many(in, qkv);
     qk_norm_rope_store(*qkv[0].out, *qkv[1].out, *qkv[2].out, rope.head_dim, rope.q_gain,
                        rope.k_gain, rope.eps, *rope.inv_freq, *rope.batch, *rope.cache);
   }
-  virtual void depth_weights(const Tensor& query, const Tensor& bank, int n, const Tensor& partial,
-                             float bias, float eps, Tensor& out,
-                             const DepthSourceSwitches& sources = {}) = 0;
-
- protected:
-  // linear_residual's operand rules (every implementation checks them): residual and out of
-  // one shape and F32, out either residual itself or apart from it, x apart from both.
-  static void check_residual_operands(const Tensor& x, const Tensor& residual, const Tensor& out) {
-    ATTNRES_CHECK(
-        residual.shape == out.shape && residual.dtype == DType::F32 && out.dtype == DType::F32,
-        "linear_residual: residual " + shape_str(residual.shape) + " " +
-            std::string(dtype_name(residual.dtype)) + " and out " + shape_str(out.shape) + " " +
-            std::string(dtype_name(out.dtype)) + " must be F32 of one shape");
-    auto apart = [](const Tensor& a, const Tensor& b) {
-      const auto* a0 = static_cast<const char*>(a.data);
-      const auto* b0 = static_cast<const char*>(b.data);
-      return a.nbytes() == 0 || b.nbytes() == 0 || a0 + a.nbytes() <= b0 || b0 + b.nbytes() <= a0;
-    };
-    ATTNRES_CHECK(out.data == residual.data || apart(out, residual),
-                  "linear_residual: out must be the residual itself or not overlap it");
-    ATTNRES_CHECK(apart(x, out) && apart(x, residual),
-                  "linear_residual: x must not overlap out or the residual");
-  }
+  virtual void depth_weights_impl(const Tensor& query, const Tensor& bank, int n,
+                                  const Tensor& partial, float bias, float eps, Tensor& out,
+                                  const DepthSourceSwitches& sources) = 0;
 
  private:
   bool bf16_linear_inputs_ = false;

@@ -1,7 +1,7 @@
 // The CPU implementation of attnres::Backend (engine/core/backend.h): f32 activations,
 // F32 / BF16 / F16 weights read as stored, threads of its own cpu::WorkerPool. It is the reference
-// every other backend is tested against, so each op validates shapes and dtypes (ATTNRES_CHECK)
-// before running. The ops are defined across several files by theme:
+// every other backend is tested against. Backend checks each op's operands (backend.cpp); the
+// bodies here check that they are CPU tensors. The ops are defined across several files by theme:
 //   cpu_backend.cpp      memory ops, factory, thread count
 //   cpu_linear.cpp       linear: GEMV (decode, R <= 8) and packed GEMM (prefill)
 //   cpu_attention.cpp    store_kv, paged causal GQA attention
@@ -68,36 +68,39 @@ class CpuBackend : public Backend {
   void fill_zero(Tensor& dst) override;
   void synchronize() override {}
 
-  void embedding(const Tensor& table, const BatchMeta& batch, Tensor& out) override;
-  void rms_norm(const Tensor& x, const Tensor& gain, float eps, Tensor& out) override;
-  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
+ protected:
+  // The op bodies (Backend checks the operands first: backend.cpp).
+  void embedding_impl(const Tensor& table, const BatchMeta& batch, Tensor& out) override;
+  void rms_norm_impl(const Tensor& x, const Tensor& gain, float eps, Tensor& out) override;
+  void linear_impl(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
   // With bf16 linear inputs, x is rounded once for all the targets (or gate and up), not once
   // per weight; the same bits as one linear per target.
-  void linear_many(const Tensor& x, std::span<const LinearTarget> targets) override;
-  void linear_swiglu(const Tensor& x, const Tensor& w_gate, const Tensor* b_gate,
-                     const Tensor& w_up, const Tensor* b_up, Tensor& gate, Tensor& up,
-                     Tensor& out) override;
-  void qk_norm_rope(Tensor& q, Tensor& k, int head_dim, const Tensor* q_gain, const Tensor* k_gain,
-                    float eps, const Tensor& inv_freq, const BatchMeta& batch) override;
-  void store_kv(const Tensor& k, const Tensor& v, const BatchMeta& batch,
-                KvCacheLayer& cache) override;
-  void attention(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch, int head_dim,
-                 float scale, Tensor& out) override;
-  void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) override;
-  void add_inplace(Tensor& x, const Tensor& y) override;
-  void add_inplace_push(Tensor& x, const Tensor& y, Tensor& entry, PushedRow pushed) override;
-  void gather_rows(const Tensor& x, std::span<const int32_t> rows, Tensor& out) override;
-  void depth_phase1(const Tensor& queries, const Tensor& bank, int n, float eps, Tensor& m,
-                    Tensor& s, Tensor& o, const Tensor* source_gate_logits = nullptr) override;
-  void depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& partial,
-                            const Tensor& prenorm_gain, float norm_eps, Tensor& out) override;
-  void depth_phase2_prenorm_pair(const DepthMixArgs& a, const DepthMixArgs& b,
-                                 const Tensor& partial, const Tensor& prenorm_gain, float norm_eps,
-                                 Tensor& out_a, Tensor& out_b) override;
-  void depth_weights(const Tensor& query, const Tensor& bank, int n, const Tensor& partial,
-                     float bias, float eps, Tensor& out,
-                     const DepthSourceSwitches& sources = {}) override;
-  void sample(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) override;
+  void linear_many_impl(const Tensor& x, std::span<const LinearTarget> targets) override;
+  void linear_swiglu_impl(const Tensor& x, const Tensor& w_gate, const Tensor* b_gate,
+                          const Tensor& w_up, const Tensor* b_up, Tensor& gate, Tensor& up,
+                          Tensor& out) override;
+  void qk_norm_rope_impl(Tensor& q, Tensor& k, int head_dim, const Tensor* q_gain,
+                         const Tensor* k_gain, float eps, const Tensor& inv_freq,
+                         const BatchMeta& batch) override;
+  void store_kv_impl(const Tensor& k, const Tensor& v, const BatchMeta& batch,
+                     KvCacheLayer& cache) override;
+  void attention_impl(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
+                      int head_dim, float scale, Tensor& out) override;
+  void swiglu_impl(const Tensor& gate, const Tensor& up, Tensor& out) override;
+  void add_inplace_impl(Tensor& x, const Tensor& y) override;
+  void add_inplace_push_impl(Tensor& x, const Tensor& y, Tensor& entry, PushedRow pushed) override;
+  void gather_rows_impl(const Tensor& x, std::span<const int32_t> rows, Tensor& out) override;
+  void depth_phase1_impl(const Tensor& queries, const Tensor& bank, int n, float eps, Tensor& m,
+                         Tensor& s, Tensor& o, const Tensor* source_gate_logits) override;
+  void depth_phase2_prenorm_impl(const DepthMixArgs& mix, const Tensor& partial,
+                                 const Tensor& prenorm_gain, float norm_eps, Tensor& out) override;
+  void depth_phase2_prenorm_pair_impl(const DepthMixArgs& a, const DepthMixArgs& b,
+                                      const Tensor& partial, const Tensor& prenorm_gain,
+                                      float norm_eps, Tensor& out_a, Tensor& out_b) override;
+  void depth_weights_impl(const Tensor& query, const Tensor& bank, int n, const Tensor& partial,
+                          float bias, float eps, Tensor& out,
+                          const DepthSourceSwitches& sources) override;
+  void sample_impl(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) override;
 
  private:
   // Whether linear_many rounds x once for all of targets: bf16 linear inputs, bf16 weights.

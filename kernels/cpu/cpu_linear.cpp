@@ -479,7 +479,7 @@ struct LinearOperands {
 
 }  // namespace
 
-void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
+void CpuBackend::linear_impl(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
   const LinearOperands op(x, w, bias, out);
   float* o = out.ptr<float>();
 #if defined(__AVX512BF16__)
@@ -519,7 +519,7 @@ bool CpuBackend::rounds_linear_inputs(std::span<const LinearTarget> targets) con
   return true;
 }
 
-void CpuBackend::linear_many(const Tensor& x, std::span<const LinearTarget> targets) {
+void CpuBackend::linear_many_impl(const Tensor& x, std::span<const LinearTarget> targets) {
 #if defined(__AVX512BF16__)
   if (rounds_linear_inputs(targets)) {
     std::vector<LinearOperands> ops;
@@ -536,12 +536,12 @@ void CpuBackend::linear_many(const Tensor& x, std::span<const LinearTarget> targ
     return;
   }
 #endif
-  Backend::linear_many(x, targets);
+  Backend::linear_many_impl(x, targets);
 }
 
-void CpuBackend::linear_swiglu(const Tensor& x, const Tensor& w_gate, const Tensor* b_gate,
-                               const Tensor& w_up, const Tensor* b_up, Tensor& gate, Tensor& up,
-                               Tensor& out) {
+void CpuBackend::linear_swiglu_impl(const Tensor& x, const Tensor& w_gate, const Tensor* b_gate,
+                                    const Tensor& w_up, const Tensor* b_up, Tensor& gate,
+                                    Tensor& up, Tensor& out) {
   const LinearTarget targets[2] = {{&w_gate, b_gate, &gate}, {&w_up, b_up, &up}};
   linear_many(x, targets);
   swiglu(gate, up, out);

@@ -29,17 +29,13 @@
 namespace attnres {
 using namespace cuda_ops;
 
-void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
+void CudaBackend::linear_impl(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
   Impl& im = on_device();
   check_cuda(w, "linear w");
-  ATTNRES_CHECK(w.rank() == 2, "linear w " + shape_str(w.shape));
   const int64_t n_dim = w.dim(0), k_dim = w.dim(1);
   check_linear_input(x, k_dim, "linear x");
   check_f32_rows(out, n_dim, "linear out");
   const int64_t r_dim = rows_of(x);
-  ATTNRES_CHECK(rows_of(out) == r_dim, "linear x " + shape_str(x.shape) + " out " +
-                                           shape_str(out.shape) + " w " + shape_str(w.shape));
-  ATTNRES_CHECK(x.data != out.data || r_dim == 0, "linear: out must not alias x");
   const bool bf16_x = x.dtype == DType::BF16;
   ATTNRES_CHECK(!bf16_x || w.dtype == DType::BF16,
                 "linear: a BF16 x needs BF16 weights (the GEMM reads both in one type), got w " +
@@ -95,25 +91,21 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
   if (bias) cuda::launch_add_bias(f32(out), bias->data, bias->dtype, r_dim, n_dim, im.stream);
 }
 
-void CudaBackend::linear_residual(const Tensor& x, const Tensor& w, const Tensor* bias,
-                                  const Tensor& residual, Tensor& out) {
+void CudaBackend::linear_residual_impl(const Tensor& x, const Tensor& w, const Tensor* bias,
+                                       const Tensor& residual, Tensor& out) {
   Impl& im = on_device();
   check_cuda(residual, "linear_residual residual");
   check_cuda(out, "linear_residual out");
   check_cuda(x, "linear_residual x");
-  check_residual_operands(x, residual, out);
   check_cuda(w, "linear w");
-  ATTNRES_CHECK(w.rank() == 2, "linear w " + shape_str(w.shape));
   const int64_t n_dim = w.dim(0), k_dim = w.dim(1);
   check_linear_input(x, k_dim, "linear x");
   check_f32_rows(out, n_dim, "linear out");
   const int64_t r_dim = rows_of(x);
-  ATTNRES_CHECK(rows_of(out) == r_dim, "linear x " + shape_str(x.shape) + " out " +
-                                           shape_str(out.shape) + " w " + shape_str(w.shape));
   if (bias) check_float_vector(*bias, n_dim, "linear bias");
   // prefill (or a bf16 x): cuBLAS, then the add
   if (r_dim > cuda::kMaxGemvRows || k_dim == 0 || x.dtype != DType::F32) {
-    Backend::linear_residual(x, w, bias, residual, out);
+    Backend::linear_residual_impl(x, w, bias, residual, out);
     return;
   }
   cuda::launch_gemv_residual(f32(x), r_dim, w.data, w.dtype, bias ? bias->data : nullptr,
@@ -125,13 +117,9 @@ std::optional<cuda::GemvSegment> cuda_ops::gemv_segment(const Tensor& x, const T
                                                         const Tensor* bias, Tensor& out,
                                                         DType first_dtype) {
   check_cuda(w, "linear w");
-  ATTNRES_CHECK(w.rank() == 2, "linear w " + shape_str(w.shape));
   const int64_t n_dim = w.dim(0), k_dim = w.dim(1);
   check_linear_input(x, k_dim, "linear x");
   check_f32_rows(out, n_dim, "linear out");
-  ATTNRES_CHECK(rows_of(out) == rows_of(x), "linear x " + shape_str(x.shape) + " out " +
-                                                shape_str(out.shape) + " w " + shape_str(w.shape));
-  ATTNRES_CHECK(x.data != out.data || rows_of(x) == 0, "linear: out must not alias x");
   if (bias) check_float_vector(*bias, n_dim, "linear bias");
   if (rows_of(x) > cuda::kMaxGemvRows || k_dim == 0 || w.dtype != first_dtype ||
       x.dtype != DType::F32)
@@ -141,7 +129,7 @@ std::optional<cuda::GemvSegment> cuda_ops::gemv_segment(const Tensor& x, const T
       nullptr};
 }
 
-void CudaBackend::linear_many(const Tensor& x, std::span<const LinearTarget> targets) {
+void CudaBackend::linear_many_impl(const Tensor& x, std::span<const LinearTarget> targets) {
   Impl& im = on_device();
   cuda::GemvSegments segments;
   bool fused = !targets.empty() && targets.size() <= cuda::kMaxGemvSegments;
@@ -151,25 +139,22 @@ void CudaBackend::linear_many(const Tensor& x, std::span<const LinearTarget> tar
     if (fused) segments.seg[segments.count++] = *seg;
   }
   if (!fused || rows_of(x) == 0) {  // the prefill path: cuBLAS per target
-    Backend::linear_many(x, targets);
+    Backend::linear_many_impl(x, targets);
     return;
   }
   cuda::launch_gemv_many(f32(x), rows_of(x), x.dim(-1), targets[0].w->dtype, segments, im.stream);
 }
 
-void CudaBackend::linear_swiglu(const Tensor& x, const Tensor& w_gate, const Tensor* b_gate,
-                                const Tensor& w_up, const Tensor* b_up, Tensor& gate, Tensor& up,
-                                Tensor& out) {
+void CudaBackend::linear_swiglu_impl(const Tensor& x, const Tensor& w_gate, const Tensor* b_gate,
+                                     const Tensor& w_up, const Tensor* b_up, Tensor& gate,
+                                     Tensor& up, Tensor& out) {
   Impl& im = on_device();
   const auto g = gemv_segment(x, w_gate, b_gate, gate, w_gate.dtype);
   const auto u = gemv_segment(x, w_up, b_up, up, w_gate.dtype);
   // A prefill's out may be BF16: the down projection's input, rounded by swiglu's store.
   check_linear_input(out, w_gate.dim(0), "linear_swiglu out");
-  ATTNRES_CHECK(rows_of(out) == rows_of(x) && w_up.dim(0) == w_gate.dim(0),
-                "linear_swiglu: gate " + shape_str(w_gate.shape) + " up " + shape_str(w_up.shape) +
-                    " out " + shape_str(out.shape));
   if (!g || !u || rows_of(x) == 0 || out.dtype != DType::F32) {  // prefill: two GEMMs, swiglu
-    Backend::linear_swiglu(x, w_gate, b_gate, w_up, b_up, gate, up, out);
+    Backend::linear_swiglu_impl(x, w_gate, b_gate, w_up, b_up, gate, up, out);
     return;
   }
   cuda::launch_gemv_swiglu(f32(x), rows_of(x), x.dim(-1), w_gate.dtype, *g, *u, f32(out),

@@ -13,13 +13,10 @@
 namespace attnres {
 using namespace cuda_ops;
 
-void CudaBackend::rms_norm(const Tensor& x, const Tensor& gain, float eps, Tensor& out) {
-  ATTNRES_CHECK(x.rank() >= 1, "rms_norm x " + shape_str(x.shape));
+void CudaBackend::rms_norm_impl(const Tensor& x, const Tensor& gain, float eps, Tensor& out) {
   const int64_t n = x.dim(-1);
   check_f32_rows(x, n, "rms_norm x");
-  check_activation_out(out, n, x, "rms_norm out");
-  ATTNRES_CHECK(out.numel() == x.numel(),
-                "rms_norm x " + shape_str(x.shape) + " out " + shape_str(out.shape));
+  check_linear_input(out, n, "rms_norm out");
   check_float_vector(gain, n, "rms_norm gain");
   cuda::launch_rms_norm(f32(x), gain.data, gain.dtype, eps, rows_of(x), n, out.data, out.dtype,
                         on_device().stream);
@@ -28,18 +25,13 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& gain, float eps, Tenso
 cuda::RopeStoreParams cuda_ops::checked_rope(Tensor& q, Tensor& k, int head_dim,
                                              const Tensor* q_gain, const Tensor* k_gain, float eps,
                                              const Tensor& inv_freq, const BatchMeta& batch) {
+  (void)batch;  // Backend checked its positions against q and k
   const int64_t hd = head_dim;
-  ATTNRES_CHECK(hd > 0 && hd % 2 == 0, "qk_norm_rope head_dim " + std::to_string(hd));
-  ATTNRES_CHECK(q.rank() >= 1 && k.rank() >= 1 && q.dim(-1) % hd == 0 && k.dim(-1) % hd == 0,
-                "qk_norm_rope q " + shape_str(q.shape) + " k " + shape_str(k.shape));
   check_f32_rows(q, q.dim(-1), "qk_norm_rope q");
   check_f32_rows(k, k.dim(-1), "qk_norm_rope k");
   const int64_t T = rows_of(q);
-  ATTNRES_CHECK(
-      rows_of(k) == T && T == batch.num_tokens && static_cast<int64_t>(batch.positions.size()) == T,
-      "qk_norm_rope: T mismatch");
   check_cuda(inv_freq, "qk_norm_rope inv_freq");
-  ATTNRES_CHECK(inv_freq.dtype == DType::F32 && inv_freq.numel() == hd / 2,
+  ATTNRES_CHECK(inv_freq.dtype == DType::F32,
                 "qk_norm_rope inv_freq " + shape_str(inv_freq.shape) + " must be F32 [hd / 2]");
   const bool has_qg = q_gain && q_gain->defined(), has_kg = k_gain && k_gain->defined();
   if (has_qg) check_float_vector(*q_gain, hd, "q_gain");
@@ -60,9 +52,9 @@ cuda::RopeStoreParams cuda_ops::checked_rope(Tensor& q, Tensor& k, int head_dim,
   return p;
 }
 
-void CudaBackend::qk_norm_rope(Tensor& q, Tensor& k, int head_dim, const Tensor* q_gain,
-                               const Tensor* k_gain, float eps, const Tensor& inv_freq,
-                               const BatchMeta& batch) {
+void CudaBackend::qk_norm_rope_impl(Tensor& q, Tensor& k, int head_dim, const Tensor* q_gain,
+                                    const Tensor* k_gain, float eps, const Tensor& inv_freq,
+                                    const BatchMeta& batch) {
   Impl& im = on_device();
   const cuda::RopeStoreParams p =
       checked_rope(q, k, head_dim, q_gain, k_gain, eps, inv_freq, batch);
@@ -72,16 +64,13 @@ void CudaBackend::qk_norm_rope(Tensor& q, Tensor& k, int head_dim, const Tensor*
                             im.positions, im.stream);
 }
 
-void CudaBackend::qk_norm_rope_store(Tensor& q, Tensor& k, const Tensor& v, int head_dim,
-                                     const Tensor* q_gain, const Tensor* k_gain, float eps,
-                                     const Tensor& inv_freq, const BatchMeta& batch,
-                                     KvCacheLayer& cache) {
+void CudaBackend::qk_norm_rope_store_impl(Tensor& q, Tensor& k, const Tensor& v, int head_dim,
+                                          const Tensor* q_gain, const Tensor* k_gain, float eps,
+                                          const Tensor& inv_freq, const BatchMeta& batch,
+                                          KvCacheLayer& cache) {
   Impl& im = on_device();
   cuda::RopeStoreParams p = checked_rope(q, k, head_dim, q_gain, k_gain, eps, inv_freq, batch);
   check_store_kv(k, v, batch, cache);
-  ATTNRES_CHECK(cache.k.dim(3) == head_dim, "qk_norm_rope_store head_dim " +
-                                                std::to_string(head_dim) + " vs cache " +
-                                                shape_str(cache.k.shape));
   im.ensure_prepared(*this, batch);
   im.validate_against_cache(batch, cache);
   p.v = f32(v);

@@ -18,13 +18,14 @@ using namespace cuda_ops;
 // engine reads them next). No allocation once the staging has grown to the batch.
 // Not capturable, and not meant to be (kernels/cuda/NOTES.md, "Sampling"): the decode graphs
 // end before the LM head, and a graph would replay the parameters of the step it captured.
-void CudaBackend::sample(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) {
+void CudaBackend::sample_impl(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) {
   sample(logits, batch, out, 0);
 }
 
 // The same queued work as sample(); the wait moves to wait_sampled(), so the host can prepare
 // the next step while this one's forward and sampling run (async scheduling).
-void CudaBackend::sample_async(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) {
+void CudaBackend::sample_async_impl(Tensor& logits, const SampleBatch& batch,
+                                    std::span<int32_t> out) {
   queue_sample(logits, batch, out, 0, /*wait=*/false);
 }
 

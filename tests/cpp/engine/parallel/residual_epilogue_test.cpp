@@ -35,18 +35,18 @@ class EpilogueRecordingBackend : public CpuBackend {
     capabilities_.fuses_linear_residual = fuses;
   }
   const BackendCapabilities& capabilities() const override { return capabilities_; }
-  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override {
+  void linear_impl(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override {
     ++plain[w.data];
-    CpuBackend::linear(x, w, bias, out);
+    CpuBackend::linear_impl(x, w, bias, out);
   }
-  void linear_residual(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& residual,
-                       Tensor& out) override {
+  void linear_residual_impl(const Tensor& x, const Tensor& w, const Tensor* bias,
+                            const Tensor& residual, Tensor& out) override {
     ++fused[w.data];
     if (out.data == residual.data) ++in_place;
     ++fused_total;
     // The default below calls linear() for its own product: not a plain call of the forward.
     --plain[w.data];
-    CpuBackend::linear_residual(x, w, bias, residual, out);
+    CpuBackend::linear_residual_impl(x, w, bias, residual, out);
   }
   std::map<const void*, int> plain, fused;
   int in_place = 0;

@@ -30,10 +30,10 @@ class Phase1CountingBackend : public CpuBackend {
   int phase1_calls = 0;
 
   const BackendCapabilities& capabilities() const override { return capabilities_; }
-  void depth_phase1(const Tensor& queries, const Tensor& bank, int n, float eps, Tensor& m,
-                    Tensor& s, Tensor& o, const Tensor* source_gate_logits) override {
+  void depth_phase1_impl(const Tensor& queries, const Tensor& bank, int n, float eps, Tensor& m,
+                         Tensor& s, Tensor& o, const Tensor* source_gate_logits) override {
     ++phase1_calls;
-    CpuBackend::depth_phase1(queries, bank, n, eps, m, s, o, source_gate_logits);
+    CpuBackend::depth_phase1_impl(queries, bank, n, eps, m, s, o, source_gate_logits);
   }
 
  private:
