@@ -44,7 +44,7 @@ using BackendFactory = std::function<std::unique_ptr<Backend>(const BackendOptio
 struct BackendTraits {
   std::string display_name;  // for messages: "CPU", "CUDA" ("" = the registered name)
   // The backend's capabilities: the object its instances answer Backend::capabilities() with.
-  BackendCapabilities capabilities;
+  BackendCapabilities capabilities = {};
   // The bytes a fractional --kv-cache-memory (0.2) is a fraction of, for the device of that
   // index. Null: the host's physical memory (host_physical_memory_bytes), right for a backend
   // that computes in host RAM. A device backend answers its device's free memory (CUDA:
