@@ -1,7 +1,6 @@
 // The op interface the transformer forward is written against. A backend owns device
 // memory and implements each op for its device; the forward never branches on the device.
-// kernels/cpu implements it today (the reference for every other backend); kernels/cuda
-// will implement the same signatures.
+// kernels/cpu (the reference for every other backend) and kernels/cuda implement it.
 //
 // Conventions for every op:
 // - Activations are f32 (a linear's input rows may be bf16 where linear_input_dtype says so),
@@ -9,7 +8,14 @@
 //   (all sequences of the batch concatenated), d the hidden size.
 // - Weights may be F32, BF16 or F16 and are read as stored (never widened in memory).
 // - Outputs are preallocated by the caller with the right shape; ops never allocate them.
-// - Shapes and dtypes are validated by the op (ATTNRES_CHECK): a mismatch is a bug.
+// - Each op is a public non-virtual function that checks its operands once, for every
+//   backend (backend.cpp: shapes and dtypes against each other and the batch, which tensors
+//   may alias which; ATTNRES_CHECK, a mismatch is a bug), then calls its body: the protected
+//   virtual `<op>_impl` (linear -> linear_impl), which a backend overrides. A body checks only
+//   what is its device's own (that the tensors live on its device, the dtypes and sizes its
+//   kernels take). The fused ops' bodies default to the composition their comments give.
+// - What a backend can do (cache and bank dtypes, fusions, graphs) is its capabilities():
+//   one BackendCapabilities per backend, the registry's too (backend_capabilities.h).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/backend_capabilities.h"
 #include "engine/core/error.h"
 #include "engine/core/sample_row.h"
 #include "engine/core/tensor.h"
@@ -40,7 +47,7 @@ struct BatchMeta {
 };
 
 // One layer's paged KV cache: K and V are [num_blocks, block_size, num_kv_heads, head_dim],
-// F32 or BF16 (KvCache::allocate asks Backend::supports_kv_dtype first).
+// F32 or BF16 (KvCache::allocate asks capabilities().kv_cache_dtypes first).
 struct KvCacheLayer {
   Tensor k;
   Tensor v;
@@ -91,20 +98,28 @@ class Backend {
   virtual ~Backend() = default;
   virtual Device device() const = 0;
   virtual std::string name() const = 0;
-  // Whether store_kv / attention take a KV cache of this dtype. Every backend takes F32; the
-  // CPU and CUDA backends also BF16 (K/V rounded to nearest even when stored, widened in
-  // registers when read).
-  virtual bool supports_kv_dtype(DType dtype) const { return dtype == DType::F32; }
-  // Whether the depth ops (depth_phase1, the newer entries of depth_phase2_prenorm,
-  // depth_weights) read a bank of this dtype, and copy() converts f32 into it. Every backend
-  // takes F32; the CPU and CUDA backends also BF16 (rows widened in registers when read).
-  virtual bool supports_depth_bank_dtype(DType dtype) const { return dtype == DType::F32; }
-  // Whether linear (and the ops built on it) and embedding read weights stored in this dtype.
-  // Every backend reads F32, BF16 and F16; the block-quantized formats (quant_format.h) only
-  // where a backend says so here (the loader asks before it quantizes).
-  virtual bool supports_weight_dtype(DType dtype) const {
-    return dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16;
+  // What this backend can do (backend_capabilities.h): the same object its registration gives
+  // the registry. The default: f32 everywhere, the composed ops.
+  virtual const BackendCapabilities& capabilities() const {
+    static const BackendCapabilities defaults;
+    return defaults;
   }
+
+  // bf16 linear inputs, the one switch of --linear-input-dtype (the engine resolves the flag,
+  // "auto" included, and sets it on every backend it builds: BackendOptions). On: a linear
+  // with bf16 weights meets its input rows rounded to bf16 (round to nearest even, as
+  // f32_to_bf16), and linear_input_dtype may answer BF16. What that changes per backend: the
+  // CPU computes those dot products with vdpbf16ps and, over a bf16 KV cache, rounds the
+  // attention's q and softmax weights to bf16 too; CUDA, whose cuBLASLt GEMM (more than 8 rows)
+  // reads bf16 either way, has the producers write the rows in bf16 instead of linear
+  // converting them: the same bits. Off by default (f32 inputs). Throws where
+  // capabilities().bf16_linear_inputs is false.
+  void set_bf16_linear_inputs(bool on) {
+    ATTNRES_CHECK(!on || capabilities().bf16_linear_inputs,
+                  name() + " does not take bf16 linear inputs");
+    bf16_linear_inputs_ = on;
+  }
+  bool bf16_linear_inputs() const { return bf16_linear_inputs_; }
 
   // The dtype the forward allocates a linear's input rows in (the normed rows, the attention
   // and SwiGLU outputs, the LM head's rows), for `rows` rows read by weights of `weight_dtype`.
@@ -112,7 +127,7 @@ class Backend {
   // backend whose GEMM reads bf16 activations anyway (CUDA above 8 rows with bf16 weights;
   // the CPU with bf16 linear inputs and bf16 weights) has the producers write them rounded to
   // nearest even (as f32_to_bf16) and skips its own conversion, so its GEMMs see the same
-  // bits. Where it answers BF16 for a tensor, these ops
+  // bits; only with bf16_linear_inputs() on. Where it answers BF16 for a tensor, these ops
   // take that tensor (or a view of it) in BF16: out of rms_norm, depth_phase2_prenorm (then
   // not aliasing the partial), attention and swiglu, and so of linear_swiglu and
   // prenorm_linear_swiglu (the SwiGLU output); x and out of gather_rows; x of linear,
@@ -137,7 +152,7 @@ class Backend {
   // Copy a device tensor into host memory of nbytes() bytes.
   virtual void download(const Tensor& src, void* host_dst) = 0;
   // Same shape; the same dtype, or F32 into BF16 (rounded to nearest even, as f32_to_bf16)
-  // where supports_depth_bank_dtype(BF16): how an entry enters a bf16 depth bank.
+  // where capabilities().depth_bank_dtypes has BF16: how an entry enters a bf16 depth bank.
   virtual void copy(const Tensor& src, Tensor& dst) = 0;
   virtual void fill_zero(Tensor& dst) = 0;
   // Waits for queued work (a no-op on the CPU).
@@ -147,8 +162,8 @@ class Backend {
   // here once instead of in every op. The CPU reads the host vectors directly.
   virtual void prepare_batch(const BatchMeta& batch) { (void)batch; }
 
-  // --- step graphs (optional: backends whose per-op launch cost is worth removing) ---
-  virtual bool supports_step_graphs() const { return false; }
+  // --- step graphs (optional: backends whose per-op launch cost is worth removing;
+  // capabilities().step_graphs) ---
   // Records what `record` queues on this backend (nothing runs: replay it to run it). Warm up
   // first: run the same step once eagerly so every buffer it allocates is cached. Throws
   // where unsupported, or when `record` does something a graph cannot replay.
@@ -159,20 +174,15 @@ class Backend {
 
   // --- ops ---
   // out[t] = table[ids[t]] widened to f32. table [V, d]; out [T, d].
-  virtual void embedding(const Tensor& table, const BatchMeta& batch, Tensor& out) = 0;
+  void embedding(const Tensor& table, const BatchMeta& batch, Tensor& out);
 
   // out = x / sqrt(mean(x^2) + eps) * gain, per row. Accumulate in f32 or wider. x, out [R, n];
   // gain [n] (any dtype). x and out may alias.
-  virtual void rms_norm(const Tensor& x, const Tensor& gain, float eps, Tensor& out) = 0;
+  void rms_norm(const Tensor& x, const Tensor& gain, float eps, Tensor& out);
 
   // out = x W^T (+ bias). x [R, in] f32 (or linear_input_dtype's); w [out, in] any dtype; bias
   // [out] (any float dtype) or null. out [R, out] f32, not aliasing x.
-  virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) = 0;
-
-  // Whether linear_residual saves work over linear + add_inplace (a fused launch). The forward
-  // calls it only then: the default below needs a scratch the forward would allocate per
-  // sublayer (the CPU keeps its separate ops, and so its one kept output buffer).
-  virtual bool fuses_linear_residual() const { return false; }
+  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out);
 
   // A sublayer's last linear with the residual add as its epilogue:
   //   out = (x W^T (+ bias)) + residual
@@ -181,18 +191,8 @@ class Backend {
   // residual + y and y + residual are the same bits). residual, out [R, out] f32; out may be
   // residual itself (the partial sum updated in place) or not overlap it at all; neither may
   // alias x. A device backend fuses the add into the linear's launch (CUDA: <= 8 rows).
-  virtual void linear_residual(const Tensor& x, const Tensor& w, const Tensor* bias,
-                               const Tensor& residual, Tensor& out) {
-    check_residual_operands(x, residual, out);
-    if (out.data == residual.data) {
-      Tensor y = alloc(out.shape, DType::F32);
-      linear(x, w, bias, y);
-      add_inplace(out, y);
-    } else {
-      linear(x, w, bias, out);
-      add_inplace(out, residual);
-    }
-  }
+  void linear_residual(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& residual,
+                       Tensor& out);
 
   // Several linears of one input: outs[i] = x W_i^T (+ b_i), exactly as one linear() per
   // target (the default). A device backend runs them as one launch (a layer's q, k and v
@@ -202,72 +202,56 @@ class Backend {
     const Tensor* bias = nullptr;
     Tensor* out = nullptr;
   };
-  virtual void linear_many(const Tensor& x, std::span<const LinearTarget> targets) {
-    for (const LinearTarget& t : targets) linear(x, *t.w, t.bias, *t.out);
-  }
+  void linear_many(const Tensor& x, std::span<const LinearTarget> targets);
 
   // The MLP's input half: out = silu(x Wg^T (+ bg)) * (x Wu^T (+ bu)), exactly as the two
   // linears into gate and up followed by swiglu (the default; gate and up [R, n] are its
   // scratch). A device backend may skip the scratch and fuse it into one launch.
-  virtual void linear_swiglu(const Tensor& x, const Tensor& w_gate, const Tensor* b_gate,
-                             const Tensor& w_up, const Tensor* b_up, Tensor& gate, Tensor& up,
-                             Tensor& out) {
-    linear(x, w_gate, b_gate, gate);
-    linear(x, w_up, b_up, up);
-    swiglu(gate, up, out);
-  }
+  void linear_swiglu(const Tensor& x, const Tensor& w_gate, const Tensor* b_gate,
+                     const Tensor& w_up, const Tensor* b_up, Tensor& gate, Tensor& up, Tensor& out);
 
   // In place on q [T, Hq * hd] and k [T, Hkv * hd]: optional per-head RMSNorm (Qwen3's
   // q_norm / k_norm, gains [hd], null to skip), then rotary embedding in the rotate-half
   // (NeoX / HF Llama) layout at batch.positions with inverse frequencies inv_freq [hd / 2]
   // (f32). The angle position * inv_freq is formed in at least f32 (the CPU uses double, so
   // long contexts stay accurate).
-  virtual void qk_norm_rope(Tensor& q, Tensor& k, int head_dim, const Tensor* q_gain,
-                            const Tensor* k_gain, float eps, const Tensor& inv_freq,
-                            const BatchMeta& batch) = 0;
+  void qk_norm_rope(Tensor& q, Tensor& k, int head_dim, const Tensor* q_gain, const Tensor* k_gain,
+                    float eps, const Tensor& inv_freq, const BatchMeta& batch);
 
   // Write this step's k, v [T, Hkv * hd] (f32) into the cache at batch.slot_mapping, converted
   // to the cache's dtype (bf16: round to nearest even). Every slot must lie inside the cache
   // (there is no padding slot).
-  virtual void store_kv(const Tensor& k, const Tensor& v, const BatchMeta& batch,
-                        KvCacheLayer& cache) = 0;
+  void store_kv(const Tensor& k, const Tensor& v, const BatchMeta& batch, KvCacheLayer& cache);
 
   // qk_norm_rope, then store_kv of the roped k and v: exactly those two calls (the default).
   // A device backend does both in one launch (q and k still hold their roped values after it,
   // as after the two calls; the attention reads q and the cache).
-  virtual void qk_norm_rope_store(Tensor& q, Tensor& k, const Tensor& v, int head_dim,
-                                  const Tensor* q_gain, const Tensor* k_gain, float eps,
-                                  const Tensor& inv_freq, const BatchMeta& batch,
-                                  KvCacheLayer& cache) {
-    qk_norm_rope(q, k, head_dim, q_gain, k_gain, eps, inv_freq, batch);
-    store_kv(k, v, batch, cache);
-  }
+  void qk_norm_rope_store(Tensor& q, Tensor& k, const Tensor& v, int head_dim, const Tensor* q_gain,
+                          const Tensor* k_gain, float eps, const Tensor& inv_freq,
+                          const BatchMeta& batch, KvCacheLayer& cache);
 
   // Causal GQA attention of q [T, Hq * hd] over each sequence's cached keys/values
   // (positions 0..positions[t] inclusive, read through block_tables), scaled by `scale`.
   // out [T, Hq * hd].
-  virtual void attention(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
-                         int head_dim, float scale, Tensor& out) = 0;
+  void attention(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch, int head_dim,
+                 float scale, Tensor& out);
 
   // out = silu(gate) * up. gate, up, out [R, n].
-  virtual void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
+  void swiglu(const Tensor& gate, const Tensor& up, Tensor& out);
 
   // x += y, same shape.
-  virtual void add_inplace(Tensor& x, const Tensor& y) = 0;
+  void add_inplace(Tensor& x, const Tensor& y);
 
   // A residual add that also pushes a depth-bank entry: x += y, then entry = the new x
   // (PushedRow::Sum: the cumulative modes' partial) or y (PushedRow::Addend: the delta modes'
   // sublayer output), converted as copy() converts (entry F32, or BF16 where
-  // supports_depth_bank_dtype says so). The default is exactly add_inplace then copy; a
+  // capabilities().depth_bank_dtypes has BF16). The default is exactly add_inplace then copy; a
   // backend may do both in one pass, reading y once instead of reading a row back to copy it.
   enum class PushedRow { Sum, Addend };
-  virtual void add_inplace_push(Tensor& x, const Tensor& y, Tensor& entry, PushedRow pushed) {
-    add_inplace(x, y);
-    copy(pushed == PushedRow::Sum ? x : y, entry);
-  }
+  void add_inplace_push(Tensor& x, const Tensor& y, Tensor& entry, PushedRow pushed);
 
   // out[i] = x[rows[i]]. x [R, n]; out [rows.size(), n]; out must not alias x.
-  virtual void gather_rows(const Tensor& x, std::span<const int32_t> rows, Tensor& out) = 0;
+  void gather_rows(const Tensor& x, std::span<const int32_t> rows, Tensor& out);
 
   // --- sampling (docs/ENGINE_CONTRACT.md, "Where sampling happens") ---
   // Samples rows [0, batch.rows.size()) of logits [>= rows, vocab] (f32) into out[i]: a token
@@ -275,17 +259,14 @@ class Backend {
   // and parameters on the CPU; within f32 rounding of its CDF on a device (kernels/cuda/
   // NOTES.md, "Sampling"). The sampled rows of logits are scratch: overwritten. Every id in
   // batch.token_ids must lie in [0, vocab) (a violation throws: it is a bug of the caller).
-  virtual void sample(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) = 0;
+  void sample(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out);
   // The asynchronous form (async scheduling, docs/ENGINE_CONTRACT.md): sample_async queues the
   // same work and may return before the ids exist; they are in `out` once wait_sampled()
   // returns. `logits` and `out` must stay alive until then; `batch` is read before it returns.
   // One at a time: wait_sampled() before the next sample or sample_async. The defaults run
-  // sample() at once (samples_asynchronously() false: nothing to overlap).
-  virtual void sample_async(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) {
-    sample(logits, batch, out);
-  }
+  // sample() at once (capabilities().samples_asynchronously false: nothing to overlap).
+  void sample_async(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out);
   virtual void wait_sampled() {}
-  virtual bool samples_asynchronously() const { return false; }
 
   // --- depth attention (docs/ATTNRES.md §3, §2d) ---
   // Phase 1, once per block, for the S sublayers that read the same bank:
@@ -293,13 +274,13 @@ class Backend {
   //   m[l, t] = max_j logit;  s[l, t] = sum_j exp(logit - m);  o[l, t] = sum_j exp(logit - m)
   //   bank[j, t]
   // queries [S, d] f32 (projection already multiplied by the norm gain); bank [>= n, T, d]
-  // with its first n entries live (n >= 1), F32 or a dtype of supports_depth_bank_dtype (every
-  // bank read below, here and in the other depth ops, sees the stored value widened exactly);
-  // m, s [S, T]; o [S, T, d].
-  // source_gate_logits [T, d] (pre_gated, docs/ATTNRES.md §2d), when given: every source is first
-  // replaced by sigmoid(source_gate_logits[t]) * bank[j, t] (logit, rms and o all see it).
-  virtual void depth_phase1(const Tensor& queries, const Tensor& bank, int n, float eps, Tensor& m,
-                            Tensor& s, Tensor& o, const Tensor* source_gate_logits = nullptr) = 0;
+  // with its first n entries live (n >= 1), F32 or a dtype of capabilities().depth_bank_dtypes
+  // (every bank read below, here and in the other depth ops, sees the stored value widened
+  // exactly); m, s [S, T]; o [S, T, d]. source_gate_logits [T, d] (pre_gated, docs/ATTNRES.md §2d),
+  // when given: every source is first replaced by sigmoid(source_gate_logits[t]) * bank[j, t]
+  // (logit, rms and o all see it).
+  void depth_phase1(const Tensor& queries, const Tensor& bank, int n, float eps, Tensor& m,
+                    Tensor& s, Tensor& o, const Tensor* source_gate_logits = nullptr);
 
   // Phase 2 fused with the sublayer's PreNorm. For each token, over the extra sources the
   // bank's Phase-1 state (m, s, o) does not hold:
@@ -316,16 +297,12 @@ class Backend {
   //   out = rms_norm(h, prenorm_gain, eps)
   // m, s [T] and o [T, d] are one sublayer's rows of the Phase-1 outputs; when m and newer are
   // both null there is no mix and h = p. m, s and o all null with newer given (where
-  // mixes_without_phase1()): there is no Phase-1 state, every bank source is a newer entry (the
-  // terms of m, s and o drop out above). p (the partial) [T, d]; query [d] f32, the step's (the
-  // newer entries' and the partial's). newer [k, T, d] (the bank's dtype) with 1 <= k <=
-  // kMaxNewerSources, or null. The bias applies to the partial's logit only (bank logits never
+  // capabilities().mixes_without_phase1): there is no Phase-1 state, every bank source is a newer
+  // entry (the terms of m, s and o drop out above). p (the partial) [T, d]; query [d] f32, the
+  // step's (the newer entries' and the partial's). newer [k, T, d] (the bank's dtype) with 1 <= k
+  // <= kMaxNewerSources, or null. The bias applies to the partial's logit only (bank logits never
   // carry one). out may alias p.
   static constexpr int kMaxNewerSources = 8;
-  // Whether depth_phase2_prenorm takes a mix without a Phase-1 state (above). The forward then
-  // skips Phase 1 for a group whose shared prefix is one entry: Phase 1 would write one o row
-  // per query, each that entry again, for Phase 2 to read back.
-  virtual bool mixes_without_phase1() const { return false; }
   enum class DepthGate { None, Scalar, Vector };
   struct DepthMixArgs {
     const Tensor* m = nullptr;
@@ -344,20 +321,17 @@ class Backend {
     float gate_blend = 0.0f;
     const Tensor* gate_logits = nullptr;  // [T, d] f32, gate Vector
   };
-  virtual void depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& partial,
-                                    const Tensor& prenorm_gain, float norm_eps, Tensor& out) = 0;
+  void depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& partial,
+                            const Tensor& prenorm_gain, float norm_eps, Tensor& out);
   // Two Phase-2 mixes of one step over the same partial, prenorm gain and sources, differing
   // only in their query, Phase-1 rows (m, s, o) and null logit: delta_v's K and V streams
   // (docs/ATTNRES.md §2d), whose queries are neighbouring rows of the group's. The same as
   // depth_phase2_prenorm(a, ..., out_a) then depth_phase2_prenorm(b, ..., out_b) (the
   // default); out_a and out_b overlap neither each other nor the partial. A backend may read
   // the shared sources once for both.
-  virtual void depth_phase2_prenorm_pair(const DepthMixArgs& a, const DepthMixArgs& b,
-                                         const Tensor& partial, const Tensor& prenorm_gain,
-                                         float norm_eps, Tensor& out_a, Tensor& out_b) {
-    depth_phase2_prenorm(a, partial, prenorm_gain, norm_eps, out_a);
-    depth_phase2_prenorm(b, partial, prenorm_gain, norm_eps, out_b);
-  }
+  void depth_phase2_prenorm_pair(const DepthMixArgs& a, const DepthMixArgs& b,
+                                 const Tensor& partial, const Tensor& prenorm_gain, float norm_eps,
+                                 Tensor& out_a, Tensor& out_b);
 
   // The depth-mix weights of one mixing step, for introspection (docs/ATTNRES.md §5; the forward
   // runs it only when a request asked). For each token t, over the sources in the code's
@@ -385,17 +359,11 @@ class Backend {
   };
   // depth_phase2_prenorm into normed, then linear_many of it (the default): out_i = normed
   // W_i^T (+ b_i). A device backend may compute the normed rows inside the projection.
-  virtual void prenorm_linear_many(const PrenormArgs& in, std::span<const LinearTarget> targets) {
-    depth_phase2_prenorm(in.mix, *in.partial, *in.gain, in.eps, *in.normed);
-    linear_many(*in.normed, targets);
-  }
+  void prenorm_linear_many(const PrenormArgs& in, std::span<const LinearTarget> targets);
   // depth_phase2_prenorm into normed, then linear_swiglu of it (the default).
-  virtual void prenorm_linear_swiglu(const PrenormArgs& in, const Tensor& w_gate,
-                                     const Tensor* b_gate, const Tensor& w_up, const Tensor* b_up,
-                                     Tensor& gate, Tensor& up, Tensor& out) {
-    depth_phase2_prenorm(in.mix, *in.partial, *in.gain, in.eps, *in.normed);
-    linear_swiglu(*in.normed, w_gate, b_gate, w_up, b_up, gate, up, out);
-  }
+  void prenorm_linear_swiglu(const PrenormArgs& in, const Tensor& w_gate, const Tensor* b_gate,
+                             const Tensor& w_up, const Tensor* b_up, Tensor& gate, Tensor& up,
+                             Tensor& out);
   // The attention sublayer's front whole: prenorm_linear_many into q, k and v (qkv: the q, k,
   // v targets in that order, of one input), then qk_norm_rope_store of them (the default:
   // exactly those two calls). A device backend runs the per-head norms, RoPE and the cache
@@ -410,37 +378,102 @@ class Backend {
     const BatchMeta* batch = nullptr;
     KvCacheLayer* cache = nullptr;
   };
-  virtual void prenorm_qkv_rope_store(const PrenormArgs& in, std::span<const LinearTarget, 3> qkv,
-                                      const RopeStoreArgs& rope) {
-    ATTNRES_CHECK(rope.inv_freq && rope.batch && rope.cache,
-                  "prenorm_qkv_rope_store: inv_freq, batch and cache are required");
+  void prenorm_qkv_rope_store(const PrenormArgs& in, std::span<const LinearTarget, 3> qkv,
+                              const RopeStoreArgs& rope);
+  void depth_weights(const Tensor& query, const Tensor& bank, int n, const Tensor& partial,
+                     float bias, float eps, Tensor& out, const DepthSourceSwitches& sources = {});
+
+ protected:
+  // --- the op bodies: each public op above checks its operands, then calls its body here ---
+  // A backend overrides the bodies it implements; the fused ops' bodies default to the
+  // composition their comments above give, through the public plain ops (which check their
+  // own operands).
+  virtual void embedding_impl(const Tensor& table, const BatchMeta& batch, Tensor& out) = 0;
+  virtual void rms_norm_impl(const Tensor& x, const Tensor& gain, float eps, Tensor& out) = 0;
+  virtual void linear_impl(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) = 0;
+  virtual void linear_residual_impl(const Tensor& x, const Tensor& w, const Tensor* bias,
+                                    const Tensor& residual, Tensor& out) {
+    if (out.data == residual.data) {
+      Tensor y = alloc(out.shape, DType::F32);
+      linear(x, w, bias, y);
+      add_inplace(out, y);
+    } else {
+      linear(x, w, bias, out);
+      add_inplace(out, residual);
+    }
+  }
+  virtual void linear_many_impl(const Tensor& x, std::span<const LinearTarget> targets) {
+    for (const LinearTarget& t : targets) linear(x, *t.w, t.bias, *t.out);
+  }
+  virtual void linear_swiglu_impl(const Tensor& x, const Tensor& w_gate, const Tensor* b_gate,
+                                  const Tensor& w_up, const Tensor* b_up, Tensor& gate, Tensor& up,
+                                  Tensor& out) {
+    linear(x, w_gate, b_gate, gate);
+    linear(x, w_up, b_up, up);
+    swiglu(gate, up, out);
+  }
+  virtual void qk_norm_rope_impl(Tensor& q, Tensor& k, int head_dim, const Tensor* q_gain,
+                                 const Tensor* k_gain, float eps, const Tensor& inv_freq,
+                                 const BatchMeta& batch) = 0;
+  virtual void store_kv_impl(const Tensor& k, const Tensor& v, const BatchMeta& batch,
+                             KvCacheLayer& cache) = 0;
+  virtual void qk_norm_rope_store_impl(Tensor& q, Tensor& k, const Tensor& v, int head_dim,
+                                       const Tensor* q_gain, const Tensor* k_gain, float eps,
+                                       const Tensor& inv_freq, const BatchMeta& batch,
+                                       KvCacheLayer& cache) {
+    qk_norm_rope(q, k, head_dim, q_gain, k_gain, eps, inv_freq, batch);
+    store_kv(k, v, batch, cache);
+  }
+  virtual void attention_impl(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
+                              int head_dim, float scale, Tensor& out) = 0;
+  virtual void swiglu_impl(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
+  virtual void add_inplace_impl(Tensor& x, const Tensor& y) = 0;
+  virtual void add_inplace_push_impl(Tensor& x, const Tensor& y, Tensor& entry, PushedRow pushed) {
+    add_inplace(x, y);
+    copy(pushed == PushedRow::Sum ? x : y, entry);
+  }
+  virtual void gather_rows_impl(const Tensor& x, std::span<const int32_t> rows, Tensor& out) = 0;
+  virtual void sample_impl(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) = 0;
+  virtual void sample_async_impl(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) {
+    sample(logits, batch, out);
+  }
+  virtual void depth_phase1_impl(const Tensor& queries, const Tensor& bank, int n, float eps,
+                                 Tensor& m, Tensor& s, Tensor& o,
+                                 const Tensor* source_gate_logits) = 0;
+  virtual void depth_phase2_prenorm_impl(const DepthMixArgs& mix, const Tensor& partial,
+                                         const Tensor& prenorm_gain, float norm_eps,
+                                         Tensor& out) = 0;
+  virtual void depth_phase2_prenorm_pair_impl(const DepthMixArgs& a, const DepthMixArgs& b,
+                                              const Tensor& partial, const Tensor& prenorm_gain,
+                                              float norm_eps, Tensor& out_a, Tensor& out_b) {
+    depth_phase2_prenorm(a, partial, prenorm_gain, norm_eps, out_a);
+    depth_phase2_prenorm(b, partial, prenorm_gain, norm_eps, out_b);
+  }
+  virtual void prenorm_linear_many_impl(const PrenormArgs& in,
+                                        std::span<const LinearTarget> targets) {
+    depth_phase2_prenorm(in.mix, *in.partial, *in.gain, in.eps, *in.normed);
+    linear_many(*in.normed, targets);
+  }
+  virtual void prenorm_linear_swiglu_impl(const PrenormArgs& in, const Tensor& w_gate,
+                                          const Tensor* b_gate, const Tensor& w_up,
+                                          const Tensor* b_up, Tensor& gate, Tensor& up,
+                                          Tensor& out) {
+    depth_phase2_prenorm(in.mix, *in.partial, *in.gain, in.eps, *in.normed);
+    linear_swiglu(*in.normed, w_gate, b_gate, w_up, b_up, gate, up, out);
+  }
+  virtual void prenorm_qkv_rope_store_impl(const PrenormArgs& in,
+                                           std::span<const LinearTarget, 3> qkv,
+                                           const RopeStoreArgs& rope) {
     prenorm_linear_many(in, qkv);
     qk_norm_rope_store(*qkv[0].out, *qkv[1].out, *qkv[2].out, rope.head_dim, rope.q_gain,
                        rope.k_gain, rope.eps, *rope.inv_freq, *rope.batch, *rope.cache);
   }
-  virtual void depth_weights(const Tensor& query, const Tensor& bank, int n, const Tensor& partial,
-                             float bias, float eps, Tensor& out,
-                             const DepthSourceSwitches& sources = {}) = 0;
+  virtual void depth_weights_impl(const Tensor& query, const Tensor& bank, int n,
+                                  const Tensor& partial, float bias, float eps, Tensor& out,
+                                  const DepthSourceSwitches& sources) = 0;
 
- protected:
-  // linear_residual's operand rules (every implementation checks them): residual and out of
-  // one shape and F32, out either residual itself or apart from it, x apart from both.
-  static void check_residual_operands(const Tensor& x, const Tensor& residual, const Tensor& out) {
-    ATTNRES_CHECK(
-        residual.shape == out.shape && residual.dtype == DType::F32 && out.dtype == DType::F32,
-        "linear_residual: residual " + shape_str(residual.shape) + " " +
-            std::string(dtype_name(residual.dtype)) + " and out " + shape_str(out.shape) + " " +
-            std::string(dtype_name(out.dtype)) + " must be F32 of one shape");
-    auto apart = [](const Tensor& a, const Tensor& b) {
-      const auto* a0 = static_cast<const char*>(a.data);
-      const auto* b0 = static_cast<const char*>(b.data);
-      return a.nbytes() == 0 || b.nbytes() == 0 || a0 + a.nbytes() <= b0 || b0 + b.nbytes() <= a0;
-    };
-    ATTNRES_CHECK(out.data == residual.data || apart(out, residual),
-                  "linear_residual: out must be the residual itself or not overlap it");
-    ATTNRES_CHECK(apart(x, out) && apart(x, residual),
-                  "linear_residual: x must not overlap out or the residual");
-  }
+ private:
+  bool bf16_linear_inputs_ = false;
 };
 
 }  // namespace attnres

@@ -39,16 +39,8 @@ size_t host_physical_memory_bytes() {
 
 void register_backend(const std::string& name, BackendFactory factory, BackendTraits traits) {
   if (traits.display_name.empty()) traits.display_name = name;
-  if (!traits.supports_kv_dtype) {
-    traits.supports_kv_dtype = [](DType dtype) { return dtype == DType::F32; };
-  }
-  if (!traits.supports_depth_bank_dtype) {
-    traits.supports_depth_bank_dtype = [](DType dtype) { return dtype == DType::F32; };
-  }
   if (!traits.kv_memory_bytes)
     traits.kv_memory_bytes = [](int) { return host_physical_memory_bytes(); };
-  if (!traits.supports_bf16_linear_inputs) traits.supports_bf16_linear_inputs = [] { return false; };
-  if (!traits.prefers_bf16_linear_inputs) traits.prefers_bf16_linear_inputs = [] { return false; };
   if (!traits.device_available) traits.device_available = [] { return true; };
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);

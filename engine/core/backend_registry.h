@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "engine/core/backend.h"
+#include "engine/core/backend_capabilities.h"
 
 namespace attnres {
 
@@ -32,34 +33,24 @@ struct BackendOptions {
   // evenly, each getting at least one.
   int ranks_sharing_host = 1;
   // Round a linear's input to bf16 before it meets bf16 weights (--linear-input-dtype,
-  // resolved: BackendTraits::supports_bf16_linear_inputs says whether a backend takes it).
+  // resolved: BackendCapabilities::bf16_linear_inputs says whether a backend takes it).
   bool bf16_linear_inputs = false;
 };
 
 using BackendFactory = std::function<std::unique_ptr<Backend>(const BackendOptions& options)>;
 
 // What the engine needs to know about a backend before building one (sizing the KV cache
-// comes before the backend exists). Must agree with the backend's own queries
-// (Backend::supports_kv_dtype, supports_depth_bank_dtype): the registration passes the same
-// functions.
+// comes before the backend exists).
 struct BackendTraits {
   std::string display_name;  // for messages: "CPU", "CUDA" ("" = the registered name)
-  // Which KV cache dtypes its store_kv / attention take (null: F32 only).
-  std::function<bool(DType)> supports_kv_dtype;
-  // Which depth bank dtypes its depth ops read (Backend::supports_depth_bank_dtype; null: F32
-  // only).
-  std::function<bool(DType)> supports_depth_bank_dtype;
+  // The backend's capabilities: the object its instances answer Backend::capabilities() with.
+  BackendCapabilities capabilities = {};
   // The bytes a fractional --kv-cache-memory (0.2) is a fraction of, for the device of that
   // index. Null: the host's physical memory (host_physical_memory_bytes), right for a backend
   // that computes in host RAM. A device backend answers its device's free memory (CUDA:
   // cudaMemGetInfo), read before the weights are uploaded: they, the activations and the
   // runtime's own needs come out of the rest.
-  // (The initializer keeps registrations that stop at the dtype queries warning-free.)
   std::function<size_t(int device_index)> kv_memory_bytes = nullptr;
-  // Whether BackendOptions::bf16_linear_inputs can be honoured (null: no), and whether it is
-  // the faster choice for bf16 weights, which --linear-input-dtype auto takes (null: no).
-  std::function<bool()> supports_bf16_linear_inputs = nullptr;
-  std::function<bool()> prefers_bf16_linear_inputs = nullptr;
   // Whether a device of this kind is there to run on (--device auto picks CUDA when it is;
   // null: always, as for the host).
   std::function<bool()> device_available = nullptr;
@@ -72,7 +63,7 @@ size_t host_physical_memory_bytes();
 void register_backend(const std::string& name, BackendFactory factory, BackendTraits traits = {});
 bool has_backend(const std::string& name);
 // The traits `name` was registered with (throws like make_backend if there is none), with
-// display_name, the dtype and bf16-linear-input queries and kv_memory_bytes filled in.
+// display_name, kv_memory_bytes and device_available filled in.
 BackendTraits backend_traits(const std::string& name);
 // The registered names, sorted.
 std::vector<std::string> registered_backends();

@@ -20,7 +20,7 @@ KvCache KvCache::allocate(Backend& backend, const ModelConfig& config, int num_b
     throw Error("KV cache needs at least one block (got " + std::to_string(num_blocks) +
                 " blocks of " + std::to_string(block_size) + " tokens)");
   }
-  if (!backend.supports_kv_dtype(dtype)) {
+  if (!backend.capabilities().kv_cache_dtypes.contains(dtype)) {
     throw Error("KV cache: the " + backend.name() + " backend has no " + storage_dtype_name(dtype) +
                 " KV cache");
   }

@@ -21,7 +21,7 @@ struct KvCache {
   std::vector<KvCacheLayer> layers;
 
   // Throws if the backend cannot run attention over a cache of `dtype`
-  // (Backend::supports_kv_dtype).
+  // (BackendCapabilities::kv_cache_dtypes).
   static KvCache allocate(Backend& backend, const ModelConfig& config, int num_blocks,
                           int block_size, DType dtype = DType::F32);
   // Bytes one block takes across all layers (K and V).

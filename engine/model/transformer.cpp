@@ -202,11 +202,11 @@ Transformer::Transformer(const ModelConfig& config, const ModelWeights& weights,
       bank_(backend, depth_bank_dtype),
       parallel_(parallel),
       depth_layout_(make_depth_attention_layout(plan_)) {
-  if (!backend_.supports_depth_bank_dtype(depth_bank_dtype)) {
+  if (!backend_.capabilities().depth_bank_dtypes.contains(depth_bank_dtype)) {
     throw Error("--depth-bank-dtype " + storage_dtype_name(depth_bank_dtype) + ": the " +
                 backend_.name() + " backend's depth ops read an f32 bank (not yet this dtype)");
   }
-  if (weights.quant_format && !backend_.supports_weight_dtype(*weights.quant_format)) {
+  if (weights.quant_format && !backend_.capabilities().weight_dtypes.contains(*weights.quant_format)) {
     throw Error("--quantization " + quant_format_name(*weights.quant_format) +
                 " is not supported by the " + backend_.name() + " backend yet");
   }
@@ -553,8 +553,8 @@ void Transformer::depth_mix(size_t i, const RowSplit& split, Scratch& s, StepMix
   // A shared prefix of one entry: no Phase 1 where the backend mixes without it (its state
   // would be the entry itself, copied into a row per query); each step reads the entry
   // as its first newer one.
-  const bool without_phase1 =
-      group.num_bank_sources == 1 && !step.pre_gated && backend_.mixes_without_phase1();
+  const bool without_phase1 = group.num_bank_sources == 1 && !step.pre_gated &&
+                              backend_.capabilities().mixes_without_phase1;
   const int shared_end = group.bank_first + group.num_bank_sources;
   if (step.slot == 0 && !without_phase1) {  // Phase 1, once for every step of the group
     Tensor gm = phase1.m.rows(0, group.num_slots), gs = phase1.s.rows(0, group.num_slots),
@@ -619,7 +619,7 @@ void Transformer::sublayer(size_t i, const StepMixes& mixes, const BatchMeta& ba
   // The residual add as the last linear's epilogue, where the output needs no sum over the
   // ranks first (tensor or sequence parallelism); the bank says where the output goes.
   const bool can_fuse_residual =
-      backend_.fuses_linear_residual() && !parallel_.comm && !split.sharded;
+      backend_.capabilities().fuses_linear_residual && !parallel_.comm && !split.sharded;
   const DepthBank::OutputSlot slot = bank_.output_slot(step, can_fuse_residual, s.sublayer_out);
   Tensor out = slot.out;
   if (attention) {

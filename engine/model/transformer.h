@@ -64,7 +64,7 @@ class Transformer {
   // Under tensor parallelism config and weights are the rank's (engine/runner/
   // tensor_parallel.h: local_config, shard_weights).
   // depth_bank_dtype: what the depth bank stores (F32, or BF16 where the backend's
-  // supports_depth_bank_dtype says so; throws otherwise). A BF16 bank rounds each entry to
+  // capabilities().depth_bank_dtypes says so; throws otherwise). A BF16 bank rounds each entry to
   // nearest even as it is pushed; the partial, the Phase-1 state and the open delta_block
   // entry stay f32 (docs/ARCHITECTURE.md, "The depth bank's dtype").
   Transformer(const ModelConfig& config, const ModelWeights& weights, Backend& backend,

@@ -29,7 +29,7 @@ struct ShardRankOptions {
   int num_kv_blocks = 0;
   int block_size = 16;
   DType kv_cache_dtype = DType::F32;       // F32, or BF16 where the backend takes it
-  DType depth_bank_dtype = DType::F32;     // likewise (Backend::supports_depth_bank_dtype)
+  DType depth_bank_dtype = DType::F32;     // likewise (BackendCapabilities::depth_bank_dtypes)
   int sequence_parallel_min_tokens = 128;  // prefill steps with this many tokens run SP (0: never)
 };
 

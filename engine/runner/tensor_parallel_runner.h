@@ -37,7 +37,7 @@ struct TensorParallelOptions {
   int num_kv_blocks = 0;  // per rank; the engine's BlockManager uses the same number
   int block_size = 16;
   DType kv_cache_dtype = DType::F32;    // F32, or BF16 where the backend takes it
-  DType depth_bank_dtype = DType::F32;  // likewise (Backend::supports_depth_bank_dtype)
+  DType depth_bank_dtype = DType::F32;  // likewise (BackendCapabilities::depth_bank_dtypes)
   // Prefill steps with at least this many prefill tokens run sequence-parallel (0: never).
   int sequence_parallel_min_tokens = 128;
 };

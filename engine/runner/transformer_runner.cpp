@@ -8,7 +8,7 @@ namespace attnres {
 namespace {
 
 bool uses_graphs(Backend& backend, const RunnerOptions& options) {
-  return options.max_graph_batch > 0 && backend.supports_step_graphs();
+  return options.max_graph_batch > 0 && backend.capabilities().step_graphs;
 }
 
 int cache_blocks(Backend& backend, int num_blocks, int block_size, const RunnerOptions& options) {
@@ -42,7 +42,7 @@ void TransformerRunner::execute(const StepBatch& batch, StepResult& result) {
 }
 
 bool TransformerRunner::launches_asynchronously() const {
-  return model_.backend().samples_asynchronously();
+  return model_.backend().capabilities().samples_asynchronously;
 }
 
 void TransformerRunner::collect(StepResult& result) {

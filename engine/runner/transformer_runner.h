@@ -18,7 +18,7 @@ namespace attnres {
 struct RunnerOptions {
   DType kv_dtype = DType::F32;  // F32, or BF16 where the backend takes it (KvCache::allocate)
   // Decode steps of up to this many sequences run as step graphs where the backend records
-  // them (Backend::supports_step_graphs); 0: every step eagerly (--enforce-eager).
+  // them (BackendCapabilities::step_graphs); 0: every step eagerly (--enforce-eager).
   int max_graph_batch = 256;
 };
 

@@ -1,7 +1,6 @@
 #include "engine/sched/model_execution.h"
 
 #include <algorithm>
-#include <functional>
 
 #include "engine/core/backend_registry.h"
 #include "engine/core/error.h"
@@ -25,19 +24,20 @@ ModelConfig rank_config(const EngineArgs& args, const LoadedModel& model) {
 // checkpoint where the backend takes it, else float32; an explicit name the backend must take.
 // `reads` finishes the refusal: "attention reads an f32 cache".
 DType storage_dtype(const std::string& flag, const std::string& name, const EngineArgs& args,
-                    const LoadedModel& model, std::function<bool(DType)> BackendTraits::*supports,
+                    const LoadedModel& model, DTypeSet BackendCapabilities::*supports,
                     const std::string& reads) {
   if (name != "auto" && name != "float32" && name != "bfloat16") {
     throw Error(flag + ": '" + name + "' is not one of auto, bfloat16, float32");
   }
   if (!has_backend(args.device)) return name == "bfloat16" ? DType::BF16 : DType::F32;
   const BackendTraits traits = backend_traits(args.device);
-  const auto& takes = traits.*supports;
+  const DTypeSet& takes = traits.capabilities.*supports;
   if (name == "auto") {
-    return model.weights.dtype == DType::BF16 && takes(DType::BF16) ? DType::BF16 : DType::F32;
+    return model.weights.dtype == DType::BF16 && takes.contains(DType::BF16) ? DType::BF16
+                                                                             : DType::F32;
   }
   const DType dtype = storage_dtype_from_name(name, flag);
-  if (!takes(dtype)) {
+  if (!takes.contains(dtype)) {
     throw Error(flag + " " + name + ": the " + traits.display_name + " backend's " + reads +
                 " (not yet bf16)");
   }
@@ -57,9 +57,7 @@ LoadedModel load_model(const EngineArgs& args) {
     // after the whole model was quantized.
     if (has_backend(args.device)) {
       const DType format = quant_format_from_name(args.quantization, "--quantization");
-      BackendOptions probe;
-      probe.threads = 1;
-      if (!attnres::make_backend(args.device, probe)->supports_weight_dtype(format)) {
+      if (!backend_traits(args.device).capabilities.weight_dtypes.contains(format)) {
         throw Error("--quantization " + args.quantization + " is not supported by the " +
                     backend_traits(args.device).display_name + " backend yet");
       }
@@ -84,13 +82,13 @@ bool bf16_linear_inputs(const EngineArgs& args, const LoadedModel& model) {
   if (name == "float32" || !has_backend(args.device)) return false;
   const BackendTraits traits = backend_traits(args.device);
   const bool bf16_weights = model.weights.dtype == DType::BF16;
-  if (name == "auto") return bf16_weights && traits.prefers_bf16_linear_inputs();
+  if (name == "auto") return bf16_weights && traits.capabilities.prefers_bf16_linear_inputs;
   if (!bf16_weights) {
     throw Error("--linear-input-dtype bfloat16: the checkpoint's weights are " +
                 storage_dtype_name(model.weights.dtype) +
                 "; inputs are rounded to bf16 only to meet bf16 weights");
   }
-  if (!traits.supports_bf16_linear_inputs()) {
+  if (!traits.capabilities.bf16_linear_inputs) {
     throw Error("--linear-input-dtype bfloat16: the " + traits.display_name +
                 " backend does not compute linears from bf16 inputs here (the CPU needs a "
                 "build for a CPU with AVX512_BF16)");
@@ -104,12 +102,12 @@ std::string linear_input_dtype_name(const EngineArgs& args, const LoadedModel& m
 
 DType kv_cache_dtype(const EngineArgs& args, const LoadedModel& model) {
   return storage_dtype("--kv-cache-dtype", args.kv_cache_dtype, args, model,
-                       &BackendTraits::supports_kv_dtype, "attention reads an f32 cache");
+                       &BackendCapabilities::kv_cache_dtypes, "attention reads an f32 cache");
 }
 
 DType depth_bank_dtype(const EngineArgs& args, const LoadedModel& model) {
   return storage_dtype("--depth-bank-dtype", args.depth_bank_dtype, args, model,
-                       &BackendTraits::supports_depth_bank_dtype, "depth ops read an f32 bank");
+                       &BackendCapabilities::depth_bank_dtypes, "depth ops read an f32 bank");
 }
 
 RunnerArgs resolve_runner_args(const EngineArgs& args, const LoadedModel& model) {

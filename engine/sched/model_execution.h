@@ -28,20 +28,20 @@ int tensor_parallel_size(const EngineArgs& args, const LoadedModel& model);
 
 // The KV cache dtype of args.kv_cache_dtype: "float32" -> F32, "bfloat16" -> BF16, "auto" ->
 // BF16 when the model's weights are bf16 and args.device's backend takes a bf16 cache
-// (BackendTraits::supports_kv_dtype), else F32. Throws for an explicit dtype the backend does
+// (BackendCapabilities::kv_cache_dtypes), else F32. Throws for an explicit dtype the backend does
 // not take, or an unknown name.
 DType kv_cache_dtype(const EngineArgs& args, const LoadedModel& model);
 
 // The depth bank dtype of args.depth_bank_dtype, resolved the same way against the backend's
-// depth ops (BackendTraits::supports_depth_bank_dtype). A plain model has no bank; the
+// depth ops (BackendCapabilities::depth_bank_dtypes). A plain model has no bank; the
 // setting then changes nothing.
 DType depth_bank_dtype(const EngineArgs& args, const LoadedModel& model);
 
 // Whether linears round their input rows to bf16 (BackendOptions::bf16_linear_inputs), from
 // args.linear_input_dtype: "float32" -> no; "bfloat16" -> yes (the model's weights must be
-// bf16 and args.device's backend must take it, BackendTraits::supports_bf16_linear_inputs);
+// bf16 and args.device's backend must take it, BackendCapabilities::bf16_linear_inputs);
 // "auto" -> yes for bf16 weights where the backend prefers it
-// (BackendTraits::prefers_bf16_linear_inputs). Throws for an unknown name or a refusal.
+// (BackendCapabilities::prefers_bf16_linear_inputs). Throws for an unknown name or a refusal.
 bool bf16_linear_inputs(const EngineArgs& args, const LoadedModel& model);
 // "bfloat16" or "float32": what bf16_linear_inputs resolves to, for logs.
 std::string linear_input_dtype_name(const EngineArgs& args, const LoadedModel& model);

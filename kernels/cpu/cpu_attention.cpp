@@ -39,12 +39,8 @@
 namespace attnres {
 namespace {
 
+// The cache's shape and dtype are Backend's checks (backend.cpp); its device is this one's.
 void check_cache(const KvCacheLayer& cache) {
-  ATTNRES_CHECK(cache.k.rank() == 4 && cache.k.shape == cache.v.shape,
-                "kv cache k " + shape_str(cache.k.shape) + " v " + shape_str(cache.v.shape));
-  ATTNRES_CHECK(cache.k.dtype == cache.v.dtype &&
-                    (cache.k.dtype == DType::F32 || cache.k.dtype == DType::BF16),
-                "the CPU kv cache must be F32 or BF16");
   ATTNRES_CHECK(cache.k.device == Device::CPU && cache.v.device == Device::CPU,
                 "kv cache must be on the CPU");
 }
@@ -429,17 +425,14 @@ void attend(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
 
 }  // namespace
 
-void CpuBackend::store_kv(const Tensor& k, const Tensor& v, const BatchMeta& batch,
-                          KvCacheLayer& cache) {
+void CpuBackend::store_kv_impl(const Tensor& k, const Tensor& v, const BatchMeta& batch,
+                               KvCacheLayer& cache) {
   check_cache(cache);
   const int64_t row = cache.k.dim(2) * cache.k.dim(3);  // Hkv * hd
   const int64_t slots = cache.k.dim(0) * cache.k.dim(1);
   cpu::check_f32_rows(k, row, "store_kv k");
   cpu::check_f32_rows(v, row, "store_kv v");
   const int64_t t_dim = cpu::rows_of(k);
-  ATTNRES_CHECK(cpu::rows_of(v) == t_dim && t_dim == batch.num_tokens &&
-                    static_cast<int64_t>(batch.slot_mapping.size()) == t_dim,
-                "store_kv: T mismatch");
   const bool bf16 = cache.k.dtype == DType::BF16;
   for (int64_t t = 0; t < t_dim; ++t) {
     const int64_t slot = batch.slot_mapping[t];
@@ -455,23 +448,16 @@ void CpuBackend::store_kv(const Tensor& k, const Tensor& v, const BatchMeta& bat
   }
 }
 
-void CpuBackend::attention(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
-                           int head_dim, float scale, Tensor& out) {
+void CpuBackend::attention_impl(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
+                                int head_dim, float scale, Tensor& out) {
   check_cache(cache);
   const int64_t hd = head_dim, hkv = cache.k.dim(2), block_size = cache.k.dim(1);
   const int64_t num_blocks = cache.k.dim(0);
-  ATTNRES_CHECK(hd > 0 && cache.k.dim(3) == hd, "attention head_dim " + std::to_string(hd) +
-                                                    " vs cache " + shape_str(cache.k.shape));
-  ATTNRES_CHECK(q.rank() >= 1 && q.dim(-1) % hd == 0, "attention q " + shape_str(q.shape));
   const int64_t hq = q.dim(-1) / hd;
-  ATTNRES_CHECK(hq % hkv == 0, "attention: Hq must be a multiple of Hkv");
   const int64_t group = hq / hkv;
   cpu::check_f32_rows(q, hq * hd, "attention q");
   cpu::check_float_rows(out, hq * hd, "attention out");  // BF16: the o projection's input
   const int64_t t_dim = cpu::rows_of(q);
-  ATTNRES_CHECK(cpu::rows_of(out) == t_dim && t_dim == batch.num_tokens &&
-                    static_cast<int64_t>(batch.positions.size()) == t_dim,
-                "attention: T mismatch");
   const int num_seqs = batch.num_seqs();
   ATTNRES_CHECK(static_cast<int>(batch.query_start.size()) == num_seqs + 1 &&
                     static_cast<int>(batch.block_tables.size()) == num_seqs &&
@@ -498,7 +484,7 @@ void CpuBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Bat
 
   if (cache.k.dtype == DType::BF16) {
 #if defined(__AVX512BF16__)
-    if (bf16_linear_inputs_) {  // bf16 q and weights (cpu_attention_bf16.h)
+    if (bf16_linear_inputs()) {  // bf16 q and weights (cpu_attention_bf16.h)
       attend<DType::BF16, true>(q, cache, batch, seq_of, max_ctx, hd, hq, group, scale, *pool_,
                                 threads_, out);
       return;

@@ -25,16 +25,22 @@ bool CpuBackend::bf16_linear_inputs_faster() {
   return bf16_linear_inputs_supported() && cpu::bf16_dot_speedup() >= 1.5;
 }
 
-void CpuBackend::set_bf16_linear_inputs(bool on) {
-  ATTNRES_CHECK(!on || bf16_linear_inputs_supported(),
-                "bf16 linear inputs on the CPU need AVX512_BF16 (vdpbf16ps), which this build "
-                "does not target (its -march, CMake's ATTNRES_CPU_ARCH, lacks it)");
-  bf16_linear_inputs_ = on;
+const BackendCapabilities& cpu_backend_capabilities() {
+  static const BackendCapabilities capabilities{
+      .kv_cache_dtypes = {DType::F32, DType::BF16},
+      .depth_bank_dtypes = {DType::F32, DType::BF16},
+      // The block-quantized formats too (cpu_linear_quant.h).
+      .weight_dtypes = {DType::F32, DType::BF16, DType::F16, DType::Q8_B32, DType::Q4_B32},
+      .bf16_linear_inputs = CpuBackend::bf16_linear_inputs_supported(),
+      .prefers_bf16_linear_inputs = CpuBackend::bf16_linear_inputs_faster(),
+      .mixes_without_phase1 = true,
+  };
+  return capabilities;
 }
 
 DType CpuBackend::linear_input_dtype(int64_t rows, DType weight_dtype) const {
   (void)rows;  // the GEMV and the GEMM both read bf16 rows (Bf16Dot)
-  return bf16_linear_inputs_ && weight_dtype == DType::BF16 ? DType::BF16 : DType::F32;
+  return bf16_linear_inputs() && weight_dtype == DType::BF16 ? DType::BF16 : DType::F32;
 }
 
 std::string CpuBackend::name() const {

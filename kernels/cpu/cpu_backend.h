@@ -1,8 +1,8 @@
 // The CPU implementation of attnres::Backend (engine/core/backend.h): f32 activations,
-// F32 / BF16 / F16 weights read as stored (and the block-quantized Q8_B32 / Q4_B32), threads
-// of its own cpu::WorkerPool. It is the reference every other backend is tested against, so
-// each op validates shapes and dtypes (ATTNRES_CHECK) before running. The ops are defined
-// across several files by theme:
+// F32 / BF16 / F16 weights read as stored (and the block-quantized Q8_B32 / Q4_B32), threads of
+// its own cpu::WorkerPool. It is the reference every other backend is tested against. Backend
+// checks each op's operands (backend.cpp); the bodies here check that they are CPU tensors. The
+// ops are defined across several files by theme:
 //   cpu_backend.cpp      memory ops, factory, thread count
 //   cpu_linear.cpp       linear: GEMV (decode, R <= 8) and packed GEMM (prefill)
 //   cpu_linear_quant.cpp linear over block-quantized weights (int8 activations)
@@ -26,6 +26,13 @@
 
 namespace attnres {
 
+// The CPU backend's capabilities, the one object its instances and its registration share:
+// a KV cache and a depth bank of F32 or BF16 (store_kv and copy round to nearest even, the ops
+// widen in registers); Phase 2 mixes without a Phase-1 state; bf16 linear inputs where the
+// build has AVX512_BF16, preferred where this core's vdpbf16ps does at least 1.5x the
+// multiply-adds per second of its f32 FMAs (bf16_dot_rate.h: measured once, on first use).
+const BackendCapabilities& cpu_backend_capabilities();
+
 class CpuBackend : public Backend {
  public:
   // num_threads <= 0: cpu::default_thread_count() (OMP_NUM_THREADS, else the CPUs this
@@ -37,36 +44,18 @@ class CpuBackend : public Backend {
 
   Device device() const override { return Device::CPU; }
   std::string name() const override;
-  // F32 and BF16 (store_kv rounds to nearest even; attention widens in registers).
-  static bool kv_dtype_supported(DType dtype) {
-    return dtype == DType::F32 || dtype == DType::BF16;
-  }
-  bool supports_kv_dtype(DType dtype) const override { return kv_dtype_supported(dtype); }
-  // F32 and BF16 (copy rounds an entry to nearest even; the depth ops widen in registers).
-  static bool depth_bank_dtype_supported(DType dtype) {
-    return dtype == DType::F32 || dtype == DType::BF16;
-  }
-  bool mixes_without_phase1() const override { return true; }
-  bool supports_depth_bank_dtype(DType dtype) const override {
-    return depth_bank_dtype_supported(dtype);
-  }
-  // F32, BF16, F16 and the block-quantized Q8_B32 / Q4_B32 (cpu_linear_quant.h).
-  bool supports_weight_dtype(DType dtype) const override {
-    return Backend::supports_weight_dtype(dtype) || is_block_quantized(dtype);
-  }
+  // cpu_backend_capabilities(), above.
+  const BackendCapabilities& capabilities() const override { return cpu_backend_capabilities(); }
   int num_threads() const { return threads_; }
-  // bf16 linear inputs: with bf16 weights, linear rounds x to bf16 and computes its dot
-  // products with vdpbf16ps (cpu_linear_dot.h: Bf16Dot), in the GEMV and the GEMM alike, so
-  // batch invariance holds in either setting; over a bf16 KV cache, attention then rounds q
-  // and its softmax weights to bf16 as well (cpu_attention_bf16.h). Off by default (f32
-  // inputs, exact); the engine turns it on for --linear-input-dtype bfloat16 (or auto, where
-  // it is faster). Throws where the build has no AVX512_BF16 (bf16_linear_inputs_supported()).
-  void set_bf16_linear_inputs(bool on);
-  bool bf16_linear_inputs() const { return bf16_linear_inputs_; }
+  // bf16 linear inputs (Backend::set_bf16_linear_inputs): with bf16 weights, linear rounds x
+  // to bf16 and computes its dot products with vdpbf16ps (cpu_linear_dot.h: Bf16Dot), in the
+  // GEMV and the GEMM alike, so batch invariance holds in either setting; over a bf16 KV
+  // cache, attention then rounds q and its softmax weights to bf16 as well
+  // (cpu_attention_bf16.h). Supported where the build has AVX512_BF16.
   static bool bf16_linear_inputs_supported();
   // Whether bf16 linear inputs are the faster choice here: supported, and this core's
   // vdpbf16ps does at least 1.5x the multiply-adds per second of its f32 FMAs
-  // (bf16_dot_rate.h: 2x on Zen 4, 0.5x on the Xeon VM of earlier sessions).
+  // (bf16_dot_rate.h: 2x on Zen 4, 0.5x on a core that issues one every two cycles).
   static bool bf16_linear_inputs_faster();
   // BF16 with bf16 linear inputs and bf16 weights: the producers of a linear's input rows
   // (rms_norm, depth_phase2_prenorm, attention, swiglu) then write them rounded, as CUDA's
@@ -81,36 +70,39 @@ class CpuBackend : public Backend {
   void fill_zero(Tensor& dst) override;
   void synchronize() override {}
 
-  void embedding(const Tensor& table, const BatchMeta& batch, Tensor& out) override;
-  void rms_norm(const Tensor& x, const Tensor& gain, float eps, Tensor& out) override;
-  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
+ protected:
+  // The op bodies (Backend checks the operands first: backend.cpp).
+  void embedding_impl(const Tensor& table, const BatchMeta& batch, Tensor& out) override;
+  void rms_norm_impl(const Tensor& x, const Tensor& gain, float eps, Tensor& out) override;
+  void linear_impl(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
   // With bf16 linear inputs, x is rounded once for all the targets (or gate and up), not once
   // per weight; the same bits as one linear per target.
-  void linear_many(const Tensor& x, std::span<const LinearTarget> targets) override;
-  void linear_swiglu(const Tensor& x, const Tensor& w_gate, const Tensor* b_gate,
-                     const Tensor& w_up, const Tensor* b_up, Tensor& gate, Tensor& up,
-                     Tensor& out) override;
-  void qk_norm_rope(Tensor& q, Tensor& k, int head_dim, const Tensor* q_gain, const Tensor* k_gain,
-                    float eps, const Tensor& inv_freq, const BatchMeta& batch) override;
-  void store_kv(const Tensor& k, const Tensor& v, const BatchMeta& batch,
-                KvCacheLayer& cache) override;
-  void attention(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch, int head_dim,
-                 float scale, Tensor& out) override;
-  void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) override;
-  void add_inplace(Tensor& x, const Tensor& y) override;
-  void add_inplace_push(Tensor& x, const Tensor& y, Tensor& entry, PushedRow pushed) override;
-  void gather_rows(const Tensor& x, std::span<const int32_t> rows, Tensor& out) override;
-  void depth_phase1(const Tensor& queries, const Tensor& bank, int n, float eps, Tensor& m,
-                    Tensor& s, Tensor& o, const Tensor* source_gate_logits = nullptr) override;
-  void depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& partial,
-                            const Tensor& prenorm_gain, float norm_eps, Tensor& out) override;
-  void depth_phase2_prenorm_pair(const DepthMixArgs& a, const DepthMixArgs& b,
-                                 const Tensor& partial, const Tensor& prenorm_gain, float norm_eps,
-                                 Tensor& out_a, Tensor& out_b) override;
-  void depth_weights(const Tensor& query, const Tensor& bank, int n, const Tensor& partial,
-                     float bias, float eps, Tensor& out,
-                     const DepthSourceSwitches& sources = {}) override;
-  void sample(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) override;
+  void linear_many_impl(const Tensor& x, std::span<const LinearTarget> targets) override;
+  void linear_swiglu_impl(const Tensor& x, const Tensor& w_gate, const Tensor* b_gate,
+                          const Tensor& w_up, const Tensor* b_up, Tensor& gate, Tensor& up,
+                          Tensor& out) override;
+  void qk_norm_rope_impl(Tensor& q, Tensor& k, int head_dim, const Tensor* q_gain,
+                         const Tensor* k_gain, float eps, const Tensor& inv_freq,
+                         const BatchMeta& batch) override;
+  void store_kv_impl(const Tensor& k, const Tensor& v, const BatchMeta& batch,
+                     KvCacheLayer& cache) override;
+  void attention_impl(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
+                      int head_dim, float scale, Tensor& out) override;
+  void swiglu_impl(const Tensor& gate, const Tensor& up, Tensor& out) override;
+  void add_inplace_impl(Tensor& x, const Tensor& y) override;
+  void add_inplace_push_impl(Tensor& x, const Tensor& y, Tensor& entry, PushedRow pushed) override;
+  void gather_rows_impl(const Tensor& x, std::span<const int32_t> rows, Tensor& out) override;
+  void depth_phase1_impl(const Tensor& queries, const Tensor& bank, int n, float eps, Tensor& m,
+                         Tensor& s, Tensor& o, const Tensor* source_gate_logits) override;
+  void depth_phase2_prenorm_impl(const DepthMixArgs& mix, const Tensor& partial,
+                                 const Tensor& prenorm_gain, float norm_eps, Tensor& out) override;
+  void depth_phase2_prenorm_pair_impl(const DepthMixArgs& a, const DepthMixArgs& b,
+                                      const Tensor& partial, const Tensor& prenorm_gain,
+                                      float norm_eps, Tensor& out_a, Tensor& out_b) override;
+  void depth_weights_impl(const Tensor& query, const Tensor& bank, int n, const Tensor& partial,
+                          float bias, float eps, Tensor& out,
+                          const DepthSourceSwitches& sources) override;
+  void sample_impl(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) override;
 
  private:
   // Whether linear_many rounds x once for all of targets: bf16 linear inputs, bf16 weights.
@@ -128,7 +120,6 @@ class CpuBackend : public Backend {
 
   std::unique_ptr<cpu::WorkerPool> pool_;
   int threads_;  // pool_->size()
-  bool bf16_linear_inputs_ = false;
   RopeTable rope_table_;
 };
 

@@ -297,25 +297,16 @@ void phase1_tokens(cpu::WorkerPool& pool, bool parallel, const float* qp, int64_
 
 }  // namespace
 
-void CpuBackend::depth_phase1(const Tensor& queries, const Tensor& bank, int n, float eps,
-                              Tensor& m, Tensor& s, Tensor& o, const Tensor* source_gate_logits) {
-  ATTNRES_CHECK(queries.rank() == 2, "depth_phase1 queries " + shape_str(queries.shape));
+void CpuBackend::depth_phase1_impl(const Tensor& queries, const Tensor& bank, int n, float eps,
+                                   Tensor& m, Tensor& s, Tensor& o,
+                                   const Tensor* source_gate_logits) {
   const int64_t s_dim = queries.dim(0), d = queries.dim(1);
   cpu::check_f32_rows(queries, d, "depth_phase1 queries");
-  ATTNRES_CHECK(bank.rank() == 3 && n >= 1 && bank.dim(0) >= n,
-                "depth_phase1 bank " + shape_str(bank.shape) + " n " + std::to_string(n));
   cpu::check_float_rows(bank, d, "depth_phase1 bank");
   const int64_t t_dim = bank.dim(1);
-  ATTNRES_CHECK(m.numel() == s_dim * t_dim && s.numel() == s_dim * t_dim && m.dtype == DType::F32 &&
-                    s.dtype == DType::F32,
-                "depth_phase1 m " + shape_str(m.shape) + " s " + shape_str(s.shape));
   cpu::check_f32_rows(o, d, "depth_phase1 o");
-  ATTNRES_CHECK(o.numel() == s_dim * t_dim * d, "depth_phase1 o " + shape_str(o.shape));
   const Tensor* gate = source_gate_logits;
-  if (gate) {
-    cpu::check_f32_rows(*gate, d, "depth_phase1 source gate");
-    ATTNRES_CHECK(gate->numel() == t_dim * d, "depth_phase1 source gate " + shape_str(gate->shape));
-  }
+  if (gate) cpu::check_f32_rows(*gate, d, "depth_phase1 source gate");
   const float* gp = gate ? gate->ptr<float>() : nullptr;
   const bool parallel = threads_ > 1 && t_dim > 1;
   float* mp = m.ptr<float>();
@@ -697,46 +688,19 @@ bool mixes(const Backend::DepthMixArgs& mix) { return mix.m != nullptr || mix.ne
 // The operands of one mixing Phase 2 call, validated; gain is the PreNorm's, widened.
 Phase2Operands phase2_operands(const Backend::DepthMixArgs& mix, const Tensor& partial,
                                const float* gain, float norm_eps, Tensor& out) {
-  ATTNRES_CHECK(partial.rank() >= 1, "depth_phase2 partial " + shape_str(partial.shape));
+  // The operands' shapes and dtypes are Backend's checks (backend.cpp); their device is ours.
   const int64_t d = partial.dim(-1);
   cpu::check_f32_rows(partial, d, "depth_phase2 partial");
   cpu::check_float_rows(out, d, "depth_phase2 out");  // BF16: a linear's input rows
   const int64_t t_dim = cpu::rows_of(partial);
-  ATTNRES_CHECK(out.numel() == partial.numel(), "depth_phase2 out " + shape_str(out.shape));
   // No Phase-1 state but newer entries: the first of them stands for it (the header comment).
   const bool stateless = mix.m == nullptr && mix.newer != nullptr;
-  if (mix.partial_is_source || mix.newer) {
-    ATTNRES_CHECK(mix.query != nullptr,
-                  "depth_phase2: the partial or a newer bank entry is a source but has no query");
-    cpu::check_f32_rows(*mix.query, d, "depth_phase2 query");
-    ATTNRES_CHECK(mix.query->numel() == d, "depth_phase2 query " + shape_str(mix.query->shape));
-  }
-  if (mix.newer) {
-    cpu::check_float_rows(*mix.newer, d, "depth_phase2 newer entries");
-    ATTNRES_CHECK(mix.newer->rank() == 3 && mix.newer->dim(0) >= 1 &&
-                      mix.newer->dim(0) <= Backend::kMaxNewerSources && mix.newer->dim(1) == t_dim,
-                  "depth_phase2 newer entries " + shape_str(mix.newer->shape));
-  }
-  if (stateless) {
-    ATTNRES_CHECK(!mix.s && !mix.o, "depth_phase2: s / o given without m");
-  } else {
-    ATTNRES_CHECK(mix.s && mix.o, "depth_phase2: m given without s / o");
-    ATTNRES_CHECK(mix.m->dtype == DType::F32 && mix.s->dtype == DType::F32 &&
-                      mix.m->numel() == t_dim && mix.s->numel() == t_dim,
-                  "depth_phase2 m " + shape_str(mix.m->shape) + " s " + shape_str(mix.s->shape));
-    cpu::check_f32_rows(*mix.o, d, "depth_phase2 o");
-    ATTNRES_CHECK(mix.o->numel() == t_dim * d, "depth_phase2 o " + shape_str(mix.o->shape));
-  }
-  if (mix.null_source) {
-    cpu::check_f32_rows(*mix.null_source, d, "depth_phase2 null source");
-    ATTNRES_CHECK(mix.null_source->numel() == d,
-                  "depth_phase2 null source " + shape_str(mix.null_source->shape));
-  }
+  if (mix.query) cpu::check_f32_rows(*mix.query, d, "depth_phase2 query");
+  if (mix.newer) cpu::check_float_rows(*mix.newer, d, "depth_phase2 newer entries");
+  if (!stateless) cpu::check_f32_rows(*mix.o, d, "depth_phase2 o");
+  if (mix.null_source) cpu::check_f32_rows(*mix.null_source, d, "depth_phase2 null source");
   if (mix.gate == Backend::DepthGate::Vector) {
-    ATTNRES_CHECK(mix.gate_logits != nullptr, "depth_phase2: vector gate without gate logits");
     cpu::check_f32_rows(*mix.gate_logits, d, "depth_phase2 gate logits");
-    ATTNRES_CHECK(mix.gate_logits->numel() == t_dim * d,
-                  "depth_phase2 gate logits " + shape_str(mix.gate_logits->shape));
   }
   Phase2Operands op;
   op.query = mix.query ? mix.query->ptr<float>() : nullptr;
@@ -749,10 +713,6 @@ Phase2Operands phase2_operands(const Backend::DepthMixArgs& mix, const Tensor& p
   op.newer = mix.newer ? mix.newer->data : nullptr;
   op.p = partial.ptr<float>();
   if (out.dtype == DType::BF16) {
-    const char* o0 = static_cast<const char*>(out.data);
-    const char* p0 = static_cast<const char*>(partial.data);
-    ATTNRES_CHECK(o0 + out.nbytes() <= p0 || p0 + partial.nbytes() <= o0,
-                  "depth_phase2: a bf16 out must not overlap the partial");
     op.out_bf16 = out.ptr<uint16_t>();
   } else {
     op.out = out.ptr<float>();
@@ -800,19 +760,12 @@ bool same_view(const Tensor* a, const Tensor* b) {
   return a->data == b->data && a->shape == b->shape && a->dtype == b->dtype;
 }
 
-// Whether the bytes of two tensors overlap.
-bool overlap(const Tensor& a, const Tensor& b) {
-  const char* a0 = static_cast<const char*>(a.data);
-  const char* b0 = static_cast<const char*>(b.data);
-  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
-}
-
 }  // namespace
 
-void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& partial,
-                                      const Tensor& prenorm_gain, float norm_eps, Tensor& out) {
+void CpuBackend::depth_phase2_prenorm_impl(const DepthMixArgs& mix, const Tensor& partial,
+                                           const Tensor& prenorm_gain, float norm_eps,
+                                           Tensor& out) {
   if (!mixes(mix)) return rms_norm(partial, prenorm_gain, norm_eps, out);  // h = p
-  ATTNRES_CHECK(partial.rank() >= 1, "depth_phase2 partial " + shape_str(partial.shape));
   const std::vector<float> gain =
       cpu::widen_vector(prenorm_gain, partial.dim(-1), "depth_phase2 gain");
   const Phase2Operands op = phase2_operands(mix, partial, gain.data(), norm_eps, out);
@@ -820,13 +773,11 @@ void CpuBackend::depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& par
   run_phase2<1>(*pool_, threads_ > 1 && op.t_dim > 1, ops, mix, 0);
 }
 
-void CpuBackend::depth_phase2_prenorm_pair(const DepthMixArgs& a, const DepthMixArgs& b,
-                                           const Tensor& partial, const Tensor& prenorm_gain,
-                                           float norm_eps, Tensor& out_a, Tensor& out_b) {
-  ATTNRES_CHECK(!overlap(out_a, out_b) && !overlap(out_a, partial) && !overlap(out_b, partial),
-                "depth_phase2_prenorm_pair: the outputs overlap each other or the partial");
+void CpuBackend::depth_phase2_prenorm_pair_impl(const DepthMixArgs& a, const DepthMixArgs& b,
+                                                const Tensor& partial, const Tensor& prenorm_gain,
+                                                float norm_eps, Tensor& out_a, Tensor& out_b) {
   if (!mixes(a) || !mixes(b)) {  // a plain pre-norm on either side: nothing to share
-    Backend::depth_phase2_prenorm_pair(a, b, partial, prenorm_gain, norm_eps, out_a, out_b);
+    Backend::depth_phase2_prenorm_pair_impl(a, b, partial, prenorm_gain, norm_eps, out_a, out_b);
     return;
   }
   ATTNRES_CHECK((a.m == nullptr) == (b.m == nullptr) && same_view(a.newer, b.newer) &&
@@ -838,7 +789,6 @@ void CpuBackend::depth_phase2_prenorm_pair(const DepthMixArgs& a, const DepthMix
                     (a.query == nullptr) == (b.query == nullptr),
                 "depth_phase2_prenorm_pair: the two mixes differ in more than their query, "
                 "Phase-1 rows and null logit");
-  ATTNRES_CHECK(partial.rank() >= 1, "depth_phase2 partial " + shape_str(partial.shape));
   const std::vector<float> gain =
       cpu::widen_vector(prenorm_gain, partial.dim(-1), "depth_phase2 gain");
   ATTNRES_CHECK(out_a.dtype == out_b.dtype, "depth_phase2_prenorm_pair: outputs of two dtypes");

@@ -57,27 +57,17 @@ float bank_logit(const float* query, const Tensor& bank, int j, int64_t t, int64
 
 }  // namespace
 
-void CpuBackend::depth_weights(const Tensor& query, const Tensor& bank, int n,
-                               const Tensor& partial, float bias, float eps, Tensor& out,
-                               const DepthSourceSwitches& sources) {
-  ATTNRES_CHECK(partial.rank() == 2, "depth_weights partial " + shape_str(partial.shape));
+void CpuBackend::depth_weights_impl(const Tensor& query, const Tensor& bank, int n,
+                                    const Tensor& partial, float bias, float eps, Tensor& out,
+                                    const DepthSourceSwitches& sources) {
   const int64_t t_dim = partial.dim(0), d = partial.dim(1);
   cpu::check_f32_rows(partial, d, "depth_weights partial");
   cpu::check_f32_rows(query, d, "depth_weights query");
-  ATTNRES_CHECK(query.numel() == d, "depth_weights query " + shape_str(query.shape));
-  ATTNRES_CHECK(bank.rank() == 3 && n >= 1 && bank.dim(0) >= n && bank.dim(1) == t_dim,
-                "depth_weights bank " + shape_str(bank.shape) + " n " + std::to_string(n) + " T " +
-                    std::to_string(t_dim));
   cpu::check_float_rows(bank, d, "depth_weights bank");
   const int width = sources.width(n);
   cpu::check_f32_rows(out, width, "depth_weights out");
-  ATTNRES_CHECK(cpu::rows_of(out) == t_dim, "depth_weights out " + shape_str(out.shape));
   const Tensor* gate = sources.source_gate_logits;
-  if (gate) {
-    cpu::check_f32_rows(*gate, d, "depth_weights source gate");
-    ATTNRES_CHECK(gate->numel() == t_dim * d,
-                  "depth_weights source gate " + shape_str(gate->shape));
-  }
+  if (gate) cpu::check_f32_rows(*gate, d, "depth_weights source gate");
 
   const float* qp = query.ptr<float>();
   const float* pp = partial.ptr<float>();

@@ -60,18 +60,11 @@ void swiglu_into(const float* g, const float* u, OutT* o, int64_t total, cpu::Wo
 
 }  // namespace
 
-void CpuBackend::embedding(const Tensor& table, const BatchMeta& batch, Tensor& out) {
-  ATTNRES_CHECK(table.rank() == 2 && table.device == Device::CPU,
-                "embedding table " + shape_str(table.shape));
-  const int64_t vocab = table.dim(0), d = table.dim(1);
+void CpuBackend::embedding_impl(const Tensor& table, const BatchMeta& batch, Tensor& out) {
+  ATTNRES_CHECK(table.device == Device::CPU, "embedding table is not a CPU tensor");
+  const int64_t d = table.dim(1);
   cpu::check_f32_rows(out, d, "embedding out");
   const int64_t t_dim = cpu::rows_of(out);
-  ATTNRES_CHECK(t_dim == batch.num_tokens && static_cast<int64_t>(batch.token_ids.size()) == t_dim,
-                "embedding: T mismatch");
-  for (int64_t t = 0; t < t_dim; ++t)
-    ATTNRES_CHECK(batch.token_ids[t] >= 0 && batch.token_ids[t] < vocab,
-                  "embedding: token id " + std::to_string(batch.token_ids[t]) +
-                      " outside the vocabulary of " + std::to_string(vocab));
   const int32_t* ids = batch.token_ids.data();
   switch (table.dtype) {
     case DType::F32:
@@ -89,14 +82,12 @@ void CpuBackend::embedding(const Tensor& table, const BatchMeta& batch, Tensor& 
   }
 }
 
-void CpuBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor& out) {
-  ATTNRES_CHECK(gate.rank() >= 1, "swiglu gate " + shape_str(gate.shape));
+void CpuBackend::swiglu_impl(const Tensor& gate, const Tensor& up, Tensor& out) {
   const int64_t n = gate.dim(-1);
   cpu::check_f32_rows(gate, n, "swiglu gate");
   cpu::check_f32_rows(up, n, "swiglu up");
   cpu::check_float_rows(out, n, "swiglu out");  // BF16: the down projection's input rows
   const int64_t total = gate.numel();
-  ATTNRES_CHECK(up.numel() == total && out.numel() == total, "swiglu: shape mismatch");
   if (out.dtype == DType::BF16) {
     swiglu_into(gate.ptr<float>(), up.ptr<float>(), out.ptr<uint16_t>(), total, *pool_);
   } else {
@@ -104,9 +95,7 @@ void CpuBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor& out) {
   }
 }
 
-void CpuBackend::add_inplace(Tensor& x, const Tensor& y) {
-  ATTNRES_CHECK(x.shape == y.shape && x.dtype == DType::F32 && y.dtype == DType::F32,
-                "add_inplace x " + shape_str(x.shape) + " y " + shape_str(y.shape));
+void CpuBackend::add_inplace_impl(Tensor& x, const Tensor& y) {
   const int64_t total = x.numel();
   float* xp = x.ptr<float>();
   const float* yp = y.ptr<float>();
@@ -116,14 +105,10 @@ void CpuBackend::add_inplace(Tensor& x, const Tensor& y) {
 
 // One pass where add_inplace then copy() would read the pushed row back: in a 0.6B prefill of
 // a bank-every-sublayer mode the pushes were ~1 ms of the ~12 ms of depth work.
-void CpuBackend::add_inplace_push(Tensor& x, const Tensor& y, Tensor& entry, PushedRow pushed) {
-  ATTNRES_CHECK(x.shape == y.shape && x.dtype == DType::F32 && y.dtype == DType::F32,
-                "add_inplace_push x " + shape_str(x.shape) + " y " + shape_str(y.shape));
-  ATTNRES_CHECK(entry.shape == x.shape && (entry.dtype == DType::F32 || entry.dtype == DType::BF16),
-                "add_inplace_push entry " + shape_str(entry.shape) + " " +
-                    std::string(dtype_name(entry.dtype)));
+void CpuBackend::add_inplace_push_impl(Tensor& x, const Tensor& y, Tensor& entry,
+                                       PushedRow pushed) {
   // An f32 entry: nothing to fuse, the push is a plain copy (the default's two calls).
-  if (entry.dtype == DType::F32) return Backend::add_inplace_push(x, y, entry, pushed);
+  if (entry.dtype == DType::F32) return Backend::add_inplace_push_impl(x, y, entry, pushed);
   const int64_t total = x.numel();
   constexpr int64_t kChunk = 1 << 14;
   const int64_t chunks = (total + kChunk - 1) / kChunk;
@@ -147,18 +132,11 @@ void CpuBackend::add_inplace_push(Tensor& x, const Tensor& y, Tensor& entry, Pus
   });
 }
 
-void CpuBackend::gather_rows(const Tensor& x, std::span<const int32_t> rows, Tensor& out) {
-  ATTNRES_CHECK(x.rank() >= 1 && out.rank() >= 1 && x.dtype == out.dtype,
-                "gather_rows x " + shape_str(x.shape) + " out " + shape_str(out.shape));
+void CpuBackend::gather_rows_impl(const Tensor& x, std::span<const int32_t> rows, Tensor& out) {
   const int64_t r_dim = x.dim(0);
   const int64_t n_out = static_cast<int64_t>(rows.size());
-  ATTNRES_CHECK(out.dim(0) == n_out &&
-                    (r_dim == 0 || out.numel() / std::max<int64_t>(n_out, 1) == x.numel() / r_dim),
-                "gather_rows x " + shape_str(x.shape) + " out " + shape_str(out.shape));
   const size_t row_bytes = r_dim ? x.nbytes() / static_cast<size_t>(r_dim) : 0;
-  ATTNRES_CHECK(x.data != out.data || n_out == 0, "gather_rows: x and out must not alias");
   for (int64_t i = 0; i < n_out; ++i) {
-    ATTNRES_CHECK(rows[i] >= 0 && rows[i] < r_dim, "gather_rows: row " + std::to_string(rows[i]));
     std::memcpy(static_cast<char*>(out.data) + i * row_bytes,
                 static_cast<const char*>(x.data) + rows[i] * row_bytes, row_bytes);
   }

@@ -481,7 +481,7 @@ struct LinearOperands {
 
 }  // namespace
 
-void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
+void CpuBackend::linear_impl(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
   const LinearOperands op(x, w, bias, out);
   float* o = out.ptr<float>();
 #if defined(__AVX512BF16__)
@@ -501,7 +501,7 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Te
                                                   op.n_dim, *pool_);
     case DType::BF16:
 #if defined(__AVX512BF16__)
-      if (bf16_linear_inputs_) {
+      if (bf16_linear_inputs()) {
         const uint16_t* xb = round_inputs(xp, op.r_dim, op.k_dim, *pool_);
         return linear_rows<cpu::Bf16Dot>(xb, op.r_dim, op.k_dim, w.data, op.bias, o, op.n_dim,
                                          *pool_);
@@ -518,7 +518,7 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Te
 }
 
 bool CpuBackend::rounds_linear_inputs(std::span<const LinearTarget> targets) const {
-  if (!bf16_linear_inputs_ || targets.empty()) return false;
+  if (!bf16_linear_inputs() || targets.empty()) return false;
   for (const LinearTarget& t : targets) {
     if (t.w->dtype != DType::BF16) return false;
   }
@@ -537,7 +537,7 @@ bool quantizes_once(std::span<const Backend::LinearTarget> targets) {
 }
 }  // namespace
 
-void CpuBackend::linear_many(const Tensor& x, std::span<const LinearTarget> targets) {
+void CpuBackend::linear_many_impl(const Tensor& x, std::span<const LinearTarget> targets) {
 #if defined(__AVX512BF16__)
   if (rounds_linear_inputs(targets)) {
     std::vector<LinearOperands> ops;
@@ -565,12 +565,12 @@ void CpuBackend::linear_many(const Tensor& x, std::span<const LinearTarget> targ
                             targets[i].out->ptr<float>(), *pool_);
     return;
   }
-  Backend::linear_many(x, targets);
+  Backend::linear_many_impl(x, targets);
 }
 
-void CpuBackend::linear_swiglu(const Tensor& x, const Tensor& w_gate, const Tensor* b_gate,
-                               const Tensor& w_up, const Tensor* b_up, Tensor& gate, Tensor& up,
-                               Tensor& out) {
+void CpuBackend::linear_swiglu_impl(const Tensor& x, const Tensor& w_gate, const Tensor* b_gate,
+                                    const Tensor& w_up, const Tensor* b_up, Tensor& gate,
+                                    Tensor& up, Tensor& out) {
   const LinearTarget targets[2] = {{&w_gate, b_gate, &gate}, {&w_up, b_up, &up}};
   linear_many(x, targets);
   swiglu(gate, up, out);

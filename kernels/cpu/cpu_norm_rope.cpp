@@ -78,15 +78,11 @@ void norm_rope_head(float* x, int64_t hd, const std::vector<float>& gain, float 
 
 }  // namespace
 
-void CpuBackend::rms_norm(const Tensor& x, const Tensor& gain, float eps, Tensor& out) {
-  ATTNRES_CHECK(x.rank() >= 1, "rms_norm x " + shape_str(x.shape));
+void CpuBackend::rms_norm_impl(const Tensor& x, const Tensor& gain, float eps, Tensor& out) {
   const int64_t n = x.dim(-1);
   cpu::check_f32_rows(x, n, "rms_norm x");
   cpu::check_float_rows(out, n, "rms_norm out");  // BF16: a linear's input rows
-  ATTNRES_CHECK(out.numel() == x.numel(),
-                "rms_norm x " + shape_str(x.shape) + " out " + shape_str(out.shape));
-  ATTNRES_CHECK(gain.defined() && gain.numel() == n && gain.device == Device::CPU,
-                "rms_norm gain " + shape_str(gain.shape));
+  ATTNRES_CHECK(gain.defined() && gain.device == Device::CPU, "rms_norm gain is not a CPU tensor");
   const int64_t rows = cpu::rows_of(x);
   switch (gain.dtype) {
     case DType::F32:
@@ -100,19 +96,13 @@ void CpuBackend::rms_norm(const Tensor& x, const Tensor& gain, float eps, Tensor
   }
 }
 
-void CpuBackend::qk_norm_rope(Tensor& q, Tensor& k, int head_dim, const Tensor* q_gain,
-                              const Tensor* k_gain, float eps, const Tensor& inv_freq,
-                              const BatchMeta& batch) {
+void CpuBackend::qk_norm_rope_impl(Tensor& q, Tensor& k, int head_dim, const Tensor* q_gain,
+                                   const Tensor* k_gain, float eps, const Tensor& inv_freq,
+                                   const BatchMeta& batch) {
   const int64_t hd = head_dim;
-  ATTNRES_CHECK(hd > 0 && hd % 2 == 0, "qk_norm_rope head_dim " + std::to_string(hd));
-  ATTNRES_CHECK(q.rank() >= 1 && k.rank() >= 1 && q.dim(-1) % hd == 0 && k.dim(-1) % hd == 0,
-                "qk_norm_rope q " + shape_str(q.shape) + " k " + shape_str(k.shape));
   cpu::check_f32_rows(q, q.dim(-1), "qk_norm_rope q");
   cpu::check_f32_rows(k, k.dim(-1), "qk_norm_rope k");
   const int64_t t_dim = cpu::rows_of(q);
-  ATTNRES_CHECK(cpu::rows_of(k) == t_dim && t_dim == batch.num_tokens &&
-                    static_cast<int64_t>(batch.positions.size()) == t_dim,
-                "qk_norm_rope: T mismatch");
   const int64_t hq = q.dim(-1) / hd, hkv = k.dim(-1) / hd, half = hd / 2;
   std::vector<float> freq = cpu::widen_vector(inv_freq, half, "qk_norm_rope inv_freq");
   const std::vector<float> qg =

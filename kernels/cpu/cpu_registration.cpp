@@ -24,11 +24,7 @@ void register_cpu_backend() {
         backend->set_bf16_linear_inputs(options.bf16_linear_inputs);
         return std::unique_ptr<Backend>(std::move(backend));
       },
-      BackendTraits{.display_name = "CPU",
-                    .supports_kv_dtype = &CpuBackend::kv_dtype_supported,
-                    .supports_depth_bank_dtype = &CpuBackend::depth_bank_dtype_supported,
-                    .supports_bf16_linear_inputs = &CpuBackend::bf16_linear_inputs_supported,
-                    .prefers_bf16_linear_inputs = &CpuBackend::bf16_linear_inputs_faster});
+      BackendTraits{.display_name = "CPU", .capabilities = cpu_backend_capabilities()});
   register_communicator_group("cpu", [](int size) -> CommunicatorFactory {
     auto group = InProcessGroup::create(size);
     return [group](int rank, Backend&) { return group->communicator(rank); };

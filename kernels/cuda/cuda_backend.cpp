@@ -25,18 +25,6 @@
 #include "kernels/cuda/cuda_kernels.h"
 
 namespace attnres {
-namespace {
-
-// ATTNRES_CUDA_BF16_ACT=0 (or off / false) keeps every activation f32 (linear converts).
-bool bf16_activations_wanted_by_env() {
-  const char* value = std::getenv("ATTNRES_CUDA_BF16_ACT");
-  if (!value) return true;
-  const std::string v(value);
-  return !(v == "0" || v == "off" || v == "false");
-}
-
-}  // namespace
-
 bool cuda_device_available() {
   try {
     int count = 0;
@@ -65,6 +53,19 @@ size_t cuda_free_memory_bytes(int device) {
   return free;
 }
 
+const BackendCapabilities& cuda_backend_capabilities() {
+  static const BackendCapabilities capabilities{
+      .kv_cache_dtypes = {DType::F32, DType::BF16},
+      .depth_bank_dtypes = {DType::F32, DType::BF16},
+      .bf16_linear_inputs = true,
+      .prefers_bf16_linear_inputs = true,
+      .step_graphs = true,
+      .fuses_linear_residual = true,
+      .samples_asynchronously = true,
+  };
+  return capabilities;
+}
+
 CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
@@ -87,7 +88,6 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   im.programmatic_launch_supported = prop.major >= 9;
   im.launch->programmatic =
       im.programmatic_launch_supported && cuda::programmatic_launch_wanted_by_env();
-  im.bf16_activations = bf16_activations_wanted_by_env();
   im.gemv_levers->deep = cuda::gemv_lever_wanted_by_env("ATTNRES_CUDA_GEMV_DEEP");
   im.gemv_levers->weight_prefetch = cuda::gemv_lever_wanted_by_env("ATTNRES_CUDA_PDL_PREFETCH");
   CUDA_CHECK(cudaStreamCreateWithFlags(&im.stream, cudaStreamNonBlocking));
@@ -139,12 +139,10 @@ CudaBackend::Impl& CudaBackend::on_device() {
 }
 
 DType CudaBackend::linear_input_dtype(int64_t rows, DType weight_dtype) const {
-  return impl_->bf16_activations && rows > cuda::kMaxGemvRows && weight_dtype == DType::BF16
+  return bf16_linear_inputs() && rows > cuda::kMaxGemvRows && weight_dtype == DType::BF16
              ? DType::BF16
              : DType::F32;
 }
-void CudaBackend::set_bf16_activations(bool on) { impl_->bf16_activations = on; }
-bool CudaBackend::bf16_activations() const { return impl_->bf16_activations; }
 
 void CudaBackend::set_programmatic_launch(bool on) {
   impl_->launch->programmatic = on && impl_->programmatic_launch_supported;

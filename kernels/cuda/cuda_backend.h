@@ -5,16 +5,16 @@
 // PUBLIC on the target).
 //
 // Contract (same as the CPU backend, which is the reference):
-// - f32 activations on the device; weights F32 / BF16 / F16 read as stored. bf16 activations
-//   are a later optimisation. The KV cache is F32 or BF16 (supports_kv_dtype); the depth
-//   bank F32.
+// - f32 activations on the device (a linear's input rows bf16 where linear_input_dtype says
+//   so); weights F32 / BF16 / F16 read as stored. The KV cache is F32 or BF16, the depth
+//   bank too (cuda_backend_capabilities).
 // - One CUDA stream per backend; every op is queued on it; synchronize() waits for it and
 //   download() copies to the host and waits. Any thread may drive the backend (one at a
 //   time): each call first makes the backend's device current on the calling thread.
 // - alloc() hands out zero-filled device memory from a caching allocator (best fit over
-//   cached segments, cut and merged: cuda_allocator.h): Transformer::forward allocates its scratch every step and a
-//   cudaMalloc / cudaFree per step would dominate decode. Tensors own their memory through
-//   Tensor::owner and may outlive the backend.
+//   cached segments, cut and merged: cuda_allocator.h): Transformer::forward allocates its scratch
+//   every step and a cudaMalloc / cudaFree per step would dominate decode. Tensors own their memory
+//   through Tensor::owner and may outlive the backend.
 // - linear: up to 8 rows (decode) use a GEMV kernel with f32 activations (CPU-exact up to
 //   summation order). More rows use cuBLAS; with BF16 / F16 weights the activations are
 //   first rounded to the weight dtype (cuBLAS needs A and B of one type; accumulation and
@@ -23,8 +23,11 @@
 //   the same bits), not batch-invariant: a row's result depends on whether its step had
 //   <= 8 rows, and cuBLAS picks kernels by shape. As vLLM by default; the CPU is both.
 //
-// Files: cuda_backend.cpp (memory, batch metadata, factory), cuda_ops.cpp (op validation
-// and dispatch, linear through cuBLAS), cuda_allocator.cpp (caching allocator and CUDA graph
+// Files: cuda_backend.cpp (memory, batch metadata, factory), the op bodies (validation and
+// dispatch) beside their kernels: cuda_linear_ops.cpp (linear through the GEMV or cuBLAS),
+// cuda_prenorm_ops.cpp, cuda_norm_rope_ops.cpp, cuda_attention_ops.cpp, cuda_depth_ops.cpp,
+// cuda_elementwise_ops.cpp, cuda_sampling_ops.cpp (their shared checks: cuda_op_checks.h);
+// cuda_allocator.cpp (caching allocator and CUDA graph
 // memory pools), cuda_graph.cpp (capture_graph, CudaGraph), cuda_launch.cpp (programmatic
 // dependent launch switch, launch counts; the launch itself: cuda_common.cuh), and the
 // kernels: cuda_elementwise.cu, cuda_gemv.cu, cuda_norm_rope.cu, cuda_attention.cu,
@@ -56,6 +59,14 @@ bool cuda_device_available();
 // the device cannot be queried.
 size_t cuda_free_memory_bytes(int device);
 
+// The CUDA backend's capabilities, the one object its instances and its registration share
+// (so --kv-cache-dtype and --depth-bank-dtype auto pick bf16 for a bf16 checkpoint): a KV cache
+// and a depth bank of F32 or BF16 (store_kv and copy round to nearest even, as the CPU does; the
+// kernels widen in registers); bf16 linear inputs, preferred (above 8 rows the cuBLASLt GEMM
+// reads bf16 either way: the producers write it instead of linear converting, the same bits);
+// CUDA graphs; linear_residual fused (<= 8 rows); sampling asynchronous.
+const BackendCapabilities& cuda_backend_capabilities();
+
 class CudaGraph;
 
 class CudaBackend : public Backend {
@@ -69,29 +80,14 @@ class CudaBackend : public Backend {
 
   Device device() const override { return Device::CUDA; }
   std::string name() const override;
-  // The KV cache may be F32 or BF16 (store_kv rounds to nearest even, as the CPU does;
-  // attention widens in registers). The registration's BackendTraits pass the same function.
-  static bool kv_dtype_supported(DType dtype) {
-    return dtype == DType::F32 || dtype == DType::BF16;
-  }
-  bool supports_kv_dtype(DType dtype) const override { return kv_dtype_supported(dtype); }
-  // F32 and BF16 (copy rounds an entry to nearest even, as f32_to_bf16; the depth kernels
-  // widen bank rows in registers). The registration passes the static one as its trait.
-  static bool depth_bank_dtype_supported(DType dtype) {
-    return dtype == DType::F32 || dtype == DType::BF16;
-  }
-  bool supports_depth_bank_dtype(DType dtype) const override {
-    return depth_bank_dtype_supported(dtype);
-  }
+  // cuda_backend_capabilities(), above.
+  const BackendCapabilities& capabilities() const override { return cuda_backend_capabilities(); }
 
-  // BF16 for more than 8 rows (the cuBLASLt path) read by bf16 weights, unless switched off:
-  // the producers then write the GEMM's bf16 input themselves, the bits linear's conversion
-  // gave (kernels/cuda/NOTES.md, "bf16 activations into the prefill GEMMs"). F32 otherwise.
+  // With bf16 linear inputs on (Backend::set_bf16_linear_inputs), BF16 for more than 8 rows
+  // (the cuBLASLt path) read by bf16 weights: the producers then write the GEMM's bf16 input
+  // themselves, the bits linear's conversion gives with them off (kernels/cuda/NOTES.md, "bf16
+  // activations into the prefill GEMMs"). F32 otherwise.
   DType linear_input_dtype(int64_t rows, DType weight_dtype) const override;
-  // On by default unless ATTNRES_CUDA_BF16_ACT=0 (or off / false) when the backend is built;
-  // applies to forwards from now on. Results are the same bits either way.
-  void set_bf16_activations(bool on);
-  bool bf16_activations() const;
 
   Tensor alloc(const Shape& shape, DType dtype) override;
   Tensor upload(const Tensor& host) override;
@@ -105,62 +101,11 @@ class CudaBackend : public Backend {
   // flash-decoding, 1 sends every row to the prefill kernel. Applies from the next prepare_batch.
   void set_prefill_min_rows(int rows);
 
-  void embedding(const Tensor& table, const BatchMeta& batch, Tensor& out) override;
-  void rms_norm(const Tensor& x, const Tensor& gain, float eps, Tensor& out) override;
-  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
-  // Decode-sized (<= 8 rows): the residual add in the GEMV's epilogue, the bits of linear then
-  // add_inplace; more rows take the Backend's default (cuBLAS, then the add).
-  bool fuses_linear_residual() const override { return true; }
-  void linear_residual(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& residual,
-                       Tensor& out) override;
-  // Decode-sized (<= 8 rows): one GEMV launch for every target, and gate / up with SwiGLU as
-  // its epilogue; more rows take the Backend's defaults (cuBLAS per weight).
-  void linear_many(const Tensor& x, std::span<const LinearTarget> targets) override;
-  void linear_swiglu(const Tensor& x, const Tensor& w_gate, const Tensor* b_gate,
-                     const Tensor& w_up, const Tensor* b_up, Tensor& gate, Tensor& up,
-                     Tensor& out) override;
-  // Decode-sized (<= 8 rows), the plain pre-norm or the plain Phase-2 merge: the PreNorm as
-  // the GEMV's prologue (one launch, `normed` never written); anything else the defaults.
-  void prenorm_linear_many(const PrenormArgs& in, std::span<const LinearTarget> targets) override;
-  void prenorm_linear_swiglu(const PrenormArgs& in, const Tensor& w_gate, const Tensor* b_gate,
-                             const Tensor& w_up, const Tensor* b_up, Tensor& gate, Tensor& up,
-                             Tensor& out) override;
-  // Decode-sized (<= 8 rows, F32 / BF16 weights, head_dim <= 256): RoPE, the q / k norms and
-  // the KV store as the QKV GEMV's epilogue (cuda_gemv_rope.cu), with the PreNorm as its
-  // prologue where prenorm_linear_many would take it (one launch), else after the PreNorm's own
-  // launch (two); anything else the default (prenorm_linear_many, then qk_norm_rope_store).
-  void prenorm_qkv_rope_store(const PrenormArgs& in, std::span<const LinearTarget, 3> qkv,
-                              const RopeStoreArgs& rope) override;
-  void qk_norm_rope(Tensor& q, Tensor& k, int head_dim, const Tensor* q_gain, const Tensor* k_gain,
-                    float eps, const Tensor& inv_freq, const BatchMeta& batch) override;
-  void store_kv(const Tensor& k, const Tensor& v, const BatchMeta& batch,
-                KvCacheLayer& cache) override;
-  // One launch: RoPE of q and k, and the roped k and v into the cache.
-  void qk_norm_rope_store(Tensor& q, Tensor& k, const Tensor& v, int head_dim, const Tensor* q_gain,
-                          const Tensor* k_gain, float eps, const Tensor& inv_freq,
-                          const BatchMeta& batch, KvCacheLayer& cache) override;
-  void attention(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch, int head_dim,
-                 float scale, Tensor& out) override;
-  void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) override;
-  void add_inplace(Tensor& x, const Tensor& y) override;
-  void gather_rows(const Tensor& x, std::span<const int32_t> rows, Tensor& out) override;
-  void depth_phase1(const Tensor& queries, const Tensor& bank, int n, float eps, Tensor& m,
-                    Tensor& s, Tensor& o, const Tensor* source_gate_logits = nullptr) override;
-  void depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& partial,
-                            const Tensor& prenorm_gain, float norm_eps, Tensor& out) override;
-  void depth_weights(const Tensor& query, const Tensor& bank, int n, const Tensor& partial,
-                     float bias, float eps, Tensor& out,
-                     const DepthSourceSwitches& sources = {}) override;
-  // cuda_sampling.cu, launched from cuda_sampling_op.cpp; not inside a graph capture.
-  void sample(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) override;
-  // The same with ctas_per_row CTAs per row (1, 2, 4 or 8; 0: cuda::plan_sample_ctas_per_row
-  // picks, as the override does), so tests can compare the splits.
+  // Backend::sample, and the same with ctas_per_row CTAs per row (1, 2, 4 or 8; 0:
+  // cuda::plan_sample_ctas_per_row picks, as sample_impl does), so tests can compare the splits.
+  using Backend::sample;
   void sample(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out, int ctas_per_row);
-  // Async scheduling: the same work queued, the ids' D2H copy into the pinned staging
-  // followed by an event; wait_sampled() waits for that event and copies them into `out`.
-  void sample_async(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) override;
   void wait_sampled() override;
-  bool samples_asynchronously() const override { return true; }
 
   // Captures the work `record` queues on this backend's stream into a CUDA graph (see
   // CudaGraph). Warm up first: run the same step eagerly once, so that the caching allocator
@@ -171,7 +116,6 @@ class CudaBackend : public Backend {
   // Throws what `record` threw, or attnres::Error; the backend stays usable either way.
   std::unique_ptr<CudaGraph> capture_graph(const std::function<void()>& record);
   // The Backend's step graphs (engine/runner/decode_graphs.h) are these CUDA graphs.
-  bool supports_step_graphs() const override { return true; }
   std::unique_ptr<StepGraph> capture_step_graph(const std::function<void()>& record) override;
 
   // Programmatic dependent launch (kernels/cuda/cuda_launch.h): each kernel may be scheduled
@@ -210,6 +154,63 @@ class CudaBackend : public Backend {
   cuda::CachingAllocator::Stats allocator_stats() const;
 
   struct Impl;  // cuda_backend_internal.h
+
+ protected:
+  // The op bodies (Backend checks the operands first: engine/core/backend.cpp; a body checks
+  // that they are CUDA tensors of the dtypes and sizes its kernels take).
+  void embedding_impl(const Tensor& table, const BatchMeta& batch, Tensor& out) override;
+  void rms_norm_impl(const Tensor& x, const Tensor& gain, float eps, Tensor& out) override;
+  void linear_impl(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
+  // Decode-sized (<= 8 rows): the residual add in the GEMV's epilogue, the bits of linear then
+  // add_inplace; more rows take the Backend's default (cuBLAS, then the add).
+  void linear_residual_impl(const Tensor& x, const Tensor& w, const Tensor* bias,
+                            const Tensor& residual, Tensor& out) override;
+  // Decode-sized (<= 8 rows): one GEMV launch for every target, and gate / up with SwiGLU as
+  // its epilogue; more rows take the Backend's defaults (cuBLAS per weight).
+  void linear_many_impl(const Tensor& x, std::span<const LinearTarget> targets) override;
+  void linear_swiglu_impl(const Tensor& x, const Tensor& w_gate, const Tensor* b_gate,
+                          const Tensor& w_up, const Tensor* b_up, Tensor& gate, Tensor& up,
+                          Tensor& out) override;
+  // Decode-sized (<= 8 rows), the plain pre-norm or the plain Phase-2 merge: the PreNorm as
+  // the GEMV's prologue (one launch, `normed` never written); anything else the defaults.
+  void prenorm_linear_many_impl(const PrenormArgs& in,
+                                std::span<const LinearTarget> targets) override;
+  void prenorm_linear_swiglu_impl(const PrenormArgs& in, const Tensor& w_gate, const Tensor* b_gate,
+                                  const Tensor& w_up, const Tensor* b_up, Tensor& gate, Tensor& up,
+                                  Tensor& out) override;
+  // Decode-sized (<= 8 rows, F32 / BF16 weights, head_dim <= 256): RoPE, the q / k norms and
+  // the KV store as the QKV GEMV's epilogue (cuda_gemv_rope.cu), with the PreNorm as its
+  // prologue where prenorm_linear_many would take it (one launch), else after the PreNorm's own
+  // launch (two); anything else the default (prenorm_linear_many, then qk_norm_rope_store).
+  void prenorm_qkv_rope_store_impl(const PrenormArgs& in, std::span<const LinearTarget, 3> qkv,
+                                   const RopeStoreArgs& rope) override;
+  void qk_norm_rope_impl(Tensor& q, Tensor& k, int head_dim, const Tensor* q_gain,
+                         const Tensor* k_gain, float eps, const Tensor& inv_freq,
+                         const BatchMeta& batch) override;
+  void store_kv_impl(const Tensor& k, const Tensor& v, const BatchMeta& batch,
+                     KvCacheLayer& cache) override;
+  // One launch: RoPE of q and k, and the roped k and v into the cache.
+  void qk_norm_rope_store_impl(Tensor& q, Tensor& k, const Tensor& v, int head_dim,
+                               const Tensor* q_gain, const Tensor* k_gain, float eps,
+                               const Tensor& inv_freq, const BatchMeta& batch,
+                               KvCacheLayer& cache) override;
+  void attention_impl(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
+                      int head_dim, float scale, Tensor& out) override;
+  void swiglu_impl(const Tensor& gate, const Tensor& up, Tensor& out) override;
+  void add_inplace_impl(Tensor& x, const Tensor& y) override;
+  void gather_rows_impl(const Tensor& x, std::span<const int32_t> rows, Tensor& out) override;
+  void depth_phase1_impl(const Tensor& queries, const Tensor& bank, int n, float eps, Tensor& m,
+                         Tensor& s, Tensor& o, const Tensor* source_gate_logits) override;
+  void depth_phase2_prenorm_impl(const DepthMixArgs& mix, const Tensor& partial,
+                                 const Tensor& prenorm_gain, float norm_eps, Tensor& out) override;
+  void depth_weights_impl(const Tensor& query, const Tensor& bank, int n, const Tensor& partial,
+                          float bias, float eps, Tensor& out,
+                          const DepthSourceSwitches& sources) override;
+  // cuda_sampling.cu, launched from cuda_sampling_ops.cpp; not inside a graph capture.
+  void sample_impl(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) override;
+  // Async scheduling: the same work queued, the ids' D2H copy into the pinned staging
+  // followed by an event; wait_sampled() waits for that event and copies them into `out`.
+  void sample_async_impl(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) override;
 
  private:
   // *impl_, after making this backend's device current on the calling thread. The runtime's

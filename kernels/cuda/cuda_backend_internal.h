@@ -1,4 +1,5 @@
-// CudaBackend's private state (the pimpl), shared by cuda_backend.cpp and cuda_ops.cpp.
+// CudaBackend's private state (the pimpl), shared by cuda_backend.cpp and the op bodies
+// (cuda_*_ops.cpp).
 // Not for use outside kernels/cuda.
 #pragma once
 
@@ -33,8 +34,6 @@ struct CudaBackend::Impl {
   bool programmatic_launch_supported = false;  // compute capability 9.0+
   // The decode GEMVs' levers (cuda_gemv_levers.h); current on the thread during an op.
   std::shared_ptr<cuda::GemvLevers> gemv_levers = std::make_shared<cuda::GemvLevers>();
-  // linear_input_dtype answers BF16 where it may (set_bf16_activations, ATTNRES_CUDA_BF16_ACT).
-  bool bf16_activations = true;
 
   // --- the prepared batch (prepare_batch) ---
   // One pinned staging buffer packs every metadata array; one cudaMemcpyAsync moves it to
@@ -66,7 +65,7 @@ struct CudaBackend::Impl {
   // The (num_blocks, block_size) the prepared batch was last validated against.
   int64_t validated_num_blocks = -1, validated_block_size = -1;
   // The host-side checks of the prepared batch against a cache of this shape (slots, block
-  // ids, positions), once per prepared batch and cache shape (cuda_ops.cpp).
+  // ids, positions), once per prepared batch and cache shape (cuda_attention_ops.cpp).
   void validate_against_cache(const BatchMeta& batch, const KvCacheLayer& cache);
 
   // --- gather_rows: rows from the host, through their own pinned buffer ---
@@ -77,7 +76,7 @@ struct CudaBackend::Impl {
   size_t rows_device_count = 0;
   cudaEvent_t rows_copied = nullptr;
 
-  // --- sample (cuda_ops.cpp): persistent staging, grown when a call needs more ---
+  // --- sample (cuda_sampling_ops.cpp): persistent staging, grown when a call needs more ---
   // sample_host (pinned) and sample_device share cuda::sample_staging_layout: the rows'
   // parameters and ids go up in one copy, the ids come back into the same buffer. sample()
   // synchronizes before it returns, so the next call may rewrite both.

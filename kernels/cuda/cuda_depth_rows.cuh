@@ -111,7 +111,7 @@ inline bool rows_allow_vectors(int64_t d, std::initializer_list<const void*> bas
 }
 
 // Calls f(B{}) with B the storage type of a depth bank: float or __nv_bfloat16 (the dtypes of
-// CudaBackend::depth_bank_dtype_supported; the ops refuse any other before launching).
+// cuda_backend_capabilities().depth_bank_dtypes; the ops refuse any other before launching).
 template <class F>
 void dispatch_bank_dtype(DType dtype, const char* what, F&& f) {
   switch (dtype) {

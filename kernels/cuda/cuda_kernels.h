@@ -1,4 +1,5 @@
-// Host-side launchers of the CUDA kernels, callable from g++-compiled code (cuda_ops.cpp).
+// Host-side launchers of the CUDA kernels, callable from g++-compiled code (the op bodies,
+// cuda_*_ops.cpp).
 // Each launcher takes raw device pointers and sizes already validated by the op that calls
 // it, launches on `stream` (always the last argument), and checks the launch
 // (cudaGetLastError) so that a bad configuration throws attnres::Error at once.
@@ -280,7 +281,7 @@ struct DepthPhase2Params {
   bool partial_is_source = true;
   const void* newer = nullptr;     // [num_newer, T, d]: bank entries Phase 1 did not read
   DType newer_dtype = DType::F32;  // the bank's: F32 or BF16
-  int num_newer = 0;             // <= kMaxNewerSources (Backend's, asserted in cuda_ops.cpp)
+  int num_newer = 0;  // <= kMaxNewerSources (Backend's, asserted in cuda_depth_ops.cpp)
   float bias = 0.0f, mix_eps = 1e-6f;
   bool adds_partial = false;
   const float* null_source = nullptr;  // [d] or null

@@ -14,18 +14,18 @@
 namespace attnres {
 
 void register_cuda_backend() {
-  // The KV cache and the depth bank may be F32 or BF16 (CudaBackend::kv_dtype_supported and
-  // depth_bank_dtype_supported, the functions the backend answers with), so --kv-cache-dtype
-  // and --depth-bank-dtype auto pick bf16 for a bf16 checkpoint. A fractional
-  // --kv-cache-memory is of the GPU's free memory, not the host's RAM.
-  BackendTraits traits{"CUDA", &CudaBackend::kv_dtype_supported,
-                       &CudaBackend::depth_bank_dtype_supported, &cuda_free_memory_bytes};
+  // A fractional --kv-cache-memory is of the GPU's free memory, not the host's RAM.
+  BackendTraits traits{.display_name = "CUDA",
+                       .capabilities = cuda_backend_capabilities(),
+                       .kv_memory_bytes = &cuda_free_memory_bytes};
   traits.device_available = &cuda_device_available;  // --device auto
   register_backend(
       "cuda",
       [](const BackendOptions& options) {
         if (!cuda_device_available()) throw Error("--device cuda: no CUDA device is visible");
-        return make_cuda_backend(options.device_index);
+        auto backend = make_cuda_backend(options.device_index);
+        backend->set_bf16_linear_inputs(options.bf16_linear_inputs);
+        return backend;
       },
       std::move(traits));
 #ifdef ATTNRES_HAVE_NCCL

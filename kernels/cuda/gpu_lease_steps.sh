@@ -345,7 +345,7 @@ levers_summary() {
 step_prefill() {
   cuda_only prefill
   "$unpacked/bench_cuda_backend" --only prefill-attention
-  "$unpacked/bench_cuda_backend" --only prefill --steps 5 --bf16-act both
+  "$unpacked/bench_cuda_backend" --only prefill --steps 5 --linear-input-dtype both
 }
 
 # Every kernel's duration under Nsight Compute (clocks left alone), printed as each is

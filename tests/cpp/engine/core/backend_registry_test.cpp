@@ -22,18 +22,21 @@ TEST(BackendRegistry, KvMemoryDefaultsToTheHostsPhysicalMemory) {
       static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
   EXPECT_EQ(host_physical_memory_bytes(), physical);
   EXPECT_GT(physical, 0u);
-  register_backend("registry-test-host", no_backend, BackendTraits{"Host", nullptr, nullptr});
+  register_backend("registry-test-host", no_backend, BackendTraits{.display_name = "Host"});
   const BackendTraits traits = backend_traits("registry-test-host");
   ASSERT_TRUE(traits.kv_memory_bytes);
   EXPECT_EQ(traits.kv_memory_bytes(0), physical);
   EXPECT_EQ(traits.kv_memory_bytes(3), physical);  // one host, whatever the rank
-  EXPECT_TRUE(traits.supports_kv_dtype(DType::F32));
-  EXPECT_FALSE(traits.supports_kv_dtype(DType::BF16));
+  // Unstated capabilities are the defaults: an f32 cache only, no bf16 linear inputs.
+  EXPECT_TRUE(traits.capabilities.kv_cache_dtypes.contains(DType::F32));
+  EXPECT_FALSE(traits.capabilities.kv_cache_dtypes.contains(DType::BF16));
+  EXPECT_FALSE(traits.capabilities.bf16_linear_inputs);
 }
 
 TEST(BackendRegistry, ADeviceBackendSaysWhatItsFractionIsOf) {
-  BackendTraits given{"Device", nullptr, nullptr,
-                      [](int device) { return size_t{1000} * static_cast<size_t>(device + 1); }};
+  BackendTraits given{.display_name = "Device", .kv_memory_bytes = [](int device) {
+                        return size_t{1000} * static_cast<size_t>(device + 1);
+                      }};
   register_backend("registry-test-device", no_backend, given);
   const BackendTraits traits = backend_traits("registry-test-device");
   EXPECT_EQ(traits.kv_memory_bytes(0), 1000u);

@@ -40,15 +40,15 @@ int64_t rows_of(const Tensor& t) { return t.dim(-1) ? t.numel() / t.dim(-1) : 0;
 class GemmRoundingBackend : public CpuBackend {
  public:
   GemmRoundingBackend() : CpuBackend(1) {}
-  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override {
+  void linear_impl(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override {
     if (x.dtype == DType::F32 && w.dtype == DType::BF16 && rows_of(x) > kMaxGemvRows) {
       Tensor rounded = alloc(x.shape, DType::F32);
       for (int64_t i = 0; i < x.numel(); ++i)
         rounded.ptr<float>()[i] = bf16_to_f32(f32_to_bf16(x.ptr<float>()[i]));
-      CpuBackend::linear(rounded, w, bias, out);
+      CpuBackend::linear_impl(rounded, w, bias, out);
       return;
     }
-    CpuBackend::linear(x, w, bias, out);
+    CpuBackend::linear_impl(x, w, bias, out);
   }
 };
 
@@ -65,109 +65,111 @@ class Bf16ActivationBackend : public GemmRoundingBackend {
   std::map<const void*, int> f32_linears;   // weights whose linear read an f32 x
 
   // --- the ops that take a bf16 tensor (Backend::linear_input_dtype's list) ---
-  void rms_norm(const Tensor& x, const Tensor& gain, float eps, Tensor& out) override {
+  void rms_norm_impl(const Tensor& x, const Tensor& gain, float eps, Tensor& out) override {
     refuse("rms_norm", {&x});
-    into(out, "rms_norm", [&](Tensor& o) { GemmRoundingBackend::rms_norm(x, gain, eps, o); });
+    into(out, "rms_norm", [&](Tensor& o) { GemmRoundingBackend::rms_norm_impl(x, gain, eps, o); });
   }
-  void depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& partial, const Tensor& gain,
-                            float eps, Tensor& out) override {
+  void depth_phase2_prenorm_impl(const DepthMixArgs& mix, const Tensor& partial, const Tensor& gain,
+                                 float eps, Tensor& out) override {
     refuse("depth_phase2_prenorm",
            {&partial, mix.m, mix.s, mix.o, mix.query, mix.null_source, mix.gate_logits});
-    into(out, "depth_phase2_prenorm",
-         [&](Tensor& o) { GemmRoundingBackend::depth_phase2_prenorm(mix, partial, gain, eps, o); });
+    into(out, "depth_phase2_prenorm", [&](Tensor& o) {
+      GemmRoundingBackend::depth_phase2_prenorm_impl(mix, partial, gain, eps, o);
+    });
   }
   // delta_v's two streams: as two depth_phase2_prenorm calls (the Backend default), each
   // through the override above, which records them.
-  void depth_phase2_prenorm_pair(const DepthMixArgs& a, const DepthMixArgs& b,
-                                 const Tensor& partial, const Tensor& gain, float eps,
-                                 Tensor& out_a, Tensor& out_b) override {
-    Backend::depth_phase2_prenorm_pair(a, b, partial, gain, eps, out_a, out_b);
+  void depth_phase2_prenorm_pair_impl(const DepthMixArgs& a, const DepthMixArgs& b,
+                                      const Tensor& partial, const Tensor& gain, float eps,
+                                      Tensor& out_a, Tensor& out_b) override {
+    Backend::depth_phase2_prenorm_pair_impl(a, b, partial, gain, eps, out_a, out_b);
   }
-  void attention(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch, int head_dim,
-                 float scale, Tensor& out) override {
+  void attention_impl(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
+                      int head_dim, float scale, Tensor& out) override {
     refuse("attention", {&q, &cache.k, &cache.v});
-    into(out, "attention",
-         [&](Tensor& o) { GemmRoundingBackend::attention(q, cache, batch, head_dim, scale, o); });
+    into(out, "attention", [&](Tensor& o) {
+      GemmRoundingBackend::attention_impl(q, cache, batch, head_dim, scale, o);
+    });
   }
-  void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) override {
+  void swiglu_impl(const Tensor& gate, const Tensor& up, Tensor& out) override {
     refuse("swiglu", {&gate, &up});
-    into(out, "swiglu", [&](Tensor& o) { GemmRoundingBackend::swiglu(gate, up, o); });
+    into(out, "swiglu", [&](Tensor& o) { GemmRoundingBackend::swiglu_impl(gate, up, o); });
   }
-  void gather_rows(const Tensor& x, std::span<const int32_t> rows, Tensor& out) override {
+  void gather_rows_impl(const Tensor& x, std::span<const int32_t> rows, Tensor& out) override {
     if (x.dtype == DType::BF16) ++bf16_ops["gather_rows"];
-    GemmRoundingBackend::gather_rows(x, rows, out);  // copies bytes: any dtype
+    GemmRoundingBackend::gather_rows_impl(x, rows, out);  // copies bytes: any dtype
   }
-  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override {
+  void linear_impl(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override {
     refuse("linear", {&out});
     if (x.dtype != DType::BF16) {
       ++f32_linears[w.data];
-      GemmRoundingBackend::linear(x, w, bias, out);
+      GemmRoundingBackend::linear_impl(x, w, bias, out);
       return;
     }
     ++bf16_ops["linear"];
     ++bf16_linears[w.data];
     if (w.dtype != DType::BF16 || rows_of(x) <= kMaxGemvRows) undeclared.insert("linear (shape)");
-    GemmRoundingBackend::linear(widened(x), w, bias, out);
+    GemmRoundingBackend::linear_impl(widened(x), w, bias, out);
   }
   // The composite ops: their defaults call linear / swiglu / depth_phase2_prenorm above.
-  void linear_residual(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& residual,
-                       Tensor& out) override {
+  void linear_residual_impl(const Tensor& x, const Tensor& w, const Tensor* bias,
+                            const Tensor& residual, Tensor& out) override {
     refuse("linear_residual", {&residual, &out});
     if (x.dtype == DType::BF16) ++bf16_ops["linear_residual"];
-    GemmRoundingBackend::linear_residual(x, w, bias, residual, out);
+    GemmRoundingBackend::linear_residual_impl(x, w, bias, residual, out);
   }
-  void linear_many(const Tensor& x, std::span<const LinearTarget> targets) override {
+  void linear_many_impl(const Tensor& x, std::span<const LinearTarget> targets) override {
     if (x.dtype == DType::BF16) ++bf16_ops["linear_many"];
-    GemmRoundingBackend::linear_many(x, targets);
+    GemmRoundingBackend::linear_many_impl(x, targets);
   }
-  void linear_swiglu(const Tensor& x, const Tensor& wg, const Tensor* bg, const Tensor& wu,
-                     const Tensor* bu, Tensor& gate, Tensor& up, Tensor& out) override {
+  void linear_swiglu_impl(const Tensor& x, const Tensor& wg, const Tensor* bg, const Tensor& wu,
+                          const Tensor* bu, Tensor& gate, Tensor& up, Tensor& out) override {
     refuse("linear_swiglu", {&gate, &up});
     if (x.dtype == DType::BF16) ++bf16_ops["linear_swiglu"];
-    GemmRoundingBackend::linear_swiglu(x, wg, bg, wu, bu, gate, up, out);
+    GemmRoundingBackend::linear_swiglu_impl(x, wg, bg, wu, bu, gate, up, out);
   }
-  void prenorm_linear_many(const PrenormArgs& in, std::span<const LinearTarget> t) override {
+  void prenorm_linear_many_impl(const PrenormArgs& in, std::span<const LinearTarget> t) override {
     refuse("prenorm_linear_many", {in.partial});
     if (in.normed->dtype == DType::BF16) ++bf16_ops["prenorm_linear_many"];
-    GemmRoundingBackend::prenorm_linear_many(in, t);
+    GemmRoundingBackend::prenorm_linear_many_impl(in, t);
   }
-  void prenorm_linear_swiglu(const PrenormArgs& in, const Tensor& wg, const Tensor* bg,
-                             const Tensor& wu, const Tensor* bu, Tensor& gate, Tensor& up,
-                             Tensor& out) override {
+  void prenorm_linear_swiglu_impl(const PrenormArgs& in, const Tensor& wg, const Tensor* bg,
+                                  const Tensor& wu, const Tensor* bu, Tensor& gate, Tensor& up,
+                                  Tensor& out) override {
     refuse("prenorm_linear_swiglu", {in.partial, &gate, &up});
     if (in.normed->dtype == DType::BF16) ++bf16_ops["prenorm_linear_swiglu"];
-    GemmRoundingBackend::prenorm_linear_swiglu(in, wg, bg, wu, bu, gate, up, out);
+    GemmRoundingBackend::prenorm_linear_swiglu_impl(in, wg, bg, wu, bu, gate, up, out);
   }
 
   // --- ops that take no bf16 activation (a bf16 depth bank is not one: these tests use f32) ---
-  void embedding(const Tensor& table, const BatchMeta& batch, Tensor& out) override {
+  void embedding_impl(const Tensor& table, const BatchMeta& batch, Tensor& out) override {
     refuse("embedding", {&out});
-    GemmRoundingBackend::embedding(table, batch, out);
+    GemmRoundingBackend::embedding_impl(table, batch, out);
   }
   void copy(const Tensor& src, Tensor& dst) override {
     refuse("copy", {&src, &dst});
     GemmRoundingBackend::copy(src, dst);
   }
-  void add_inplace(Tensor& x, const Tensor& y) override {
+  void add_inplace_impl(Tensor& x, const Tensor& y) override {
     refuse("add_inplace", {&x, &y});
-    GemmRoundingBackend::add_inplace(x, y);
+    GemmRoundingBackend::add_inplace_impl(x, y);
   }
-  void qk_norm_rope_store(Tensor& q, Tensor& k, const Tensor& v, int hd, const Tensor* qg,
-                          const Tensor* kg, float eps, const Tensor& inv_freq,
-                          const BatchMeta& batch, KvCacheLayer& cache) override {
+  void qk_norm_rope_store_impl(Tensor& q, Tensor& k, const Tensor& v, int hd, const Tensor* qg,
+                               const Tensor* kg, float eps, const Tensor& inv_freq,
+                               const BatchMeta& batch, KvCacheLayer& cache) override {
     refuse("qk_norm_rope_store", {&q, &k, &v});
-    GemmRoundingBackend::qk_norm_rope_store(q, k, v, hd, qg, kg, eps, inv_freq, batch, cache);
+    GemmRoundingBackend::qk_norm_rope_store_impl(q, k, v, hd, qg, kg, eps, inv_freq, batch, cache);
   }
-  void depth_phase1(const Tensor& queries, const Tensor& bank, int n, float eps, Tensor& m,
-                    Tensor& s, Tensor& o, const Tensor* gate) override {
+  void depth_phase1_impl(const Tensor& queries, const Tensor& bank, int n, float eps, Tensor& m,
+                         Tensor& s, Tensor& o, const Tensor* gate) override {
     refuse("depth_phase1", {&queries, &bank, &m, &s, &o, gate});
-    GemmRoundingBackend::depth_phase1(queries, bank, n, eps, m, s, o, gate);
+    GemmRoundingBackend::depth_phase1_impl(queries, bank, n, eps, m, s, o, gate);
   }
-  void depth_weights(const Tensor& query, const Tensor& bank, int n, const Tensor& partial,
-                     float bias, float eps, Tensor& out,
-                     const DepthSourceSwitches& sources) override {
+  void depth_weights_impl(const Tensor& query, const Tensor& bank, int n, const Tensor& partial,
+                          float bias, float eps, Tensor& out,
+                          const DepthSourceSwitches& sources) override {
     refuse("depth_weights", {&query, &bank, &partial, &out, sources.source_gate_logits});
-    GemmRoundingBackend::depth_weights(query, bank, n, partial, bias, eps, out, sources);
+    GemmRoundingBackend::depth_weights_impl(query, bank, n, partial, bias, eps, out, sources);
   }
 
  private:

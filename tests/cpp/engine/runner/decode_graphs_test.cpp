@@ -56,7 +56,7 @@ class RecordedStep : public StepGraph {
 class RecordingBackend : public CpuBackend {
  public:
   RecordingBackend() : CpuBackend(1) {}
-  bool supports_step_graphs() const override { return true; }
+  const BackendCapabilities& capabilities() const override { return capabilities_; }
   void prepare_batch(const BatchMeta& batch) override {
     staged_ = layout_of(batch);
     staged_since_replay_ = true;
@@ -85,6 +85,12 @@ class RecordingBackend : public CpuBackend {
   RecordedStep* last = nullptr;
 
  private:
+  // The CPU's, with step graphs.
+  BackendCapabilities capabilities_ = [] {
+    BackendCapabilities c = cpu_backend_capabilities();
+    c.step_graphs = true;
+    return c;
+  }();
   Layout staged_;
   bool staged_since_replay_ = false;
 };

@@ -72,8 +72,11 @@ INSTANTIATE_TEST_SUITE_P(
 // A backend whose depth ops read an f32 bank only: the Transformer refuses a bf16 one.
 class F32BankBackend : public CpuBackend {
  public:
-  F32BankBackend() : CpuBackend(1) {}
-  bool supports_depth_bank_dtype(DType dtype) const override { return dtype == DType::F32; }
+  F32BankBackend() : CpuBackend(1) { capabilities_.depth_bank_dtypes = {DType::F32}; }
+  const BackendCapabilities& capabilities() const override { return capabilities_; }
+
+ private:
+  BackendCapabilities capabilities_ = cpu_backend_capabilities();
 };
 
 TEST(DepthBankDtype, ABackendWithoutABf16BankIsRefused) {

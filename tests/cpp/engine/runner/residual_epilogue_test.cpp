@@ -29,28 +29,31 @@ using test::run_prefill_then_decode;
 // linear_residual (CPU weights are the host tensors themselves: identified by pointer).
 class EpilogueRecordingBackend : public CpuBackend {
  public:
-  // fuses: what fuses_linear_residual says (true: as CUDA's; the CpuBackend's is false).
-  explicit EpilogueRecordingBackend(bool fuses = true) : CpuBackend(1), fuses_(fuses) {}
-  bool fuses_linear_residual() const override { return fuses_; }
-  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override {
-    ++plain[w.data];
-    CpuBackend::linear(x, w, bias, out);
+  // fuses: what capabilities().fuses_linear_residual says (true: as CUDA's; the CpuBackend's is
+  // false).
+  explicit EpilogueRecordingBackend(bool fuses = true) : CpuBackend(1) {
+    capabilities_.fuses_linear_residual = fuses;
   }
-  void linear_residual(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& residual,
-                       Tensor& out) override {
+  const BackendCapabilities& capabilities() const override { return capabilities_; }
+  void linear_impl(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override {
+    ++plain[w.data];
+    CpuBackend::linear_impl(x, w, bias, out);
+  }
+  void linear_residual_impl(const Tensor& x, const Tensor& w, const Tensor* bias,
+                            const Tensor& residual, Tensor& out) override {
     ++fused[w.data];
     if (out.data == residual.data) ++in_place;
     ++fused_total;
     // The default below calls linear() for its own product: not a plain call of the forward.
     --plain[w.data];
-    CpuBackend::linear_residual(x, w, bias, residual, out);
+    CpuBackend::linear_residual_impl(x, w, bias, residual, out);
   }
   std::map<const void*, int> plain, fused;
   int in_place = 0;
   std::atomic<int> fused_total{0};
 
  private:
-  bool fuses_;
+  BackendCapabilities capabilities_ = cpu_backend_capabilities();
 };
 
 struct Mode {
@@ -144,7 +147,7 @@ TEST_P(ResidualEpilogue, FusedExactlyWhereTheOutputOnlyEntersThePartial) {
 // A backend whose linear_residual fuses nothing (the CPU's) keeps the separate ops: the
 // default would need a scratch per sublayer.
 TEST(ResidualEpilogueUnfusedBackend, KeepsLinearThenAdd) {
-  EXPECT_FALSE(CpuBackend(1).fuses_linear_residual());
+  EXPECT_FALSE(CpuBackend(1).capabilities().fuses_linear_residual);
   const ModelConfig config = test::tp_test_config("block");
   const ModelWeights weights = make_random_weights(config, {DType::F32, 23, false});
   const int block_size = 16, n = 12, prefill = 9;

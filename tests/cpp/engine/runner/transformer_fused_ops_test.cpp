@@ -28,56 +28,56 @@ class OpCountingBackend : public CpuBackend {
   OpCountingBackend() : CpuBackend(1) {}
   std::map<std::string, int> calls;
 
-  void depth_phase2_prenorm(const DepthMixArgs& mix, const Tensor& partial, const Tensor& gain,
-                            float eps, Tensor& out) override {
+  void depth_phase2_prenorm_impl(const DepthMixArgs& mix, const Tensor& partial, const Tensor& gain,
+                                 float eps, Tensor& out) override {
     Count c(*this, "depth_phase2_prenorm");
-    CpuBackend::depth_phase2_prenorm(mix, partial, gain, eps, out);
+    CpuBackend::depth_phase2_prenorm_impl(mix, partial, gain, eps, out);
   }
-  void depth_phase2_prenorm_pair(const DepthMixArgs& a, const DepthMixArgs& b,
-                                 const Tensor& partial, const Tensor& gain, float eps,
-                                 Tensor& out_a, Tensor& out_b) override {
+  void depth_phase2_prenorm_pair_impl(const DepthMixArgs& a, const DepthMixArgs& b,
+                                      const Tensor& partial, const Tensor& gain, float eps,
+                                      Tensor& out_a, Tensor& out_b) override {
     Count c(*this, "depth_phase2_prenorm_pair");
-    CpuBackend::depth_phase2_prenorm_pair(a, b, partial, gain, eps, out_a, out_b);
+    CpuBackend::depth_phase2_prenorm_pair_impl(a, b, partial, gain, eps, out_a, out_b);
   }
-  void prenorm_linear_many(const PrenormArgs& in, std::span<const LinearTarget> t) override {
+  void prenorm_linear_many_impl(const PrenormArgs& in, std::span<const LinearTarget> t) override {
     Count c(*this, "prenorm_linear_many");
-    CpuBackend::prenorm_linear_many(in, t);
+    CpuBackend::prenorm_linear_many_impl(in, t);
   }
-  void prenorm_linear_swiglu(const PrenormArgs& in, const Tensor& wg, const Tensor* bg,
-                             const Tensor& wu, const Tensor* bu, Tensor& gate, Tensor& up,
-                             Tensor& out) override {
+  void prenorm_linear_swiglu_impl(const PrenormArgs& in, const Tensor& wg, const Tensor* bg,
+                                  const Tensor& wu, const Tensor* bu, Tensor& gate, Tensor& up,
+                                  Tensor& out) override {
     Count c(*this, "prenorm_linear_swiglu");
-    CpuBackend::prenorm_linear_swiglu(in, wg, bg, wu, bu, gate, up, out);
+    CpuBackend::prenorm_linear_swiglu_impl(in, wg, bg, wu, bu, gate, up, out);
   }
-  void linear_many(const Tensor& x, std::span<const LinearTarget> t) override {
+  void linear_many_impl(const Tensor& x, std::span<const LinearTarget> t) override {
     Count c(*this, "linear_many");
-    CpuBackend::linear_many(x, t);
+    CpuBackend::linear_many_impl(x, t);
   }
-  void linear_swiglu(const Tensor& x, const Tensor& wg, const Tensor* bg, const Tensor& wu,
-                     const Tensor* bu, Tensor& gate, Tensor& up, Tensor& out) override {
+  void linear_swiglu_impl(const Tensor& x, const Tensor& wg, const Tensor* bg, const Tensor& wu,
+                          const Tensor* bu, Tensor& gate, Tensor& up, Tensor& out) override {
     Count c(*this, "linear_swiglu");
-    CpuBackend::linear_swiglu(x, wg, bg, wu, bu, gate, up, out);
+    CpuBackend::linear_swiglu_impl(x, wg, bg, wu, bu, gate, up, out);
   }
-  void qk_norm_rope(Tensor& q, Tensor& k, int hd, const Tensor* qg, const Tensor* kg, float eps,
-                    const Tensor& inv_freq, const BatchMeta& batch) override {
+  void qk_norm_rope_impl(Tensor& q, Tensor& k, int hd, const Tensor* qg, const Tensor* kg,
+                         float eps, const Tensor& inv_freq, const BatchMeta& batch) override {
     Count c(*this, "qk_norm_rope");
-    CpuBackend::qk_norm_rope(q, k, hd, qg, kg, eps, inv_freq, batch);
+    CpuBackend::qk_norm_rope_impl(q, k, hd, qg, kg, eps, inv_freq, batch);
   }
-  void store_kv(const Tensor& k, const Tensor& v, const BatchMeta& batch,
-                KvCacheLayer& cache) override {
+  void store_kv_impl(const Tensor& k, const Tensor& v, const BatchMeta& batch,
+                     KvCacheLayer& cache) override {
     Count c(*this, "store_kv");
-    CpuBackend::store_kv(k, v, batch, cache);
+    CpuBackend::store_kv_impl(k, v, batch, cache);
   }
-  void prenorm_qkv_rope_store(const PrenormArgs& in, std::span<const LinearTarget, 3> qkv,
-                              const RopeStoreArgs& rope) override {
+  void prenorm_qkv_rope_store_impl(const PrenormArgs& in, std::span<const LinearTarget, 3> qkv,
+                                   const RopeStoreArgs& rope) override {
     Count c(*this, "prenorm_qkv_rope_store");
-    CpuBackend::prenorm_qkv_rope_store(in, qkv, rope);
+    CpuBackend::prenorm_qkv_rope_store_impl(in, qkv, rope);
   }
-  void qk_norm_rope_store(Tensor& q, Tensor& k, const Tensor& v, int hd, const Tensor* qg,
-                          const Tensor* kg, float eps, const Tensor& inv_freq,
-                          const BatchMeta& batch, KvCacheLayer& cache) override {
+  void qk_norm_rope_store_impl(Tensor& q, Tensor& k, const Tensor& v, int hd, const Tensor* qg,
+                               const Tensor* kg, float eps, const Tensor& inv_freq,
+                               const BatchMeta& batch, KvCacheLayer& cache) override {
     Count c(*this, "qk_norm_rope_store");
-    CpuBackend::qk_norm_rope_store(q, k, v, hd, qg, kg, eps, inv_freq, batch, cache);
+    CpuBackend::qk_norm_rope_store_impl(q, k, v, hd, qg, kg, eps, inv_freq, batch, cache);
   }
 
  private:

@@ -24,19 +24,20 @@ namespace {
 // Phase-1 state (what a backend without the stateless Phase 2 answers).
 class Phase1CountingBackend : public CpuBackend {
  public:
-  explicit Phase1CountingBackend(bool without_phase1)
-      : CpuBackend(2), without_phase1_(without_phase1) {}
+  explicit Phase1CountingBackend(bool without_phase1) : CpuBackend(2) {
+    capabilities_.mixes_without_phase1 = without_phase1;
+  }
   int phase1_calls = 0;
 
-  bool mixes_without_phase1() const override { return without_phase1_; }
-  void depth_phase1(const Tensor& queries, const Tensor& bank, int n, float eps, Tensor& m,
-                    Tensor& s, Tensor& o, const Tensor* source_gate_logits) override {
+  const BackendCapabilities& capabilities() const override { return capabilities_; }
+  void depth_phase1_impl(const Tensor& queries, const Tensor& bank, int n, float eps, Tensor& m,
+                         Tensor& s, Tensor& o, const Tensor* source_gate_logits) override {
     ++phase1_calls;
-    CpuBackend::depth_phase1(queries, bank, n, eps, m, s, o, source_gate_logits);
+    CpuBackend::depth_phase1_impl(queries, bank, n, eps, m, s, o, source_gate_logits);
   }
 
  private:
-  bool without_phase1_;
+  BackendCapabilities capabilities_ = cpu_backend_capabilities();
 };
 
 struct Case {

@@ -147,7 +147,8 @@ void run_depth_shape(Backend* be, std::mt19937& rng, const char* name, int64_t d
   for (DType dtype : {DType::F32, DType::BF16}) {
     Tensor bank = be->alloc(bank_f32.shape, dtype);
     be->copy(bank_f32, bank);
-    const int skipped = be->mixes_without_phase1() ? 1 : 0;  // groups without a Phase 1
+    const int skipped =
+        be->capabilities().mixes_without_phase1 ? 1 : 0;  // groups without a Phase 1
     auto phase1 = [&] {
       for (int g = skipped; g < groups; ++g)
         be->depth_phase1(queries, bank, 1 + kSlots * g, 1e-6f, m, s, o);

@@ -61,7 +61,7 @@ TEST(CpuDepthModes, EverySwitchCombinationEqualsTheDirectSoftmax) {
 // keeps Phase 1), and (f32) the direct softmax over the same sources.
 TEST(CpuDepthModes, WithoutPhaseOneTheFirstNewerEntryIsTheState) {
   auto be = make_cpu_backend(2);
-  ASSERT_TRUE(be->mixes_without_phase1());
+  ASSERT_TRUE(be->capabilities().mixes_without_phase1);
   std::mt19937 rng(12);
   const int64_t t_dim = 5, d = 37;
   const float eps = 1e-6f, norm_eps = 1e-5f;

@@ -206,8 +206,8 @@ TEST(KvCacheSizing, Bf16HalvesTheBytesPerBlock) {
   EXPECT_EQ(KvCache::blocks_for_budget(c, 16, budget, DType::BF16), 20);
 
   auto be = make_cpu_backend(1);
-  EXPECT_TRUE(be->supports_kv_dtype(DType::BF16));
-  EXPECT_FALSE(be->supports_kv_dtype(DType::F16));
+  EXPECT_TRUE(be->capabilities().kv_cache_dtypes.contains(DType::BF16));
+  EXPECT_FALSE(be->capabilities().kv_cache_dtypes.contains(DType::F16));
   const KvCache cache = KvCache::allocate(*be, c, 5, 16, DType::BF16);
   EXPECT_EQ(cache.dtype, DType::BF16);
   ASSERT_EQ(cache.layers.size(), 3u);

@@ -452,11 +452,11 @@ TEST(CpuLinearQuant, NonFiniteActivationsGiveNaNRows) {
 TEST(CpuLinearQuant, BackendAcceptsTheFormats) {
   auto be = make_cpu_backend(1);
   for (DType f : kFormats) {
-    EXPECT_TRUE(be->supports_weight_dtype(f));
+    EXPECT_TRUE(be->capabilities().weight_dtypes.contains(f));
     EXPECT_EQ(be->linear_input_dtype(1, f), DType::F32);
     EXPECT_EQ(be->linear_input_dtype(64, f), DType::F32);
   }
-  EXPECT_FALSE(be->supports_weight_dtype(DType::I32));
+  EXPECT_FALSE(be->capabilities().weight_dtypes.contains(DType::I32));
 }
 
 TEST(CpuEmbeddingQuant, RowsAreTheDequantizedTable) {

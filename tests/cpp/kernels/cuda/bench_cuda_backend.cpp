@@ -7,7 +7,7 @@
 //                      [--kv-dtype bfloat16|float32] [--only step|attention|prefill-attention]
 //                      [--pdl on|off]
 //   bench_cuda_backend --only prefill [--model NAME|DIR]... [--tokens T]... [--chunk N]
-//                      [--bf16-act on|off|both]
+//                      [--linear-input-dtype bfloat16|float32|both]
 //                      (bench_cuda_prefill.cpp)
 //   bench_cuda_backend --only depth [--tokens T]... [--steps N] [--json PATH]
 //                      (bench_cuda_depth.cpp: Phase 1 and Phase 2 alone, T 1K and 8K by
@@ -266,11 +266,13 @@ void bench_model(const std::string& name, int context, int steps, const std::vec
   LoadedModel lm = load_bench_model(name);
   CudaBackend be(0);
   if (!pdl.empty()) be.set_programmatic_launch(pdl == "on");
+  be.set_bf16_linear_inputs(lm.weights.dtype == DType::BF16);  // --linear-input-dtype auto's
   // The depth bank `attnres serve` gives this checkpoint (--depth-bank-dtype auto): bf16 for
   // bf16 weights (a plain model has no bank; the choice changes nothing there).
   const DType bank_dtype =
-      lm.weights.dtype == DType::BF16 && be.supports_depth_bank_dtype(DType::BF16) ? DType::BF16
-                                                                                   : DType::F32;
+      lm.weights.dtype == DType::BF16 && be.capabilities().depth_bank_dtypes.contains(DType::BF16)
+          ? DType::BF16
+          : DType::F32;
   Transformer model(lm.config, lm.weights, be, {}, bank_dtype);
   const ModelConfig& c = lm.config;
   const double floor_ms = static_cast<double>(model.weight_bytes()) / bandwidth * 1e3;
@@ -390,7 +392,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> models;
   int context = 256, steps = 20;
   DType kv_dtype = DType::BF16;
-  std::string only, pdl, bf16_act, json;
+  std::string only, pdl, linear_inputs, json;
   std::vector<int> prefill_tokens, batches;
   int chunk = 0;
   for (int i = 1; i < argc; ++i) {
@@ -418,10 +420,10 @@ int main(int argc, char** argv) {
     } else if (a == "--pdl" && i + 1 < argc &&
                (std::string(argv[i + 1]) == "on" || std::string(argv[i + 1]) == "off")) {
       pdl = argv[++i];
-    } else if (a == "--bf16-act" && i + 1 < argc &&
-               (std::string(argv[i + 1]) == "on" || std::string(argv[i + 1]) == "off" ||
+    } else if (a == "--linear-input-dtype" && i + 1 < argc &&
+               (std::string(argv[i + 1]) == "bfloat16" || std::string(argv[i + 1]) == "float32" ||
                 std::string(argv[i + 1]) == "both")) {
-      bf16_act = argv[++i];
+      linear_inputs = argv[++i];
     } else if (a == "--batch" && i + 1 < argc) {
       batches.push_back(std::max(1, std::atoi(argv[++i])));
     } else if (a == "--context" && i + 1 < argc) {
@@ -434,7 +436,8 @@ int main(int argc, char** argv) {
           "usage: %s [--model NAME|DIR]... [--context N] [--steps N] [--batch B]... "
           "[--kv-dtype bfloat16|float32] "
           "[--only step|attention|prefill-attention|prefill|depth] "
-          "[--tokens T]... [--chunk N] [--pdl on|off] [--bf16-act on|off|both] [--json PATH]\n",
+          "[--tokens T]... [--chunk N] [--pdl on|off] "
+          "[--linear-input-dtype bfloat16|float32|both] [--json PATH]\n",
           argv[0]);
       return 2;
     }
@@ -462,7 +465,8 @@ int main(int argc, char** argv) {
     }
     if (only == "prefill") {
       if (prefill_tokens.empty()) prefill_tokens = {1024, 8192};
-      for (const std::string& m : models) bench_prefill(m, prefill_tokens, chunk, steps, bf16_act);
+      for (const std::string& m : models)
+        bench_prefill(m, prefill_tokens, chunk, steps, linear_inputs);
       return 0;
     }
     if (only != "attention")

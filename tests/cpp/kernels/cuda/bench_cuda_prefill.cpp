@@ -8,12 +8,12 @@
 // 1024-token row.
 //
 //   bench_cuda_backend --only prefill [--model NAME|DIR]... [--tokens T]... [--chunk N]
-//                      [--steps N (iterations)] [--bf16-act on|off|both]
+//                      [--steps N (iterations)] [--linear-input-dtype bfloat16|float32|both]
 //
-// --bf16-act: the GEMM inputs written in bf16 by their producers (on, the default unless
-// ATTNRES_CUDA_BF16_ACT=0) or f32 and converted by each linear (off); both: each length timed
-// both ways in the same run, with the ratio (kernels/cuda/NOTES.md, "bf16 activations into the
-// prefill GEMMs").
+// --linear-input-dtype (the server's flag): the GEMM inputs written in bf16 by their producers
+// (bfloat16, the default for bf16 weights, as auto picks) or f32 and converted by each linear
+// (float32); both: each length timed both ways in the same run, with the ratio
+// (kernels/cuda/NOTES.md, "bf16 activations into the prefill GEMMs").
 //
 // NAME: a built-in shape (plain-0.6b, attnres-0.6b, ...); DIR: a Hugging Face directory.
 // Defaults: the bench's models, T = 1024 and 8192, whole prompts.
@@ -135,15 +135,18 @@ LoadedModel load_bench_model(const std::string& arg) {
 }
 
 void bench_prefill(const std::string& name, const std::vector<int>& lengths, int chunk, int iters,
-                   const std::string& bf16_act) {
+                   const std::string& linear_inputs) {
   LoadedModel lm = load_bench_model(name);
   CudaBackend be(0);
-  std::vector<bool> act_settings = {be.bf16_activations()};
-  if (bf16_act == "on" || bf16_act == "off") act_settings = {bf16_act == "on"};
-  if (bf16_act == "both") act_settings = {true, false};
+  std::vector<bool> act_settings = {lm.weights.dtype == DType::BF16};
+  if (linear_inputs == "bfloat16" || linear_inputs == "float32") {
+    act_settings = {linear_inputs == "bfloat16"};
+  }
+  if (linear_inputs == "both") act_settings = {true, false};
   const DType bank_dtype =
-      lm.weights.dtype == DType::BF16 && be.supports_depth_bank_dtype(DType::BF16) ? DType::BF16
-                                                                                   : DType::F32;
+      lm.weights.dtype == DType::BF16 && be.capabilities().depth_bank_dtypes.contains(DType::BF16)
+          ? DType::BF16
+          : DType::F32;
   Transformer model(lm.config, lm.weights, be, {}, bank_dtype);
   const ModelConfig& c = lm.config;
   const double linear_weights =
@@ -162,7 +165,7 @@ void bench_prefill(const std::string& name, const std::vector<int>& lengths, int
     const double gemm_rate = measure_gemm_rate(tokens, c.hidden_size, c.intermediate_size);
     std::vector<double> times;
     for (bool bf16 : act_settings) {
-      be.set_bf16_activations(bf16);
+      be.set_bf16_linear_inputs(bf16);
       const double ms = median_ms(be, iters, [&] {
         for (const BatchMeta& batch : chunks) {
           // Only the final chunk wants a logits row (its last token): the first token's.

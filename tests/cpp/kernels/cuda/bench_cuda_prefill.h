@@ -13,9 +13,10 @@ LoadedModel load_bench_model(const std::string& arg);
 
 // Prints, for each prompt length, the prefill time, tokens/s and FLOP rate of `model` against
 // the bf16 GEMM rate measured in the same run. chunk 0: each prompt in one forward.
-// bf16_act: "on" / "off" (CudaBackend::set_bf16_activations), "both" (each length timed with
-// them on and off in the same run, and the ratio), "" (the backend's default).
+// linear_inputs: "bfloat16" / "float32" (Backend::set_bf16_linear_inputs, what
+// --linear-input-dtype sets), "both" (each length timed both ways in the same run, and the
+// ratio), "" (what --linear-input-dtype auto picks: bfloat16 for bf16 weights).
 void bench_prefill(const std::string& model, const std::vector<int>& lengths, int chunk, int iters,
-                   const std::string& bf16_act = "");
+                   const std::string& linear_inputs = "");
 
 }  // namespace attnres

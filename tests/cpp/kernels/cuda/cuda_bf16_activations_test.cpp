@@ -221,14 +221,14 @@ TEST(CudaBf16Activations, LinearsTakeABf16XWithTheSameBits) {
 TEST(CudaBf16Activations, TheSwitchAndTheAnswer) {
   SKIP_WITHOUT_CUDA();
   CudaBackend gpu(0);
-  EXPECT_EQ(gpu.linear_input_dtype(9, DType::BF16),
-            gpu.bf16_activations() ? DType::BF16 : DType::F32);
-  gpu.set_bf16_activations(true);
+  EXPECT_FALSE(gpu.bf16_linear_inputs());  // off until the engine sets --linear-input-dtype's
+  EXPECT_EQ(gpu.linear_input_dtype(9, DType::BF16), DType::F32);
+  gpu.set_bf16_linear_inputs(true);
   EXPECT_EQ(gpu.linear_input_dtype(8, DType::BF16), DType::F32);  // the GEMV's rows
   EXPECT_EQ(gpu.linear_input_dtype(9, DType::BF16), DType::BF16);
   EXPECT_EQ(gpu.linear_input_dtype(8192, DType::F32), DType::F32);
   EXPECT_EQ(gpu.linear_input_dtype(8192, DType::F16), DType::F32);
-  gpu.set_bf16_activations(false);
+  gpu.set_bf16_linear_inputs(false);
   EXPECT_EQ(gpu.linear_input_dtype(8192, DType::BF16), DType::F32);
 }
 
@@ -281,8 +281,8 @@ void compare_on_and_off(const Mode& m, const std::vector<std::vector<int>>& step
   opt.seed = 19;
   const ModelWeights weights = make_random_weights(config, opt);
   CudaBackend on(0), off(0);
-  on.set_bf16_activations(true);
-  off.set_bf16_activations(false);
+  on.set_bf16_linear_inputs(true);
+  off.set_bf16_linear_inputs(false);
   CpuBackend cpu(8);
   Transformer on_model(config, weights, on), off_model(config, weights, off);
   Transformer cpu_model(config, weights, cpu);

@@ -74,16 +74,15 @@ TEST(CudaDepthBankBf16, BackendAndRegistrationTakeABf16Bank) {
   // exists (engine/sched/model_execution.cpp; EngineArgs.CudaDepthBank... checks the choice).
   register_cuda_backend();
   const BackendTraits traits = backend_traits("cuda");
-  ASSERT_TRUE(traits.supports_depth_bank_dtype);
   for (DType dtype : {DType::F32, DType::BF16, DType::F16, DType::I32}) {
     const bool want = dtype == DType::F32 || dtype == DType::BF16;
-    EXPECT_EQ(traits.supports_depth_bank_dtype(dtype), want) << dtype_name(dtype);
-    EXPECT_EQ(CudaBackend::depth_bank_dtype_supported(dtype), want) << dtype_name(dtype);
+    EXPECT_EQ(traits.capabilities.depth_bank_dtypes.contains(dtype), want) << dtype_name(dtype);
   }
   SKIP_WITHOUT_CUDA();
   CudaBackend be;
-  EXPECT_TRUE(be.supports_depth_bank_dtype(DType::BF16));
-  EXPECT_FALSE(be.supports_depth_bank_dtype(DType::F16));
+  EXPECT_EQ(&be.capabilities(), &cuda_backend_capabilities());
+  EXPECT_TRUE(be.capabilities().depth_bank_dtypes.contains(DType::BF16));
+  EXPECT_FALSE(be.capabilities().depth_bank_dtypes.contains(DType::F16));
 }
 
 // copy F32 -> BF16 on the GPU gives f32_to_bf16's bits: vector path (aligned, 4 elements at a

@@ -87,13 +87,13 @@ TEST(CudaAttentionPlan, SplitsCoverTheContextAndFillTheGpu) {
 }
 
 TEST(CudaAttentionPlan, TheCudaBackendTakesABf16Cache) {
-  EXPECT_TRUE(CudaBackend::kv_dtype_supported(DType::F32));
-  EXPECT_TRUE(CudaBackend::kv_dtype_supported(DType::BF16));
-  EXPECT_FALSE(CudaBackend::kv_dtype_supported(DType::F16));
+  EXPECT_TRUE(cuda_backend_capabilities().kv_cache_dtypes.contains(DType::F32));
+  EXPECT_TRUE(cuda_backend_capabilities().kv_cache_dtypes.contains(DType::BF16));
+  EXPECT_FALSE(cuda_backend_capabilities().kv_cache_dtypes.contains(DType::F16));
   register_cuda_backend();  // the traits --kv-cache-dtype auto reads before a GPU is touched
   const BackendTraits traits = backend_traits("cuda");
-  EXPECT_TRUE(traits.supports_kv_dtype(DType::BF16));
-  EXPECT_FALSE(traits.supports_kv_dtype(DType::F16));
+  EXPECT_TRUE(traits.capabilities.kv_cache_dtypes.contains(DType::BF16));
+  EXPECT_FALSE(traits.capabilities.kv_cache_dtypes.contains(DType::F16));
 }
 
 // --- problems at real shapes ---
@@ -421,7 +421,7 @@ TEST(CudaFlashAttention, RefusesCachesItCannotRead) {
   KvCacheLayer f16{gpu.alloc({1, 16, 1, 64}, DType::F16), gpu.alloc({1, 16, 1, 64}, DType::F16)};
   KvCacheLayer mixed{gpu.alloc({1, 16, 1, 64}, DType::F32), gpu.alloc({1, 16, 1, 64}, DType::BF16)};
   // A bug of the caller, not bad input (the engine sizes its cache from
-  // supports_kv_dtype): the internal error that names the dtypes, as on the CPU.
+  // kv_cache_dtypes): the internal error that names the dtypes, as on the CPU.
   for (KvCacheLayer* cache : {&f16, &mixed}) {
     EXPECT_THROW(gpu.store_kv(k, k, batch, *cache), std::logic_error);
     EXPECT_THROW(gpu.attention(q, *cache, batch, 64, 0.125f, out), std::logic_error);

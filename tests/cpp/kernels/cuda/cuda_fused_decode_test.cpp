@@ -48,22 +48,22 @@ struct Backends {
 class UnfusedCudaBackend : public CudaBackend {
  public:
   UnfusedCudaBackend() : CudaBackend(0) {}
-  void qk_norm_rope_store(Tensor& q, Tensor& k, const Tensor& v, int hd, const Tensor* qg,
-                          const Tensor* kg, float eps, const Tensor& inv_freq,
-                          const BatchMeta& batch, KvCacheLayer& cache) override {
-    Backend::qk_norm_rope_store(q, k, v, hd, qg, kg, eps, inv_freq, batch, cache);
+  void qk_norm_rope_store_impl(Tensor& q, Tensor& k, const Tensor& v, int hd, const Tensor* qg,
+                               const Tensor* kg, float eps, const Tensor& inv_freq,
+                               const BatchMeta& batch, KvCacheLayer& cache) override {
+    Backend::qk_norm_rope_store_impl(q, k, v, hd, qg, kg, eps, inv_freq, batch, cache);
   }
-  void prenorm_linear_many(const PrenormArgs& in, std::span<const LinearTarget> t) override {
-    Backend::prenorm_linear_many(in, t);
+  void prenorm_linear_many_impl(const PrenormArgs& in, std::span<const LinearTarget> t) override {
+    Backend::prenorm_linear_many_impl(in, t);
   }
-  void prenorm_linear_swiglu(const PrenormArgs& in, const Tensor& wg, const Tensor* bg,
-                             const Tensor& wu, const Tensor* bu, Tensor& gate, Tensor& up,
-                             Tensor& out) override {
-    Backend::prenorm_linear_swiglu(in, wg, bg, wu, bu, gate, up, out);
+  void prenorm_linear_swiglu_impl(const PrenormArgs& in, const Tensor& wg, const Tensor* bg,
+                                  const Tensor& wu, const Tensor* bu, Tensor& gate, Tensor& up,
+                                  Tensor& out) override {
+    Backend::prenorm_linear_swiglu_impl(in, wg, bg, wu, bu, gate, up, out);
   }
-  void prenorm_qkv_rope_store(const PrenormArgs& in, std::span<const LinearTarget, 3> qkv,
-                              const RopeStoreArgs& rope) override {
-    Backend::prenorm_qkv_rope_store(in, qkv, rope);
+  void prenorm_qkv_rope_store_impl(const PrenormArgs& in, std::span<const LinearTarget, 3> qkv,
+                                   const RopeStoreArgs& rope) override {
+    Backend::prenorm_qkv_rope_store_impl(in, qkv, rope);
   }
 };
 
@@ -72,9 +72,9 @@ class UnfusedCudaBackend : public CudaBackend {
 class TwoLaunchQkvRopeBackend : public CudaBackend {
  public:
   TwoLaunchQkvRopeBackend() : CudaBackend(0) {}
-  void prenorm_qkv_rope_store(const PrenormArgs& in, std::span<const LinearTarget, 3> qkv,
-                              const RopeStoreArgs& rope) override {
-    Backend::prenorm_qkv_rope_store(in, qkv, rope);
+  void prenorm_qkv_rope_store_impl(const PrenormArgs& in, std::span<const LinearTarget, 3> qkv,
+                                   const RopeStoreArgs& rope) override {
+    Backend::prenorm_qkv_rope_store_impl(in, qkv, rope);
   }
 };
 
@@ -437,7 +437,10 @@ void check_qkv_rope(const QkvRopeCase& c, uint32_t seed) {
     a.cache = &r.cache;
     const uint64_t before = be.gpu.launch_counts().kernels;
     if (default_path) {
-      be.gpu.Backend::prenorm_qkv_rope_store(in, t, a);
+      // The Backend default: prenorm_linear_many, then qk_norm_rope_store.
+      be.gpu.prenorm_linear_many(in, t);
+      be.gpu.qk_norm_rope_store(r.out[0], r.out[1], r.out[2], a.head_dim, a.q_gain, a.k_gain, a.eps,
+                                *a.inv_freq, *a.batch, *a.cache);
     } else {
       be.gpu.prenorm_qkv_rope_store(in, t, a);
     }

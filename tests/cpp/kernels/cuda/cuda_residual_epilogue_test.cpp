@@ -81,9 +81,9 @@ TEST(CudaResidualEpilogue, RefusesOverlaps) {
 // separate linear and add_inplace the forward ran before the epilogue existed.
 class UnfusedCudaBackend : public CudaBackend {
  public:
-  void linear_residual(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& residual,
-                       Tensor& out) override {
-    Backend::linear_residual(x, w, bias, residual, out);
+  void linear_residual_impl(const Tensor& x, const Tensor& w, const Tensor* bias,
+                            const Tensor& residual, Tensor& out) override {
+    Backend::linear_residual_impl(x, w, bias, residual, out);
   }
 };
 

@@ -309,7 +309,7 @@ TEST(CudaSample, AsyncGivesTheSynchronousIdsAfterTheWait) {
   SKIP_WITHOUT_CUDA();
   CudaBackend gpu;
   CpuBackend cpu(8);
-  EXPECT_TRUE(gpu.samples_asynchronously());
+  EXPECT_TRUE(gpu.capabilities().samples_asynchronously);
   std::mt19937_64 rng(402);
   const std::vector<int32_t> eos_ids = {151645};
   auto make = [&](int rows, bool greedy, Tensor& host) {
