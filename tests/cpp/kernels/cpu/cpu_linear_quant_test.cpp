@@ -191,6 +191,23 @@ TEST(QuantActivations, BlockMatchesTheDoubleDefinition) {
   EXPECT_GT(compared, 60000);
 }
 
+// x / dx exactly k + 1/2 rounds to the even neighbour, as the header defines (the test above
+// skips ties). These happen in models: a bf16 checkpoint's first-layer activations (RMSNorm of
+// an embedding row times bf16 gains) often land on them.
+TEST(QuantActivations, ExactTiesRoundToEven) {
+  for (const float scale : {1.0f, 0x1p-7f, 0x1p+5f}) {  // dx = scale, exactly
+    // x / dx: the block's largest magnitude (127) and ties around it.
+    const float ratios[] = {127.0f, 0.5f,    1.5f,  2.5f,   -0.5f, -1.5f,  -2.5f,  3.5f,
+                            126.5f, -126.5f, 64.5f, -63.5f, 17.5f, -18.5f, 100.5f, 5.0f};
+    const int8_t want[] = {127, 0, 2, 2, 0, -2, -2, 4, 126, -126, 64, -64, 18, -18, 100, 5};
+    float x[32];
+    for (int j = 0; j < 32; ++j) x[j] = ratios[j % 16] * scale;
+    int8_t q[32];
+    ASSERT_EQ(cpu::quantize_activation_block(x, q), scale);
+    for (int j = 0; j < 32; ++j) EXPECT_EQ(q[j], want[j % 16]) << "x / dx " << ratios[j % 16];
+  }
+}
+
 // --- linear ---
 
 // out[r, o] in double from the dequantized weights and the activations quantized in double,
