@@ -178,4 +178,6 @@ int run_process_rank(ProcessGroup& group) {
   });
 }
 
+bool in_multi_process_job() { return job_process_group() != nullptr; }
+
 }  // namespace attnres

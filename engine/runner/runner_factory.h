@@ -52,4 +52,8 @@ std::unique_ptr<ModelExecution> make_model_execution(const RunnerArgs& args,
 // Returns the process's exit status.
 int run_process_rank(ProcessGroup& group);
 
+// Whether this process is one rank of a multi-process job (job_process_group(): started by
+// mpirun), for the layers above that must not reach into engine/parallel.
+bool in_multi_process_job();
+
 }  // namespace attnres

@@ -6,7 +6,6 @@
 #include "engine/core/error.h"
 #include "engine/core/quant_format.h"
 #include "engine/model/kv_cache.h"
-#include "engine/parallel/process_group.h"
 #include "engine/runner/tensor_parallel.h"
 #include "engine/sched/tokenizer_constraints.h"
 #include "engine/sched/tokenizer_text_decoder.h"
@@ -48,7 +47,7 @@ DType storage_dtype(const std::string& flag, const std::string& name, const Engi
 
 LoadedModel load_model(const EngineArgs& args) {
   if (!args.quantization.empty()) {
-    if (args.tensor_parallel_size > 1 || job_process_group()) {
+    if (args.tensor_parallel_size > 1 || in_multi_process_job()) {
       throw Error("--quantization " + args.quantization +
                   " with tensor parallelism is not supported yet (quantized weights are not "
                   "sharded across ranks)");
