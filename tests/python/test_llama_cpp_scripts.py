@@ -4,7 +4,8 @@ checked offline: every script parses (bash -n); the summary of compare.sh reads 
 compare.sh writes it into the two tables (medians over repetitions, ratios); what compare.sh
 and accuracy.sh would run (DRY_RUN=1: each command printed, not run): no two served runs share
 a prompt seed, each of our quantizations meets llama.cpp's file of the same bits; and the
-prefix-cache hit rate from either server's /metrics."""
+prefix-cache hit rate from either server's /metrics; compare.sh's check for --quantization
+reads the whole `attnres serve --help` (a long help must not read as the flag missing)."""
 
 import importlib.util
 import subprocess
@@ -99,6 +100,36 @@ def test_compare_pairs_each_quantization_with_llama_cpp_file(tmp_path):
     assert servers[2].endswith("--threads 2 --quantization int8")
     assert servers[3].endswith("plain-100m-Q8_0.gguf")
     assert servers[5].endswith("plain-100m-Q4_K_M.gguf")
+
+
+def fake_install(tmp_path, help_text):
+    """A llama.cpp cache whose tools and files exist, and an attnres whose `serve --help`
+    prints help_text and then 200,000 more lines (past a pipe's buffer, so a reader that
+    stops at the first match kills the writer with SIGPIPE); any other command fails."""
+    bin_dir = tmp_path / "llama" / "build" / "bin"
+    bin_dir.mkdir(parents=True)
+    for tool in ("llama-bench", "llama-server"):
+        (bin_dir / tool).write_text("#!/bin/sh\nexit 1\n")
+        (bin_dir / tool).chmod(0o755)
+    (tmp_path / "llama" / "models").mkdir()
+    (tmp_path / "llama" / "models" / "plain-100m-Q8_0.gguf").write_text("")
+    attnres = tmp_path / "attnres"
+    attnres.write_text("#!/bin/sh\nif [ \"$1 $2\" = \"serve --help\" ]; then\n"
+                       f"  echo '{help_text}'\n  exec seq 200000\nfi\nexit 3\n")
+    attnres.chmod(0o755)
+    return {"ATTNRES_LLAMA_DIR": str(tmp_path / "llama"), "ATTNRES": str(attnres)}
+
+
+@pytest.mark.parametrize("help_text,refused", [("  --quantization int8|int4", False),
+                                               ("  --threads N", True)])
+def test_compare_reads_the_whole_help_for_quantization(tmp_path, help_text, refused):
+    import os
+    env = {**os.environ, "SHAPES": "100m", "VARIANTS": "int8", **fake_install(tmp_path, help_text)}
+    proc = subprocess.run(["bash", str(HERE / "compare.sh"), "1", str(tmp_path / "out")],
+                          capture_output=True, text=True, env=env)
+    # Past the check, the first measuring command (the fake's bench latency) fails.
+    assert proc.returncode != 0
+    assert ("has no --quantization" in proc.stderr) == refused, proc.stderr
 
 
 @pytest.mark.parametrize("args,env", [(["0"], {}), (["x"], {}), (["1"], {"VARIANTS": "int3"})])

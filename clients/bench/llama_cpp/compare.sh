@@ -81,7 +81,9 @@ if [ "$dry" != 1 ]; then
       [ -f "$f" ] || { echo "missing $f (make_models.sh)" >&2; exit 1; }
     done
   done
-  if [[ " $variants " =~ " int" ]] && ! "$attnres" serve --help 2>&1 | grep -q -- --quantization; then
+  # The help is read whole first: `grep -q` in a pipe exits at the match, the help's writer
+  # dies of SIGPIPE and pipefail would report the flag as missing.
+  if [[ " $variants " =~ " int" ]] && ! grep -q -- --quantization <<<"$("$attnres" serve --help 2>&1)"; then
     echo "$attnres has no --quantization: run with VARIANTS=bf16" >&2
     exit 1
   fi
