@@ -37,6 +37,8 @@
 // without opting in, beside the prologue's 2 KB static).
 #include <cooperative_groups.h>
 
+#include <type_traits>
+
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_gemv_prologue.cuh"
 #include "kernels/cuda/cuda_gemv_rows.cuh"
@@ -98,9 +100,18 @@ __device__ __forceinline__ void prefetch_rope_warp_rows(int64_t K, const GemvSeg
   }
 }
 
+// The deep lever's loads in flight per lane for a warp's two rows: kGemvDeepLoads, but 6 (3 per
+// row) for bf16 weights at 8 rows with x read from global memory (no prologue): a 16-byte bf16
+// vector meets 64 floats of x there, and with 8 loads in flight that instance spilled 24 bytes
+// under the lever kernels' 128-register cap (nvcc 13.0, sm_90a); with 6 it spills nothing.
+// Only when the loads are issued changes, not any sum.
+template <class W, int R, bool kPrologue>
+constexpr int kRopeDeepLoads =
+    std::is_same<W, __nv_bfloat16>::value&& R == 8 && !kPrologue ? 6 : kGemvDeepLoads;
+
 // The deep lever's GEMV of a warp's rows of the head into head_out: rows o and
 // o + kRowsPerPass read together, each row's y as gemv_row computes it.
-template <class W, int R>
+template <class W, int R, int kLoads>
 __device__ __forceinline__ void gemv_rope_rows_deep(const float* __restrict__ x, int64_t K,
                                                     const GemvSegment& seg, int head, int hd,
                                                     int first_row, int lane, float* head_out) {
@@ -113,9 +124,9 @@ __device__ __forceinline__ void gemv_rope_rows_deep(const float* __restrict__ x,
 #pragma unroll
     for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = 0.0f;
     if (o2 < hd) {
-      row_dot_deep<W, R, 2>(x, w + row * K, w + row2 * K, K, lane, acc0, acc1);
+      row_dot_deep<W, R, 2, kLoads>(x, w + row * K, w + row2 * K, K, lane, acc0, acc1);
     } else {
-      row_dot_deep<W, R, 1>(x, w + row * K, nullptr, K, lane, acc0, acc0);
+      row_dot_deep<W, R, 1, kLoads>(x, w + row * K, nullptr, K, lane, acc0, acc0);
     }
     const float b0 = seg.bias ? load_float(seg.bias, seg.bias_dtype, row) : 0.0f;
 #pragma unroll
@@ -166,7 +177,8 @@ __device__ __forceinline__ void gemv_rope_block(const float* __restrict__ x_glob
   const GemvSegment seg = select_segment(qkv, kind);
   const int first_row = rank * kGemvWarps + warp;  // this warp's rows of the head: every 64th
   if constexpr ((kLevers & kGemvLeverDeep) != 0) {
-    gemv_rope_rows_deep<W, R>(x, K, seg, head, hd, first_row, lane, head_out);
+    gemv_rope_rows_deep<W, R, kRopeDeepLoads<W, R, kPrologue>>(x, K, seg, head, hd, first_row, lane,
+                                                               head_out);
   } else {
 // One row at a time, as gemv_kernel's warps.
 #pragma unroll 1

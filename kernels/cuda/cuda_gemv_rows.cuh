@@ -155,17 +155,49 @@ __device__ __forceinline__ void fma_weight_vector(const uint4& raw, const float*
   }
 }
 
+// fma_weight_vector for two rows' vectors raw0 and raw1 at the same k, each x float4 loaded once
+// for both: acc0 and acc1 each get fma_weight_vector's expression. Reading x once per k, not
+// once per row, keeps the x values of a whole batch of loads from staying live (with them, the
+// 7- and 8-row bf16 and 2- and 3-row f32 instances of gemv_rope_lever_kernel spilled).
+template <class W, int R>
+__device__ __forceinline__ void fma_weight_vectors(const uint4& raw0, const uint4& raw1,
+                                                   const float* __restrict__ x, int64_t K,
+                                                   int64_t k, float (&acc0)[R], float (&acc1)[R]) {
+  constexpr int kVec = WeightVector<W>::kVec;
+  const W* e0 = reinterpret_cast<const W*>(&raw0);
+  const W* e1 = reinterpret_cast<const W*>(&raw1);
+  float v0[kVec], v1[kVec];
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) {
+    v0[i] = to_f32(e0[i]);
+    v1[i] = to_f32(e1[i]);
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float4* xr = reinterpret_cast<const float4*>(x + r * K + k);
+#pragma unroll
+    for (int q = 0; q < kVec / 4; ++q) {
+      const float4 xv = xr[q];
+      acc0[r] +=
+          v0[4 * q] * xv.x + v0[4 * q + 1] * xv.y + v0[4 * q + 2] * xv.z + v0[4 * q + 3] * xv.w;
+      acc1[r] +=
+          v1[4 * q] * xv.x + v1[4 * q + 1] * xv.y + v1[4 * q + 2] * xv.z + v1[4 * q + 3] * xv.w;
+    }
+  }
+}
+
 // row_dot's vector path for kRows (1 or 2) weight rows w0 (and w1) at once, the deep lever: a
-// lane loads the next kGemvDeepLoads / kRows vectors of every row (the same lane-strided
-// positions row_dot reads), then consumes them. Each acc sees the same products in the same
+// lane loads the next kLoads / kRows vectors of every row (the same lane-strided positions
+// row_dot reads; kLoads is kGemvDeepLoads unless a kernel's registers call for fewer), then
+// consumes them. Each acc sees the same products in the same
 // order as row_dot gives it, so the sums have the same bits; only the loads move earlier.
-template <class W, int R, int kRows>
+template <class W, int R, int kRows, int kLoads = kGemvDeepLoads>
 __device__ __forceinline__ void row_dot_deep(const float* __restrict__ x, const W* __restrict__ w0,
                                              const W* __restrict__ w1, int64_t K, int lane,
                                              float (&acc0)[R], float (&acc1)[R]) {
   static_assert(kRows == 1 || kRows == 2, "row_dot_deep reads one or two rows");
   constexpr int kVec = WeightVector<W>::kVec;
-  constexpr int kDepth = kGemvDeepLoads / kRows;
+  constexpr int kDepth = kLoads / kRows;
   constexpr int64_t kStep = 32 * kVec;
 #pragma unroll 1
   for (int64_t k0 = static_cast<int64_t>(lane) * kVec; k0 < K; k0 += kDepth * kStep) {
@@ -181,13 +213,11 @@ __device__ __forceinline__ void row_dot_deep(const float* __restrict__ x, const 
 #pragma unroll
     for (int d = 0; d < kDepth; ++d) {
       const int64_t k = k0 + d * kStep;
-      if (k < K) fma_weight_vector<W, R>(raw0[d], x, K, k, acc0);
-    }
-    if constexpr (kRows == 2) {
-#pragma unroll
-      for (int d = 0; d < kDepth; ++d) {
-        const int64_t k = k0 + d * kStep;
-        if (k < K) fma_weight_vector<W, R>(raw1[d], x, K, k, acc1);
+      if (k >= K) continue;
+      if constexpr (kRows == 2) {
+        fma_weight_vectors<W, R>(raw0[d], raw1[d], x, K, k, acc0, acc1);
+      } else {
+        fma_weight_vector<W, R>(raw0[d], x, K, k, acc0);
       }
     }
   }
