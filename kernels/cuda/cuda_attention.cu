@@ -30,15 +30,22 @@
 //   sum with the operands swapped: IEEE addition commutes, so no order question), and the 4
 //   warps merge through shared memory in warp order.
 // - a split's (m, l, acc) goes to scratch; a merge kernel combines a token's splits in split
-//   order. A token whose context fits in one split is written directly.
-// Every reduction has a fixed order (no atomics): the same batch gives the same bits. A token's
-// result depends on the split length, which the plan takes from the batch's longest context
-// and its size: deterministic, not batch-invariant (NOTES.md "Batch invariance").
+//   order. A token whose context fits in one split is written directly. Under the last-block
+//   merge lever (cuda_attention_merge.h) there is no merge kernel: each split CTA counts
+//   itself in on a counter of its (row, grid column) once its partials are stored, and the
+//   CTA that counts last merges the splits of its query heads with the merge kernel's code
+//   (which CTA that is does not matter: it reads every split from scratch in split order),
+//   then sets the counter back to 0 for the next launch or graph replay.
+// Every reduction has a fixed order (the counter decides only who merges): the same batch
+// gives the same bits. A token's result depends on the split length, which the plan takes from
+// the batch's longest context and its size: deterministic, not batch-invariant (NOTES.md
+// "Batch invariance").
 // All in f32 with expf (not __expf), to track the CPU's two-pass softmax to ~1e-6 relative.
 #include <algorithm>
 #include <type_traits>
 
 #include "kernels/cuda/cuda_activation.cuh"
+#include "kernels/cuda/cuda_attention_merge.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -139,15 +146,93 @@ __device__ __forceinline__ int splits_of(int context, int split_len, int num_spl
   return min((context + split_len - 1) / split_len, num_splits);
 }
 
+// --- the split merge, shared by merge_attention_splits_kernel and the last-block merge ---
+// partials: [rows * hq, num_splits] records of hd accs, then a (m, l) pair per record (ml).
+// One code for both, so both give the same bits. kL2: load through L2 only (__ldcg), for a CTA
+// reading what other CTAs of its own grid stored.
+
+template <bool kL2>
+__device__ __forceinline__ float load_partial(const float* p) {
+  if constexpr (kL2) {
+    return __ldcg(p);
+  } else {
+    return *p;
+  }
+}
+
+struct SplitTotals {
+  float m_all, inv_l;
+};
+
+// The largest split max and 1 / the rescaled sum of the split sums, in split order, over the
+// splits of record range [first, first + used_splits).
+template <bool kL2>
+__device__ __forceinline__ SplitTotals split_totals(const float* ml, int64_t first,
+                                                    int used_splits) {
+  float m_all = -INFINITY;
+  for (int s = 0; s < used_splits; ++s)
+    m_all = fmaxf(m_all, load_partial<kL2>(ml + 2 * (first + s)));
+  float l_all = 0.0f;
+  for (int s = 0; s < used_splits; ++s)
+    l_all += load_partial<kL2>(ml + 2 * (first + s) + 1) *
+             expf(load_partial<kL2>(ml + 2 * (first + s)) - m_all);
+  return {m_all, 1.0f / l_all};
+}
+
+// Element d of the merged output of those splits (their accs rescaled, in split order),
+// divided by the sum.
+template <bool kL2>
+__device__ __forceinline__ float merged_split_value(const float* partials, const float* ml,
+                                                    int64_t first, int used_splits, int hd, int d,
+                                                    const SplitTotals& totals) {
+  float acc = 0.0f;
+  for (int s = 0; s < used_splits; ++s)
+    acc += load_partial<kL2>(partials + (first + s) * hd + d) *
+           expf(load_partial<kL2>(ml + 2 * (first + s)) - totals.m_all);
+  return acc * totals.inv_l;
+}
+
+// The last-block merge's end of a split CTA of row r (token t), serving query heads
+// [head0, head0 + heads): after the CTA's partials are stored, it counts itself in; the CTA
+// that counts last merges those heads' splits into out and resets the counter. Every thread
+// of the CTA calls it (barriers).
+__device__ __forceinline__ void merge_splits_if_last(const PagedAttentionArgs& a,
+                                                     int32_t* split_counters, int64_t r, int64_t t,
+                                                     int head0, int heads, int used_splits) {
+  __shared__ int last;
+  __threadfence();  // this thread's partials visible device-wide before the CTA counts itself
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t* counter = split_counters + r * gridDim.y + blockIdx.y;
+    last = atomicAdd(counter, 1) == used_splits - 1;
+    if (last) *counter = 0;  // every split has counted: 0 for the next launch
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // the splits that counted before this CTA stored their partials before
+  const int hd = a.head_dim;
+  const float* ml = a.partials + a.num_tokens * a.hq * a.num_splits * hd;
+  for (int i = threadIdx.x; i < heads * hd; i += blockDim.x) {
+    const int h = i / hd, d = i % hd;
+    const int64_t first = (r * a.hq + head0 + h) * a.num_splits;
+    const SplitTotals totals = split_totals<true>(ml, first, used_splits);
+    store_activation(a.out, a.out_dtype == DType::BF16, (t * a.hq + head0 + h) * hd + d,
+                     merged_split_value<true>(a.partials, ml, first, used_splits, hd, d, totals));
+  }
+}
+
 // One CTA: row blockIdx.x (token a.rows[blockIdx.x], or blockIdx.x without a row list); KV head
 // blockIdx.y / head_chunks with its query heads [chunk * kHeads, ...) of the group (chunk =
 // blockIdx.y % head_chunks); split blockIdx.z. S: float or uint16_t (bf16 bits). kVec: elements per
 // load (16 bytes, or 1); kChunks: loads per lane per row (a lane holds kVec * kChunks elements of
 // hd: chunk c at vector c * L + lane-in-group). kHeads: query heads per CTA (a power of two;
-// `heads` of them live).
-template <class S, int kVec, int kChunks, int kHeads>
+// `heads` of them live). kMergeLast: the last-block merge on split_counters (a counter per
+// (row, blockIdx.y)) in place of the merge kernel; its own instances, so the kernels without it
+// keep their code (and ignore split_counters).
+template <class S, int kVec, int kChunks, int kHeads, bool kMergeLast>
 __global__ void __launch_bounds__(kAttentionThreads, kHeads <= 4 ? kCtasPerSm : 2)
-    paged_attention_kernel(const PagedAttentionArgs a, int lanes_per_key, int head_chunks) {
+    paged_attention_kernel(const PagedAttentionArgs a, int lanes_per_key, int head_chunks,
+                           int32_t* split_counters) {
   wait_for_previous_kernel();
   constexpr int kElems = kVec * kChunks;
   const int64_t r = blockIdx.x;              // the launch's row: indexes the split partials
@@ -318,6 +403,9 @@ __global__ void __launch_bounds__(kAttentionThreads, kHeads <= 4 ? kCtasPerSm : 
       }
     }
   }
+  if constexpr (kMergeLast) {
+    if (!direct) merge_splits_if_last(a, split_counters, r, t, head0, heads, used_splits);
+  }
 }
 
 // out for the tokens that used more than one split: their splits' (m, l, acc) combined in
@@ -332,18 +420,10 @@ __global__ void __launch_bounds__(kMergeThreads, 1)
   if (used_splits <= 1) return;  // written directly by the attention kernel
   const int64_t first = (r * a.hq + blockIdx.y) * a.num_splits;
   const float* ml = a.partials + a.num_tokens * a.hq * a.num_splits * hd;
-  float m_all = -INFINITY;
-  for (int s = 0; s < used_splits; ++s) m_all = fmaxf(m_all, ml[2 * (first + s)]);
-  float l_all = 0.0f;
-  for (int s = 0; s < used_splits; ++s)
-    l_all += ml[2 * (first + s) + 1] * expf(ml[2 * (first + s)] - m_all);
-  const float inv_l = 1.0f / l_all;
+  const SplitTotals totals = split_totals<false>(ml, first, used_splits);
   for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-    float acc = 0.0f;
-    for (int s = 0; s < used_splits; ++s)
-      acc += a.partials[(first + s) * hd + d] * expf(ml[2 * (first + s)] - m_all);
     store_activation(a.out, a.out_dtype == DType::BF16, (t * a.hq + blockIdx.y) * hd + d,
-                     acc * inv_l);
+                     merged_split_value<false>(a.partials, ml, first, used_splits, hd, d, totals));
   }
 }
 
@@ -353,31 +433,49 @@ int next_power_of_two(int n) {
   return p;
 }
 
-template <class S, int kVec, int kChunks>
-void launch_for_heads(const PagedAttentionArgs& args, int lanes_per_key, cudaStream_t stream) {
-  const int group = args.hq / args.hkv;
+// The grid's y: a CTA column per (KV head, head chunk).
+int head_chunks_of(int hq, int hkv) {
+  const int group = hq / hkv;
   const int heads = attention_heads_per_cta(group);
-  const int head_chunks = (group + heads - 1) / heads;
+  return (group + heads - 1) / heads;
+}
+
+template <class S, int kVec, int kChunks, bool kMergeLast>
+void launch_for_heads(const PagedAttentionArgs& args, int lanes_per_key, int32_t* split_counters,
+                      cudaStream_t stream) {
+  const int heads = attention_heads_per_cta(args.hq / args.hkv);
+  const int head_chunks = head_chunks_of(args.hq, args.hkv);
   const dim3 grid(static_cast<unsigned>(args.num_tokens),
                   static_cast<unsigned>(args.hkv * head_chunks),
                   static_cast<unsigned>(args.num_splits));
   switch (heads) {
     case 1:
-      launch_kernel(paged_attention_kernel<S, kVec, kChunks, 1>, grid, kAttentionThreads, 0, stream,
-                    args, lanes_per_key, head_chunks);
+      launch_kernel(paged_attention_kernel<S, kVec, kChunks, 1, kMergeLast>, grid,
+                    kAttentionThreads, 0, stream, args, lanes_per_key, head_chunks, split_counters);
       break;
     case 2:
-      launch_kernel(paged_attention_kernel<S, kVec, kChunks, 2>, grid, kAttentionThreads, 0, stream,
-                    args, lanes_per_key, head_chunks);
+      launch_kernel(paged_attention_kernel<S, kVec, kChunks, 2, kMergeLast>, grid,
+                    kAttentionThreads, 0, stream, args, lanes_per_key, head_chunks, split_counters);
       break;
     case 4:
-      launch_kernel(paged_attention_kernel<S, kVec, kChunks, 4>, grid, kAttentionThreads, 0, stream,
-                    args, lanes_per_key, head_chunks);
+      launch_kernel(paged_attention_kernel<S, kVec, kChunks, 4, kMergeLast>, grid,
+                    kAttentionThreads, 0, stream, args, lanes_per_key, head_chunks, split_counters);
       break;
     default:
-      launch_kernel(paged_attention_kernel<S, kVec, kChunks, kMaxHeadsPerCta>, grid,
-                    kAttentionThreads, 0, stream, args, lanes_per_key, head_chunks);
+      launch_kernel(paged_attention_kernel<S, kVec, kChunks, kMaxHeadsPerCta, kMergeLast>, grid,
+                    kAttentionThreads, 0, stream, args, lanes_per_key, head_chunks, split_counters);
       break;
+  }
+}
+
+// split_counters: null, or the last-block merge's counters (enough of them).
+template <class S, int kVec, int kChunks>
+void launch_for_heads(const PagedAttentionArgs& args, int lanes_per_key, int32_t* split_counters,
+                      cudaStream_t stream) {
+  if (split_counters) {
+    launch_for_heads<S, kVec, kChunks, true>(args, lanes_per_key, split_counters, stream);
+  } else {
+    launch_for_heads<S, kVec, kChunks, false>(args, lanes_per_key, nullptr, stream);
   }
 }
 
@@ -386,18 +484,19 @@ bool aligned_16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0
 // 16-byte loads when a row splits into whole 16-byte vectors (hd * sizeof(S) % 16 == 0 and
 // the cache 16-byte aligned), at most 64 of them (hd <= 256 f32); scalar loads otherwise.
 template <class S>
-void launch_for_storage(const PagedAttentionArgs& args, cudaStream_t stream) {
+void launch_for_storage(const PagedAttentionArgs& args, int32_t* split_counters,
+                        cudaStream_t stream) {
   constexpr int kVec = 16 / static_cast<int>(sizeof(S));
   const int hd = args.head_dim;
   if (hd % kVec == 0 && aligned_16(args.k_cache) && aligned_16(args.v_cache)) {
     const int vectors = hd / kVec;
     if (vectors <= 32) {
-      launch_for_heads<S, kVec, 1>(args, next_power_of_two(vectors), stream);
+      launch_for_heads<S, kVec, 1>(args, next_power_of_two(vectors), split_counters, stream);
     } else if constexpr (32 * kVec < kMaxAttentionHeadDim) {  // f32 with hd > 128
-      launch_for_heads<S, kVec, 2>(args, 32, stream);
+      launch_for_heads<S, kVec, 2>(args, 32, split_counters, stream);
     }
   } else {  // 8 elements per lane cover hd <= 256 at 32 lanes per key
-    launch_for_heads<S, 1, 8>(args, std::min(32, next_power_of_two(hd)), stream);
+    launch_for_heads<S, 1, 8>(args, std::min(32, next_power_of_two(hd)), split_counters, stream);
   }
 }
 
@@ -449,12 +548,26 @@ AttentionSplitPlan plan_attention_splits(int64_t num_tokens, int hq, int hkv, in
   return plan;
 }
 
+int64_t attention_split_counters_needed(const PagedAttentionArgs& args) {
+  if (args.num_splits <= 1 || args.hkv <= 0) return 0;
+  return args.num_tokens * args.hkv * head_chunks_of(args.hq, args.hkv);
+}
+
+int64_t attention_split_counter_bound(int sm_count) {
+  return static_cast<int64_t>(kCtasPerSm) * std::max(sm_count, 1);
+}
+
 int64_t attention_partial_floats(const PagedAttentionArgs& args) {
   if (args.num_splits <= 1) return 0;
   return args.num_tokens * args.hq * args.num_splits * (args.head_dim + 2);
 }
 
 void launch_paged_attention(const PagedAttentionArgs& args, cudaStream_t stream) {
+  launch_paged_attention(args, AttentionSplitCounters{}, stream);
+}
+
+void launch_paged_attention(const PagedAttentionArgs& args, const AttentionSplitCounters& counters,
+                            cudaStream_t stream) {
   if (args.num_tokens == 0 || args.hq == 0) return;
   ATTNRES_CHECK(args.head_dim > 0 && args.head_dim <= kMaxAttentionHeadDim,
                 "attention head_dim " + std::to_string(args.head_dim));
@@ -470,19 +583,23 @@ void launch_paged_attention(const PagedAttentionArgs& args, cudaStream_t stream)
                     std::to_string(args.hq) + " query heads)");
   ATTNRES_CHECK(args.out_dtype == DType::F32 || args.out_dtype == DType::BF16,
                 "attention: out must be F32 or BF16");
+  // The last-block merge where the launch has counters enough; otherwise the merge kernel.
+  const int64_t needed = attention_split_counters_needed(args);
+  int32_t* split_counters =
+      counters.counters && needed > 0 && needed <= counters.capacity ? counters.counters : nullptr;
   switch (args.kv_dtype) {
     case DType::F32:
-      launch_for_storage<float>(args, stream);
+      launch_for_storage<float>(args, split_counters, stream);
       break;
     case DType::BF16:
-      launch_for_storage<uint16_t>(args, stream);
+      launch_for_storage<uint16_t>(args, split_counters, stream);
       break;
     default:
       throw Error("attention: the CUDA kv cache must be F32 or BF16, got " +
                   std::string(dtype_name(args.kv_dtype)));
   }
   CUDA_CHECK_LAUNCH();
-  if (args.num_splits > 1) {
+  if (args.num_splits > 1 && !split_counters) {
     const dim3 grid(static_cast<unsigned>(args.num_tokens), static_cast<unsigned>(args.hq));
     launch_kernel(merge_attention_splits_kernel, grid,
                   row_block_threads(args.head_dim, kMergeThreads), 0, stream, args);

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cuda/cuda_attention_merge.h"
 #include "kernels/cuda/cuda_backend_internal.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -140,7 +141,11 @@ void CudaBackend::attention_impl(const Tensor& q, const KvCacheLayer& cache, con
     partials = im.raw_alloc(static_cast<size_t>(floats) * sizeof(float));
     args.partials = static_cast<float*>(partials.get());
   }
-  cuda::launch_paged_attention(args, im.stream);
+  // The last-block merge lever: the split CTAs merge, no merge kernel (cuda_attention_merge.h).
+  cuda::AttentionSplitCounters counters;
+  if (im.attention_last_block_merge)
+    counters = {im.attention_split_counters, im.attention_split_counter_capacity};
+  cuda::launch_paged_attention(args, counters, im.stream);
 }
 
 }  // namespace attnres

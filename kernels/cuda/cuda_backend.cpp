@@ -20,6 +20,7 @@
 #include <span>
 #include <utility>
 
+#include "kernels/cuda/cuda_attention_merge.h"
 #include "kernels/cuda/cuda_backend_internal.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -90,6 +91,8 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
       im.programmatic_launch_supported && cuda::programmatic_launch_wanted_by_env();
   im.gemv_levers->deep = cuda::gemv_lever_wanted_by_env("ATTNRES_CUDA_GEMV_DEEP");
   im.gemv_levers->weight_prefetch = cuda::gemv_lever_wanted_by_env("ATTNRES_CUDA_PDL_PREFETCH");
+  im.attention_last_block_merge =
+      cuda::gemv_lever_wanted_by_env("ATTNRES_CUDA_ATTN_LAST_BLOCK_MERGE");
   CUDA_CHECK(cudaStreamCreateWithFlags(&im.stream, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&im.meta_copied, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&im.rows_copied, cudaEventDisableTiming));
@@ -106,6 +109,13 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   // CUBLAS_DEFAULT_MATH: no TF32 for f32 GEMMs (the compute type says 32F explicitly too).
   CUBLAS_CHECK(cublasSetMathMode(im.cublas, CUBLAS_DEFAULT_MATH));
   im.lt_gemm = std::make_unique<cuda::LtGemm>(im.cublas_workspace, im.cublas_workspace_bytes);
+  // The attention lever's counters (cuda_attention_merge.h), zeroed on the stream so that every
+  // launch is ordered after it (the stream does not sync with the legacy stream of cudaMemset).
+  im.attention_split_counter_capacity = cuda::attention_split_counter_bound(im.sm_count);
+  const size_t counter_bytes =
+      static_cast<size_t>(im.attention_split_counter_capacity) * sizeof(int32_t);
+  CUDA_CHECK(cudaMalloc(&im.attention_split_counters, counter_bytes));
+  CUDA_CHECK(cudaMemsetAsync(im.attention_split_counters, 0, counter_bytes, im.stream));
 }
 
 CudaBackend::~CudaBackend() {
@@ -116,6 +126,7 @@ CudaBackend::~CudaBackend() {
   im.lt_gemm.reset();
   if (im.cublas) cublasDestroy(im.cublas);
   if (im.cublas_workspace) cudaFree(im.cublas_workspace);
+  if (im.attention_split_counters) cudaFree(im.attention_split_counters);
   im.meta_host.reset();  // (a live CudaGraph may still hold them)
   im.rows_host.reset();
   im.sample_host.reset();
@@ -152,6 +163,10 @@ void CudaBackend::set_gemv_deep(bool on) { impl_->gemv_levers->deep = on; }
 bool CudaBackend::gemv_deep() const { return impl_->gemv_levers->deep; }
 void CudaBackend::set_gemv_weight_prefetch(bool on) { impl_->gemv_levers->weight_prefetch = on; }
 bool CudaBackend::gemv_weight_prefetch() const { return impl_->gemv_levers->weight_prefetch; }
+void CudaBackend::set_attention_last_block_merge(bool on) {
+  impl_->attention_last_block_merge = on;
+}
+bool CudaBackend::attention_last_block_merge() const { return impl_->attention_last_block_merge; }
 CudaBackend::LaunchCounts CudaBackend::launch_counts() const {
   return {impl_->launch->kernels.load(), impl_->launch->cublas_calls.load()};
 }

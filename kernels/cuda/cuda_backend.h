@@ -132,6 +132,10 @@ class CudaBackend : public Backend {
   bool gemv_deep() const;
   void set_gemv_weight_prefetch(bool on);  // ATTNRES_CUDA_PDL_PREFETCH
   bool gemv_weight_prefetch() const;
+  // Attention's lever (NOTES.md "GEMV levers"): a split decode attention merges its splits in
+  // its last CTA to finish instead of in a merge kernel, a launch fewer per layer.
+  void set_attention_last_block_merge(bool on);  // ATTNRES_CUDA_ATTN_LAST_BLOCK_MERGE
+  bool attention_last_block_merge() const;
   // Launches so far: kernels of kernels/cuda (a captured launch counts once, at capture; a
   // graph replay adds none), and calls into cuBLAS (each runs one or more kernels of its own).
   struct LaunchCounts {

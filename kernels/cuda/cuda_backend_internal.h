@@ -34,6 +34,13 @@ struct CudaBackend::Impl {
   bool programmatic_launch_supported = false;  // compute capability 9.0+
   // The decode GEMVs' levers (cuda_gemv_levers.h); current on the thread during an op.
   std::shared_ptr<cuda::GemvLevers> gemv_levers = std::make_shared<cuda::GemvLevers>();
+  // Attention's lever (cuda_attention_merge.h): the split merge in the attention kernel's last
+  // split CTA, on counters allocated and zeroed when the backend is built,
+  // attention_split_counter_bound(sm_count) of them, left at 0 by every launch, so eager
+  // launches and graph replays share them.
+  bool attention_last_block_merge = false;
+  int32_t* attention_split_counters = nullptr;
+  int64_t attention_split_counter_capacity = 0;
 
   // --- the prepared batch (prepare_batch) ---
   // One pinned staging buffer packs every metadata array; one cudaMemcpyAsync moves it to
