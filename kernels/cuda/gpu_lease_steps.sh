@@ -29,7 +29,7 @@ step_timeout() {
     synccheck) default=40 ;;
     initcheck) default=50 ;;
     bench|prefill) default=120 ;;
-    levers) default=240 ;;
+    levers) default=360 ;;
     ncu|peerbench) default=150 ;;
     *) default=120 ;;
   esac
@@ -283,13 +283,16 @@ step_bench() {
   "$unpacked/bench_cuda_backend" --only step --pdl off
 }
 
-# The decode GEMVs' levers (kernels/cuda/NOTES.md "GEMV levers"), one setting per line: a name,
-# then the environment that switches it on (none: the kernels without a lever).
+# The decode levers (kernels/cuda/NOTES.md "GEMV levers": the GEMVs' two, attention's
+# last-block merge), one setting per line: a name, then the environment that switches it on
+# (none: the kernels without a lever).
 levers_settings() {
   echo "baseline"
   echo "deep ATTNRES_CUDA_GEMV_DEEP=1"
   echo "prefetch ATTNRES_CUDA_PDL_PREFETCH=1"
   echo "both ATTNRES_CUDA_GEMV_DEEP=1 ATTNRES_CUDA_PDL_PREFETCH=1"
+  echo "merge ATTNRES_CUDA_ATTN_LAST_BLOCK_MERGE=1"
+  echo "all ATTNRES_CUDA_GEMV_DEEP=1 ATTNRES_CUDA_PDL_PREFETCH=1 ATTNRES_CUDA_ATTN_LAST_BLOCK_MERGE=1"
 }
 
 # The levers measured against one baseline in one run on one card: batch-1 and batch-8 decode
@@ -300,6 +303,7 @@ levers_settings() {
 step_levers() {
   local bench tests name envs status=0
   local filter='CudaGemvLevers.*:CudaOps.Linear*:CudaFusedDecode.*:CudaBatchInvariance.*:CudaResidualEpilogue.*'
+  filter+=':CudaAttentionLastBlockMerge.*:CudaFlashAttention.*:CudaSanitizerSized.Attention*'
   if [ "$LEASE_DEVICE" = cuda ]; then
     bench=$unpacked/bench_cuda_backend tests=$unpacked/attnres_cuda_tests
   else
@@ -332,7 +336,7 @@ levers_summary() {
     awk -v setting="$name" '
       /^[A-Za-z0-9._-]+: / { model = $1; sub(/:$/, "", model) }
       / eager [0-9.]+ ms\/step/ { b = $2; sub(/,/, "", b); eager[b] = $6 }
-      /GEMV levers:/ { b = $2; sub(/:/, "", b); lv = $0; sub(/.*GEMV levers: /, "", lv); levers[b] = lv }
+      /; levers:/ { b = $2; sub(/:/, "", b); lv = $0; sub(/.*; levers: /, "", lv); levers[b] = lv }
       / graph [0-9.]+ ms\/step/ {
         b = $2; sub(/,/, "", b); f = $0; sub(/.*floor\/measured /, "", f); sub(/,.*/, "", f)
         printf "LEVERS %-10s %-14s %3s %8s %8s %6s  %s\n", setting, model, b, eager[b], $6, f, levers[b]

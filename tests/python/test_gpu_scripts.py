@@ -113,12 +113,13 @@ FAKE_BENCH = """#!/bin/sh
 # bench_cuda_backend's step lines, the levers line saying what the environment switched on
 deep=off; [ "${ATTNRES_CUDA_GEMV_DEEP:-}" = 1 ] && deep=on
 prefetch=off; [ "${ATTNRES_CUDA_PDL_PREFETCH:-}" = 1 ] && prefetch=on
+merge=off; [ "${ATTNRES_CUDA_ATTN_LAST_BLOCK_MERGE:-}" = 1 ] && merge=on
 echo "args: $*"
 for m in attnres-0.6b plain-0.6b; do
   echo "$m: a model, bf16 depth bank"
   for b in 1 8; do
     echo "  batch  $b, context 1024: eager 1.$b ms/step (min 1.0), floor/measured 0.2$b, KV read 1 MB"
-    echo "  batch  $b: kernel launches per decode step 5; GEMV levers: deep $deep, prefetch $prefetch"
+    echo "  batch  $b: kernel launches per decode step 5; levers: deep $deep, prefetch $prefetch, last-block-merge $merge"
     echo "  batch  $b, context 1024: graph 0.$b ms/step (min 0.1), floor/measured 0.3$b, logits identical"
   done
 done
@@ -126,8 +127,8 @@ exit ${FAKE_BENCH_EXIT:-0}
 """
 
 FAKE_TESTS = """#!/bin/sh
-echo "tests deep=${ATTNRES_CUDA_GEMV_DEEP:-unset} prefetch=${ATTNRES_CUDA_PDL_PREFETCH:-unset} $*" \
-  >> "$FAKE_TESTS_LOG"
+echo "tests deep=${ATTNRES_CUDA_GEMV_DEEP:-unset} prefetch=${ATTNRES_CUDA_PDL_PREFETCH:-unset}" \
+  "merge=${ATTNRES_CUDA_ATTN_LAST_BLOCK_MERGE:-unset} $*" >> "$FAKE_TESTS_LOG"
 """
 
 
@@ -153,7 +154,7 @@ def test_lease_rehearses_the_levers_step(attnres_bin, tmp_path):
     output, verdicts, logs = run_lease(attnres_bin, tmp_path / "a", "--budget", "60", "levers",
                                        **stand_ins)
     assert verdicts == {"levers": "PASS"}, output
-    settings = ("baseline", "deep", "prefetch", "both")
+    settings = ("baseline", "deep", "prefetch", "both", "merge", "all")
     assert {"levers.log"} | {f"levers-{s}.log" for s in settings} <= logs
     output = lease_log(tmp_path / "a", "levers.log")
     assert "args: --only step --context 1024 --batch 1 --batch 8" in output, output
@@ -162,14 +163,20 @@ def test_lease_rehearses_the_levers_step(attnres_bin, tmp_path):
         [setting, model, b, f"1.{b}", f"0.{b}", f"0.3{b}"]
         for setting in settings for model in ("attnres-0.6b", "plain-0.6b")
         for b in ("1", "8")], output
-    on_off = [["off,", "off"], ["on,", "off"], ["off,", "on"], ["on,", "on"]]
+    on_off = [("off", "off", "off"), ("on", "off", "off"), ("off", "on", "off"),
+              ("on", "on", "off"), ("off", "off", "on"), ("on", "on", "on")]
     assert [s[7:] for s in summary] == [
-        ["deep", deep, "prefetch", prefetch] for deep, prefetch in on_off for _ in range(4)], output
+        ["deep", f"{deep},", "prefetch", f"{prefetch},", "last-block-merge", merge]
+        for deep, prefetch, merge in on_off for _ in range(4)], output
     flags = "--gtest_brief=1 --gtest_filter=CudaGemvLevers.*:CudaOps.Linear*:" \
-            "CudaFusedDecode.*:CudaBatchInvariance.*:CudaResidualEpilogue.*"
+            "CudaFusedDecode.*:CudaBatchInvariance.*:CudaResidualEpilogue.*:" \
+            "CudaAttentionLastBlockMerge.*:CudaFlashAttention.*:CudaSanitizerSized.Attention*"
     assert tests_log.read_text().splitlines() == [
-        f"tests deep=1 prefetch=unset {flags}", f"tests deep=unset prefetch=1 {flags}",
-        f"tests deep=1 prefetch=1 {flags}"]
+        f"tests deep=1 prefetch=unset merge=unset {flags}",
+        f"tests deep=unset prefetch=1 merge=unset {flags}",
+        f"tests deep=1 prefetch=1 merge=unset {flags}",
+        f"tests deep=unset prefetch=unset merge=1 {flags}",
+        f"tests deep=1 prefetch=1 merge=1 {flags}"]
 
     output, verdicts, _ = run_lease(attnres_bin, tmp_path / "b", "--budget", "60", "levers",
                                     FAKE_BENCH_EXIT="3", **stand_ins)
