@@ -29,8 +29,8 @@ namespace attnres {
 namespace {
 
 constexpr int kLanes = 8;
-constexpr int kSymFirst = -10, kSymLast = 30;  // symmetric: denominators qmax + i / 10
-constexpr int kAsymFirst = -5, kAsymLast = 5;  // asymmetric: denominators qmax + i / 5
+constexpr int kSymFirst = -10, kSymLast = 10;  // symmetric: denominators qmax + i / 5
+constexpr int kAsymFirst = -3, kAsymLast = 3;  // asymmetric: denominators qmax + 2 i / 5
 constexpr int kCandPad = 48;                   // room for either list, in whole vectors of 16
 
 // f16 rounding as f32_to_f16 does it (nearest, ties to even, overflow to infinity), in one
@@ -247,9 +247,9 @@ void asym_sums(const float* x, int n, float qmax, float d, float m, double* s_q,
   *s_xq = add_lanes(sxq);
 }
 
-// f32(qmax + i / step) for i in [first, last], i != 0, computed once per thread and qmax;
+// f32(qmax + num i / den) for i in [first, last], i != 0, computed once per thread and qmax;
 // padded with 1 to kCandPad entries.
-template <int kFirst, int kLast, int kStep>
+template <int kFirst, int kLast, int kNum, int kDen>
 const float* denominators(int qmax) {
   static_assert(kLast - kFirst <= kCandPad);
   thread_local int cached = 0;
@@ -257,7 +257,7 @@ const float* denominators(int qmax) {
   if (cached != qmax) {
     int k = 0;
     for (int i = kFirst; i <= kLast; ++i)
-      if (i != 0) den[k++] = static_cast<float>(qmax + i / static_cast<double>(kStep));
+      if (i != 0) den[k++] = static_cast<float>(qmax + (kNum * i) / static_cast<double>(kDen));
     while (k < kCandPad) den[k++] = 1.0f;
     cached = qmax;
   }
@@ -312,7 +312,7 @@ float symmetric_search(const float* x, int n, int qmax, Error error, Candidates 
   if (e0 == 0.0) return d0;
   float cands[kCandPad];
   const int count =
-      candidates(x[top], amax, qm, d0, e0, denominators<kSymFirst, kSymLast, 10>(qmax),
+      candidates(x[top], amax, qm, d0, e0, denominators<kSymFirst, kSymLast, 1, 5>(qmax),
                  kSymLast - kSymFirst, cands);
   return pick(d0, e0, cands, count,
               [&](float d) { return d == 0.0f ? sym_error(x, n, qm, 0.0f) : error(d); });
@@ -345,7 +345,7 @@ AsymmetricScale asymmetric_search(const float* x, int n, int qmax, Error error,
   for (int j = 0; j < n; j += kLanes)
     for (int l = 0; l < kLanes; ++l) sx[l] += static_cast<double>(x[j + l]);
   const double sum_x = add_lanes(sx), dn = static_cast<double>(n);
-  const float* den = denominators<kAsymFirst, kAsymLast, 5>(qmax);
+  const float* den = denominators<kAsymFirst, kAsymLast, 2, 5>(qmax);
   double e0 = 0.0;
   for (int i = kAsymFirst, k = 0; i <= kAsymLast; ++i) {
     const float d = i == 0 ? d0 : f16_round(range / den[k++]);

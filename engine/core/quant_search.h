@@ -26,9 +26,9 @@ namespace attnres {
 constexpr int kQuantSearchMaxBlock = 256;
 
 // A symmetric scale for q in [-qmax, qmax] (qmax >= 1), an f16 value returned as float.
-// Candidates, in order: d0 = f16(amax / qmax) (amax = max |x|), then for i = -10 .. 30 (i != 0)
-// d_i = f16(amax / f32(qmax + i / 10)) (a scale up to 1 / qmax larger than d0, or up to 3 / qmax
-// smaller, which clips the largest weights): the candidate with the smallest error. An all-zero
+// Candidates, in order: d0 = f16(amax / qmax) (amax = max |x|), then for i = -10 .. 10 (i != 0)
+// d_i = f16(amax / f32(qmax + i / 5)) (scales up to 2 / qmax larger than d0, or smaller, which
+// clips the largest weights): the candidate with the smallest error. An all-zero
 // block gives 0. Candidates f16 cannot hold are skipped; throws when d0 is one of them (a
 // weight of magnitude beyond ~qmax x 65504). Every x must be finite.
 float choose_symmetric_scale(const float* x, int n, int qmax);
@@ -40,7 +40,7 @@ struct AsymmetricScale {
 };
 // Candidates, in order: the min-max choice m0 = f16(min x), d0 = f16(r / qmax) with
 // r = max(f32(max x - m0), 0) (m0 may round above a block of equal values); then for
-// i = -5 .. 5: unless i == 0, (d_i = f16(r / f32(qmax + i / 5)), m0),
+// i = -3 .. 3: unless i == 0, (d_i = f16(r / f32(qmax + 2 i / 5)), m0),
 // then the least-squares refit of that candidate (for i == 0, of the min-max one): with its q,
 // the (d, m) minimizing sum (x - d q - m)^2 in double, det = n S(q^2) - S(q)^2,
 //   d = (n S(xq) - S(q) S(x)) / det,   m = (S(q^2) S(x) - S(q) S(xq)) / det

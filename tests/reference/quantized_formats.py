@@ -118,10 +118,10 @@ def choose_scales(x: np.ndarray, qmax: int, symmetric: bool):
         best_d = _f16(amax / np.float32(qmax))
         overflow_check(best_d)
         best_e = _block_error(x, _block_weights(x, qmax, best_d)[1])
-        for i in range(-10, 31):
+        for i in range(-10, 11):
             if i == 0:
                 continue
-            d = _f16(amax / np.float32(qmax + i / 10))
+            d = _f16(amax / np.float32(qmax + i / 5))
             ok = np.isfinite(d)
             d = np.where(ok, d, np.float32(0))
             e = _block_error(x, _block_weights(x, qmax, d)[1])
@@ -150,11 +150,11 @@ def choose_scales(x: np.ndarray, qmax: int, symmetric: bool):
         best_e = np.where(better, e, best_e)
         return q
 
-    for i in range(-5, 6):
+    for i in range(-3, 4):
         if i == 0:
             ok, q = np.ones(len(x), dtype=bool), q0
         else:
-            d = _f16(r / np.float32(qmax + i / 5))
+            d = _f16(r / np.float32(qmax + (2 * i) / 5))
             ok = np.isfinite(d)
             q = consider(ok, d, m0)
         # The least-squares (d, m) for these q.

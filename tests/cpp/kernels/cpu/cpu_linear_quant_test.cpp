@@ -78,8 +78,8 @@ TEST(QuantFormat, Q8RoundTripWithinHalfAStep) {
       double amax = 0.0;
       for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(double{x[b * 32 + j]}));
       const double d = stored_f16(row.data() + k + 2 * b);  // the search's choice
-      EXPECT_LE(d, f16_round(amax / 126.0)) << b;           // the candidates lie in
-      EXPECT_GE(d, f16_round(amax / 130.0)) << b;           // [amax / (127 + 3), amax / (127 - 1)]
+      EXPECT_LE(d, f16_round(amax / 125.0)) << b;           // the candidates lie in
+      EXPECT_GE(d, f16_round(amax / 129.0)) << b;           // [amax / (127 + 2), amax / (127 - 2)]
       for (int j = 0; j < 32; ++j) {
         const int64_t i = b * 32 + j;
         const double q = back[i] / d;
