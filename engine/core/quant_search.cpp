@@ -23,7 +23,8 @@
 // Speed: quantizing a model at load runs this for every block (~17M blocks at 0.6B), so the
 // error loops are written lane by lane (kLanes independent accumulators, which the compiler
 // turns into vector code without reordering any sum), and a candidate whose error provably
-// cannot beat the best so far is skipped unevaluated; skipping never changes the choice.
+// cannot beat the absmax / min-max choice is skipped unevaluated; skipping never changes the
+// choice.
 
 namespace attnres {
 namespace {
