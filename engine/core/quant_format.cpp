@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/core/error.h"
+#include "engine/core/quant_search.h"
 
 namespace attnres {
 namespace {
@@ -16,14 +17,6 @@ void check_cols(DType format, int64_t cols) {
   if (cols <= 0 || cols % kQuantBlock != 0)
     throw Error(std::string(dtype_name(format)) + ": a row of " + std::to_string(cols) +
                 " weights is not a positive multiple of " + std::to_string(kQuantBlock));
-}
-
-// f16 of a scale or min, refusing what f16 cannot hold (a weight of magnitude > ~8e6).
-uint16_t to_f16_checked(float v) {
-  const uint16_t h = f32_to_f16(v);
-  if (!std::isfinite(f16_to_f32(h)))
-    throw Error("quantize: a block's scale " + std::to_string(v) + " overflows f16");
-  return h;
 }
 
 void store_f16(uint8_t* p, uint16_t h) { std::memcpy(p, &h, 2); }
@@ -64,10 +57,8 @@ void quantize_row(DType format, const float* x, int64_t cols, uint8_t* row) {
     auto* q = reinterpret_cast<int8_t*>(row);
     for (int64_t b = 0; b < blocks; ++b) {
       const float* xb = x + b * kQuantBlock;
-      float amax = 0.0f;
-      for (int j = 0; j < kQuantBlock; ++j) amax = std::max(amax, std::fabs(xb[j]));
-      const uint16_t dh = to_f16_checked(amax / 127.0f);
-      const float d = f16_to_f32(dh);
+      const float d = choose_symmetric_scale(xb, kQuantBlock, 127);
+      const uint16_t dh = f32_to_f16(d);  // exact: d is an f16 value
       for (int j = 0; j < kQuantBlock; ++j) {
         const float v = d == 0.0f ? 0.0f : std::nearbyint(xb[j] / d);
         q[b * kQuantBlock + j] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
@@ -79,11 +70,8 @@ void quantize_row(DType format, const float* x, int64_t cols, uint8_t* row) {
   uint8_t* mins = row + quant_mins_offset(format, cols);
   for (int64_t b = 0; b < blocks; ++b) {
     const float* xb = x + b * kQuantBlock;
-    const auto [lo, hi] = std::minmax_element(xb, xb + kQuantBlock);
-    const uint16_t mh = to_f16_checked(*lo);
-    const float m = f16_to_f32(mh);
-    const uint16_t dh = to_f16_checked((*hi - m) / 15.0f);
-    const float d = f16_to_f32(dh);
+    const auto [d, m] = choose_asymmetric_scale(xb, kQuantBlock, 15);
+    const uint16_t dh = f32_to_f16(d), mh = f32_to_f16(m);  // exact: f16 values
     uint8_t q[kQuantBlock];
     for (int j = 0; j < kQuantBlock; ++j) {
       const float v = d == 0.0f ? 0.0f : std::nearbyint((xb[j] - m) / d);

@@ -35,10 +35,15 @@ size_t quant_row_bytes(DType format, int64_t cols);
 size_t quant_scales_offset(DType format, int64_t cols);
 size_t quant_mins_offset(DType format, int64_t cols);
 
-// One row: x [cols] -> row [quant_row_bytes]. Round to nearest even against the f16-rounded
-// scale (and min). Throws on a non-finite weight or a scale f16 cannot hold.
-//   Q8_B32: d = f16(max |x| / 127), q = clamp(round(x / d), -127, 127) (d == 0: q = 0)
-//   Q4_B32: m = f16(min x), d = f16((max x - m) / 15), q = clamp(round((x - m) / d), 0, 15)
+// One row: x [cols] -> row [quant_row_bytes]. Each block's scale (and min) is the f16 value
+// among a small set of candidates, the absmax / min-max choice first, whose weights read back
+// closest to x in squared error (engine/core/quant_search.h: the candidates, the error, ties);
+// q is then the nearest integer, ties to even, against the f16 scale (and min):
+//   Q8_B32: d = choose_symmetric_scale(block, 32, 127), q = clamp(round(x / d), -127, 127)
+//           (d == 0: q = 0)
+//   Q4_B32: (d, m) = choose_asymmetric_scale(block, 32, 15),
+//           q = clamp(round((x - m) / d), 0, 15) (d == 0: q = 0)
+// Throws on a non-finite weight or an absmax / min-max scale (or min) f16 cannot hold.
 void quantize_row(DType format, const float* x, int64_t cols, uint8_t* row);
 // row -> out [cols] f32, exactly.
 void dequantize_row(DType format, const uint8_t* row, int64_t cols, float* out);

@@ -28,9 +28,9 @@ quantized_formats.py, written from the formats' specs, not from the engine's cod
       reference on its own dequantized weights.
     - int8 greedy tokens (GREEDY_TOKENS of them) equal bf16's on at least GREEDY_MIN_EQUAL of
       GREEDY_PROMPTS prompts. The float64 reference on the NumPy-dequantized int8 weights of
-      this checkpoint gives 12 of 16 (15 of 16 first tokens): a random checkpoint's top two
-      logits are close (median gap 2% of the largest logit, where int8 moves logits by ~3%),
-      so longer continuations part sooner than a trained model's would.
+      this checkpoint gives 11 of 16 (16 of 16 first tokens), the engine 12: a random
+      checkpoint's top two logits are close (median gap 2% of the largest logit, where int8
+      moves logits by ~3%), so longer continuations part sooner than a trained model's would.
 """
 
 import json

@@ -8,8 +8,9 @@ a U8 [rows, row_bytes] tensor, its {"format", "shape"} in the file's __metadata_
                    block b = bytes [16b, 16b+16): byte 16b+j holds q[32b+j] (low nibble) and
                    q[32b+j+16] (high nibble);                        w = d[k/32] q[k] + m[k/32]
     quantized from float32 (the bf16 weights widened) with f32 arithmetic and round to
-    nearest even: int8 d = f16(max|x| / 127), q = clamp(rint(x / d), -127, 127);
-    int4 m = f16(min x), d = f16((max x - m) / 15), q = clamp(rint((x - m) / d), 0, 15);
+    nearest even: per block, the f16 scale (int4: and min) with the smallest squared error
+    among a fixed list of candidates (engine/core/quant_search.h; choose_scales below), then
+    int8 q = clamp(rint(x / d), -127, 127), int4 q = clamp(rint((x - m) / d), 0, 15);
     d == 0 gives q = 0.
 
 compressed-tensors (the library's compressors, 0.10 series: pack_quantized.py
@@ -61,27 +62,132 @@ def row_bytes(fmt: str, cols: int) -> int:
     return cols + 2 * (cols // BLOCK) if fmt == "int8" else cols // 2 + 4 * (cols // BLOCK)
 
 
+def _f16(v) -> np.ndarray:
+    """v (float32, or float64 first rounded to float32) rounded to f16, as float32."""
+    return np.asarray(v).astype(np.float32).astype(np.float16).astype(np.float32)
+
+
+def _lane_sum(t: np.ndarray) -> np.ndarray:
+    """float64 [..., n] summed as the engine sums a block: lane l in [0, 8) adds elements l,
+    l + 8, l + 16, ... in turn, then the lanes are added in order."""
+    lanes = t[..., 0:8].copy()
+    for j in range(8, t.shape[-1], 8):
+        lanes = lanes + t[..., j:j + 8]
+    total = lanes[..., 0]
+    for lane in range(1, 8):
+        total = total + lanes[..., lane]
+    return total
+
+
+def _block_weights(x, qmax, d, m=None):
+    """(q, the f32 weights read back) of blocks x [B, n] with scales d [B] (and mins m [B]);
+    q = 0 where d == 0."""
+    dd = d[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if m is None:
+            r = np.rint(x / dd)
+            lo = np.float32(-qmax)
+        else:
+            r = np.rint((x - m[:, None]) / dd)
+            lo = np.float32(0)
+        q = np.where(dd == 0, np.float32(0), np.clip(r, lo, np.float32(qmax))).astype(np.float32)
+    w = q * dd
+    if m is not None:
+        w = w + m[:, None]
+    return q, w
+
+
+def _block_error(x, w) -> np.ndarray:
+    e = x.astype(np.float64) - w.astype(np.float64)
+    return _lane_sum(e * e)
+
+
+def choose_scales(x: np.ndarray, qmax: int, symmetric: bool):
+    """The engine's choice of f16 scales d [B] (and, asymmetric, mins m [B]) for blocks
+    x float32 [B, n], from the rule in engine/core/quant_search.h: the first candidate is the
+    absmax / min-max choice; a later one replaces the best so far only when its squared error
+    is strictly smaller."""
+    x = np.asarray(x, dtype=np.float32)
+
+    def overflow_check(v):
+        if not np.all(np.isfinite(v)):
+            raise ValueError("a block's scale overflows f16")
+
+    if symmetric:
+        amax = np.abs(x).max(axis=1)
+        best_d = _f16(amax / np.float32(qmax))
+        overflow_check(best_d)
+        best_e = _block_error(x, _block_weights(x, qmax, best_d)[1])
+        for i in range(-10, 11):
+            if i == 0:
+                continue
+            d = _f16(amax / np.float32(qmax + i / 5))
+            ok = np.isfinite(d)
+            d = np.where(ok, d, np.float32(0))
+            e = _block_error(x, _block_weights(x, qmax, d)[1])
+            better = ok & (e < best_e)
+            best_d, best_e = np.where(better, d, best_d), np.where(better, e, best_e)
+        return best_d, None
+
+    m0 = _f16(x.min(axis=1))
+    overflow_check(m0)
+    r = np.maximum(x.max(axis=1) - m0, np.float32(0))
+    d0 = _f16(r / np.float32(qmax))
+    overflow_check(d0)
+    q0, w0 = _block_weights(x, qmax, d0, m0)
+    best_d, best_m, best_e = d0, m0, _block_error(x, w0)
+    x64 = x.astype(np.float64)
+    n = np.float64(x.shape[1])
+    sum_x = _lane_sum(x64)
+
+    def consider(ok, d, m):
+        nonlocal best_d, best_m, best_e
+        d, m = np.where(ok, d, np.float32(0)), np.where(ok, m, np.float32(0))
+        q, w = _block_weights(x, qmax, d, m)
+        e = _block_error(x, w)
+        better = ok & (e < best_e)
+        best_d, best_m = np.where(better, d, best_d), np.where(better, m, best_m)
+        best_e = np.where(better, e, best_e)
+        return q
+
+    for i in range(-3, 4):
+        if i == 0:
+            ok, q = np.ones(len(x), dtype=bool), q0
+        else:
+            d = _f16(r / np.float32(qmax + (2 * i) / 5))
+            ok = np.isfinite(d)
+            q = consider(ok, d, m0)
+        # The least-squares (d, m) for these q.
+        q64 = q.astype(np.float64)
+        sq, sqq = q64.sum(axis=1), (q64 * q64).sum(axis=1)  # integers: exact in any order
+        det = n * sqq - sq * sq
+        sxq = _lane_sum(x64 * q64)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            dl = (n * sxq - sq * sum_x) / det
+            ml = (sqq * sum_x - sq * sxq) / det
+            ok = ok & (det > 0) & (np.abs(dl) < 1e30) & (np.abs(ml) < 1e30)
+            dl, ml = _f16(np.where(ok, dl, 0)), _f16(np.where(ok, ml, 0))
+        consider(ok & (dl > 0) & np.isfinite(dl) & np.isfinite(ml), dl, ml)
+    return best_d, best_m
+
+
 def quantize(w: np.ndarray, fmt: str) -> np.ndarray:
     """[rows, cols] float -> uint8 [rows, row_bytes], as the engine's quantizer defines it."""
     x = np.asarray(w, dtype=np.float32)
     rows, cols = x.shape
-    blocks = x.reshape(rows, cols // BLOCK, BLOCK)
+    flat = x.reshape(-1, BLOCK)
     if fmt == "int8":
-        d = (np.abs(blocks).max(axis=2) / np.float32(127)).astype(np.float16)
-        df = d.astype(np.float32)[:, :, None]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            q = np.where(df == 0, 0, np.clip(np.rint(blocks / df), -127, 127))
+        d, _ = choose_scales(flat, 127, symmetric=True)
+        q, _ = _block_weights(flat, 127, d)
         q = q.astype(np.int8).reshape(rows, cols)
-        return np.concatenate([q.view(np.uint8), d.view(np.uint8).reshape(rows, -1)], axis=1)
-    m = blocks.min(axis=2).astype(np.float16)
-    mf = m.astype(np.float32)[:, :, None]
-    d = ((blocks.max(axis=2)[:, :, None] - mf)[:, :, 0] / np.float32(15)).astype(np.float16)
-    df = d.astype(np.float32)[:, :, None]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        q = np.where(df == 0, 0, np.clip(np.rint((blocks - mf) / df), 0, 15)).astype(np.uint8)
+        d16 = d.astype(np.float16).reshape(rows, -1)
+        return np.concatenate([q.view(np.uint8), d16.view(np.uint8)], axis=1)
+    d, m = choose_scales(flat, 15, symmetric=False)
+    q, _ = _block_weights(flat, 15, d, m)
+    q = q.astype(np.uint8).reshape(rows, cols // BLOCK, BLOCK)
     packed = (q[:, :, :16] | (q[:, :, 16:] << 4)).reshape(rows, cols // 2)
-    return np.concatenate([packed, d.view(np.uint8).reshape(rows, -1),
-                           m.view(np.uint8).reshape(rows, -1)], axis=1)
+    d16, m16 = d.astype(np.float16).reshape(rows, -1), m.astype(np.float16).reshape(rows, -1)
+    return np.concatenate([packed, d16.view(np.uint8), m16.view(np.uint8)], axis=1)
 
 
 def dequantize(rows_u8: np.ndarray, fmt: str, cols: int) -> np.ndarray:

@@ -56,6 +56,11 @@ std::vector<float> random_activations(int64_t r, int64_t k, std::mt19937& rng) {
 }
 
 double f16_round(double v) { return f16_to_f32(f32_to_f16(static_cast<float>(v))); }
+double stored_f16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_f32(h);
+}
 
 // --- the formats ---
 
@@ -72,13 +77,15 @@ TEST(QuantFormat, Q8RoundTripWithinHalfAStep) {
     for (int64_t b = 0; b < k / 32; ++b) {
       double amax = 0.0;
       for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(double{x[b * 32 + j]}));
-      const double d = f16_round(amax / 127.0);
+      const double d = stored_f16(row.data() + k + 2 * b);  // the search's choice
+      EXPECT_LE(d, f16_round(amax / 125.0)) << b;           // the candidates lie in
+      EXPECT_GE(d, f16_round(amax / 129.0)) << b;           // [amax / (127 + 2), amax / (127 - 2)]
       for (int j = 0; j < 32; ++j) {
         const int64_t i = b * 32 + j;
         const double q = back[i] / d;
         EXPECT_EQ(q, std::nearbyint(q)) << i;  // an integer multiple of the block's scale
         EXPECT_LE(std::fabs(q), 127.0) << i;
-        // Half a step, plus what clamping at 127 costs when f16 rounded d down.
+        // Half a step, plus what clamping at 127 costs where d is below amax / 127.
         EXPECT_LE(std::fabs(x[i] - back[i]), d / 2 + std::max(0.0, amax - 127.0 * d) + 1e-7) << i;
       }
     }
@@ -101,15 +108,17 @@ TEST(QuantFormat, Q4RoundTripWithinHalfAStep) {
         lo = std::min(lo, double{x[b * 32 + j]});
         hi = std::max(hi, double{x[b * 32 + j]});
       }
-      const double m = f16_round(lo), d = f16_round((hi - m) / 15.0);
+      // The search's choice (engine/core/quant_search.h).
+      const double d = stored_f16(row.data() + k / 2 + 2 * b);
+      const double m = stored_f16(row.data() + k / 2 + 2 * (k / 32) + 2 * b);
       for (int j = 0; j < 32; ++j) {
         const int64_t i = b * 32 + j;
         const double q = (back[i] - m) / d;
         EXPECT_NEAR(q, std::nearbyint(q), 1e-3) << i;
         EXPECT_GE(std::nearbyint(q), 0.0) << i;
         EXPECT_LE(std::nearbyint(q), 15.0) << i;
-        // Half a step, plus what f16's rounding of the min and the scale moved the ends.
-        const double slack = std::fabs(m - lo) + std::max(0.0, hi - (m + 15.0 * d));
+        // Half a step, plus how far the ends lie outside [m, m + 15 d].
+        const double slack = std::max(0.0, m - lo) + std::max(0.0, hi - (m + 15.0 * d));
         EXPECT_LE(std::fabs(x[i] - back[i]), d / 2 + slack + 1e-6) << i;
       }
     }
