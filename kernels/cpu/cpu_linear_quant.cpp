@@ -21,9 +21,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 
 #include "engine/core/error.h"
 #include "engine/core/quant_format.h"
+#include "kernels/cpu/cpu_linear_q6.h"
 #include "kernels/cpu/cpu_simd.h"
 #include "kernels/cpu/thread_scratch.h"
 
@@ -586,11 +588,12 @@ QuantizedRows quantize_rows(DType format, const float* x, int64_t rows, int64_t 
   q.format = format;
   q.rows = rows;
   q.k = k;
-  q.row_bytes = (k + (format == DType::Q4_B32 ? 8 : 4) * blocks + 63) / 64 * 64;
+  q.row_bytes = (k + (format == DType::Q8_B32 ? 4 : 8) * blocks + 63) / 64 * 64;
   auto* data = reinterpret_cast<uint8_t*>(thread_scratch(
       ScratchSlot::QuantInput, static_cast<size_t>((rows * q.row_bytes + kActSlack) / 4)));
   q.data = data;
   const bool q4 = format == DType::Q4_B32;
+  const bool q6 = format == DType::Q6_B32;  // cpu_linear_q6.h: int32 32 x sum qx per block
   pool.parallel_for(rows, pool.size() > 1 && rows * k >= (1 << 16), [&](int64_t r) {
     uint8_t* row = data + r * q.row_bytes;
     auto* dx = reinterpret_cast<float*>(row + k);
@@ -601,6 +604,9 @@ QuantizedRows quantize_rows(DType format, const float* x, int64_t rows, int64_t 
         int32_t sum = 0;
         for (int j = 0; j < kB; ++j) sum += qb[j];
         dx[blocks + b] = dx[b] * static_cast<float>(sum);
+      } else if (q6) {
+        const int32_t c = 32 * std::accumulate(qb, qb + kB, int32_t{0});
+        std::memcpy(dx + blocks + b, &c, 4);
       } else {
         for (int j = 0; j < kB; ++j) row[kB * b + j] = static_cast<uint8_t>(qb[j] + 128);
       }
@@ -611,6 +617,7 @@ QuantizedRows quantize_rows(DType format, const float* x, int64_t rows, int64_t 
 
 void linear_quantized(const QuantizedRows& x, const uint8_t* w, int64_t n, const float* bias,
                       float* out, WorkerPool& pool) {
+  if (x.format == DType::Q6_B32) return linear_q6(x, w, n, bias, out, pool);
   const bool q4 = x.format == DType::Q4_B32;
   const Operands op{x,
                     w,
