@@ -136,12 +136,13 @@ void gemv_group(const Operands& op, int64_t o0) {
   const uint8_t* next_end = op.low(std::min(op.n, o0 + 32));
   RegionPrefetch prefetch(next, std::max(next, next_end), steps);
   const __m512i nib = _mm512_set1_epi8(0x0f);
-  const __m512i three = _mm512_set1_epi8(3);
+  const __m512i bits45 = _mm512_set1_epi8(0x30);
   // Block L's 8 high bytes in both 64-bit halves of 128-bit lane L, then shifted so that the
-  // bits of weights 0..7 / 8..15 (16..23 / 24..31) sit at the bottom of each half.
+  // top bits of weights 0..7 / 8..15 (bits 0-1 / 2-3 of each byte; 16..23 / 24..31: bits 4-5 /
+  // 6-7) land on bits 4-5 of their byte.
   const __m512i dup = _mm512_setr_epi64(0, 0, 1, 1, 2, 2, 3, 3);
-  const __m512i shift_first = _mm512_setr_epi64(0, 2, 0, 2, 0, 2, 0, 2);
-  const __m512i shift_second = _mm512_setr_epi64(4, 6, 4, 6, 4, 6, 4, 6);
+  const __m512i shl_first = _mm512_setr_epi64(4, 2, 4, 2, 4, 2, 4, 2);
+  const __m512i shr_second = _mm512_setr_epi64(0, 2, 0, 2, 0, 2, 0, 2);
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t s = 0; s < steps; ++s) {
@@ -159,12 +160,12 @@ void gemv_group(const Operands& op, int64_t o0) {
       const __m512i h = _mm512_permutexvar_epi64(
           dup,
           _mm512_zextsi256_si512(_mm256_maskz_loadu_epi8(hmask, rows[j] + op.highs_off + 32 * s)));
-      first[j] = _mm512_or_si512(
-          _mm512_and_si512(packed, nib),
-          _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi64(h, shift_first), three), 4));
-      second[j] = _mm512_or_si512(
-          _mm512_and_si512(_mm512_srli_epi16(packed, 4), nib),
-          _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi64(h, shift_second), three), 4));
+      // (low nibble & 0x0f) | top bits: vpternlogd 0xd8 is (b & c) | (a & ~c), a the top bits.
+      first[j] = _mm512_ternarylogic_epi32(
+          _mm512_and_si512(_mm512_sllv_epi64(h, shl_first), bits45), packed, nib, 0xd8);
+      second[j] =
+          _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srlv_epi64(h, shr_second), bits45),
+                                    _mm512_srli_epi16(packed, 4), nib, 0xd8);
     }
     for (int r = 0; r < R; ++r) {
       const uint8_t* xr = op.xq(r) + 128 * s;
