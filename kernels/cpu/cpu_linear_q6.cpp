@@ -114,7 +114,7 @@ using vnni::gather_f16;
 using vnni::reduce16;
 using vnni::RegionPrefetch;
 
-// Up to 8 rows, the GEMV (as for the other formats: the GEMM's packing does not pay there).
+// Up to 8 rows, the GEMV (the threshold of the other formats, cpu_linear_quant.cpp).
 constexpr int kMaxGemvRows = 8;
 
 // ---------------------------------------------------------------------------------------
