@@ -10,12 +10,14 @@
 
 namespace attnres {
 
-// Q8_B32 and Q4_B32 are block-quantized weight formats (engine/core/quant_format.h): a
+// Q8_B32, Q6_B32 and Q4_B32 are block-quantized weight formats (engine/core/quant_format.h): a
 // tensor of them is [rows, cols] logically, each row stored as cols / 32 blocks. They have
 // no element size: size them with nbytes_of / quant_row_bytes, never dtype_size.
-enum class DType : uint8_t { F32, BF16, F16, I32, Q8_B32, Q4_B32 };
+enum class DType : uint8_t { F32, BF16, F16, I32, Q8_B32, Q4_B32, Q6_B32 };
 
-constexpr bool is_block_quantized(DType t) { return t == DType::Q8_B32 || t == DType::Q4_B32; }
+constexpr bool is_block_quantized(DType t) {
+  return t == DType::Q8_B32 || t == DType::Q6_B32 || t == DType::Q4_B32;
+}
 
 // Bytes of one element; 0 for the block-quantized formats (above).
 constexpr size_t dtype_size(DType t) {
@@ -27,6 +29,7 @@ constexpr size_t dtype_size(DType t) {
     case DType::F16:
       return 2;
     case DType::Q8_B32:
+    case DType::Q6_B32:
     case DType::Q4_B32:
       return 0;
   }
@@ -47,6 +50,8 @@ constexpr std::string_view dtype_name(DType t) {
       return "Q8_B32";
     case DType::Q4_B32:
       return "Q4_B32";
+    case DType::Q6_B32:
+      return "Q6_B32";
   }
   return "?";
 }

@@ -29,20 +29,32 @@ uint16_t load_f16(const uint8_t* p) {
 }  // namespace
 
 size_t quant_row_bytes(DType format, int64_t cols) {
-  check_cols(format, cols);
-  const size_t blocks = static_cast<size_t>(cols / kQuantBlock);
-  return format == DType::Q8_B32 ? static_cast<size_t>(cols) + 2 * blocks
-                                 : static_cast<size_t>(cols / 2) + 4 * blocks;
+  return quant_scales_offset(format, cols) +
+         (format == DType::Q4_B32 ? 4 : 2) * static_cast<size_t>(cols / kQuantBlock);
 }
 
 size_t quant_scales_offset(DType format, int64_t cols) {
   check_cols(format, cols);
-  return format == DType::Q8_B32 ? static_cast<size_t>(cols) : static_cast<size_t>(cols / 2);
+  const auto n = static_cast<size_t>(cols);
+  switch (format) {
+    case DType::Q8_B32:
+      return n;
+    case DType::Q6_B32:
+      return n / 2 + n / 4;
+    default:
+      return n / 2;
+  }
 }
 
 size_t quant_mins_offset(DType format, int64_t cols) {
   ATTNRES_CHECK(format == DType::Q4_B32, "only Q4_B32 rows have mins");
   return quant_scales_offset(format, cols) + 2 * static_cast<size_t>(cols / kQuantBlock);
+}
+
+size_t quant_highs_offset(DType format, int64_t cols) {
+  ATTNRES_CHECK(format == DType::Q6_B32, "only Q6_B32 rows have high bits");
+  check_cols(format, cols);
+  return static_cast<size_t>(cols / 2);
 }
 
 void quantize_row(DType format, const float* x, int64_t cols, uint8_t* row) {
@@ -62,6 +74,28 @@ void quantize_row(DType format, const float* x, int64_t cols, uint8_t* row) {
       for (int j = 0; j < kQuantBlock; ++j) {
         const float v = d == 0.0f ? 0.0f : std::nearbyint(xb[j] / d);
         q[b * kQuantBlock + j] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
+      }
+      store_f16(scales + 2 * b, dh);
+    }
+    return;
+  }
+  if (format == DType::Q6_B32) {
+    uint8_t* high = row + quant_highs_offset(format, cols);
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float* xb = x + b * kQuantBlock;
+      const float d = choose_symmetric_scale(xb, kQuantBlock, 31);
+      const uint16_t dh = f32_to_f16(d);  // exact: d is an f16 value
+      uint8_t q[kQuantBlock];
+      for (int j = 0; j < kQuantBlock; ++j) {
+        const float v = d == 0.0f ? 0.0f : std::nearbyint(xb[j] / d);
+        q[j] = static_cast<uint8_t>(32 + static_cast<int>(std::clamp(v, -31.0f, 31.0f)));
+      }
+      for (int j = 0; j < kQuantBlock / 2; ++j)
+        row[b * (kQuantBlock / 2) + j] = static_cast<uint8_t>((q[j] & 15) | (q[j + 16] & 15) << 4);
+      for (int j = 0; j < 8; ++j) {
+        uint8_t h = 0;
+        for (int i = 0; i < 4; ++i) h = static_cast<uint8_t>(h | (q[j + 8 * i] >> 4) << (2 * i));
+        high[b * 8 + j] = h;
       }
       store_f16(scales + 2 * b, dh);
     }
@@ -94,6 +128,18 @@ void dequantize_row(DType format, const uint8_t* row, int64_t cols, float* out) 
       const float d = f16_to_f32(load_f16(scales + 2 * b));
       for (int j = 0; j < kQuantBlock; ++j)
         out[b * kQuantBlock + j] = d * static_cast<float>(q[b * kQuantBlock + j]);
+    }
+    return;
+  }
+  if (format == DType::Q6_B32) {
+    const uint8_t* high = row + quant_highs_offset(format, cols);
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float d = f16_to_f32(load_f16(scales + 2 * b));
+      for (int j = 0; j < kQuantBlock; ++j) {
+        const int low = row[b * (kQuantBlock / 2) + j % 16] >> (j < 16 ? 0 : 4) & 15;
+        const int top = high[b * 8 + j % 8] >> (2 * (j / 8)) & 3;
+        out[b * kQuantBlock + j] = d * static_cast<float>((low | top << 4) - 32);
+      }
     }
     return;
   }
@@ -141,6 +187,8 @@ std::string quant_format_name(DType format) {
   switch (format) {
     case DType::Q8_B32:
       return "int8";
+    case DType::Q6_B32:
+      return "int6";
     case DType::Q4_B32:
       return "int4";
     default:
@@ -149,10 +197,30 @@ std::string quant_format_name(DType format) {
   return "";
 }
 
+DType quant_tensor_format_from_name(const std::string& name, std::string_view what) {
+  if (name == "int8") return DType::Q8_B32;
+  if (name == "int6") return DType::Q6_B32;
+  if (name == "int4") return DType::Q4_B32;
+  throw Error(std::string(what) + " '" + name + "': expected int8, int6 or int4");
+}
+
 DType quant_format_from_name(const std::string& name, std::string_view what) {
   if (name == "int8") return DType::Q8_B32;
   if (name == "int4") return DType::Q4_B32;
   throw Error(std::string(what) + " '" + name + "': expected int8 or int4");
+}
+
+DType recipe_matrix_format(DType recipe, MatrixRole role) {
+  ATTNRES_CHECK(recipe == DType::Q8_B32 || recipe == DType::Q4_B32,
+                std::string(dtype_name(recipe)) + " is not a quantization recipe");
+  if (recipe == DType::Q4_B32 && role == MatrixRole::EmbeddingOrHead) return DType::Q6_B32;
+  return recipe;
+}
+
+std::vector<DType> recipe_formats(DType recipe) {
+  const DType head = recipe_matrix_format(recipe, MatrixRole::EmbeddingOrHead);
+  if (head == recipe) return {recipe};
+  return {recipe, head};
 }
 
 }  // namespace attnres

@@ -99,6 +99,7 @@ float element_as_float(const Tensor& t, int64_t i) {
     case DType::I32:
       return static_cast<float>(t.ptr<const int32_t>()[i]);
     case DType::Q8_B32:
+    case DType::Q6_B32:
     case DType::Q4_B32:
       ATTNRES_CHECK(false, "element_as_float on a block-quantized tensor");
   }
@@ -119,6 +120,7 @@ void set_element_from_float(Tensor& t, int64_t i, float v) {
       return;
     case DType::I32:
     case DType::Q8_B32:
+    case DType::Q6_B32:
     case DType::Q4_B32:
       ATTNRES_CHECK(false, "set_element_from_float on a " + std::string(dtype_name(t.dtype)) +
                                " tensor");

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -18,16 +19,35 @@
 namespace attnres {
 namespace {
 
+struct MatrixSlot {
+  Tensor* tensor;
+  MatrixRole role;
+};
+
 // Every matrix slot of the model that --quantization quantizes.
-std::vector<Tensor*> matrix_slots(ModelWeights& w) {
-  std::vector<Tensor*> slots = {&w.embed_tokens, &w.lm_head};
+std::vector<MatrixSlot> matrix_slots(ModelWeights& w) {
+  std::vector<MatrixSlot> slots = {{&w.embed_tokens, MatrixRole::EmbeddingOrHead},
+                                   {&w.lm_head, MatrixRole::EmbeddingOrHead}};
   for (LayerWeights& l : w.layers) {
     for (Tensor* t :
          {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj}) {
-      slots.push_back(t);
+      slots.push_back({t, MatrixRole::Projection});
     }
   }
   return slots;
+}
+
+// The bits per weight of the model's quantized matrices (a tied pair once), as stored.
+double quantized_bits_per_weight(ModelWeights& w) {
+  std::set<const void*> seen;
+  double bits = 0, weights = 0;
+  for (const MatrixSlot& slot : matrix_slots(w)) {
+    const Tensor& t = *slot.tensor;
+    if (!t.defined() || !is_block_quantized(t.dtype) || !seen.insert(t.data).second) continue;
+    bits += 8.0 * static_cast<double>(t.nbytes());
+    weights += static_cast<double>(t.numel());
+  }
+  return weights > 0 ? bits / weights : 0.0;
 }
 
 std::string mb(size_t bytes) {
@@ -58,9 +78,12 @@ void quantize_rows(const Tensor& src, Tensor& dst, int64_t begin, int64_t end) {
 std::string QuantizeSummary::line() const {
   std::ostringstream s;
   s.precision(2);
-  s << std::fixed << "quantized " << matrices << " matrices to " << quant_format_name(format)
-    << " in " << seconds << " s on " << threads << " thread" << (threads == 1 ? "" : "s")
-    << ": weights " << mb(bytes_before) << " -> " << mb(bytes_after);
+  s << std::fixed << "quantized " << matrices << " matrices to " << quant_format_name(format);
+  const DType head = recipe_matrix_format(format, MatrixRole::EmbeddingOrHead);
+  if (head != format) s << " (embedding and LM head " << quant_format_name(head) << ")";
+  s << ", " << bits_per_weight << " bits per weight, in " << seconds << " s on " << threads
+    << " thread" << (threads == 1 ? "" : "s") << ": weights " << mb(bytes_before) << " -> "
+    << mb(bytes_after);
   return s.str();
 }
 
@@ -103,10 +126,10 @@ QuantizeSummary quantize_model_weights(ModelWeights& w, DType format, int thread
     Tensor src, dst;
   };
   std::vector<Job> jobs;
-  for (Tensor* slot : matrix_slots(w)) {
+  for (const auto [slot, role] : matrix_slots(w)) {
     if (!slot->defined() || is_block_quantized(slot->dtype)) continue;
     if (tied && slot == &w.lm_head) continue;  // the embedding's job covers it
-    jobs.push_back({slot, *slot, Tensor::empty(slot->shape, format)});
+    jobs.push_back({slot, *slot, Tensor::empty(slot->shape, recipe_matrix_format(format, role))});
   }
   // Work in chunks of rows so that a few large matrices (the LM head) spread over threads.
   constexpr int64_t kRowsPerChunk = 256;
@@ -152,6 +175,7 @@ QuantizeSummary quantize_model_weights(ModelWeights& w, DType format, int thread
   summary.matrices = static_cast<int>(jobs.size());
   summary.threads = n;
   summary.bytes_after = w.total_bytes();
+  summary.bits_per_weight = quantized_bits_per_weight(w);
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return summary;
 }

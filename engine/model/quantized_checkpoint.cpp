@@ -71,8 +71,19 @@ void write_quantized_checkpoint(const LoadedModel& model, const std::string& out
   SafetensorsWriter writer;
   writer.set_metadata("format", "pt");
   std::set<std::string> written;
+  const DType recipe = *model.weights.quant_format;
   for (const auto& [name, t] : named_weight_matrices(model.config, model.weights)) {
     if (!is_block_quantized(t.dtype)) continue;
+    // The loader takes exactly the recipe's format for each matrix: refuse to write another
+    // (a compressed-tensors int4 LM head, converted as it was stored, is one).
+    const bool head = name == "model.embed_tokens.weight" || name == "lm_head.weight";
+    const DType want =
+        recipe_matrix_format(recipe, head ? MatrixRole::EmbeddingOrHead : MatrixRole::Projection);
+    if (t.dtype != want) {
+      throw Error("quantize: " + name + " is " + quant_format_name(t.dtype) + ", but the " +
+                  quant_format_name(recipe) + " recipe stores it as " + quant_format_name(want) +
+                  " (quantize the float checkpoint instead)");
+    }
     const int64_t row_bytes = static_cast<int64_t>(quant_row_bytes(t.dtype, t.dim(1)));
     writer.add(name, "U8", {t.dim(0), row_bytes}, t.data, t.nbytes());
     writer.set_metadata(name, quantized_tensor_metadata(t.dtype, t.shape));
@@ -101,7 +112,7 @@ void write_quantized_checkpoint(const LoadedModel& model, const std::string& out
                               ? builtin_model_config(model.source.substr(strlen(kBuiltinPrefix)))
                               : read_json(fs::path(model.source) / "config.json");
   config["quantization_config"] = {{"quant_method", "attnres"},
-                                   {"format", quant_format_name(*model.weights.quant_format)}};
+                                   {"format", quant_format_name(recipe)}};
   write_text(fs::path(out_dir) / "config.json", config.dump(2) + "\n");
   if (builtin) {
     fs::copy_file(fs::path(assets_dir()) / "gpt2" / "tokenizer.json",

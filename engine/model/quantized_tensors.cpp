@@ -50,7 +50,8 @@ void validate_quantized_matrix(const Tensor& q, const std::string& where) {
 }
 
 Tensor read_quantized_matrix(const WeightStore& store, const std::string& name,
-                             const Shape& expected, DType format) {
+                             const Shape& expected, DType recipe, MatrixRole role) {
+  const DType format = recipe_matrix_format(recipe, role);
   const std::string where = store.file_of(name) + ": tensor " + name;
   const SafetensorsFile::Raw raw = store.raw(name);
   if (raw.dtype_name != "U8") {
@@ -76,10 +77,14 @@ Tensor read_quantized_matrix(const WeightStore& store, const std::string& name,
                 "' must be {\"format\": ..., \"shape\": [rows, cols]}");
   }
   const std::string fmt = meta.at("format").get<std::string>();
-  const DType stored = quant_format_from_name(fmt, where + ": __metadata__ format");
+  const DType stored = quant_tensor_format_from_name(fmt, where + ": __metadata__ format");
   if (stored != format) {
-    throw Error(where + " is " + fmt + ", but config.json's quantization_config says " +
-                quant_format_name(format));
+    const std::string recipe_name = quant_format_name(recipe);
+    throw Error(where + " is " + fmt + ", but config.json's quantization_config format " +
+                recipe_name + " stores " +
+                (role == MatrixRole::EmbeddingOrHead ? "the embedding and LM head"
+                                                     : "the layers' projections") +
+                " as " + quant_format_name(format));
   }
   Shape shape;
   for (const json& d : meta.at("shape")) {

@@ -206,7 +206,11 @@ Transformer::Transformer(const ModelConfig& config, const ModelWeights& weights,
     throw Error("--depth-bank-dtype " + storage_dtype_name(depth_bank_dtype) + ": the " +
                 backend_.name() + " backend's depth ops read an f32 bank (not yet this dtype)");
   }
-  if (weights.quant_format && !backend_.capabilities().weight_dtypes.contains(*weights.quant_format)) {
+  const auto backend_reads = [&](DType f) {
+    return backend_.capabilities().weight_dtypes.contains(f);
+  };
+  if (weights.quant_format &&
+      !std::ranges::all_of(recipe_formats(*weights.quant_format), backend_reads)) {
     throw Error("--quantization " + quant_format_name(*weights.quant_format) +
                 " is not supported by the " + backend_.name() + " backend yet");
   }

@@ -55,8 +55,10 @@ LoadedModel load_model(const EngineArgs& args) {
     // Asked before quantizing: a backend that cannot read the format fails in a second, not
     // after the whole model was quantized.
     if (has_backend(args.device)) {
-      const DType format = quant_format_from_name(args.quantization, "--quantization");
-      if (!backend_traits(args.device).capabilities.weight_dtypes.contains(format)) {
+      const DType recipe = quant_format_from_name(args.quantization, "--quantization");
+      const auto& reads = backend_traits(args.device).capabilities.weight_dtypes;
+      const std::vector<DType> formats = recipe_formats(recipe);
+      if (!std::ranges::all_of(formats, [&](DType f) { return reads.contains(f); })) {
         throw Error("--quantization " + args.quantization + " is not supported by the " +
                     backend_traits(args.device).display_name + " backend yet");
       }

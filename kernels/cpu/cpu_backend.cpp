@@ -30,7 +30,8 @@ const BackendCapabilities& cpu_backend_capabilities() {
       .kv_cache_dtypes = {DType::F32, DType::BF16},
       .depth_bank_dtypes = {DType::F32, DType::BF16},
       // The block-quantized formats too (cpu_linear_quant.h).
-      .weight_dtypes = {DType::F32, DType::BF16, DType::F16, DType::Q8_B32, DType::Q4_B32},
+      .weight_dtypes = {DType::F32, DType::BF16, DType::F16, DType::Q8_B32, DType::Q6_B32,
+                        DType::Q4_B32},
       .bf16_linear_inputs = CpuBackend::bf16_linear_inputs_supported(),
       .prefers_bf16_linear_inputs = CpuBackend::bf16_linear_inputs_faster(),
       .mixes_without_phase1 = true,
@@ -149,6 +150,7 @@ std::vector<float> widen_vector(const Tensor& t, int64_t n, const char* what) {
       break;
     case DType::I32:
     case DType::Q8_B32:
+    case DType::Q6_B32:
     case DType::Q4_B32:
       break;  // refused above
   }

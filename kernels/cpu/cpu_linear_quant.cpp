@@ -21,10 +21,13 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 
 #include "engine/core/error.h"
 #include "engine/core/quant_format.h"
+#include "kernels/cpu/cpu_linear_q6.h"
 #include "kernels/cpu/cpu_simd.h"
+#include "kernels/cpu/quant_vnni_util.h"
 #include "kernels/cpu/thread_scratch.h"
 
 namespace attnres::cpu {
@@ -162,29 +165,10 @@ constexpr const char* kIsa = "avx512-vnni";
 // ---------------------------------------------------------------------------------------
 // GEMV: 16 outputs per group.
 
-// 4 x 4 transpose of 128-bit lanes: f[L] = [u0.L, u1.L, u2.L, u3.L].
-inline void transpose_lanes4(const __m512i* u, __m512i* f) {
-  const __m512i t0 = _mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0));
-  const __m512i t1 = _mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1));
-  const __m512i t2 = _mm512_shuffle_i32x4(u[2], u[3], _MM_SHUFFLE(2, 0, 2, 0));
-  const __m512i t3 = _mm512_shuffle_i32x4(u[2], u[3], _MM_SHUFFLE(3, 1, 3, 1));
-  f[0] = _mm512_shuffle_i32x4(t0, t2, _MM_SHUFFLE(2, 0, 2, 0));
-  f[1] = _mm512_shuffle_i32x4(t1, t3, _MM_SHUFFLE(2, 0, 2, 0));
-  f[2] = _mm512_shuffle_i32x4(t0, t2, _MM_SHUFFLE(3, 1, 3, 1));
-  f[3] = _mm512_shuffle_i32x4(t1, t3, _MM_SHUFFLE(3, 1, 3, 1));
-}
-
-// v[j] (j < 16): int32 lanes of output j. f[L] lane j = the sum of v[j]'s 128-bit lane L.
-inline void reduce16(const __m512i* v, __m512i* f) {
-  __m512i t[8], u[4];
-  for (int p = 0; p < 8; ++p)  // per 128-bit lane [a0 + a2, b0 + b2, a1 + a3, b1 + b3]
-    t[p] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * p], v[2 * p + 1]),
-                            _mm512_unpackhi_epi32(v[2 * p], v[2 * p + 1]));
-  for (int q = 0; q < 4; ++q)  // per 128-bit lane: outputs 4q .. 4q + 3
-    u[q] = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * q], t[2 * q + 1]),
-                            _mm512_unpackhi_epi64(t[2 * q], t[2 * q + 1]));
-  transpose_lanes4(u, f);
-}
+using vnni::gather_f16;
+using vnni::reduce16;
+using vnni::RegionPrefetch;
+using vnni::transpose_lanes4;
 
 // The 16 x 16 transpose of int32 words: t[w] lane j = v[j] word w.
 inline void transpose16(const __m512i* v, __m512i* t) {
@@ -213,29 +197,6 @@ inline __m512i broadcast_word(const uint8_t* p) {
   std::memcpy(&v, p, 4);
   return _mm512_set1_epi32(v);
 }
-
-// The f16 at p + idx[j] + 2 (j < 16) as f32: a gather of the 4 bytes that end there (the
-// bytes before a scale or min are always in the row: the quants or the scales).
-inline __m512 gather_f16(const uint8_t* p, __m512i idx) {
-  const __m512i g = _mm512_i32gather_epi32(idx, p - 2, 1);
-  return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16)));
-}
-
-// Prefetches (into L2) a region a fixed share at a time: the next group's weights, spread
-// over this group's steps, so that the 16 interleaved rows come from L2.
-class RegionPrefetch {
- public:
-  RegionPrefetch(const uint8_t* begin, const uint8_t* end, int64_t calls)
-      : p_(begin), end_(end), per_call_((end - begin + 64 * calls - 1) / (64 * calls)) {}
-  void step() {
-    for (int64_t i = 0; i < per_call_ && p_ < end_; ++i, p_ += 64) __builtin_prefetch(p_, 0, 2);
-  }
-
- private:
-  const uint8_t* p_;
-  const uint8_t* end_;
-  int64_t per_call_;
-};
 
 // From kTransposeRows rows on, the group's weights are transposed once per step to
 // [word][output] (64 shuffles, shared by the rows) and each row's block sums are vpdpbusd
@@ -586,11 +547,12 @@ QuantizedRows quantize_rows(DType format, const float* x, int64_t rows, int64_t 
   q.format = format;
   q.rows = rows;
   q.k = k;
-  q.row_bytes = (k + (format == DType::Q4_B32 ? 8 : 4) * blocks + 63) / 64 * 64;
+  q.row_bytes = (k + (format == DType::Q8_B32 ? 4 : 8) * blocks + 63) / 64 * 64;
   auto* data = reinterpret_cast<uint8_t*>(thread_scratch(
       ScratchSlot::QuantInput, static_cast<size_t>((rows * q.row_bytes + kActSlack) / 4)));
   q.data = data;
   const bool q4 = format == DType::Q4_B32;
+  const bool q6 = format == DType::Q6_B32;  // cpu_linear_q6.h: int32 32 x sum qx per block
   pool.parallel_for(rows, pool.size() > 1 && rows * k >= (1 << 16), [&](int64_t r) {
     uint8_t* row = data + r * q.row_bytes;
     auto* dx = reinterpret_cast<float*>(row + k);
@@ -601,6 +563,9 @@ QuantizedRows quantize_rows(DType format, const float* x, int64_t rows, int64_t 
         int32_t sum = 0;
         for (int j = 0; j < kB; ++j) sum += qb[j];
         dx[blocks + b] = dx[b] * static_cast<float>(sum);
+      } else if (q6) {
+        const int32_t c = 32 * std::accumulate(qb, qb + kB, int32_t{0});
+        std::memcpy(dx + blocks + b, &c, 4);
       } else {
         for (int j = 0; j < kB; ++j) row[kB * b + j] = static_cast<uint8_t>(qb[j] + 128);
       }
@@ -611,6 +576,7 @@ QuantizedRows quantize_rows(DType format, const float* x, int64_t rows, int64_t 
 
 void linear_quantized(const QuantizedRows& x, const uint8_t* w, int64_t n, const float* bias,
                       float* out, WorkerPool& pool) {
+  if (x.format == DType::Q6_B32) return linear_q6(x, w, n, bias, out, pool);
   const bool q4 = x.format == DType::Q4_B32;
   const Operands op{x,
                     w,

@@ -1,11 +1,12 @@
-// linear over block-quantized weights (DType::Q8_B32 / Q4_B32, engine/core/quant_format.h):
+// linear over block-quantized weights (DType::Q8_B32 / Q6_B32 / Q4_B32, quant_format.h):
 // out[r, o] = sum_k x[r, k] * w[o, k] (+ bias[o]), x [R, K] f32, out [R, N] f32.
 //
 // The activations are quantized too, per row and per block of 32 (as llama.cpp's Q8_0):
 //   dx = f32(max |x| / 127), qx = clamp(nearbyint(x / dx), -127, 127)   (dx == 0: qx = 0)
 // so that each block's dot product is an exact integer sum: Q8_B32
 //   sum_b dw_b dx_b (sum_j qw_j qx_j)
-// and Q4_B32 (w = dw q + m) adds each block's min term m_b (dx_b sum_j qx_j).
+// and Q4_B32 (w = dw q + m) adds each block's min term m_b (dx_b sum_j qx_j); Q6_B32
+// (w = dw (q - 32)) is Q8_B32's (cpu_linear_q6.h).
 // Each output's arithmetic is fixed, the same in every build and for any number of rows:
 //   acc = 0
 //   for each block b, in order:

@@ -165,6 +165,16 @@ def test_accuracy_llama_only(tmp_path):
     assert commands(proc, "attnres") == []
 
 
+def test_accuracy_other_llama_types_models_and_no_greedy(tmp_path):
+    proc = dry_run("accuracy.sh", str(tmp_path), SHAPES="100m", VARIANTS="int4",
+                   LLAMA_TYPES="Q5_K_S Q5_K_M", MODELS="plain", GREEDY="no")
+    assert [flag(c, "-m").rsplit("/", 1)[1] for c in commands(proc, "llama-perplexity")] == [
+        "plain-100m.gguf", "plain-100m-Q5_K_S.gguf", "plain-100m-Q5_K_M.gguf"]
+    ours = commands(proc, "attnres")
+    assert [c[1] for c in ours] == ["perplexity", "perplexity"]  # plain only, no greedy runs
+    assert all(flag(c, "--model").endswith("/plain-100m") for c in ours)
+
+
 def test_accuracy_refuses_unknown_variant(tmp_path):
     proc = dry_run("accuracy.sh", str(tmp_path), VARIANTS="int3")
     assert proc.returncode == 2 and "int3" in proc.stderr

@@ -2,8 +2,9 @@
 quantized_formats.py, written from the formats' specs, not from the engine's code).
 
 (a) `attnres quantize --quantization int8|int4` writes every projection, the embedding (tied:
-    once) as U8 rows that equal the NumPy quantizer's bit for bit, everything else byte for
-    byte as the source stored it, and quantization_config {"quant_method": "attnres"}.
+    once) as U8 rows that equal the NumPy quantizer's bit for bit (int4: the embedding and LM
+    head as int6), everything else byte for byte as the source stored it, and
+    quantization_config {"quant_method": "attnres"}.
 (b) compressed-tensors W4A16 (pack-quantized, symmetric and asymmetric, groups of 32 / 64 /
     128) and W8A16 (int-quantized per channel, naive-quantized in groups) checkpoints, written
     here as llm-compressor lays them out, are converted exactly: the rows `attnres quantize`
@@ -93,9 +94,10 @@ def test_quantize_command_writes_the_numpy_rows(attnres_bin, checkpoint, tmp_pat
     for name, t in source.items():
         w = written[name]
         if name in matrices:
-            assert json.loads(metadata[name]) == {"format": fmt, "shape": list(t.shape)}
-            assert w.dtype == np.uint8 and w.shape == (t.shape[0], qf.row_bytes(fmt, t.shape[1]))
-            np.testing.assert_array_equal(w, qf.quantize(t.astype(np.float32), fmt), err_msg=name)
+            f = qf.tensor_format(fmt, name)
+            assert json.loads(metadata[name]) == {"format": f, "shape": list(t.shape)}
+            assert w.dtype == np.uint8 and w.shape == (t.shape[0], qf.row_bytes(f, t.shape[1]))
+            np.testing.assert_array_equal(w, qf.quantize(t.astype(np.float32), f), err_msg=name)
         else:
             assert w.dtype == t.dtype and w.tobytes() == t.tobytes(), name
 
@@ -106,7 +108,9 @@ def test_quantize_command_writes_a_builtin_model(attnres_bin, tmp_path):
     info = run_cli(attnres_bin, "inspect", "--model", out)
     assert "weight matrices int4, separate LM head" in info
     written, metadata = qf.read_safetensors_with_metadata(out / "model.safetensors")
-    assert json.loads(metadata["lm_head.weight"])["format"] == "int4"
+    assert json.loads(metadata["lm_head.weight"])["format"] == "int6"
+    assert json.loads(metadata["model.embed_tokens.weight"])["format"] == "int6"
+    assert json.loads(metadata["model.layers.0.self_attn.q_proj.weight"])["format"] == "int4"
     assert written["model.norm.weight"].dtype == ml_dtypes.bfloat16
     assert "model.layers.0.attn_res_bias" in written  # the depth mix's recency bias, as F32
 

@@ -7,11 +7,16 @@ a U8 [rows, row_bytes] tensor, its {"format", "shape"} in the file's __metadata_
     int4 (Q4_B32): row = u8 packed[cols/2] | f16 d[cols/32] | f16 m[cols/32];
                    block b = bytes [16b, 16b+16): byte 16b+j holds q[32b+j] (low nibble) and
                    q[32b+j+16] (high nibble);                        w = d[k/32] q[k] + m[k/32]
+    int6 (Q6_B32): row = u8 low[cols/2] | u8 high[cols/4] | f16 d[cols/32];
+                   low: q's low 4 bits in int4's order; high: block b = bytes [8b, 8b+8), byte
+                   8b+j holds q[32b+j+8i] >> 4 in bits 2i, 2i+1;      w = d[k/32] (q[k] - 32)
     quantized from float32 (the bf16 weights widened) with f32 arithmetic and round to
     nearest even: per block, the f16 scale (int4: and min) with the smallest squared error
     among a fixed list of candidates (engine/core/quant_search.h; choose_scales below), then
-    int8 q = clamp(rint(x / d), -127, 127), int4 q = clamp(rint((x - m) / d), 0, 15);
-    d == 0 gives q = 0.
+    int8 q = clamp(rint(x / d), -127, 127), int6 q = 32 + clamp(rint(x / d), -31, 31),
+    int4 q = clamp(rint((x - m) / d), 0, 15); d == 0 gives q = 0 (int6: 32).
+    The recipes (--quantization, quantization_config.format): int8 stores every matrix as
+    int8; int4 the layers' projections as int4 and the embedding and LM head as int6.
 
 compressed-tensors (the library's compressors, 0.10 series: pack_quantized.py
 pack_to_int32 / naive_quantized.py), weight-only, for a Linear PREFIX:
@@ -34,7 +39,9 @@ import numpy as np
 from safetensors.numpy import save_file
 
 BLOCK = 32
-FORMATS = ("int8", "int4")
+FORMATS = ("int8", "int4")  # the recipes
+HEAD_FORMAT = {"int8": "int8", "int4": "int6"}  # a recipe's embedding / LM head format
+HEAD_NAMES = ("model.embed_tokens.weight", "lm_head.weight")
 LINEAR_SUFFIXES = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
                    "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
 
@@ -58,8 +65,14 @@ def read_safetensors_with_metadata(path) -> tuple[dict[str, np.ndarray], dict[st
     return out, metadata
 
 
+def tensor_format(recipe: str, name: str) -> str:
+    """The format the recipe stores the matrix `name` in."""
+    return HEAD_FORMAT[recipe] if name in HEAD_NAMES else recipe
+
+
 def row_bytes(fmt: str, cols: int) -> int:
-    return cols + 2 * (cols // BLOCK) if fmt == "int8" else cols // 2 + 4 * (cols // BLOCK)
+    return {"int8": cols + 2 * (cols // BLOCK), "int6": cols // 2 + cols // 4 + 2 * (cols // BLOCK),
+            "int4": cols // 2 + 4 * (cols // BLOCK)}[fmt]
 
 
 def _f16(v) -> np.ndarray:
@@ -182,6 +195,15 @@ def quantize(w: np.ndarray, fmt: str) -> np.ndarray:
         q = q.astype(np.int8).reshape(rows, cols)
         d16 = d.astype(np.float16).reshape(rows, -1)
         return np.concatenate([q.view(np.uint8), d16.view(np.uint8)], axis=1)
+    if fmt == "int6":
+        d, _ = choose_scales(flat, 31, symmetric=True)
+        q, _ = _block_weights(flat, 31, d)
+        q = (q + 32).astype(np.uint8).reshape(rows, cols // BLOCK, BLOCK)
+        low = ((q[:, :, :16] & 0xF) | ((q[:, :, 16:] & 0xF) << 4)).reshape(rows, cols // 2)
+        top = (q >> 4).reshape(rows, cols // BLOCK, 4, 8)  # [.., i, j]: weight 8i + j
+        high = (top[:, :, 0] | top[:, :, 1] << 2 | top[:, :, 2] << 4 | top[:, :, 3] << 6)
+        d16 = d.astype(np.float16).reshape(rows, -1)
+        return np.concatenate([low, high.reshape(rows, cols // 4), d16.view(np.uint8)], axis=1)
     d, m = choose_scales(flat, 15, symmetric=False)
     q, _ = _block_weights(flat, 15, d, m)
     q = q.astype(np.uint8).reshape(rows, cols // BLOCK, BLOCK)
@@ -197,6 +219,14 @@ def dequantize(rows_u8: np.ndarray, fmt: str, cols: int) -> np.ndarray:
     if fmt == "int8":
         q = rows_u8[:, :cols].view(np.int8).astype(np.float32).reshape(rows, nb, BLOCK)
         d = rows_u8[:, cols:cols + 2 * nb].copy().view(np.float16).astype(np.float32)
+        return (q * d[:, :, None]).reshape(rows, cols)
+    if fmt == "int6":
+        low = rows_u8[:, :cols // 2].reshape(rows, nb, 16)
+        low = np.concatenate([low & 0xF, low >> 4], axis=2)  # [rows, nb, 32]
+        high = rows_u8[:, cols // 2:cols // 2 + cols // 4].reshape(rows, nb, 1, 8)
+        top = (high >> (2 * np.arange(4, dtype=np.uint8))[None, None, :, None]) & 3
+        q = (low | top.reshape(rows, nb, 32) << 4).astype(np.float32) - 32
+        d = rows_u8[:, 3 * cols // 4:].copy().view(np.float16).astype(np.float32)
         return (q * d[:, :, None]).reshape(rows, cols)
     packed = rows_u8[:, :cols // 2].reshape(rows, nb, 16)
     q = np.concatenate([packed & 0xF, packed >> 4], axis=2).astype(np.float32)

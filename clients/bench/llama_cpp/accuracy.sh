@@ -2,7 +2,8 @@
 # How far quantized weights move the model's next-token distribution (issue #51), ours and
 # llama.cpp's, on the same checkpoint and the same text. For each shape:
 #   llama.cpp: llama-perplexity on the bf16 GGUF with --kl-divergence-base (saves its
-#     distributions), then on the Q8_0 and Q4_K_M GGUFs with --kl-divergence against it;
+#     distributions), then on the Q8_0 and Q4_K_M GGUFs (LLAMA_TYPES; make_models.sh makes
+#     them) with --kl-divergence against it;
 #   ours: `attnres perplexity --save-logits` on the bf16 checkpoint, then each of VARIANTS
 #     with --kl-base; also for the AttnRes twin (ours only);
 #   greedy: PROMPTS prompts (windows of the text), 32 greedy tokens each from the bf16 model
@@ -11,14 +12,16 @@
 # token after it (llama-perplexity's convention). The text defaults to
 # /usr/share/common-licenses/GPL-3 (English prose, ~35 KB, ~7.5k Qwen3
 # tokens; verbatim copies allowed, on every Debian/Ubuntu host), read identically by both.
-# Figures: mean / 99th percentile / max KL divergence, same top token %, PPL; in
+# Figures: mean / 99th percentile / max KL divergence, same top token %, PPL, and llama.cpp's
+# bits per weight (the whole file, as llama-quantize reported it); in
 # OUT_DIR/accuracy.tsv (SHAPE, MODEL, TOOL, VARIANT, figure..., one line each) and printed.
 #   clients/bench/llama_cpp/accuracy.sh [OUT_DIR]                 # default bench-accuracy
 #   VARIANTS=f32 SHAPES=100m clients/bench/llama_cpp/accuracy.sh   # pipeline check
 # Env: SHAPES (default "100m 0.6b"), VARIANTS (ours, default "int8 int4": --quantization X;
 # "f32" = the bf16 weights with f32 KV cache and linear inputs, which needs no
-# quantization), LLAMA (default yes: the llama.cpp part; no = ours only), OURS (default yes;
-# no = llama.cpp's KL only: no perplexity or greedy runs of ours), CTX (512), CHUNKS
+# quantization), LLAMA (default yes: the llama.cpp part; no = ours only), LLAMA_TYPES (default
+# "Q8_0 Q4_K_M"), OURS (default yes; no = llama.cpp's KL only: no perplexity or greedy runs of
+# ours), MODELS (ours, default "plain attnres"), GREEDY (default yes), CTX (512), CHUNKS
 # (default 8: 8 x 255 scored positions), PROMPTS (20), TEXT, ATTNRES, ATTNRES_LLAMA_DIR,
 # DRY_RUN=1 (print the commands only).
 set -euo pipefail
@@ -36,6 +39,9 @@ chunks=${CHUNKS:-8}
 prompts=${PROMPTS:-20}
 llama=${LLAMA:-yes}
 ours=${OURS:-yes}
+llama_types=${LLAMA_TYPES:-Q8_0 Q4_K_M}
+our_models=${MODELS:-plain attnres}
+greedy=${GREEDY:-yes}
 dry=${DRY_RUN:-0}
 threads=2
 for n in "$ctx" "$chunks" "$prompts"; do
@@ -55,7 +61,7 @@ if [ "$dry" != 1 ]; then
   [ -f "$text" ] || { echo "no text at $text (TEXT=)" >&2; exit 1; }
   [ $ours = no ] || [ -x "$attnres" ] || { echo "missing $attnres (the attnres build)" >&2; exit 1; }
   [ $llama = no ] || [ -x "$llama_perplexity" ] || { echo "missing $llama_perplexity (build.sh)" >&2; exit 1; }
-  printf 'shape\tmodel\ttool\tvariant\tkl_mean\tkl_p99\tkl_max\tsame_top_pct\tppl\tppl_base\n' >"$tsv"
+  printf 'shape\tmodel\ttool\tvariant\tkl_mean\tkl_p99\tkl_max\tsame_top_pct\tppl\tppl_base\tbpw\n' >"$tsv"
 fi
 # run OUTFILE CMD...: CMD's stdout to OUTFILE (stderr to OUTFILE.log); under DRY_RUN prints it.
 run() {
@@ -75,22 +81,24 @@ llama_side() {
   run "$out/llama-$shape-bf16.txt" "$llama_perplexity" -m "$models/plain-$shape.gguf" -f "$text" \
     -c "$ctx" --chunks "$chunks" -t $threads --kl-divergence-base "$base"
   local type
-  for type in Q8_0 Q4_K_M; do
+  for type in $llama_types; do
     local res=$out/llama-$shape-$type.txt
     run "$res" "$llama_perplexity" -m "$models/plain-$shape-$type.gguf" -f "$text" -c "$ctx" \
       --chunks "$chunks" -t $threads --kl-divergence-base "$base" --kl-divergence
     [ "$dry" = 1 ] && continue
     # llama-perplexity prints its statistics on stdout, its progress on stderr.
-    record "$shape" plain llama.cpp "$type" "$(python3 - "$res" <<'PY'
+    record "$shape" plain llama.cpp "$type" "$(python3 - "$res" "$models/plain-$shape-$type.log" <<'PY'
 import re, sys
 t = open(sys.argv[1]).read()
+q = re.search(r"quant size\s+=.*\((\S+) BPW\)", open(sys.argv[2]).read())
 def f(pattern):
     m = re.search(pattern, t, re.MULTILINE)
     if not m:
         sys.exit(f"{sys.argv[1]}: no '{pattern}'")
     return float(m.group(1))
 vals = [f(r"^Mean\s+KLD:\s+(\S+)"), f(r"^99\.0%\s+KLD:\s+(\S+)"), f(r"^Maximum KLD:\s+(\S+)"),
-        f(r"^Same top p:\s+(\S+)"), f(r"^Mean PPL\(Q\)\s+:\s+(\S+)"), f(r"^Mean PPL\(base\)\s+:\s+(\S+)")]
+        f(r"^Same top p:\s+(\S+)"), f(r"^Mean PPL\(Q\)\s+:\s+(\S+)"), f(r"^Mean PPL\(base\)\s+:\s+(\S+)"),
+        float(q.group(1)) if q else float("nan")]
 print(" ".join(f"{v:.6g}" for v in vals))
 PY
 )"
@@ -109,9 +117,12 @@ ours_side() {
       --file "$text" --ctx "$ctx" --chunks "$chunks" --kl-base "$base" --json
     [ "$dry" = 1 ] && continue
     record "$shape" "$model" ours "$v" "$(python3 - "$res" <<'PY'
-import json, sys
+import json, re, sys
 r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
-vals = [r["kl_mean"], r["kl_p99"], r["kl_max"], 100 * r["same_top_fraction"], r["ppl"], r["ppl_base"]]
+# The bits per weight of the quantized matrices, from the quantize log line (none: nan).
+q = re.search(r"(\S+) bits per weight", open(sys.argv[1] + ".log").read())
+vals = [r["kl_mean"], r["kl_p99"], r["kl_max"], 100 * r["same_top_fraction"], r["ppl"], r["ppl_base"],
+        float(q.group(1)) if q else float("nan")]
 print(" ".join(f"{v:.6g}" for v in vals))
 PY
 )"
@@ -160,8 +171,8 @@ for shape in $shapes; do
   echo "$shape: KL divergence" >&2
   [ $llama = no ] || llama_side "$shape"
   [ $ours = no ] && continue
-  ours_side "$shape" plain
-  ours_side "$shape" attnres
+  for model in $our_models; do ours_side "$shape" "$model"; done
+  [ "$greedy" = no ] && continue
   echo "$shape: greedy tokens" >&2
   greedy_side "$shape"
 done

@@ -4,10 +4,12 @@
 # tests/reference/make_checkpoint.py with the published Qwen3 tokenizer copied in (real Qwen3
 # vocab, which llama.cpp's converter recognises); the plain one is then converted to GGUF bf16
 # by llama.cpp's own convert_hf_to_gguf.py (run clients/bench/llama_cpp/build.sh first), and
-# that GGUF to Q8_0 and Q4_K_M by its llama-quantize.
+# that GGUF to Q8_0 and Q4_K_M (LLAMA_TYPES: any llama-quantize types) by its llama-quantize.
 #   clients/bench/llama_cpp/make_models.sh [SHAPE...]    # default: 100m 0.6b
-# Writes $ATTNRES_LLAMA_DIR/models/{plain,attnres}-SHAPE/ and plain-SHAPE{,-Q8_0,-Q4_K_M}.gguf;
-# existing ones are kept.
+#   LLAMA_TYPES="Q5_K_S Q5_K_M" clients/bench/llama_cpp/make_models.sh 100m
+# Writes $ATTNRES_LLAMA_DIR/models/{plain,attnres}-SHAPE/ and plain-SHAPE{,-TYPE}.gguf (with
+# llama-quantize's log, its bits per weight included, in plain-SHAPE-TYPE.log); existing ones
+# are kept.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../../.." && pwd)
 cache=${ATTNRES_LLAMA_DIR:-$HOME/.cache/attnres-llama-cpp}
@@ -63,7 +65,7 @@ PY
   fi
   # The quantized files a llama.cpp user would pick, made by llama.cpp's own llama-quantize
   # from that bf16 GGUF (no importance matrix: a random model has no text to calibrate on).
-  for type in Q8_0 Q4_K_M; do
+  for type in ${LLAMA_TYPES:-Q8_0 Q4_K_M}; do
     quantized=$models/plain-$shape-$type.gguf
     if [ ! -f "$quantized" ]; then
       "$cache/build/bin/llama-quantize" "$gguf" "$models/plain-$shape-$type.tmp.gguf" $type 2 \
@@ -71,5 +73,5 @@ PY
       mv "$models/plain-$shape-$type.tmp.gguf" "$quantized"
     fi
   done
-  echo "$shape: $models/plain-$shape $models/attnres-$shape $gguf (+ -Q8_0, -Q4_K_M)"
+  echo "$shape: $models/plain-$shape $models/attnres-$shape $gguf (+ ${LLAMA_TYPES:-Q8_0 Q4_K_M})"
 done

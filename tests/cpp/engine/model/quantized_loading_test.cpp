@@ -63,6 +63,12 @@ std::vector<Matrix> matrices(bool tied = true) {
   return m;
 }
 
+// The format the recipe gives the matrix `name` (the embedding and LM head: Q6_B32 under int4).
+DType format_of(DType recipe, const std::string& name) {
+  const bool head = name == "model.embed_tokens.weight" || name == "lm_head.weight";
+  return recipe_matrix_format(recipe, head ? MatrixRole::EmbeddingOrHead : MatrixRole::Projection);
+}
+
 std::vector<Matrix> gains() {
   std::vector<Matrix> g = {{"model.norm.weight", {kD}}};
   for (int i = 0; i < kLayers; ++i) {
@@ -106,7 +112,8 @@ void write_float_checkpoint(const TempDir& dir, bool tied = true) {
 }
 
 // A checkpoint in our quantized layout, written independently of quantized_checkpoint.cpp:
-// U8 [rows, row_bytes] per matrix with {"format", "shape"} metadata. `edit` may corrupt it.
+// U8 [rows, row_bytes] per matrix with {"format", "shape"} metadata, each matrix in the
+// format the recipe `format` gives it. `edit` may corrupt it.
 template <class Edit>
 void write_quantized_checkpoint_by_hand(const TempDir& dir, DType format, Edit edit) {
   json config = qwen3_config();
@@ -114,10 +121,11 @@ void write_quantized_checkpoint_by_hand(const TempDir& dir, DType format, Edit e
                                    {"format", quant_format_name(format)}};
   SafetensorsWriter w;
   for (const Matrix& m : matrices()) {
-    const Tensor q = quantize_matrix(bf16_tensor(values_of(m.name, m.shape), m.shape), format);
-    const int64_t row_bytes = static_cast<int64_t>(quant_row_bytes(format, m.shape[1]));
+    const DType f = format_of(format, m.name);
+    const Tensor q = quantize_matrix(bf16_tensor(values_of(m.name, m.shape), m.shape), f);
+    const int64_t row_bytes = static_cast<int64_t>(quant_row_bytes(f, m.shape[1]));
     w.add_raw(m.name, "U8", {m.shape[0], row_bytes}, bytes_of(q));
-    w.metadata(m.name, json{{"format", quant_format_name(format)}, {"shape", m.shape}}.dump());
+    w.metadata(m.name, json{{"format", quant_format_name(f)}, {"shape", m.shape}}.dump());
   }
   for (const Matrix& g : gains()) w.add(g.name, "BF16", g.shape, values_of(g.name, g.shape));
   edit(config, w);
@@ -162,14 +170,21 @@ TEST_P(QuantizeAtLoad, EveryMatrixBecomesQuantizeMatrixOfItsFloatWeights) {
     ASSERT_TRUE(w.quant_format.has_value());
     EXPECT_EQ(*w.quant_format, format);
     EXPECT_EQ(w.dtype, DType::BF16);  // what stays float
+    double bits = 0, weights = 0;
     for (const Matrix& m : matrices(tied)) {
       const Tensor& t = matrix_of(w, m.name);
-      ASSERT_EQ(t.dtype, format) << m.name;
+      ASSERT_EQ(t.dtype, format_of(format, m.name)) << m.name;
       EXPECT_EQ(t.shape, m.shape) << m.name;
       const Tensor expected =
-          quantize_matrix(bf16_tensor(values_of(m.name, m.shape), m.shape), format);
+          quantize_matrix(bf16_tensor(values_of(m.name, m.shape), m.shape), t.dtype);
       EXPECT_EQ(bytes_of(t), bytes_of(expected)) << m.name;
+      bits += 8.0 * static_cast<double>(expected.nbytes());
+      weights += static_cast<double>(m.shape[0] * m.shape[1]);
     }
+    EXPECT_DOUBLE_EQ(s.bits_per_weight, bits / weights);
+    EXPECT_THAT(s.line(),
+                HasSubstr(format == DType::Q4_B32 ? "to int4 (embedding and LM head int6), "
+                                                  : "to int8, "));
     // A tied head is the quantized embedding itself, quantized once.
     if (tied) {
       EXPECT_EQ(w.lm_head.data, w.embed_tokens.data);
@@ -219,12 +234,12 @@ TEST_P(QuantizedCheckpoint, LoadsTheStoredRowsWithoutCopying) {
   EXPECT_EQ(*w.quant_format, format);
   for (const Matrix& m : matrices()) {
     const Tensor& t = matrix_of(w, m.name);
-    ASSERT_EQ(t.dtype, format) << m.name;
+    ASSERT_EQ(t.dtype, format_of(format, m.name)) << m.name;
     EXPECT_EQ(t.shape, m.shape);
     EXPECT_EQ(static_cast<const void*>(t.data),
               static_cast<const void*>(store.raw(m.name).data));  // the mapping itself
     EXPECT_EQ(bytes_of(t),
-              bytes_of(quantize_matrix(bf16_tensor(values_of(m.name, m.shape), m.shape), format)));
+              bytes_of(quantize_matrix(bf16_tensor(values_of(m.name, m.shape), m.shape), t.dtype)));
   }
   EXPECT_EQ(w.lm_head.data, w.embed_tokens.data);
 }
@@ -269,6 +284,21 @@ TEST(QuantizedCheckpoint, RefusesCorruptOrMismatchedScales) {
     });
     EXPECT_THAT(load_error(dir), HasSubstr(q + ": row 2 block 1 has a min that is not finite"));
   }
+  const std::string embed = "model.embed_tokens.weight";
+  {
+    TempDir dir;  // a NaN scale in the int4 recipe's int6 embedding
+    write_quantized_checkpoint_by_hand(dir, DType::Q4_B32, [&](json&, SafetensorsWriter& w) {
+      set_f16(w.data(), scale_byte(w, embed, DType::Q6_B32, kD, 7, 1), 0x7e00);
+    });
+    EXPECT_THAT(load_error(dir), HasSubstr("tensor " + embed + ": row 7 block 1 has scale nan"));
+  }
+  {
+    TempDir dir;  // an infinite one
+    write_quantized_checkpoint_by_hand(dir, DType::Q4_B32, [&](json&, SafetensorsWriter& w) {
+      set_f16(w.data(), scale_byte(w, embed, DType::Q6_B32, kD, 39, 0), 0xfc00);
+    });
+    EXPECT_THAT(load_error(dir), HasSubstr(embed + ": row 39 block 0 has scale -inf"));
+  }
 }
 
 TEST(QuantizedCheckpoint, RefusesWrongRowBytesShapesAndFormats) {
@@ -290,15 +320,15 @@ TEST(QuantizedCheckpoint, RefusesWrongRowBytesShapesAndFormats) {
     write_quantized_checkpoint_by_hand(dir, DType::Q8_B32, [&](json&, SafetensorsWriter& w) {
       w.metadata(down, json{{"format", "int8"}, {"shape", {kFfn, kD}}}.dump());
     });
-    EXPECT_THAT(load_error(dir),
-                HasSubstr(down + " has logical shape [96,64], expected [64,96]"));
+    EXPECT_THAT(load_error(dir), HasSubstr(down + " has logical shape [96,64], expected [64,96]"));
   }
   {
     TempDir dir;  // an unknown format in the metadata
     write_quantized_checkpoint_by_hand(dir, DType::Q8_B32, [&](json&, SafetensorsWriter& w) {
       w.metadata(down, json{{"format", "int3"}, {"shape", {kD, kFfn}}}.dump());
     });
-    EXPECT_THAT(load_error(dir), HasSubstr("__metadata__ format 'int3': expected int8 or int4"));
+    EXPECT_THAT(load_error(dir),
+                HasSubstr("__metadata__ format 'int3': expected int8, int6 or int4"));
   }
   {
     TempDir dir;  // another format than config.json's
@@ -306,7 +336,45 @@ TEST(QuantizedCheckpoint, RefusesWrongRowBytesShapesAndFormats) {
       w.metadata(down, json{{"format", "int4"}, {"shape", {kD, kFfn}}}.dump());
     });
     EXPECT_THAT(load_error(dir),
-                HasSubstr(down + " is int4, but config.json's quantization_config says int8"));
+                HasSubstr(down + " is int4, but config.json's quantization_config "
+                                 "format int8 stores the layers' projections as int8"));
+  }
+  const std::string embed = "model.embed_tokens.weight";
+  {
+    TempDir dir;  // the int4 recipe with a 4-bit embedding (the recipe's is int6)
+    write_quantized_checkpoint_by_hand(dir, DType::Q4_B32, [&](json&, SafetensorsWriter& w) {
+      const Tensor q4 =
+          quantize_matrix(bf16_tensor(values_of(embed, {kVocab, kD}), {kVocab, kD}), DType::Q4_B32);
+      w.remove(embed);
+      w.add_raw(embed, "U8", {kVocab, static_cast<int64_t>(quant_row_bytes(DType::Q4_B32, kD))},
+                bytes_of(q4));
+      w.metadata(embed, json{{"format", "int4"}, {"shape", {kVocab, kD}}}.dump());
+    });
+    EXPECT_THAT(load_error(dir),
+                HasSubstr(embed + " is int4, but config.json's quantization_config format int4 "
+                                  "stores the embedding and LM head as int6"));
+  }
+  {
+    TempDir dir;  // the int4 recipe with an int6 projection
+    write_quantized_checkpoint_by_hand(dir, DType::Q4_B32, [&](json&, SafetensorsWriter& w) {
+      const Tensor q6 =
+          quantize_matrix(bf16_tensor(values_of(down, {kD, kFfn}), {kD, kFfn}), DType::Q6_B32);
+      w.remove(down);
+      w.add_raw(down, "U8", {kD, static_cast<int64_t>(quant_row_bytes(DType::Q6_B32, kFfn))},
+                bytes_of(q6));
+      w.metadata(down, json{{"format", "int6"}, {"shape", {kD, kFfn}}}.dump());
+    });
+    EXPECT_THAT(load_error(dir),
+                HasSubstr(down + " is int6, but config.json's quantization_config "
+                                 "format int4 stores the layers' projections as int4"));
+  }
+  {
+    TempDir dir;  // int6 is a tensor format, not a recipe
+    write_quantized_checkpoint_by_hand(dir, DType::Q8_B32, [&](json& c, SafetensorsWriter&) {
+      c["quantization_config"]["format"] = "int6";
+    });
+    EXPECT_THAT(load_error(dir),
+                HasSubstr("quantization_config.format 'int6': expected int8 or int4"));
   }
   {
     TempDir dir;  // no metadata
@@ -326,9 +394,10 @@ TEST(QuantizedCheckpoint, RefusesWrongRowBytesShapesAndFormats) {
 }
 
 TEST(QuantizedCheckpoint, WrittenCheckpointLoadsBackToTheSameTensors) {
-  for (const DType format : {DType::Q8_B32, DType::Q4_B32}) {
+  for (const auto& [format, tied] :
+       {std::pair{DType::Q8_B32, true}, {DType::Q4_B32, true}, {DType::Q4_B32, false}}) {
     TempDir src, out;
-    write_float_checkpoint(src);
+    write_float_checkpoint(src, tied);
     LoadedModel model;
     model.source = src.path();
     model.config = ModelConfig::load(src.path());
@@ -339,7 +408,8 @@ TEST(QuantizedCheckpoint, WrittenCheckpointLoadsBackToTheSameTensors) {
     ASSERT_TRUE(cfg.quantization.has_value());
     EXPECT_EQ(cfg.quantization->format, format);
     const ModelWeights back = ModelWeights::load(cfg, WeightStore::open(out.path()));
-    for (const Matrix& m : matrices()) {
+    for (const Matrix& m : matrices(tied)) {
+      EXPECT_EQ(matrix_of(back, m.name).dtype, format_of(format, m.name)) << m.name;
       EXPECT_EQ(bytes_of(matrix_of(back, m.name)), bytes_of(matrix_of(model.weights, m.name)))
           << m.name;
     }

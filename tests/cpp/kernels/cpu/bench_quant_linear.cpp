@@ -1,11 +1,12 @@
-// Linear over bf16, int8 (Q8_B32) and int4 (Q4_B32) weights at the 0.6B model's shapes:
+// Linear over bf16, int8 (Q8_B32), int6 (Q6_B32) and int4 (Q4_B32) weights at the 0.6B
+// model's shapes:
 // - GEMV (R = 1 and 8; q/k/v, gate/up, down and the LM head): us per call and GB/s of weight
 //   bytes, every call reading DRAM (enough copies of each matrix, >= 512 MiB, cycled through).
 // - GEMM (prefill, R = 128 and 512, gate/up and down): ms per call and GFLOP/s = 2 R K N / t.
 // bf16 runs with bf16 linear inputs where the build has AVX512_BF16 (the engine's choice on a
 // CPU where vdpbf16ps is the faster, CpuBackend::bf16_linear_inputs_faster). The three formats
 // are timed in turn, one sweep each, `kRounds` times; each figure is the median of its
-// sweeps, so that a machine shared with other work slows all three alike.
+// sweeps, so that a machine shared with other work slows all of them alike.
 #include "tests/cpp/kernels/cpu/bench_quant_linear.h"
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/core/quant_format.h"
@@ -55,9 +57,7 @@ double sweep(Backend& be, const Tensor& x, const std::vector<Tensor>& ws, Tensor
   return (now_s() - t0) / static_cast<double>(ws.size());
 }
 
-const char* label(DType f) {
-  return f == DType::BF16 ? "bf16" : f == DType::Q8_B32 ? "int8" : "int4";
-}
+std::string label(DType f) { return f == DType::BF16 ? "bf16" : quant_format_name(f); }
 
 }  // namespace
 
@@ -67,7 +67,8 @@ void run_quant_linear(CpuBackend& be) {
   std::printf(
       "quantized linear kernel: %s; bf16 with %s inputs; medians of %d alternated rounds\n\n",
       cpu::quantized_linear_isa(), be.bf16_linear_inputs() ? "bf16" : "f32", kRounds);
-  const DType formats[] = {DType::BF16, DType::Q8_B32, DType::Q4_B32};
+  const DType formats[] = {DType::BF16, DType::Q8_B32, DType::Q6_B32, DType::Q4_B32};
+  constexpr size_t kFormats = std::size(formats);
   // in -> out: q (and o), k/v, gate/up, down, LM head.
   const int64_t gemv_shapes[][2] = {
       {1024, 2048}, {1024, 1024}, {1024, 3072}, {3072, 1024}, {1024, 151936}};
@@ -85,14 +86,14 @@ void run_quant_linear(CpuBackend& be) {
       for (int64_t i = 0; i < x.numel(); ++i)
         x.ptr<float>()[i] = 0.01f * static_cast<float>(i % 97 - 48);
       Tensor out = Tensor::empty({r, n}, DType::F32);
-      std::vector<std::vector<double>> times(3);
-      for (size_t f = 0; f < 3; ++f) sweep(be, x, ws[f], out);  // warm-up
+      std::vector<std::vector<double>> times(kFormats);
+      for (size_t f = 0; f < kFormats; ++f) sweep(be, x, ws[f], out);  // warm-up
       for (int round = 0; round < kRounds; ++round)
-        for (size_t f = 0; f < 3; ++f) times[f].push_back(sweep(be, x, ws[f], out));
-      for (size_t f = 0; f < 3; ++f) {
+        for (size_t f = 0; f < kFormats; ++f) times[f].push_back(sweep(be, x, ws[f], out));
+      for (size_t f = 0; f < kFormats; ++f) {
         const double t = median(times[f]);
         std::printf("%5lld -> %-7lld %3lld %6s %9.1f %9.1f\n", (long long)k, (long long)n,
-                    (long long)r, label(formats[f]), t * 1e6, ws[f][0].nbytes() / t / 1e9);
+                    (long long)r, label(formats[f]).c_str(), t * 1e6, ws[f][0].nbytes() / t / 1e9);
       }
     }
   }
@@ -107,14 +108,14 @@ void run_quant_linear(CpuBackend& be) {
     for (int64_t i = 0; i < x.numel(); ++i)
       x.ptr<float>()[i] = 0.01f * static_cast<float>(i % 97 - 48);
     Tensor out = Tensor::empty({r, n}, DType::F32);
-    std::vector<std::vector<double>> times(3);
-    for (size_t f = 0; f < 3; ++f) sweep(be, x, ws[f], out);
+    std::vector<std::vector<double>> times(kFormats);
+    for (size_t f = 0; f < kFormats; ++f) sweep(be, x, ws[f], out);
     for (int round = 0; round < kRounds; ++round)
-      for (size_t f = 0; f < 3; ++f) times[f].push_back(sweep(be, x, ws[f], out));
-    for (size_t f = 0; f < 3; ++f) {
+      for (size_t f = 0; f < kFormats; ++f) times[f].push_back(sweep(be, x, ws[f], out));
+    for (size_t f = 0; f < kFormats; ++f) {
       const double t = median(times[f]);
       std::printf("%4lld, %5lld -> %-8lld %6s %9.2f %9.1f\n", (long long)r, (long long)k,
-                  (long long)n, label(formats[f]), t * 1e3, 2.0 * r * k * n / t / 1e9);
+                  (long long)n, label(formats[f]).c_str(), t * 1e3, 2.0 * r * k * n / t / 1e9);
     }
   }
   be.set_bf16_linear_inputs(false);

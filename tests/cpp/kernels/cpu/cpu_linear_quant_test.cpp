@@ -1,6 +1,6 @@
-// Block-quantized weights on the CPU backend (DType::Q8_B32 / Q4_B32): the formats' quantize /
-// dequantize round trip (engine/core/quant_format.h), the activation quantization, linear
-// (GEMV and GEMM paths, with and without bias, linear_many / linear_swiglu) against a
+// Block-quantized weights on the CPU backend (DType::Q8_B32 / Q6_B32 / Q4_B32): the formats'
+// quantize / dequantize round trip (engine/core/quant_format.h), the activation quantization,
+// linear (GEMV and GEMM paths, with and without bias, linear_many / linear_swiglu) against a
 // double-precision reference built from dequantize_matrix and the activation quantization
 // redone in double, batch and thread-count invariance bit for bit, and embedding of a
 // quantized table.
@@ -22,7 +22,7 @@
 namespace attnres {
 namespace {
 
-constexpr DType kFormats[] = {DType::Q8_B32, DType::Q4_B32};
+constexpr DType kFormats[] = {DType::Q8_B32, DType::Q6_B32, DType::Q4_B32};
 
 std::vector<float> random_floats(int64_t n, std::mt19937& rng, float lo, float hi) {
   std::uniform_real_distribution<float> dist(lo, hi);
@@ -90,6 +90,53 @@ TEST(QuantFormat, Q8RoundTripWithinHalfAStep) {
       }
     }
   }
+}
+
+TEST(QuantFormat, Q6RoundTripWithinHalfAStep) {
+  std::mt19937 rng(13);
+  const int64_t k = 320;
+  for (int rep = 0; rep < 20; ++rep) {
+    Tensor w = random_weights(1, k, rng);
+    const float* x = w.ptr<float>();
+    std::vector<uint8_t> row(quant_row_bytes(DType::Q6_B32, k));
+    ASSERT_EQ(row.size(), static_cast<size_t>(k / 2 + k / 4 + 2 * k / 32));  // 6.5 bits
+    quantize_row(DType::Q6_B32, x, k, row.data());
+    std::vector<float> back(k);
+    dequantize_row(DType::Q6_B32, row.data(), k, back.data());
+    for (int64_t b = 0; b < k / 32; ++b) {
+      double amax = 0.0;
+      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(double{x[b * 32 + j]}));
+      const double d = f16_round(amax / 31.0);
+      for (int j = 0; j < 32; ++j) {
+        const int64_t i = b * 32 + j;
+        const double q = back[i] / d;
+        EXPECT_EQ(q, std::nearbyint(q)) << i;
+        EXPECT_LE(std::fabs(q), 31.0) << i;
+        EXPECT_LE(std::fabs(x[i] - back[i]), d / 2 + std::max(0.0, amax - 31.0 * d) + 1e-7) << i;
+      }
+    }
+  }
+}
+
+// The stored bits of Q6_B32 as quant_format.h lays them out, for one block: weight j's q (its
+// value / d + 32) in the low nibbles (Q4_B32's order) and the 2-bit high array.
+TEST(QuantFormat, Q6StoresTheDocumentedLayout) {
+  const int64_t k = 64;
+  std::vector<float> x(k);
+  for (int64_t i = 0; i < k; ++i) x[i] = static_cast<float>((i * 7) % 63 - 31);  // q = x + 32
+  x[33] = 31.0f;  // block 1's max |x|: d = 1 in both blocks
+  std::vector<uint8_t> row(quant_row_bytes(DType::Q6_B32, k));
+  quantize_row(DType::Q6_B32, x.data(), k, row.data());
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t b = i / 32, j = i % 32;
+    const int q = static_cast<int>(x[i]) + 32;
+    const uint8_t low = row[16 * b + j % 16];
+    EXPECT_EQ((j < 16 ? low : low >> 4) & 15, q & 15) << i;
+    EXPECT_EQ(row[k / 2 + 8 * b + j % 8] >> (2 * (j / 8)) & 3, q >> 4) << i;
+  }
+  uint16_t d;
+  std::memcpy(&d, row.data() + k / 2 + k / 4 + 2, 2);
+  EXPECT_EQ(f16_to_f32(d), 1.0f);
 }
 
 TEST(QuantFormat, Q4RoundTripWithinHalfAStep) {
@@ -321,8 +368,8 @@ TEST(CpuLinearQuant, MatchesTheReferenceOnEveryPath) {
 // The header's arithmetic, redone here with scalar code from the stored bytes and
 // quantize_activation_block (checked above against its double definition): acc = 0; per
 // block acc = fma(I_b, f32(dw_b dx_b), acc) (Q4_B32: then acc = fma(m_b, f32(dx_b sum qx),
-// acc)); out = acc (+ bias). The integer sums are exact, so every kernel must match it bit
-// for bit.
+// acc); Q6_B32: I_b = sum (q - 32) qx); out = acc (+ bias). The integer sums are exact, so every
+// kernel must match it bit for bit.
 std::vector<float> canonical_linear(const std::vector<float>& x, int64_t r_dim, const Tensor& wq,
                                     const float* bias) {
   const int64_t n = wq.dim(0), k = wq.dim(1), blocks = k / 32;
@@ -344,8 +391,13 @@ std::vector<float> canonical_linear(const std::vector<float>& x, int64_t r_dim, 
         // products for AVX-512 VNNI targets wrongly (off by 128 x the first operand's sum).
         double sum = 0.0, sx = 0.0;
         for (int j = 0; j < 32; ++j) {
-          const int qw = q4 ? (j < 16 ? row[16 * b + j] & 15 : row[16 * b + j - 16] >> 4)
-                            : static_cast<int8_t>(row[32 * b + j]);
+          int qw = static_cast<int8_t>(row[32 * b + j]);
+          if (wq.dtype != DType::Q8_B32)  // Q4_B32's nibbles, and Q6_B32's low 4 bits
+            qw = j < 16 ? row[16 * b + j] & 15 : row[16 * b + j - 16] >> 4;
+          if (wq.dtype == DType::Q6_B32)
+            qw = (qw | (row[quant_highs_offset(wq.dtype, k) + 8 * b + j % 8] >> (2 * (j / 8)) & 3)
+                           << 4) -
+                 32;
           sum += static_cast<double>(qw) * qx[b * 32 + j];
           sx += qx[b * 32 + j];
         }
