@@ -210,10 +210,31 @@ DType quant_format_from_name(const std::string& name, std::string_view what) {
   throw Error(std::string(what) + " '" + name + "': expected int8 or int4");
 }
 
+MatrixRole matrix_role(std::string_view name, int num_layers) {
+  if (name == "model.embed_tokens.weight" || name == "lm_head.weight")
+    return MatrixRole::EmbeddingOrHead;
+  constexpr std::string_view kLayers = "model.layers.";
+  if (name.substr(0, kLayers.size()) != kLayers) return MatrixRole::Projection;
+  const std::string_view rest = name.substr(kLayers.size());
+  const size_t dot = rest.find('.');
+  if (dot == std::string_view::npos || dot == 0) return MatrixRole::Projection;
+  int layer = 0;
+  for (const char c : rest.substr(0, dot)) {
+    if (c < '0' || c > '9') return MatrixRole::Projection;
+    layer = layer * 10 + (c - '0');
+  }
+  const std::string_view proj = rest.substr(dot + 1);
+  if (proj != "self_attn.v_proj.weight" && proj != "mlp.down_proj.weight")
+    return MatrixRole::Projection;
+  const int n = num_layers;
+  const bool more_bits = layer < n / 8 || layer >= 7 * n / 8 || (layer - n / 8) % 3 == 2;
+  return more_bits ? MatrixRole::SensitiveProjection : MatrixRole::Projection;
+}
+
 DType recipe_matrix_format(DType recipe, MatrixRole role) {
   ATTNRES_CHECK(recipe == DType::Q8_B32 || recipe == DType::Q4_B32,
                 std::string(dtype_name(recipe)) + " is not a quantization recipe");
-  if (recipe == DType::Q4_B32 && role == MatrixRole::EmbeddingOrHead) return DType::Q6_B32;
+  if (recipe == DType::Q4_B32 && role != MatrixRole::Projection) return DType::Q6_B32;
   return recipe;
 }
 

@@ -73,7 +73,16 @@ DType quant_tensor_format_from_name(const std::string& name, std::string_view wh
 // Q6_B32, as llama.cpp's Q4_K_M keeps its output matrix at 6 bits: that matrix's error reaches
 // every logit directly. from_name throws, naming `what`, on anything but int8 and int4.
 DType quant_format_from_name(const std::string& name, std::string_view what);
-enum class MatrixRole { Projection, EmbeddingOrHead };
+//
+// Within the layers, "int4" also keeps v_proj and down_proj at Q6_B32 in the first eighth of
+// the layers, the last eighth, and every third layer between (layer i of n where
+// i < n / 8 || i >= 7 n / 8 || (i - n / 8) % 3 == 2, integer division): the layers and
+// projections llama.cpp's Q4_K_M keeps at 6 bits (its `use_more_bits`), so that the two
+// recipes spend their extra bits on the same matrices.
+enum class MatrixRole { Projection, SensitiveProjection, EmbeddingOrHead };
+// The role of the weight matrix `name` (a checkpoint name ending in ".weight") in a model of
+// `num_layers` layers.
+MatrixRole matrix_role(std::string_view name, int num_layers);
 DType recipe_matrix_format(DType recipe, MatrixRole role);
 // Every format the recipe uses (what a backend must read to run it).
 std::vector<DType> recipe_formats(DType recipe);

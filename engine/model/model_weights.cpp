@@ -54,14 +54,14 @@ class WeightChecker {
   // A weight matrix (a projection, the embedding or the LM head): a float tensor, or, in a
   // quantized checkpoint, its quantized form (read as it is, or converted exactly from
   // compressed-tensors). `name` ends in ".weight".
-  Tensor take_matrix(const std::string& name, const Shape& expected,
-                     MatrixRole role = MatrixRole::Projection) {
+  Tensor take_matrix(const std::string& name, const Shape& expected) {
     if (!cfg_.quantization) return take(name, expected);
     const CheckpointQuantization& q = *cfg_.quantization;
     if (q.method == CheckpointQuantization::Method::Attnres) {
       if (!store_.has(name) || store_.entry(name).dtype_name != "U8") return take(name, expected);
       used_.insert(name);
-      return read_quantized_matrix(store_, name, expected, q.format, role);
+      return read_quantized_matrix(store_, name, expected, q.format,
+                                   matrix_role(name, cfg_.num_layers));
     }
     const std::string prefix = name.substr(0, name.size() - std::string_view(".weight").size());
     if (!has_compressed_tensors_matrix(store_, prefix, q.scheme)) return take(name, expected);
@@ -260,8 +260,7 @@ ModelWeights ModelWeights::load(const ModelConfig& cfg, const WeightStore& store
   WeightChecker checker(cfg, store);
   const int64_t d = cfg.hidden_size, vocab = cfg.vocab_size;
   ModelWeights w;
-  w.embed_tokens =
-      checker.take_matrix("model.embed_tokens.weight", {vocab, d}, MatrixRole::EmbeddingOrHead);
+  w.embed_tokens = checker.take_matrix("model.embed_tokens.weight", {vocab, d});
   for (int i = 0; i < cfg.num_layers; ++i) w.layers.push_back(load_layer(cfg, checker, i));
   w.final_norm = checker.take("model.norm.weight", {d});
   if (cfg.tie_word_embeddings) {
@@ -269,7 +268,7 @@ ModelWeights ModelWeights::load(const ModelConfig& cfg, const WeightStore& store
     // Some exporters still write the tied copy; transformers ignores it when tied, so do we.
     if (store.has("lm_head.weight")) checker.ignore("lm_head.weight");
   } else {
-    w.lm_head = checker.take_matrix("lm_head.weight", {vocab, d}, MatrixRole::EmbeddingOrHead);
+    w.lm_head = checker.take_matrix("lm_head.weight", {vocab, d});
   }
 
   // Variant 2b is told apart from 2a only by the final-mix weights (docs/ATTNRES.md §2b).

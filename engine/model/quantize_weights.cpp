@@ -24,14 +24,23 @@ struct MatrixSlot {
   MatrixRole role;
 };
 
-// Every matrix slot of the model that --quantization quantizes.
+// Every matrix slot of the model that --quantization quantizes, with its role
+// (matrix_role of its checkpoint name).
 std::vector<MatrixSlot> matrix_slots(ModelWeights& w) {
   std::vector<MatrixSlot> slots = {{&w.embed_tokens, MatrixRole::EmbeddingOrHead},
                                    {&w.lm_head, MatrixRole::EmbeddingOrHead}};
-  for (LayerWeights& l : w.layers) {
-    for (Tensor* t :
-         {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj}) {
-      slots.push_back({t, MatrixRole::Projection});
+  const int n = static_cast<int>(w.layers.size());
+  for (int i = 0; i < n; ++i) {
+    LayerWeights& l = w.layers[i];
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    for (const auto& [t, name] : {std::pair{&l.q_proj, "self_attn.q_proj.weight"},
+                                  {&l.k_proj, "self_attn.k_proj.weight"},
+                                  {&l.v_proj, "self_attn.v_proj.weight"},
+                                  {&l.o_proj, "self_attn.o_proj.weight"},
+                                  {&l.gate_proj, "mlp.gate_proj.weight"},
+                                  {&l.up_proj, "mlp.up_proj.weight"},
+                                  {&l.down_proj, "mlp.down_proj.weight"}}) {
+      slots.push_back({t, matrix_role(p + name, n)});
     }
   }
   return slots;
@@ -80,7 +89,10 @@ std::string QuantizeSummary::line() const {
   s.precision(2);
   s << std::fixed << "quantized " << matrices << " matrices to " << quant_format_name(format);
   const DType head = recipe_matrix_format(format, MatrixRole::EmbeddingOrHead);
-  if (head != format) s << " (embedding and LM head " << quant_format_name(head) << ")";
+  if (head != format) {
+    s << " (embedding, LM head and Q4_K_M's 6-bit v_proj / down_proj " << quant_format_name(head)
+      << ")";
+  }
   s << ", " << bits_per_weight << " bits per weight, in " << seconds << " s on " << threads
     << " thread" << (threads == 1 ? "" : "s") << ": weights " << mb(bytes_before) << " -> "
     << mb(bytes_after);

@@ -1,5 +1,6 @@
 #include "engine/model/quantized_checkpoint.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -74,16 +75,11 @@ void write_quantized_checkpoint(const LoadedModel& model, const std::string& out
   const DType recipe = *model.weights.quant_format;
   for (const auto& [name, t] : named_weight_matrices(model.config, model.weights)) {
     if (!is_block_quantized(t.dtype)) continue;
-    // The loader takes exactly the recipe's format for each matrix: refuse to write another
-    // (a compressed-tensors int4 LM head, converted as it was stored, is one).
-    const bool head = name == "model.embed_tokens.weight" || name == "lm_head.weight";
-    const DType want =
-        recipe_matrix_format(recipe, head ? MatrixRole::EmbeddingOrHead : MatrixRole::Projection);
-    if (t.dtype != want) {
-      throw Error("quantize: " + name + " is " + quant_format_name(t.dtype) + ", but the " +
-                  quant_format_name(recipe) + " recipe stores it as " + quant_format_name(want) +
-                  " (quantize the float checkpoint instead)");
-    }
+    // The loader reads any format of the recipe, each tensor's own as its metadata names it.
+    const std::vector<DType> allowed = recipe_formats(recipe);
+    ATTNRES_CHECK(std::find(allowed.begin(), allowed.end(), t.dtype) != allowed.end(),
+                  name + " is " + quant_format_name(t.dtype) + ", not a format of the " +
+                      quant_format_name(recipe) + " recipe");
     const int64_t row_bytes = static_cast<int64_t>(quant_row_bytes(t.dtype, t.dim(1)));
     writer.add(name, "U8", {t.dim(0), row_bytes}, t.data, t.nbytes());
     writer.set_metadata(name, quantized_tensor_metadata(t.dtype, t.shape));

@@ -1,5 +1,6 @@
 #include "engine/model/quantized_tensors.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -51,19 +52,19 @@ void validate_quantized_matrix(const Tensor& q, const std::string& where) {
 
 Tensor read_quantized_matrix(const WeightStore& store, const std::string& name,
                              const Shape& expected, DType recipe, MatrixRole role) {
-  const DType format = recipe_matrix_format(recipe, role);
+  const DType expected_format = recipe_matrix_format(recipe, role);
   const std::string where = store.file_of(name) + ": tensor " + name;
   const SafetensorsFile::Raw raw = store.raw(name);
   if (raw.dtype_name != "U8") {
     throw Error(where + " has dtype " + raw.dtype_name + ", expected U8 (a " +
-                quant_format_name(format) + " matrix: config.json has quantization_config " +
-                "quant_method attnres)");
+                quant_format_name(expected_format) +
+                " matrix: config.json has quantization_config " + "quant_method attnres)");
   }
   const auto& metadata = store.metadata_of(name);
   auto it = metadata.find(name);
   if (it == metadata.end()) {
     throw Error(where + ": no __metadata__ entry names its format and shape (expected " +
-                quantized_tensor_metadata(format, expected) + ")");
+                quantized_tensor_metadata(expected_format, expected) + ")");
   }
   json meta;
   try {
@@ -77,14 +78,14 @@ Tensor read_quantized_matrix(const WeightStore& store, const std::string& name,
                 "' must be {\"format\": ..., \"shape\": [rows, cols]}");
   }
   const std::string fmt = meta.at("format").get<std::string>();
-  const DType stored = quant_tensor_format_from_name(fmt, where + ": __metadata__ format");
-  if (stored != format) {
-    const std::string recipe_name = quant_format_name(recipe);
+  const DType format = quant_tensor_format_from_name(fmt, where + ": __metadata__ format");
+  const std::vector<DType> allowed = recipe_formats(recipe);
+  if (std::find(allowed.begin(), allowed.end(), format) == allowed.end()) {
+    std::string names;
+    for (const DType f : allowed) names += (names.empty() ? "" : " and ") + quant_format_name(f);
     throw Error(where + " is " + fmt + ", but config.json's quantization_config format " +
-                recipe_name + " stores " +
-                (role == MatrixRole::EmbeddingOrHead ? "the embedding and LM head"
-                                                     : "the layers' projections") +
-                " as " + quant_format_name(format));
+                quant_format_name(recipe) + " stores " + names + " matrices only (its own " +
+                "choice for this one: " + quant_format_name(expected_format) + ")");
   }
   Shape shape;
   for (const json& d : meta.at("shape")) {

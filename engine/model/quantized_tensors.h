@@ -20,10 +20,13 @@ std::string quantized_tensor_metadata(DType format, const Shape& shape);
 // `q` is finite and >= 0 and (Q4_B32) every min is finite.
 void validate_quantized_matrix(const Tensor& q, const std::string& where);
 
-// The quantized matrix `name`, checked: U8 storage, metadata naming the format the recipe
-// (config.json's quantization_config.format) gives a matrix of this role
-// (recipe_matrix_format) and the logical shape `expected` (the config's), row bytes equal to
-// quant_row_bytes, scales valid.
+// The quantized matrix `name`, checked: U8 storage, metadata naming its format and the logical
+// shape `expected` (the config's), row bytes equal to quant_row_bytes, scales valid. The
+// metadata's format is the tensor's own: any format of the recipe (config.json's
+// quantization_config.format; recipe_formats) is read, so a checkpoint converted from
+// compressed-tensors (every projection int4) loads as well as one `attnres quantize` wrote
+// from floats (recipe_matrix_format per matrix). `role` only names the recipe's own choice in
+// errors.
 Tensor read_quantized_matrix(const WeightStore& store, const std::string& name,
                              const Shape& expected, DType recipe, MatrixRole role);
 

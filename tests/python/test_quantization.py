@@ -91,10 +91,12 @@ def test_quantize_command_writes_the_numpy_rows(attnres_bin, checkpoint, tmp_pat
     written, metadata = qf.read_safetensors_with_metadata(out / "model.safetensors")
     matrices = linear_names(source) + ["model.embed_tokens.weight"]  # tied: no lm_head
     assert set(written) == set(source)
+    formats = {qf.tensor_format(fmt, n, config["num_hidden_layers"]) for n in matrices}
+    assert formats == ({"int4", "int6"} if fmt == "int4" else {"int8"})
     for name, t in source.items():
         w = written[name]
         if name in matrices:
-            f = qf.tensor_format(fmt, name)
+            f = qf.tensor_format(fmt, name, config["num_hidden_layers"])
             assert json.loads(metadata[name]) == {"format": f, "shape": list(t.shape)}
             assert w.dtype == np.uint8 and w.shape == (t.shape[0], qf.row_bytes(f, t.shape[1]))
             np.testing.assert_array_equal(w, qf.quantize(t.astype(np.float32), f), err_msg=name)

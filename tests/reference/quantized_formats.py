@@ -16,7 +16,8 @@ a U8 [rows, row_bytes] tensor, its {"format", "shape"} in the file's __metadata_
     int8 q = clamp(rint(x / d), -127, 127), int6 q = 32 + clamp(rint(x / d), -31, 31),
     int4 q = clamp(rint((x - m) / d), 0, 15); d == 0 gives q = 0 (int6: 32).
     The recipes (--quantization, quantization_config.format): int8 stores every matrix as
-    int8; int4 the layers' projections as int4 and the embedding and LM head as int6.
+    int8; int4 the embedding, the LM head and llama.cpp Q4_K_M's more-bits layers' v_proj /
+    down_proj as int6, every other projection as int4 (tensor_format).
 
 compressed-tensors (the library's compressors, 0.10 series: pack_quantized.py
 pack_to_int32 / naive_quantized.py), weight-only, for a Linear PREFIX:
@@ -65,9 +66,22 @@ def read_safetensors_with_metadata(path) -> tuple[dict[str, np.ndarray], dict[st
     return out, metadata
 
 
-def tensor_format(recipe: str, name: str) -> str:
-    """The format the recipe stores the matrix `name` in."""
-    return HEAD_FORMAT[recipe] if name in HEAD_NAMES else recipe
+def more_bits_layer(i: int, n: int) -> bool:
+    """llama.cpp Q4_K_M's layers with v_proj / down_proj at 6 bits (its use_more_bits)."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def tensor_format(recipe: str, name: str, num_layers: int) -> str:
+    """The format the recipe stores the matrix `name` in (a model of num_layers layers): int4
+    keeps the embedding, the LM head and the more-bits layers' v_proj / down_proj at int6."""
+    if name in HEAD_NAMES:
+        return HEAD_FORMAT[recipe]
+    parts = name.split(".")
+    if (parts[:2] == ["model", "layers"] and ".".join(parts[3:]) in
+            ("self_attn.v_proj.weight", "mlp.down_proj.weight")
+            and more_bits_layer(int(parts[2]), num_layers)):
+        return HEAD_FORMAT[recipe]
+    return recipe
 
 
 def row_bytes(fmt: str, cols: int) -> int:

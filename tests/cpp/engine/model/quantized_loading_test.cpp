@@ -63,10 +63,15 @@ std::vector<Matrix> matrices(bool tied = true) {
   return m;
 }
 
-// The format the recipe gives the matrix `name` (the embedding and LM head: Q6_B32 under int4).
+// The format the recipe gives the matrix `name` in these kLayers = 2 models: under int4 the
+// embedding, the LM head and layer 1's v_proj / down_proj (Q4_K_M's more-bits rule keeps the
+// last eighth of the layers) are Q6_B32.
 DType format_of(DType recipe, const std::string& name) {
-  const bool head = name == "model.embed_tokens.weight" || name == "lm_head.weight";
-  return recipe_matrix_format(recipe, head ? MatrixRole::EmbeddingOrHead : MatrixRole::Projection);
+  static_assert(kLayers == 2);
+  const bool six = name == "model.embed_tokens.weight" || name == "lm_head.weight" ||
+                   name == "model.layers.1.self_attn.v_proj.weight" ||
+                   name == "model.layers.1.mlp.down_proj.weight";
+  return recipe == DType::Q4_B32 && six ? DType::Q6_B32 : recipe;
 }
 
 std::vector<Matrix> gains() {
@@ -182,9 +187,11 @@ TEST_P(QuantizeAtLoad, EveryMatrixBecomesQuantizeMatrixOfItsFloatWeights) {
       weights += static_cast<double>(m.shape[0] * m.shape[1]);
     }
     EXPECT_DOUBLE_EQ(s.bits_per_weight, bits / weights);
-    EXPECT_THAT(s.line(),
-                HasSubstr(format == DType::Q4_B32 ? "to int4 (embedding and LM head int6), "
-                                                  : "to int8, "));
+    EXPECT_THAT(
+        s.line(),
+        HasSubstr(format == DType::Q4_B32
+                      ? "to int4 (embedding, LM head and Q4_K_M's 6-bit v_proj / down_proj int6), "
+                      : "to int8, "));
     // A tied head is the quantized embedding itself, quantized once.
     if (tied) {
       EXPECT_EQ(w.lm_head.data, w.embed_tokens.data);
@@ -335,13 +342,15 @@ TEST(QuantizedCheckpoint, RefusesWrongRowBytesShapesAndFormats) {
     write_quantized_checkpoint_by_hand(dir, DType::Q8_B32, [&](json&, SafetensorsWriter& w) {
       w.metadata(down, json{{"format", "int4"}, {"shape", {kD, kFfn}}}.dump());
     });
-    EXPECT_THAT(load_error(dir),
-                HasSubstr(down + " is int4, but config.json's quantization_config "
-                                 "format int8 stores the layers' projections as int8"));
+    EXPECT_THAT(load_error(dir), HasSubstr(down + " is int4, but config.json's quantization_config "
+                                                  "format int8 stores int8 matrices only"));
   }
   const std::string embed = "model.embed_tokens.weight";
   {
-    TempDir dir;  // the int4 recipe with a 4-bit embedding (the recipe's is int6)
+    // The int4 recipe reads each matrix in the format its metadata names (int4 or int6), not
+    // only the recipe's own choice: a 4-bit embedding and a 6-bit layer-0 down_proj load as
+    // stored.
+    TempDir dir;
     write_quantized_checkpoint_by_hand(dir, DType::Q4_B32, [&](json&, SafetensorsWriter& w) {
       const Tensor q4 =
           quantize_matrix(bf16_tensor(values_of(embed, {kVocab, kD}), {kVocab, kD}), DType::Q4_B32);
@@ -349,14 +358,6 @@ TEST(QuantizedCheckpoint, RefusesWrongRowBytesShapesAndFormats) {
       w.add_raw(embed, "U8", {kVocab, static_cast<int64_t>(quant_row_bytes(DType::Q4_B32, kD))},
                 bytes_of(q4));
       w.metadata(embed, json{{"format", "int4"}, {"shape", {kVocab, kD}}}.dump());
-    });
-    EXPECT_THAT(load_error(dir),
-                HasSubstr(embed + " is int4, but config.json's quantization_config format int4 "
-                                  "stores the embedding and LM head as int6"));
-  }
-  {
-    TempDir dir;  // the int4 recipe with an int6 projection
-    write_quantized_checkpoint_by_hand(dir, DType::Q4_B32, [&](json&, SafetensorsWriter& w) {
       const Tensor q6 =
           quantize_matrix(bf16_tensor(values_of(down, {kD, kFfn}), {kD, kFfn}), DType::Q6_B32);
       w.remove(down);
@@ -364,9 +365,27 @@ TEST(QuantizedCheckpoint, RefusesWrongRowBytesShapesAndFormats) {
                 bytes_of(q6));
       w.metadata(down, json{{"format", "int6"}, {"shape", {kD, kFfn}}}.dump());
     });
+    const ModelWeights w = load_weights(dir);
+    EXPECT_EQ(matrix_of(w, embed).dtype, DType::Q4_B32);
+    EXPECT_EQ(matrix_of(w, down).dtype, DType::Q6_B32);
+    const Tensor want =
+        quantize_matrix(bf16_tensor(values_of(down, {kD, kFfn}), {kD, kFfn}), DType::Q6_B32);
+    EXPECT_EQ(std::memcmp(matrix_of(w, down).data, want.data, want.nbytes()), 0);
+  }
+  {
+    TempDir dir;  // the int4 recipe with an int8 projection
+    write_quantized_checkpoint_by_hand(dir, DType::Q4_B32, [&](json&, SafetensorsWriter& w) {
+      const Tensor q8 =
+          quantize_matrix(bf16_tensor(values_of(down, {kD, kFfn}), {kD, kFfn}), DType::Q8_B32);
+      w.remove(down);
+      w.add_raw(down, "U8", {kD, static_cast<int64_t>(quant_row_bytes(DType::Q8_B32, kFfn))},
+                bytes_of(q8));
+      w.metadata(down, json{{"format", "int8"}, {"shape", {kD, kFfn}}}.dump());
+    });
     EXPECT_THAT(load_error(dir),
-                HasSubstr(down + " is int6, but config.json's quantization_config "
-                                 "format int4 stores the layers' projections as int4"));
+                HasSubstr(down + " is int8, but config.json's quantization_config format int4 "
+                                 "stores int4 and int6 matrices only (its own choice for this "
+                                 "one: int4)"));
   }
   {
     TempDir dir;  // int6 is a tensor format, not a recipe
