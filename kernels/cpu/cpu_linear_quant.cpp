@@ -385,12 +385,124 @@ void gemv_group(const Operands& op, int64_t o0) {
                           op.bias ? _mm512_add_ps(acc[r], bias) : acc[r]);
 }
 
+// Q4_B32 GEMV. The 16 rows' f16 scales and mins are read as stored, 16 blocks of a row
+// with one load, and transposed to [block][output] f32 once per 16 blocks (instead of
+// gathering each block's 16 values across the rows).
+
+// f[b] lane j = the f16 at row[j] + 2 b as f32, for b < nb (<= 16); f[b >= nb] undefined.
+inline void load_block_params(const uint8_t* const* row, int nb, __m512* f) {
+  const __mmask16 mask = static_cast<__mmask16>((1u << nb) - 1);
+  __m512i v[16], t[16];
+  for (int j = 0; j < 16; ++j)
+    v[j] = _mm512_castps_si512(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, row[j])));
+  transpose16(v, t);
+  for (int b = 0; b < 16; ++b) f[b] = _mm512_castsi512_ps(t[b]);
+}
+
+template <int R>
+void gemv_group_q4(const Operands& op, int64_t o0) {
+  constexpr bool kTransposed = R >= kTransposeRows;
+  constexpr int kChunkBlocks = 16;  // blocks per scale / min transpose: 4 steps
+  const int64_t nvalid = std::min<int64_t>(16, op.n - o0);
+  // Outputs past n repeat the last one (computed, not stored).
+  const uint8_t* rows[16];
+  for (int j = 0; j < 16; ++j) rows[j] = op.quants(o0 + std::min<int64_t>(j, nvalid - 1));
+  const int64_t steps = (op.blocks + 3) / 4;
+  const uint8_t* next = op.quants(o0) + 16 * op.row_bytes;
+  const uint8_t* next_end = op.quants(std::min(op.n, o0 + 32));
+  RegionPrefetch prefetch(next, std::max(next, next_end), steps);
+  const __m512i nib = _mm512_set1_epi8(0x0f);
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t c0 = 0; c0 < op.blocks; c0 += kChunkBlocks) {
+    const int nb = static_cast<int>(std::min<int64_t>(kChunkBlocks, op.blocks - c0));
+    __m512 dwc[kChunkBlocks], mc[kChunkBlocks];
+    {
+      const uint8_t* p[16];
+      for (int j = 0; j < 16; ++j) p[j] = rows[j] + op.scales_off + 2 * c0;
+      load_block_params(p, nb, dwc);
+      for (int j = 0; j < 16; ++j) p[j] = rows[j] + op.mins_off + 2 * c0;
+      load_block_params(p, nb, mc);
+    }
+    for (int64_t s = c0 / 4; s < (c0 + nb + 3) / 4; ++s) {
+      prefetch.step();
+      const int64_t b0 = s * 4;
+      const int cb = static_cast<int>(b0 - c0);  // the step's first block in the chunk
+      const int whole = static_cast<int>(std::min<int64_t>(4, op.blocks - b0));
+      const __mmask64 qmask = whole == 4 ? ~__mmask64{0} : (__mmask64{1} << (16 * whole)) - 1;
+      __m512i lo[16], hi[16];
+      for (int j = 0; j < 16; ++j) {
+        const __m512i packed = _mm512_maskz_loadu_epi8(qmask, rows[j] + 64 * s);
+        lo[j] = _mm512_and_si512(packed, nib);
+        hi[j] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), nib);
+      }
+      if constexpr (kTransposed) {
+        // The packed bytes as [word][output]: word 4b + g holds block b's weights 4g .. 4g + 3
+        // (low nibbles) and 16 + 4g .. (high), for 16 outputs.
+        __m512i packed[16], pt[16];
+        for (int j = 0; j < 16; ++j)
+          packed[j] = _mm512_or_si512(lo[j], _mm512_slli_epi16(hi[j], 4));
+        transpose16(packed, pt);
+        for (int w = 0; w < 16; ++w) {
+          lo[w] = _mm512_and_si512(pt[w], nib);
+          hi[w] = _mm512_and_si512(_mm512_srli_epi16(pt[w], 4), nib);
+        }
+        for (int r = 0; r < R; ++r) {
+          const uint8_t* xr = op.xq(r) + 128 * s;
+          const float* dx = op.dx(r) + b0;
+          const float* dxs = op.dxs(r) + b0;
+          for (int b = 0; b < whole; ++b) {
+            __m512i sum = _mm512_setzero_si512();
+            for (int g = 0; g < 4; ++g) {
+              sum = _mm512_dpbusd_epi32(sum, lo[4 * b + g], broadcast_word(xr + kB * b + 4 * g));
+              sum =
+                  _mm512_dpbusd_epi32(sum, hi[4 * b + g], broadcast_word(xr + kB * b + 16 + 4 * g));
+            }
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
+                                     _mm512_mul_ps(dwc[cb + b], _mm512_set1_ps(dx[b])), acc[r]);
+            acc[r] = _mm512_fmadd_ps(mc[cb + b], _mm512_set1_ps(dxs[b]), acc[r]);
+          }
+        }
+        continue;
+      }
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* xr = op.xq(r) + 128 * s;
+        const __m512i x0 = _mm512_loadu_si512(xr), x1 = _mm512_loadu_si512(xr + 64);
+        // The four blocks' first halves and second halves, lined up with the nibbles.
+        const __m512i xlo = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(2, 0, 2, 0));
+        const __m512i xhi = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(3, 1, 3, 1));
+        __m512i dot[16], f[4];
+        for (int j = 0; j < 16; ++j)
+          dot[j] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[j], xlo),
+                                       hi[j], xhi);
+        reduce16(dot, f);
+        const float* dx = op.dx(r) + b0;
+        const float* dxs = op.dxs(r) + b0;
+        for (int b = 0; b < whole; ++b) {
+          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(f[b]),
+                                   _mm512_mul_ps(dwc[cb + b], _mm512_set1_ps(dx[b])), acc[r]);
+          acc[r] = _mm512_fmadd_ps(mc[cb + b], _mm512_set1_ps(dxs[b]), acc[r]);
+        }
+      }
+    }
+  }
+  const __mmask16 omask = static_cast<__mmask16>((1u << nvalid) - 1);
+  const __m512 bias = op.bias ? _mm512_maskz_loadu_ps(omask, op.bias + o0) : _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r)
+    _mm512_mask_storeu_ps(op.out + r * op.n + o0, omask,
+                          op.bias ? _mm512_add_ps(acc[r], bias) : acc[r]);
+}
+
 template <bool kQ4, int R>
 void gemv(const Operands& op, WorkerPool& pool) {
   const int64_t groups = (op.n + 15) / 16;
   // Static contiguous ranges: each thread streams one region of the matrix.
-  pool.parallel_for(groups, pool.size() > 1 && op.n * op.row_bytes >= (1 << 15),
-                    [&](int64_t g) { gemv_group<kQ4, R>(op, g * 16); });
+  pool.parallel_for(groups, pool.size() > 1 && op.n * op.row_bytes >= (1 << 15), [&](int64_t g) {
+    if constexpr (kQ4)
+      gemv_group_q4<R>(op, g * 16);
+    else
+      gemv_group<kQ4, R>(op, g * 16);
+  });
 }
 
 // ---------------------------------------------------------------------------------------
