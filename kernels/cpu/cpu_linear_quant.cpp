@@ -2,11 +2,14 @@
 // that the header defines; the kernels differ only in how they get the blocks' integer sums.
 // - AVX-512 VNNI: the GEMV takes 16 output rows at a time, multiplies each one's step of 64
 //   weight bytes by the activation row with vpdpbusd, and reduces the 16 products' lanes to
-//   one vector of 16 outputs per block (reduce16); from 4 rows on it transposes the 16 rows'
-//   step to [4 weights][output] once and multiplies it by broadcast activations instead. The
-//   GEMM packs a tile of 32 outputs ([block][4 consecutive weights][output], gathered) once
-//   for all rows, so that one vpdpbusd with a broadcast group of 4 activations advances 16
-//   outputs, and keeps 6 rows x 32 outputs of block sums and accumulators in registers.
+//   one vector of 16 outputs per block (reduce16; Q4_B32: vpackssdw / vpmaddwd, its partial
+//   sums fit int16); from 4 rows on it transposes the 16 rows' step to [4 weights][output]
+//   once and multiplies it by broadcast activations instead. Q8_B32 gathers each block's 16
+//   scales; Q4_B32 reads 16 blocks of each row's scales and mins with one load and transposes
+//   them (gemv_group_q4). The GEMM packs a tile of 32 outputs ([block][4 consecutive
+//   weights][output], gathered) once for all rows, so that one vpdpbusd with a broadcast
+//   group of 4 activations advances 16 outputs, and keeps 6 rows x 32 outputs of block sums
+//   and accumulators in registers.
 // - Otherwise one output and one row at a time (AVX2's vpmaddubsw for each block's sum, or
 //   scalar code).
 //
@@ -247,6 +250,7 @@ constexpr int kTransposeRows = 4;
 
 template <bool kQ4, int R>
 void gemv_group(const Operands& op, int64_t o0) {
+  static_assert(!kQ4, "Q4_B32 runs gemv_group_q4");
   constexpr bool kTransposed = R >= kTransposeRows;
   const int64_t nvalid = std::min<int64_t>(16, op.n - o0);
   // Outputs past n repeat the last one (computed, not stored).
@@ -257,7 +261,7 @@ void gemv_group(const Operands& op, int64_t o0) {
       _mm512_min_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                        _mm512_set1_epi32(static_cast<int>(nvalid - 1))),
       _mm512_set1_epi32(static_cast<int>(op.row_bytes)));
-  constexpr int kStepBlocks = kQ4 ? 4 : 2;
+  constexpr int kStepBlocks = 2;
   const int64_t steps = (op.blocks + kStepBlocks - 1) / kStepBlocks;
   const uint8_t* next = op.quants(o0) + 16 * op.row_bytes;
   const uint8_t* next_end = op.quants(std::min(op.n, o0 + 32));
@@ -268,114 +272,52 @@ void gemv_group(const Operands& op, int64_t o0) {
     prefetch.step();
     const int64_t b0 = s * kStepBlocks;
     const int whole = static_cast<int>(std::min<int64_t>(kStepBlocks, op.blocks - b0));
-    __m512 dw[kStepBlocks], m[kStepBlocks];
-    for (int b = 0; b < whole; ++b) {
-      dw[b] = gather_f16(op.scales(o0) + 2 * (b0 + b), idx_valid);
-      if constexpr (kQ4) m[b] = gather_f16(op.mins(o0) + 2 * (b0 + b), idx_valid);
+    __m512 dw[kStepBlocks];
+    for (int b = 0; b < whole; ++b) dw[b] = gather_f16(op.scales(o0) + 2 * (b0 + b), idx_valid);
+    const __mmask64 qmask = whole == 2 ? ~__mmask64{0} : __mmask64{0xffffffff};
+    // Each output's lanes start from -128 x its weights' lane sums, so that vpdpbusd with
+    // the stored qx + 128 leaves the exact sums of qw qx.
+    const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
+    __m512i w[16], neg_corr[16];
+    for (int j = 0; j < 16; ++j) {
+      w[j] = _mm512_maskz_loadu_epi8(qmask, rows[j] + 64 * s);
+      neg_corr[j] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                     _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, w[j]));
     }
-    if constexpr (kQ4) {
-      const __mmask64 qmask = whole == 4 ? ~__mmask64{0} : (__mmask64{1} << (16 * whole)) - 1;
-      const __m512i nib = _mm512_set1_epi8(0x0f);
-      __m512i lo[16], hi[16];
-      for (int j = 0; j < 16; ++j) {
-        const __m512i packed = _mm512_maskz_loadu_epi8(qmask, rows[j] + 64 * s);
-        lo[j] = _mm512_and_si512(packed, nib);
-        hi[j] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), nib);
-      }
-      if constexpr (kTransposed) {
-        // The packed bytes as [word][output]: word 4b + g holds block b's weights 4g .. 4g + 3
-        // (low nibbles) and 16 + 4g .. (high), for 16 outputs.
-        __m512i packed[16], pt[16];
-        for (int j = 0; j < 16; ++j)
-          packed[j] = _mm512_or_si512(lo[j], _mm512_slli_epi16(hi[j], 4));
-        transpose16(packed, pt);
-        for (int w = 0; w < 16; ++w) {
-          lo[w] = _mm512_and_si512(pt[w], nib);
-          hi[w] = _mm512_and_si512(_mm512_srli_epi16(pt[w], 4), nib);
-        }
-        for (int r = 0; r < R; ++r) {
-          const uint8_t* xr = op.xq(r) + 128 * s;
-          const float* dx = op.dx(r) + b0;
-          const float* dxs = op.dxs(r) + b0;
-          for (int b = 0; b < whole; ++b) {
-            __m512i sum = _mm512_setzero_si512();
-            for (int g = 0; g < 4; ++g) {
-              sum = _mm512_dpbusd_epi32(sum, lo[4 * b + g], broadcast_word(xr + kB * b + 4 * g));
-              sum =
-                  _mm512_dpbusd_epi32(sum, hi[4 * b + g], broadcast_word(xr + kB * b + 16 + 4 * g));
-            }
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
-                                     _mm512_mul_ps(dw[b], _mm512_set1_ps(dx[b])), acc[r]);
-            acc[r] = _mm512_fmadd_ps(m[b], _mm512_set1_ps(dxs[b]), acc[r]);
-          }
-        }
-        continue;
+    if constexpr (kTransposed) {
+      // [word][output]: word 8b + g holds block b's weights 4g .. 4g + 3 for 16 outputs.
+      __m512i wt[16];
+      transpose16(w, wt);
+      __m512i init[2];
+      const __m512i ones = _mm512_set1_epi8(1);
+      for (int b = 0; b < whole; ++b) {
+        __m512i sum = _mm512_setzero_si512();
+        for (int g = 0; g < 8; ++g) sum = _mm512_dpbusd_epi32(sum, ones, wt[8 * b + g]);
+        init[b] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7));
       }
       for (int r = 0; r < R; ++r) {
-        const uint8_t* xr = op.xq(r) + 128 * s;
-        const __m512i x0 = _mm512_loadu_si512(xr), x1 = _mm512_loadu_si512(xr + 64);
-        // The four blocks' first halves and second halves, lined up with the nibbles.
-        const __m512i xlo = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(2, 0, 2, 0));
-        const __m512i xhi = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(3, 1, 3, 1));
-        __m512i dot[16], f[4];
-        for (int j = 0; j < 16; ++j)
-          dot[j] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[j], xlo),
-                                       hi[j], xhi);
-        reduce16(dot, f);
+        const uint8_t* xr = op.xq(r) + 64 * s;
         const float* dx = op.dx(r) + b0;
-        const float* dxs = op.dxs(r) + b0;
         for (int b = 0; b < whole; ++b) {
-          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(f[b]),
+          __m512i sum = init[b];
+          for (int g = 0; g < 8; ++g)
+            sum = _mm512_dpbusd_epi32(sum, broadcast_word(xr + kB * b + 4 * g), wt[8 * b + g]);
+          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
                                    _mm512_mul_ps(dw[b], _mm512_set1_ps(dx[b])), acc[r]);
-          acc[r] = _mm512_fmadd_ps(m[b], _mm512_set1_ps(dxs[b]), acc[r]);
         }
       }
-    } else {
-      const __mmask64 qmask = whole == 2 ? ~__mmask64{0} : __mmask64{0xffffffff};
-      // Each output's lanes start from -128 x its weights' lane sums, so that vpdpbusd with
-      // the stored qx + 128 leaves the exact sums of qw qx.
-      const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
-      __m512i w[16], neg_corr[16];
-      for (int j = 0; j < 16; ++j) {
-        w[j] = _mm512_maskz_loadu_epi8(qmask, rows[j] + 64 * s);
-        neg_corr[j] = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                       _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, w[j]));
-      }
-      if constexpr (kTransposed) {
-        // [word][output]: word 8b + g holds block b's weights 4g .. 4g + 3 for 16 outputs.
-        __m512i wt[16];
-        transpose16(w, wt);
-        __m512i init[2];
-        const __m512i ones = _mm512_set1_epi8(1);
-        for (int b = 0; b < whole; ++b) {
-          __m512i sum = _mm512_setzero_si512();
-          for (int g = 0; g < 8; ++g) sum = _mm512_dpbusd_epi32(sum, ones, wt[8 * b + g]);
-          init[b] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7));
-        }
-        for (int r = 0; r < R; ++r) {
-          const uint8_t* xr = op.xq(r) + 64 * s;
-          const float* dx = op.dx(r) + b0;
-          for (int b = 0; b < whole; ++b) {
-            __m512i sum = init[b];
-            for (int g = 0; g < 8; ++g)
-              sum = _mm512_dpbusd_epi32(sum, broadcast_word(xr + kB * b + 4 * g), wt[8 * b + g]);
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
-                                     _mm512_mul_ps(dw[b], _mm512_set1_ps(dx[b])), acc[r]);
-          }
-        }
-        continue;
-      }
-      for (int r = 0; r < R; ++r) {
-        const __m512i xu = _mm512_loadu_si512(op.xq(r) + 64 * s);
-        __m512i dot[16], f[4];
-        for (int j = 0; j < 16; ++j) dot[j] = _mm512_dpbusd_epi32(neg_corr[j], xu, w[j]);
-        reduce16(dot, f);
-        const __m512i sums[2] = {_mm512_add_epi32(f[0], f[1]), _mm512_add_epi32(f[2], f[3])};
-        const float* dx = op.dx(r) + b0;
-        for (int b = 0; b < whole; ++b)
-          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[b]),
-                                   _mm512_mul_ps(dw[b], _mm512_set1_ps(dx[b])), acc[r]);
-      }
+      continue;
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m512i xu = _mm512_loadu_si512(op.xq(r) + 64 * s);
+      __m512i dot[16], f[4];
+      for (int j = 0; j < 16; ++j) dot[j] = _mm512_dpbusd_epi32(neg_corr[j], xu, w[j]);
+      reduce16(dot, f);
+      const __m512i sums[2] = {_mm512_add_epi32(f[0], f[1]), _mm512_add_epi32(f[2], f[3])};
+      const float* dx = op.dx(r) + b0;
+      for (int b = 0; b < whole; ++b)
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[b]),
+                                 _mm512_mul_ps(dw[b], _mm512_set1_ps(dx[b])), acc[r]);
     }
   }
   const __mmask16 omask = static_cast<__mmask16>((1u << nvalid) - 1);
