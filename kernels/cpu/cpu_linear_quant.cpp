@@ -333,10 +333,12 @@ void gemv_group(const Operands& op, int64_t o0) {
 
 // f[b] lane j = the f16 at row[j] + 2 b as f32, for b < nb (<= 16); f[b >= nb] undefined.
 inline void load_block_params(const uint8_t* const* row, int nb, __m512* f) {
-  const __mmask16 mask = static_cast<__mmask16>((1u << nb) - 1);
+  // A 512-bit masked load (AVX512BW, no AVX512VL needed) of nb words: nothing past them is read.
+  const __mmask32 mask = static_cast<__mmask32>((1u << nb) - 1);
   __m512i v[16], t[16];
   for (int j = 0; j < 16; ++j)
-    v[j] = _mm512_castps_si512(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, row[j])));
+    v[j] = _mm512_castps_si512(
+        _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_maskz_loadu_epi16(mask, row[j]))));
   transpose16(v, t);
   for (int b = 0; b < 16; ++b) f[b] = _mm512_castsi512_ps(t[b]);
 }
