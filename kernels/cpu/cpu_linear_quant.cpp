@@ -2,11 +2,14 @@
 // that the header defines; the kernels differ only in how they get the blocks' integer sums.
 // - AVX-512 VNNI: the GEMV takes 16 output rows at a time, multiplies each one's step of 64
 //   weight bytes by the activation row with vpdpbusd, and reduces the 16 products' lanes to
-//   one vector of 16 outputs per block (reduce16); from 4 rows on it transposes the 16 rows'
-//   step to [4 weights][output] once and multiplies it by broadcast activations instead. The
-//   GEMM packs a tile of 32 outputs ([block][4 consecutive weights][output], gathered) once
-//   for all rows, so that one vpdpbusd with a broadcast group of 4 activations advances 16
-//   outputs, and keeps 6 rows x 32 outputs of block sums and accumulators in registers.
+//   one vector of 16 outputs per block (reduce16; Q4_B32: vpackssdw / vpmaddwd, its partial
+//   sums fit int16); from 4 rows on it transposes the 16 rows' step to [4 weights][output]
+//   once and multiplies it by broadcast activations instead. Q8_B32 gathers each block's 16
+//   scales; Q4_B32 reads 16 blocks of each row's scales and mins with one load and transposes
+//   them (gemv_group_q4). The GEMM packs a tile of 32 outputs ([block][4 consecutive
+//   weights][output], gathered) once for all rows, so that one vpdpbusd with a broadcast
+//   group of 4 activations advances 16 outputs, and keeps 6 rows x 32 outputs of block sums
+//   and accumulators in registers.
 // - Otherwise one output and one row at a time (AVX2's vpmaddubsw for each block's sum, or
 //   scalar code).
 //
@@ -208,6 +211,7 @@ constexpr int kTransposeRows = 4;
 
 template <bool kQ4, int R>
 void gemv_group(const Operands& op, int64_t o0) {
+  static_assert(!kQ4, "Q4_B32 runs gemv_group_q4");
   constexpr bool kTransposed = R >= kTransposeRows;
   const int64_t nvalid = std::min<int64_t>(16, op.n - o0);
   // Outputs past n repeat the last one (computed, not stored).
@@ -218,7 +222,7 @@ void gemv_group(const Operands& op, int64_t o0) {
       _mm512_min_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                        _mm512_set1_epi32(static_cast<int>(nvalid - 1))),
       _mm512_set1_epi32(static_cast<int>(op.row_bytes)));
-  constexpr int kStepBlocks = kQ4 ? 4 : 2;
+  constexpr int kStepBlocks = 2;
   const int64_t steps = (op.blocks + kStepBlocks - 1) / kStepBlocks;
   const uint8_t* next = op.quants(o0) + 16 * op.row_bytes;
   const uint8_t* next_end = op.quants(std::min(op.n, o0 + 32));
@@ -229,113 +233,189 @@ void gemv_group(const Operands& op, int64_t o0) {
     prefetch.step();
     const int64_t b0 = s * kStepBlocks;
     const int whole = static_cast<int>(std::min<int64_t>(kStepBlocks, op.blocks - b0));
-    __m512 dw[kStepBlocks], m[kStepBlocks];
-    for (int b = 0; b < whole; ++b) {
-      dw[b] = gather_f16(op.scales(o0) + 2 * (b0 + b), idx_valid);
-      if constexpr (kQ4) m[b] = gather_f16(op.mins(o0) + 2 * (b0 + b), idx_valid);
+    __m512 dw[kStepBlocks];
+    for (int b = 0; b < whole; ++b) dw[b] = gather_f16(op.scales(o0) + 2 * (b0 + b), idx_valid);
+    const __mmask64 qmask = whole == 2 ? ~__mmask64{0} : __mmask64{0xffffffff};
+    // Each output's lanes start from -128 x its weights' lane sums, so that vpdpbusd with
+    // the stored qx + 128 leaves the exact sums of qw qx.
+    const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
+    __m512i w[16], neg_corr[16];
+    for (int j = 0; j < 16; ++j) {
+      w[j] = _mm512_maskz_loadu_epi8(qmask, rows[j] + 64 * s);
+      neg_corr[j] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                     _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, w[j]));
     }
-    if constexpr (kQ4) {
-      const __mmask64 qmask = whole == 4 ? ~__mmask64{0} : (__mmask64{1} << (16 * whole)) - 1;
-      const __m512i nib = _mm512_set1_epi8(0x0f);
-      __m512i lo[16], hi[16];
-      for (int j = 0; j < 16; ++j) {
-        const __m512i packed = _mm512_maskz_loadu_epi8(qmask, rows[j] + 64 * s);
-        lo[j] = _mm512_and_si512(packed, nib);
-        hi[j] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), nib);
+    if constexpr (kTransposed) {
+      // [word][output]: word 8b + g holds block b's weights 4g .. 4g + 3 for 16 outputs.
+      __m512i wt[16];
+      transpose16(w, wt);
+      __m512i init[2];
+      const __m512i ones = _mm512_set1_epi8(1);
+      for (int b = 0; b < whole; ++b) {
+        __m512i sum = _mm512_setzero_si512();
+        for (int g = 0; g < 8; ++g) sum = _mm512_dpbusd_epi32(sum, ones, wt[8 * b + g]);
+        init[b] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7));
       }
-      if constexpr (kTransposed) {
-        // The packed bytes as [word][output]: word 4b + g holds block b's weights 4g .. 4g + 3
-        // (low nibbles) and 16 + 4g .. (high), for 16 outputs.
-        __m512i packed[16], pt[16];
-        for (int j = 0; j < 16; ++j)
-          packed[j] = _mm512_or_si512(lo[j], _mm512_slli_epi16(hi[j], 4));
-        transpose16(packed, pt);
-        for (int w = 0; w < 16; ++w) {
-          lo[w] = _mm512_and_si512(pt[w], nib);
-          hi[w] = _mm512_and_si512(_mm512_srli_epi16(pt[w], 4), nib);
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* xr = op.xq(r) + 64 * s;
+        const float* dx = op.dx(r) + b0;
+        for (int b = 0; b < whole; ++b) {
+          __m512i sum = init[b];
+          for (int g = 0; g < 8; ++g)
+            sum = _mm512_dpbusd_epi32(sum, broadcast_word(xr + kB * b + 4 * g), wt[8 * b + g]);
+          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
+                                   _mm512_mul_ps(dw[b], _mm512_set1_ps(dx[b])), acc[r]);
         }
-        for (int r = 0; r < R; ++r) {
-          const uint8_t* xr = op.xq(r) + 128 * s;
-          const float* dx = op.dx(r) + b0;
-          const float* dxs = op.dxs(r) + b0;
-          for (int b = 0; b < whole; ++b) {
-            __m512i sum = _mm512_setzero_si512();
-            for (int g = 0; g < 4; ++g) {
-              sum = _mm512_dpbusd_epi32(sum, lo[4 * b + g], broadcast_word(xr + kB * b + 4 * g));
-              sum =
-                  _mm512_dpbusd_epi32(sum, hi[4 * b + g], broadcast_word(xr + kB * b + 16 + 4 * g));
-            }
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
-                                     _mm512_mul_ps(dw[b], _mm512_set1_ps(dx[b])), acc[r]);
-            acc[r] = _mm512_fmadd_ps(m[b], _mm512_set1_ps(dxs[b]), acc[r]);
-          }
-        }
-        continue;
+      }
+      continue;
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m512i xu = _mm512_loadu_si512(op.xq(r) + 64 * s);
+      __m512i dot[16], f[4];
+      for (int j = 0; j < 16; ++j) dot[j] = _mm512_dpbusd_epi32(neg_corr[j], xu, w[j]);
+      reduce16(dot, f);
+      const __m512i sums[2] = {_mm512_add_epi32(f[0], f[1]), _mm512_add_epi32(f[2], f[3])};
+      const float* dx = op.dx(r) + b0;
+      for (int b = 0; b < whole; ++b)
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[b]),
+                                 _mm512_mul_ps(dw[b], _mm512_set1_ps(dx[b])), acc[r]);
+    }
+  }
+  const __mmask16 omask = static_cast<__mmask16>((1u << nvalid) - 1);
+  const __m512 bias = op.bias ? _mm512_maskz_loadu_ps(omask, op.bias + o0) : _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r)
+    _mm512_mask_storeu_ps(op.out + r * op.n + o0, omask,
+                          op.bias ? _mm512_add_ps(acc[r], bias) : acc[r]);
+}
+
+// Q4_B32 GEMV. The 16 rows' f16 scales and mins are read as stored, 16 blocks of a row
+// with one load, and transposed to [block][output] f32 once per 16 blocks (instead of
+// gathering each block's 16 values across the rows).
+
+// f[b] lane j = the f16 at row[j] + 2 b as f32, for b < nb (<= 16); f[b >= nb] undefined.
+inline void load_block_params(const uint8_t* const* row, int nb, __m512* f) {
+  // A 512-bit masked load (AVX512BW, no AVX512VL needed) of nb words: nothing past them is read.
+  const __mmask32 mask = static_cast<__mmask32>((1u << nb) - 1);
+  __m512i v[16], t[16];
+  for (int j = 0; j < 16; ++j)
+    v[j] = _mm512_castps_si512(
+        _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_maskz_loadu_epi16(mask, row[j]))));
+  transpose16(v, t);
+  for (int b = 0; b < 16; ++b) f[b] = _mm512_castsi512_ps(t[b]);
+}
+
+// Each byte's high nibble (one GFNI affine transform: bits 4..7 to 0..3, where the CPU has
+// it; 4-7% faster than a shift and a mask in the R = 1 GEMV from cache).
+inline __m512i high_nibbles(__m512i packed) {
+#if defined(__GFNI__)
+  return _mm512_gf2p8affine_epi64_epi8(packed, _mm512_set1_epi64(0x1020408000000000LL), 0);
+#else
+  return _mm512_and_si512(_mm512_srli_epi16(packed, 4), _mm512_set1_epi8(0x0f));
+#endif
+}
+
+template <int R>
+void gemv_group_q4(const Operands& op, int64_t o0) {
+  constexpr bool kTransposed = R >= kTransposeRows;
+  constexpr int kChunkBlocks = 16;  // blocks per scale / min transpose: 4 steps
+  const int64_t nvalid = std::min<int64_t>(16, op.n - o0);
+  // Outputs past n repeat the last one (computed, not stored).
+  const uint8_t* rows[16];
+  for (int j = 0; j < 16; ++j) rows[j] = op.quants(o0 + std::min<int64_t>(j, nvalid - 1));
+  const int64_t steps = (op.blocks + 3) / 4;
+  // The group after the next one is prefetched: one group ahead left the first steps of
+  // each group waiting on its rows' last lines (GEMV R = 1, 0.6B shapes: 5-15% slower).
+  const uint8_t* next = op.quants(std::min(op.n, o0 + 32));
+  const uint8_t* next_end = op.quants(std::min(op.n, o0 + 48));
+  RegionPrefetch prefetch(next, next_end, steps);
+  const __m512i nib = _mm512_set1_epi8(0x0f);
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  __m512 dwc[kChunkBlocks], mc[kChunkBlocks];  // the current chunk's scales and mins
+  for (int64_t s = 0; s < steps; ++s) {
+    prefetch.step();
+    const int64_t b0 = s * 4;
+    const int whole = static_cast<int>(std::min<int64_t>(4, op.blocks - b0));
+    const int cb = static_cast<int>(b0 % kChunkBlocks);  // the step's first block in its chunk
+    if (cb == 0) {
+      const int nb = static_cast<int>(std::min<int64_t>(kChunkBlocks, op.blocks - b0));
+      const uint8_t* p[16];
+      for (int j = 0; j < 16; ++j) p[j] = rows[j] + op.scales_off + 2 * b0;
+      load_block_params(p, nb, dwc);
+      for (int j = 0; j < 16; ++j) p[j] = rows[j] + op.mins_off + 2 * b0;
+      load_block_params(p, nb, mc);
+    }
+    const __mmask64 qmask = whole == 4 ? ~__mmask64{0} : (__mmask64{1} << (16 * whole)) - 1;
+    if constexpr (kTransposed) {
+      // The packed bytes as [word][output]: word 4b + g holds block b's weights 4g .. 4g + 3
+      // (low nibbles) and 16 + 4g .. (high), for 16 outputs.
+      __m512i packed[16], pt[16], lo[16], hi[16];
+      for (int j = 0; j < 16; ++j) packed[j] = _mm512_maskz_loadu_epi8(qmask, rows[j] + 64 * s);
+      transpose16(packed, pt);
+      for (int w = 0; w < 16; ++w) {
+        lo[w] = _mm512_and_si512(pt[w], nib);
+        hi[w] = high_nibbles(pt[w]);
       }
       for (int r = 0; r < R; ++r) {
         const uint8_t* xr = op.xq(r) + 128 * s;
-        const __m512i x0 = _mm512_loadu_si512(xr), x1 = _mm512_loadu_si512(xr + 64);
-        // The four blocks' first halves and second halves, lined up with the nibbles.
-        const __m512i xlo = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(2, 0, 2, 0));
-        const __m512i xhi = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(3, 1, 3, 1));
-        __m512i dot[16], f[4];
-        for (int j = 0; j < 16; ++j)
-          dot[j] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[j], xlo),
-                                       hi[j], xhi);
-        reduce16(dot, f);
         const float* dx = op.dx(r) + b0;
         const float* dxs = op.dxs(r) + b0;
         for (int b = 0; b < whole; ++b) {
-          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(f[b]),
-                                   _mm512_mul_ps(dw[b], _mm512_set1_ps(dx[b])), acc[r]);
-          acc[r] = _mm512_fmadd_ps(m[b], _mm512_set1_ps(dxs[b]), acc[r]);
+          __m512i sum = _mm512_setzero_si512();
+          for (int g = 0; g < 4; ++g) {
+            sum = _mm512_dpbusd_epi32(sum, lo[4 * b + g], broadcast_word(xr + kB * b + 4 * g));
+            sum = _mm512_dpbusd_epi32(sum, hi[4 * b + g], broadcast_word(xr + kB * b + 16 + 4 * g));
+          }
+          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
+                                   _mm512_mul_ps(dwc[cb + b], _mm512_set1_ps(dx[b])), acc[r]);
+          acc[r] = _mm512_fmadd_ps(mc[cb + b], _mm512_set1_ps(dxs[b]), acc[r]);
         }
       }
     } else {
-      const __mmask64 qmask = whole == 2 ? ~__mmask64{0} : __mmask64{0xffffffff};
-      // Each output's lanes start from -128 x its weights' lane sums, so that vpdpbusd with
-      // the stored qx + 128 leaves the exact sums of qw qx.
-      const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
-      __m512i w[16], neg_corr[16];
-      for (int j = 0; j < 16; ++j) {
-        w[j] = _mm512_maskz_loadu_epi8(qmask, rows[j] + 64 * s);
-        neg_corr[j] = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                       _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, w[j]));
+      // Each row's activations: the four blocks' first halves and second halves, lined up
+      // with the low and the high nibbles.
+      __m512i xlo[R], xhi[R];
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* xr = op.xq(r) + 128 * s;
+        const __m512i x0 = _mm512_loadu_si512(xr), x1 = _mm512_loadu_si512(xr + 64);
+        xlo[r] = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(2, 0, 2, 0));
+        xhi[r] = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(3, 1, 3, 1));
       }
-      if constexpr (kTransposed) {
-        // [word][output]: word 8b + g holds block b's weights 4g .. 4g + 3 for 16 outputs.
-        __m512i wt[16];
-        transpose16(w, wt);
-        __m512i init[2];
-        const __m512i ones = _mm512_set1_epi8(1);
-        for (int b = 0; b < whole; ++b) {
-          __m512i sum = _mm512_setzero_si512();
-          for (int g = 0; g < 8; ++g) sum = _mm512_dpbusd_epi32(sum, ones, wt[8 * b + g]);
-          init[b] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7));
+      // Each output's products, reduced to one sum per block as reduce16 does, with fewer
+      // shuffles: a lane of dot holds 8 products of a 4-bit weight and an int8 activation
+      // (|lane| <= 8 * 15 * 127 = 15240), so a sum of two lanes fits int16 and each halving
+      // packs two vectors to int16 (vpackssdw, exact here) and adds neighbours (vpmaddwd):
+      // 2 instructions where reduce16 takes 3. 4 outputs at a time, so that few registers
+      // are live (the unpacked weights of 4 outputs, not 16); u[r][q] 128-bit lane b holds
+      // block b's sums of outputs 4q .. 4q + 3.
+      const __m512i ones = _mm512_set1_epi16(1);
+      __m512i u[R][4], sums[R][4];
+      for (int q = 0; q < 4; ++q) {
+        __m512i lo[4], hi[4];
+        for (int i = 0; i < 4; ++i) {
+          const __m512i packed = _mm512_maskz_loadu_epi8(qmask, rows[4 * q + i] + 64 * s);
+          lo[i] = _mm512_and_si512(packed, nib);
+          hi[i] = high_nibbles(packed);
         }
         for (int r = 0; r < R; ++r) {
-          const uint8_t* xr = op.xq(r) + 64 * s;
-          const float* dx = op.dx(r) + b0;
-          for (int b = 0; b < whole; ++b) {
-            __m512i sum = init[b];
-            for (int g = 0; g < 8; ++g)
-              sum = _mm512_dpbusd_epi32(sum, broadcast_word(xr + kB * b + 4 * g), wt[8 * b + g]);
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
-                                     _mm512_mul_ps(dw[b], _mm512_set1_ps(dx[b])), acc[r]);
-          }
+          __m512i dot[4];
+          for (int i = 0; i < 4; ++i)
+            dot[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[i], xlo[r]),
+                                         hi[i], xhi[r]);
+          const __m512i t0 = _mm512_madd_epi16(_mm512_packs_epi32(dot[0], dot[1]), ones);
+          const __m512i t1 = _mm512_madd_epi16(_mm512_packs_epi32(dot[2], dot[3]), ones);
+          u[r][q] = _mm512_madd_epi16(_mm512_packs_epi32(t0, t1), ones);
         }
-        continue;
       }
+      for (int r = 0; r < R; ++r) transpose_lanes4(u[r], sums[r]);
       for (int r = 0; r < R; ++r) {
-        const __m512i xu = _mm512_loadu_si512(op.xq(r) + 64 * s);
-        __m512i dot[16], f[4];
-        for (int j = 0; j < 16; ++j) dot[j] = _mm512_dpbusd_epi32(neg_corr[j], xu, w[j]);
-        reduce16(dot, f);
-        const __m512i sums[2] = {_mm512_add_epi32(f[0], f[1]), _mm512_add_epi32(f[2], f[3])};
         const float* dx = op.dx(r) + b0;
-        for (int b = 0; b < whole; ++b)
-          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[b]),
-                                   _mm512_mul_ps(dw[b], _mm512_set1_ps(dx[b])), acc[r]);
+        const float* dxs = op.dxs(r) + b0;
+        for (int b = 0; b < whole; ++b) {
+          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[r][b]),
+                                   _mm512_mul_ps(dwc[cb + b], _mm512_set1_ps(dx[b])), acc[r]);
+          acc[r] = _mm512_fmadd_ps(mc[cb + b], _mm512_set1_ps(dxs[b]), acc[r]);
+        }
       }
     }
   }
@@ -350,8 +430,12 @@ template <bool kQ4, int R>
 void gemv(const Operands& op, WorkerPool& pool) {
   const int64_t groups = (op.n + 15) / 16;
   // Static contiguous ranges: each thread streams one region of the matrix.
-  pool.parallel_for(groups, pool.size() > 1 && op.n * op.row_bytes >= (1 << 15),
-                    [&](int64_t g) { gemv_group<kQ4, R>(op, g * 16); });
+  pool.parallel_for(groups, pool.size() > 1 && op.n * op.row_bytes >= (1 << 15), [&](int64_t g) {
+    if constexpr (kQ4)
+      gemv_group_q4<R>(op, g * 16);
+    else
+      gemv_group<kQ4, R>(op, g * 16);
+  });
 }
 
 // ---------------------------------------------------------------------------------------
