@@ -430,8 +430,8 @@ void CpuBackend::store_kv_impl(const Tensor& k, const Tensor& v, const BatchMeta
   check_cache(cache);
   const int64_t row = cache.k.dim(2) * cache.k.dim(3);  // Hkv * hd
   const int64_t slots = cache.k.dim(0) * cache.k.dim(1);
-  cpu::check_f32_rows(k, row, "store_kv k");
-  cpu::check_f32_rows(v, row, "store_kv v");
+  cpu::check_on_cpu(k, "store_kv k");
+  cpu::check_on_cpu(v, "store_kv v");
   const int64_t t_dim = cpu::rows_of(k);
   const bool bf16 = cache.k.dtype == DType::BF16;
   for (int64_t t = 0; t < t_dim; ++t) {
@@ -455,8 +455,8 @@ void CpuBackend::attention_impl(const Tensor& q, const KvCacheLayer& cache, cons
   const int64_t num_blocks = cache.k.dim(0);
   const int64_t hq = q.dim(-1) / hd;
   const int64_t group = hq / hkv;
-  cpu::check_f32_rows(q, hq * hd, "attention q");
-  cpu::check_float_rows(out, hq * hd, "attention out");  // BF16: the o projection's input
+  cpu::check_on_cpu(q, "attention q");
+  cpu::check_on_cpu(out, "attention out");
   const int64_t t_dim = cpu::rows_of(q);
   const int num_seqs = batch.num_seqs();
   ATTNRES_CHECK(static_cast<int>(batch.query_start.size()) == num_seqs + 1 &&
