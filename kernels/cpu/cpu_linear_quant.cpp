@@ -245,9 +245,125 @@ class RegionPrefetch {
 // Zen 4 VM), at R = 2 and 4 0.8-1.3x, within that machine's noise.
 constexpr int kTransposeRows = 4;
 
+// One step of a Q4 group (4 blocks of the 16 outputs' rows, `whole` of them left in the row):
+// acc[r] += each block's integer dot products times dw * dx, plus the mins' term m * dxs.
+template <int R>
+[[gnu::always_inline]] inline void q4_group_step(const Operands& op, const uint8_t* const* rows,
+                                                 int64_t s, int64_t b0, int whole, const __m512* dw,
+                                                 const __m512* m, __m512* acc) {
+  constexpr bool kTransposed = R >= kTransposeRows;
+  const __mmask64 qmask = whole == 4 ? ~__mmask64{0} : (__mmask64{1} << (16 * whole)) - 1;
+  const __m512i nib = _mm512_set1_epi8(0x0f);
+  __m512i lo[16], hi[16];
+  for (int j = 0; j < 16; ++j) {
+    const __m512i packed = _mm512_maskz_loadu_epi8(qmask, rows[j] + 64 * s);
+    lo[j] = _mm512_and_si512(packed, nib);
+    hi[j] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), nib);
+  }
+  if constexpr (kTransposed) {
+    // The packed bytes as [word][output]: word 4b + g holds block b's weights 4g .. 4g + 3
+    // (low nibbles) and 16 + 4g .. (high), for 16 outputs.
+    __m512i packed[16], pt[16];
+    for (int j = 0; j < 16; ++j) packed[j] = _mm512_or_si512(lo[j], _mm512_slli_epi16(hi[j], 4));
+    transpose16(packed, pt);
+    for (int w = 0; w < 16; ++w) {
+      lo[w] = _mm512_and_si512(pt[w], nib);
+      hi[w] = _mm512_and_si512(_mm512_srli_epi16(pt[w], 4), nib);
+    }
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* xr = op.xq(r) + 128 * s;
+      const float* dx = op.dx(r) + b0;
+      const float* dxs = op.dxs(r) + b0;
+      for (int b = 0; b < whole; ++b) {
+        __m512i sum = _mm512_setzero_si512();
+        for (int g = 0; g < 4; ++g) {
+          sum = _mm512_dpbusd_epi32(sum, lo[4 * b + g], broadcast_word(xr + kB * b + 4 * g));
+          sum = _mm512_dpbusd_epi32(sum, hi[4 * b + g], broadcast_word(xr + kB * b + 16 + 4 * g));
+        }
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
+                                 _mm512_mul_ps(dw[b], _mm512_set1_ps(dx[b])), acc[r]);
+        acc[r] = _mm512_fmadd_ps(m[b], _mm512_set1_ps(dxs[b]), acc[r]);
+      }
+    }
+    return;
+  }
+  for (int r = 0; r < R; ++r) {
+    const uint8_t* xr = op.xq(r) + 128 * s;
+    const __m512i x0 = _mm512_loadu_si512(xr), x1 = _mm512_loadu_si512(xr + 64);
+    // The four blocks' first halves and second halves, lined up with the nibbles.
+    const __m512i xlo = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512i xhi = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(3, 1, 3, 1));
+    __m512i dot[16], f[4];
+    for (int j = 0; j < 16; ++j)
+      dot[j] =
+          _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[j], xlo), hi[j], xhi);
+    reduce16(dot, f);
+    const float* dx = op.dx(r) + b0;
+    const float* dxs = op.dxs(r) + b0;
+    for (int b = 0; b < whole; ++b) {
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(f[b]),
+                               _mm512_mul_ps(dw[b], _mm512_set1_ps(dx[b])), acc[r]);
+      acc[r] = _mm512_fmadd_ps(m[b], _mm512_set1_ps(dxs[b]), acc[r]);
+    }
+  }
+}
+
+// One step of a Q8 group (2 blocks of the 16 outputs' rows, `whole` of them left in the row):
+// acc[r] += each block's integer dot products times dw * dx.
+template <int R>
+[[gnu::always_inline]] inline void q8_group_step(const Operands& op, const uint8_t* const* rows,
+                                                 int64_t s, int64_t b0, int whole, const __m512* dw,
+                                                 __m512* acc) {
+  constexpr bool kTransposed = R >= kTransposeRows;
+  const __mmask64 qmask = whole == 2 ? ~__mmask64{0} : __mmask64{0xffffffff};
+  // Each output's lanes start from -128 x its weights' lane sums, so that vpdpbusd with
+  // the stored qx + 128 leaves the exact sums of qw qx.
+  const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512i w[16], neg_corr[16];
+  for (int j = 0; j < 16; ++j) {
+    w[j] = _mm512_maskz_loadu_epi8(qmask, rows[j] + 64 * s);
+    neg_corr[j] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                   _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, w[j]));
+  }
+  if constexpr (kTransposed) {
+    // [word][output]: word 8b + g holds block b's weights 4g .. 4g + 3 for 16 outputs.
+    __m512i wt[16];
+    transpose16(w, wt);
+    __m512i init[2];
+    const __m512i ones = _mm512_set1_epi8(1);
+    for (int b = 0; b < whole; ++b) {
+      __m512i sum = _mm512_setzero_si512();
+      for (int g = 0; g < 8; ++g) sum = _mm512_dpbusd_epi32(sum, ones, wt[8 * b + g]);
+      init[b] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7));
+    }
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* xr = op.xq(r) + 64 * s;
+      const float* dx = op.dx(r) + b0;
+      for (int b = 0; b < whole; ++b) {
+        __m512i sum = init[b];
+        for (int g = 0; g < 8; ++g)
+          sum = _mm512_dpbusd_epi32(sum, broadcast_word(xr + kB * b + 4 * g), wt[8 * b + g]);
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
+                                 _mm512_mul_ps(dw[b], _mm512_set1_ps(dx[b])), acc[r]);
+      }
+    }
+    return;
+  }
+  for (int r = 0; r < R; ++r) {
+    const __m512i xu = _mm512_loadu_si512(op.xq(r) + 64 * s);
+    __m512i dot[16], f[4];
+    for (int j = 0; j < 16; ++j) dot[j] = _mm512_dpbusd_epi32(neg_corr[j], xu, w[j]);
+    reduce16(dot, f);
+    const __m512i sums[2] = {_mm512_add_epi32(f[0], f[1]), _mm512_add_epi32(f[2], f[3])};
+    const float* dx = op.dx(r) + b0;
+    for (int b = 0; b < whole; ++b)
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[b]),
+                               _mm512_mul_ps(dw[b], _mm512_set1_ps(dx[b])), acc[r]);
+  }
+}
+
 template <bool kQ4, int R>
 void gemv_group(const Operands& op, int64_t o0) {
-  constexpr bool kTransposed = R >= kTransposeRows;
   const int64_t nvalid = std::min<int64_t>(16, op.n - o0);
   // Outputs past n repeat the last one (computed, not stored).
   const uint8_t* rows[16];
@@ -274,108 +390,9 @@ void gemv_group(const Operands& op, int64_t o0) {
       if constexpr (kQ4) m[b] = gather_f16(op.mins(o0) + 2 * (b0 + b), idx_valid);
     }
     if constexpr (kQ4) {
-      const __mmask64 qmask = whole == 4 ? ~__mmask64{0} : (__mmask64{1} << (16 * whole)) - 1;
-      const __m512i nib = _mm512_set1_epi8(0x0f);
-      __m512i lo[16], hi[16];
-      for (int j = 0; j < 16; ++j) {
-        const __m512i packed = _mm512_maskz_loadu_epi8(qmask, rows[j] + 64 * s);
-        lo[j] = _mm512_and_si512(packed, nib);
-        hi[j] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), nib);
-      }
-      if constexpr (kTransposed) {
-        // The packed bytes as [word][output]: word 4b + g holds block b's weights 4g .. 4g + 3
-        // (low nibbles) and 16 + 4g .. (high), for 16 outputs.
-        __m512i packed[16], pt[16];
-        for (int j = 0; j < 16; ++j)
-          packed[j] = _mm512_or_si512(lo[j], _mm512_slli_epi16(hi[j], 4));
-        transpose16(packed, pt);
-        for (int w = 0; w < 16; ++w) {
-          lo[w] = _mm512_and_si512(pt[w], nib);
-          hi[w] = _mm512_and_si512(_mm512_srli_epi16(pt[w], 4), nib);
-        }
-        for (int r = 0; r < R; ++r) {
-          const uint8_t* xr = op.xq(r) + 128 * s;
-          const float* dx = op.dx(r) + b0;
-          const float* dxs = op.dxs(r) + b0;
-          for (int b = 0; b < whole; ++b) {
-            __m512i sum = _mm512_setzero_si512();
-            for (int g = 0; g < 4; ++g) {
-              sum = _mm512_dpbusd_epi32(sum, lo[4 * b + g], broadcast_word(xr + kB * b + 4 * g));
-              sum =
-                  _mm512_dpbusd_epi32(sum, hi[4 * b + g], broadcast_word(xr + kB * b + 16 + 4 * g));
-            }
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
-                                     _mm512_mul_ps(dw[b], _mm512_set1_ps(dx[b])), acc[r]);
-            acc[r] = _mm512_fmadd_ps(m[b], _mm512_set1_ps(dxs[b]), acc[r]);
-          }
-        }
-        continue;
-      }
-      for (int r = 0; r < R; ++r) {
-        const uint8_t* xr = op.xq(r) + 128 * s;
-        const __m512i x0 = _mm512_loadu_si512(xr), x1 = _mm512_loadu_si512(xr + 64);
-        // The four blocks' first halves and second halves, lined up with the nibbles.
-        const __m512i xlo = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(2, 0, 2, 0));
-        const __m512i xhi = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(3, 1, 3, 1));
-        __m512i dot[16], f[4];
-        for (int j = 0; j < 16; ++j)
-          dot[j] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[j], xlo),
-                                       hi[j], xhi);
-        reduce16(dot, f);
-        const float* dx = op.dx(r) + b0;
-        const float* dxs = op.dxs(r) + b0;
-        for (int b = 0; b < whole; ++b) {
-          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(f[b]),
-                                   _mm512_mul_ps(dw[b], _mm512_set1_ps(dx[b])), acc[r]);
-          acc[r] = _mm512_fmadd_ps(m[b], _mm512_set1_ps(dxs[b]), acc[r]);
-        }
-      }
+      q4_group_step<R>(op, rows, s, b0, whole, dw, m, acc);
     } else {
-      const __mmask64 qmask = whole == 2 ? ~__mmask64{0} : __mmask64{0xffffffff};
-      // Each output's lanes start from -128 x its weights' lane sums, so that vpdpbusd with
-      // the stored qx + 128 leaves the exact sums of qw qx.
-      const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
-      __m512i w[16], neg_corr[16];
-      for (int j = 0; j < 16; ++j) {
-        w[j] = _mm512_maskz_loadu_epi8(qmask, rows[j] + 64 * s);
-        neg_corr[j] = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                       _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, w[j]));
-      }
-      if constexpr (kTransposed) {
-        // [word][output]: word 8b + g holds block b's weights 4g .. 4g + 3 for 16 outputs.
-        __m512i wt[16];
-        transpose16(w, wt);
-        __m512i init[2];
-        const __m512i ones = _mm512_set1_epi8(1);
-        for (int b = 0; b < whole; ++b) {
-          __m512i sum = _mm512_setzero_si512();
-          for (int g = 0; g < 8; ++g) sum = _mm512_dpbusd_epi32(sum, ones, wt[8 * b + g]);
-          init[b] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7));
-        }
-        for (int r = 0; r < R; ++r) {
-          const uint8_t* xr = op.xq(r) + 64 * s;
-          const float* dx = op.dx(r) + b0;
-          for (int b = 0; b < whole; ++b) {
-            __m512i sum = init[b];
-            for (int g = 0; g < 8; ++g)
-              sum = _mm512_dpbusd_epi32(sum, broadcast_word(xr + kB * b + 4 * g), wt[8 * b + g]);
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
-                                     _mm512_mul_ps(dw[b], _mm512_set1_ps(dx[b])), acc[r]);
-          }
-        }
-        continue;
-      }
-      for (int r = 0; r < R; ++r) {
-        const __m512i xu = _mm512_loadu_si512(op.xq(r) + 64 * s);
-        __m512i dot[16], f[4];
-        for (int j = 0; j < 16; ++j) dot[j] = _mm512_dpbusd_epi32(neg_corr[j], xu, w[j]);
-        reduce16(dot, f);
-        const __m512i sums[2] = {_mm512_add_epi32(f[0], f[1]), _mm512_add_epi32(f[2], f[3])};
-        const float* dx = op.dx(r) + b0;
-        for (int b = 0; b < whole; ++b)
-          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[b]),
-                                   _mm512_mul_ps(dw[b], _mm512_set1_ps(dx[b])), acc[r]);
-      }
+      q8_group_step<R>(op, rows, s, b0, whole, dw, acc);
     }
   }
   const __mmask16 omask = static_cast<__mmask16>((1u << nvalid) - 1);
