@@ -15,8 +15,8 @@
 // S outputs at once, register-blocked (the token's rows, n x 4 KB at
 // d 1024, are still in L2 from the first pass). The first pass prefetches each next row: a
 // token's rows are T x d floats apart, where the hardware prefetchers stop. (One pass with
-// online-softmax updates of o instead, a46e30c, read and wrote all S o rows per source and
-// took half as long again: docs/BENCHMARKS.md.)
+// online-softmax updates of o instead reads and writes all S o rows per source and takes half
+// as long again: docs/perf-log/twin-gap.md.)
 //
 // Phase 2 fused with the sublayer's PreNorm, per token (p = partial row, o/m/s this
 // sublayer's Phase-1 rows):

@@ -66,10 +66,9 @@ void gemv_block(const typename D::XT* x, int64_t k_dim, const typename D::WT* w,
                 float* out, int64_t n_dim, int64_t o_begin, int64_t o_end) {
   // SoftwarePrefetch: into L2 (prefetcht1) a fixed distance ahead in the contiguous weight
   // stream: a core alone cannot keep enough misses in flight to use DRAM's bandwidth over O
-  // interleaved rows. Measured on the 2-core Xeon (docs/BENCHMARKS.md, issue #19): 32 KB ahead
-  // into L2 streams 26-27 GB/s from DRAM against 17-22 without, while 4 KB ahead with
-  // prefetchnta (into L1, the earlier choice, tuned on an EPYC) was slower than none, its
-  // line-fill buffers being the limit. Each line is
+  // interleaved rows. Measured on a 2-core Xeon (docs/perf-log/cpu-engine.md, issue #19): 32 KB
+  // ahead into L2 streams 26-27 GB/s from DRAM against 17-22 without, while 4 KB ahead with
+  // prefetchnta (into L1) is slower than none, its line-fill buffers being the limit. Each line is
   // asked for twice: one prefetch per 32 bytes of a step (a prefetch the L2 drops while its miss
   // queue is full gets a second chance). With one per line, Bf16Dot's 64-byte steps streamed 7-10%
   // slower than F32Dot's 32-byte ones on Zen 4 (issue #19).
@@ -189,9 +188,9 @@ void store_whole_tile(const VecF (&acc)[kMr][8], const float* bias, int64_t o0, 
 #endif
 
 // x bytes per row chunk: half of this core's L2, so that the chunk stays there next to the
-// panel, the out rows and the next tile's prefetched weights. 1 MiB on the 2-MiB-L2 Xeon VM
-// the kernel was tuned on; on Zen 4's 1 MiB L2 a 1 MiB chunk ran the [512 x 1024] x
-// [1024 x 3072] bf16 GEMM 10-13% slower than 512 KiB (bench_cpu_kernels gemm, alternated).
+// panel, the out rows and the next tile's prefetched weights. 1 MiB on a 2-MiB-L2 Xeon; on
+// Zen 4's 1 MiB L2 a 1 MiB chunk ran the [512 x 1024] x [1024 x 3072] bf16 GEMM 10-13% slower
+// than 512 KiB (bench_cpu_kernels gemm, alternated).
 int64_t chunk_bytes() {
   static const int64_t bytes = [] {
     const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
