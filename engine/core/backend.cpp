@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <string>
 
+#include "engine/core/sample_bitmask.h"
+
 namespace attnres {
 namespace {
 
@@ -59,10 +61,19 @@ void check_activation_out(const Tensor& out, int64_t n, const Tensor& in, const 
                 std::string(what) + ": a BF16 out must not overlap the input");
 }
 
-void check_linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) {
+// A weight the backend reads as stored (BackendCapabilities::weight_dtypes); a BF16 x only
+// with BF16 weights on a backend that takes bf16 linear inputs (both are read in one type).
+void check_linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out,
+                  const BackendCapabilities& caps) {
   ATTNRES_CHECK(w.rank() == 2, "linear w " + shape_str(w.shape));
+  ATTNRES_CHECK(caps.weight_dtypes.contains(w.dtype),
+                "linear w " + described(w) + ": not a weight dtype of this backend");
   const int64_t n_dim = w.dim(0), k_dim = w.dim(1);
   check_f32_or_bf16(x, k_dim, "linear x");
+  ATTNRES_CHECK(x.dtype == DType::F32 || (w.dtype == DType::BF16 && caps.bf16_linear_inputs),
+                "linear: a BF16 x needs BF16 weights on a backend that takes bf16 linear "
+                "inputs, got w " +
+                    described(w));
   check_f32(out, n_dim, "linear out");
   ATTNRES_CHECK(rows_of(out) == rows_of(x), "linear x " + shape_str(x.shape) + " out " +
                                                 shape_str(out.shape) + " w " + shape_str(w.shape));
@@ -85,12 +96,13 @@ void check_residual_operands(const Tensor& x, const Tensor& residual, const Tens
 
 void check_linear_swiglu(const Tensor& x, const Tensor& w_gate, const Tensor* b_gate,
                          const Tensor& w_up, const Tensor* b_up, const Tensor& gate,
-                         const Tensor& up, const Tensor& out) {
-  check_linear(x, w_gate, b_gate, gate);
-  check_linear(x, w_up, b_up, up);
+                         const Tensor& up, const Tensor& out, const BackendCapabilities& caps) {
+  check_linear(x, w_gate, b_gate, gate, caps);
+  check_linear(x, w_up, b_up, up, caps);
   ATTNRES_CHECK(w_up.dim(0) == w_gate.dim(0),
                 "linear_swiglu: gate " + shape_str(w_gate.shape) + " up " + shape_str(w_up.shape));
-  check_f32_or_bf16(out, w_gate.dim(0), "linear_swiglu out");
+  check_activation_out(out, w_gate.dim(0), gate, "linear_swiglu out");
+  check_activation_out(out, w_gate.dim(0), up, "linear_swiglu out");
   ATTNRES_CHECK(rows_of(out) == rows_of(x),
                 "linear_swiglu: x " + shape_str(x.shape) + " out " + shape_str(out.shape));
 }
@@ -246,21 +258,21 @@ void Backend::rms_norm(const Tensor& x, const Tensor& gain, float eps, Tensor& o
 }
 
 void Backend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
-  check_linear(x, w, bias, out);
+  check_linear(x, w, bias, out, capabilities());
   linear_impl(x, w, bias, out);
 }
 
 void Backend::linear_residual(const Tensor& x, const Tensor& w, const Tensor* bias,
                               const Tensor& residual, Tensor& out) {
   check_residual_operands(x, residual, out);
-  check_linear(x, w, bias, out);
+  check_linear(x, w, bias, out, capabilities());
   linear_residual_impl(x, w, bias, residual, out);
 }
 
 void Backend::linear_many(const Tensor& x, std::span<const LinearTarget> targets) {
   for (const LinearTarget& t : targets) {
     ATTNRES_CHECK(t.w && t.out, "linear_many: a target without a weight or an out");
-    check_linear(x, *t.w, t.bias, *t.out);
+    check_linear(x, *t.w, t.bias, *t.out, capabilities());
   }
   linear_many_impl(x, targets);
 }
@@ -268,7 +280,7 @@ void Backend::linear_many(const Tensor& x, std::span<const LinearTarget> targets
 void Backend::linear_swiglu(const Tensor& x, const Tensor& w_gate, const Tensor* b_gate,
                             const Tensor& w_up, const Tensor* b_up, Tensor& gate, Tensor& up,
                             Tensor& out) {
-  check_linear_swiglu(x, w_gate, b_gate, w_up, b_up, gate, up, out);
+  check_linear_swiglu(x, w_gate, b_gate, w_up, b_up, gate, up, out, capabilities());
   linear_swiglu_impl(x, w_gate, b_gate, w_up, b_up, gate, up, out);
 }
 
@@ -353,9 +365,8 @@ void Backend::gather_rows(const Tensor& x, std::span<const int32_t> rows, Tensor
   gather_rows_impl(x, rows, out);
 }
 
-namespace {
-
-void check_sample(const Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) {
+void Backend::check_sample_operands(const Tensor& logits, const SampleBatch& batch,
+                                    std::span<int32_t> out) {
   const int64_t rows = static_cast<int64_t>(batch.rows.size());
   ATTNRES_CHECK(logits.rank() == 2 && logits.dtype == DType::F32 && logits.dim(0) >= rows,
                 "sample: logits " + described(logits) + " for " + std::to_string(rows) + " rows");
@@ -366,17 +377,16 @@ void check_sample(const Tensor& logits, const SampleBatch& batch, std::span<int3
   for (int32_t id : batch.token_ids)
     ATTNRES_CHECK(id >= 0 && id < vocab, "sample: token id " + std::to_string(id) +
                                              " outside the vocabulary of " + std::to_string(vocab));
+  if (rows > 0) check_sample_bitmask(batch, vocab);
 }
 
-}  // namespace
-
 void Backend::sample(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) {
-  check_sample(logits, batch, out);
+  check_sample_operands(logits, batch, out);
   sample_impl(logits, batch, out);
 }
 
 void Backend::sample_async(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) {
-  check_sample(logits, batch, out);
+  check_sample_operands(logits, batch, out);
   sample_async_impl(logits, batch, out);
 }
 
@@ -417,7 +427,7 @@ void Backend::prenorm_linear_many(const PrenormArgs& in, std::span<const LinearT
   check_phase2(in.mix, *in.partial, *in.gain, *in.normed, capabilities());
   for (const LinearTarget& t : targets) {
     ATTNRES_CHECK(t.w && t.out, "prenorm_linear_many: a target without a weight or an out");
-    check_linear(*in.normed, *t.w, t.bias, *t.out);
+    check_linear(*in.normed, *t.w, t.bias, *t.out, capabilities());
   }
   prenorm_linear_many_impl(in, targets);
 }
@@ -427,7 +437,7 @@ void Backend::prenorm_linear_swiglu(const PrenormArgs& in, const Tensor& w_gate,
                                     Tensor& gate, Tensor& up, Tensor& out) {
   check_prenorm(in);
   check_phase2(in.mix, *in.partial, *in.gain, *in.normed, capabilities());
-  check_linear_swiglu(*in.normed, w_gate, b_gate, w_up, b_up, gate, up, out);
+  check_linear_swiglu(*in.normed, w_gate, b_gate, w_up, b_up, gate, up, out, capabilities());
   prenorm_linear_swiglu_impl(in, w_gate, b_gate, w_up, b_up, gate, up, out);
 }
 
@@ -439,7 +449,7 @@ void Backend::prenorm_qkv_rope_store(const PrenormArgs& in, std::span<const Line
   check_phase2(in.mix, *in.partial, *in.gain, *in.normed, capabilities());
   for (const LinearTarget& t : qkv) {
     ATTNRES_CHECK(t.w && t.out, "prenorm_qkv_rope_store: a target without a weight or an out");
-    check_linear(*in.normed, *t.w, t.bias, *t.out);
+    check_linear(*in.normed, *t.w, t.bias, *t.out, capabilities());
   }
   check_rope_store(*qkv[0].out, *qkv[1].out, *qkv[2].out, rope.head_dim, rope.q_gain, rope.k_gain,
                    *rope.inv_freq, *rope.batch, *rope.cache, capabilities());

@@ -6,7 +6,8 @@
 // - Activations are f32 (a linear's input rows may be bf16 where linear_input_dtype says so),
 //   contiguous, row-major; "T" is the number of tokens in the step
 //   (all sequences of the batch concatenated), d the hidden size.
-// - Weights may be F32, BF16 or F16 and are read as stored (never widened in memory).
+// - Weights are of a dtype in capabilities().weight_dtypes (F32, BF16, F16; the CPU's also
+//   the block-quantized Q8_B32 / Q4_B32) and are read as stored (never widened in memory).
 // - Outputs are preallocated by the caller with the right shape; ops never allocate them.
 // - Each op is a public non-virtual function that checks its operands once, for every
 //   backend (backend.cpp: shapes and dtypes against each other and the batch, which tensors
@@ -180,8 +181,9 @@ class Backend {
   // gain [n] (any dtype). x and out may alias.
   void rms_norm(const Tensor& x, const Tensor& gain, float eps, Tensor& out);
 
-  // out = x W^T (+ bias). x [R, in] f32 (or linear_input_dtype's); w [out, in] any dtype; bias
-  // [out] (any float dtype) or null. out [R, out] f32, not aliasing x.
+  // out = x W^T (+ bias). x [R, in] f32 (or linear_input_dtype's: BF16 only with BF16
+  // weights); w [out, in]; bias [out] (any float dtype) or null. out [R, out] f32, not
+  // aliasing x.
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out);
 
   // A sublayer's last linear with the residual add as its epilogue:
@@ -344,6 +346,8 @@ class Backend {
   // with width = n + (null ? 1 : 0) + (partial source ? 1 : 0). source_gate_logits [T, d]:
   // as in depth_phase1 (pre_gated), the bank sources are gated first.
   using DepthSourceSwitches = attnres::DepthSourceSwitches;
+  void depth_weights(const Tensor& query, const Tensor& bank, int n, const Tensor& partial,
+                     float bias, float eps, Tensor& out, const DepthSourceSwitches& sources = {});
 
   // A sublayer's PreNorm fused with the projection that reads it (decode's launch count): the
   // arguments of depth_phase2_prenorm (mix = DepthMixArgs{}: the plain pre-norm, h = p), with
@@ -380,14 +384,15 @@ class Backend {
   };
   void prenorm_qkv_rope_store(const PrenormArgs& in, std::span<const LinearTarget, 3> qkv,
                               const RopeStoreArgs& rope);
-  void depth_weights(const Tensor& query, const Tensor& bank, int n, const Tensor& partial,
-                     float bias, float eps, Tensor& out, const DepthSourceSwitches& sources = {});
 
  protected:
-  // --- the op bodies: each public op above checks its operands, then calls its body here ---
-  // A backend overrides the bodies it implements; the fused ops' bodies default to the
-  // composition their comments above give, through the public plain ops (which check their
-  // own operands).
+  // sample's operand checks, for a backend's own entry point that runs its sample body without
+  // the public op (CUDA's sample with a chosen CTA split).
+  static void check_sample_operands(const Tensor& logits, const SampleBatch& batch,
+                                    std::span<int32_t> out);
+
+  // --- the op bodies (the conventions at the top) ---
+  // The fused ops' defaults call the plain ops' bodies: the fused op's checks cover theirs.
   virtual void embedding_impl(const Tensor& table, const BatchMeta& batch, Tensor& out) = 0;
   virtual void rms_norm_impl(const Tensor& x, const Tensor& gain, float eps, Tensor& out) = 0;
   virtual void linear_impl(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) = 0;
@@ -395,22 +400,22 @@ class Backend {
                                     const Tensor& residual, Tensor& out) {
     if (out.data == residual.data) {
       Tensor y = alloc(out.shape, DType::F32);
-      linear(x, w, bias, y);
-      add_inplace(out, y);
+      linear_impl(x, w, bias, y);
+      add_inplace_impl(out, y);
     } else {
-      linear(x, w, bias, out);
-      add_inplace(out, residual);
+      linear_impl(x, w, bias, out);
+      add_inplace_impl(out, residual);
     }
   }
   virtual void linear_many_impl(const Tensor& x, std::span<const LinearTarget> targets) {
-    for (const LinearTarget& t : targets) linear(x, *t.w, t.bias, *t.out);
+    for (const LinearTarget& t : targets) linear_impl(x, *t.w, t.bias, *t.out);
   }
   virtual void linear_swiglu_impl(const Tensor& x, const Tensor& w_gate, const Tensor* b_gate,
                                   const Tensor& w_up, const Tensor* b_up, Tensor& gate, Tensor& up,
                                   Tensor& out) {
-    linear(x, w_gate, b_gate, gate);
-    linear(x, w_up, b_up, up);
-    swiglu(gate, up, out);
+    linear_impl(x, w_gate, b_gate, gate);
+    linear_impl(x, w_up, b_up, up);
+    swiglu_impl(gate, up, out);
   }
   virtual void qk_norm_rope_impl(Tensor& q, Tensor& k, int head_dim, const Tensor* q_gain,
                                  const Tensor* k_gain, float eps, const Tensor& inv_freq,
@@ -421,21 +426,21 @@ class Backend {
                                        const Tensor* q_gain, const Tensor* k_gain, float eps,
                                        const Tensor& inv_freq, const BatchMeta& batch,
                                        KvCacheLayer& cache) {
-    qk_norm_rope(q, k, head_dim, q_gain, k_gain, eps, inv_freq, batch);
-    store_kv(k, v, batch, cache);
+    qk_norm_rope_impl(q, k, head_dim, q_gain, k_gain, eps, inv_freq, batch);
+    store_kv_impl(k, v, batch, cache);
   }
   virtual void attention_impl(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
                               int head_dim, float scale, Tensor& out) = 0;
   virtual void swiglu_impl(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
   virtual void add_inplace_impl(Tensor& x, const Tensor& y) = 0;
   virtual void add_inplace_push_impl(Tensor& x, const Tensor& y, Tensor& entry, PushedRow pushed) {
-    add_inplace(x, y);
+    add_inplace_impl(x, y);
     copy(pushed == PushedRow::Sum ? x : y, entry);
   }
   virtual void gather_rows_impl(const Tensor& x, std::span<const int32_t> rows, Tensor& out) = 0;
   virtual void sample_impl(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) = 0;
   virtual void sample_async_impl(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) {
-    sample(logits, batch, out);
+    sample_impl(logits, batch, out);
   }
   virtual void depth_phase1_impl(const Tensor& queries, const Tensor& bank, int n, float eps,
                                  Tensor& m, Tensor& s, Tensor& o,
@@ -446,27 +451,27 @@ class Backend {
   virtual void depth_phase2_prenorm_pair_impl(const DepthMixArgs& a, const DepthMixArgs& b,
                                               const Tensor& partial, const Tensor& prenorm_gain,
                                               float norm_eps, Tensor& out_a, Tensor& out_b) {
-    depth_phase2_prenorm(a, partial, prenorm_gain, norm_eps, out_a);
-    depth_phase2_prenorm(b, partial, prenorm_gain, norm_eps, out_b);
+    depth_phase2_prenorm_impl(a, partial, prenorm_gain, norm_eps, out_a);
+    depth_phase2_prenorm_impl(b, partial, prenorm_gain, norm_eps, out_b);
   }
   virtual void prenorm_linear_many_impl(const PrenormArgs& in,
                                         std::span<const LinearTarget> targets) {
-    depth_phase2_prenorm(in.mix, *in.partial, *in.gain, in.eps, *in.normed);
-    linear_many(*in.normed, targets);
+    depth_phase2_prenorm_impl(in.mix, *in.partial, *in.gain, in.eps, *in.normed);
+    linear_many_impl(*in.normed, targets);
   }
   virtual void prenorm_linear_swiglu_impl(const PrenormArgs& in, const Tensor& w_gate,
                                           const Tensor* b_gate, const Tensor& w_up,
                                           const Tensor* b_up, Tensor& gate, Tensor& up,
                                           Tensor& out) {
-    depth_phase2_prenorm(in.mix, *in.partial, *in.gain, in.eps, *in.normed);
-    linear_swiglu(*in.normed, w_gate, b_gate, w_up, b_up, gate, up, out);
+    depth_phase2_prenorm_impl(in.mix, *in.partial, *in.gain, in.eps, *in.normed);
+    linear_swiglu_impl(*in.normed, w_gate, b_gate, w_up, b_up, gate, up, out);
   }
   virtual void prenorm_qkv_rope_store_impl(const PrenormArgs& in,
                                            std::span<const LinearTarget, 3> qkv,
                                            const RopeStoreArgs& rope) {
-    prenorm_linear_many(in, qkv);
-    qk_norm_rope_store(*qkv[0].out, *qkv[1].out, *qkv[2].out, rope.head_dim, rope.q_gain,
-                       rope.k_gain, rope.eps, *rope.inv_freq, *rope.batch, *rope.cache);
+    prenorm_linear_many_impl(in, qkv);
+    qk_norm_rope_store_impl(*qkv[0].out, *qkv[1].out, *qkv[2].out, rope.head_dim, rope.q_gain,
+                            rope.k_gain, rope.eps, *rope.inv_freq, *rope.batch, *rope.cache);
   }
   virtual void depth_weights_impl(const Tensor& query, const Tensor& bank, int n,
                                   const Tensor& partial, float bias, float eps, Tensor& out,

@@ -1,5 +1,5 @@
 // Where a SampleBatch row's structured-output bitmask lies (SampleRow::bitmask_row), checked
-// once per call by every backend's sample op before it reads any of it.
+// once per call by Backend::sample (engine/core/backend.cpp) before a body reads any of it.
 #pragma once
 
 #include <cstdint>

@@ -5,10 +5,10 @@
 //
 // Why measure rather than look the CPU up: the instruction's rate is a property of the core,
 // not of the flag that says it exists. Zen 4 issues one 512-bit vdpbf16ps per cycle, as many
-// as FMAs, i.e. twice the multiply-adds (measured: 3.67 G/s each); the 2-core Xeon VM of
-// earlier sessions issued one every two cycles against two FMAs per cycle, half the rate
-// (docs/BENCHMARKS.md). Both loops are timed alternately and the fastest round of each
-// kept, so a neighbour on the core slows both alike.
+// as FMAs, i.e. twice the multiply-adds (measured: 3.67 G/s each); a 2-core Xeon VM issues one
+// every two cycles against two FMAs per cycle, half the rate (docs/perf-log/cpu-engine.md). Both
+// loops are timed alternately and the fastest round of each kept, so a neighbour on the core slows
+// both alike.
 #pragma once
 
 namespace attnres::cpu {

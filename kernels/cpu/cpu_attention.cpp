@@ -135,8 +135,8 @@ void weighted_block(const float* const* weights, const cpu::StoredT<W>* const* v
 // the tiling and however the key range is split, kOutVecs vectors of R rows held in registers
 // while the keys stream by.
 template <DType W, int R>
-void weighted_rows(const float* const* weights, const cpu::StoredT<W>* const* vrow,
-                   int64_t p_begin, int64_t p_end, int64_t hd, bool from_zero, float* const* oh) {
+void weighted_rows(const float* const* weights, const cpu::StoredT<W>* const* vrow, int64_t p_begin,
+                   int64_t p_end, int64_t hd, bool from_zero, float* const* oh) {
   int64_t e0 = 0;
   for (; e0 + kOutVecs * kLanes <= hd; e0 += kOutVecs * kLanes)
     weighted_block<W, R, kOutVecs>(weights, vrow, p_begin, p_end, e0, from_zero, oh);
@@ -273,6 +273,188 @@ void weigh_values_bf16(const uint16_t* const* prow, const uint16_t* const* vrows
 }
 #endif
 
+// What every work item of one attention call reads (attend's arguments).
+struct AttendArgs {
+  const Tensor& q;
+  const KvCacheLayer& cache;
+  const BatchMeta& batch;
+  const std::vector<int32_t>& seq_of;  // token -> sequence
+  int64_t max_ctx, hd, hq, group;
+  float scale;
+  Tensor& out;
+};
+
+// One thread's buffers for its work items (up to kTileTokens x group query rows over up to
+// max_ctx keys), and the rows of the item at hand: their q, out, scores, context lengths.
+template <DType W, bool Bf16In>
+struct AttendItem {
+  using S = cpu::StoredT<W>;
+  explicit AttendItem(const AttendArgs& a)
+      : max_rows(kTileTokens * a.group),
+        pair_row(a.max_ctx + 1),  // bf16 weights, padded to whole pairs
+        bf16_out(a.out.dtype == DType::BF16) {
+    scores.resize(static_cast<size_t>(a.max_ctx * max_rows));
+    widened.resize(W == DType::F32 || Bf16In ? 0 : static_cast<size_t>(kKeyBlock * a.hd));
+    q16.resize(Bf16In ? static_cast<size_t>(max_rows * a.hd) : 0);
+    q16row.resize(Bf16In ? static_cast<size_t>(max_rows) : 0);
+    pair_store.resize(Bf16In ? static_cast<size_t>(max_rows * pair_row) : 0);
+    prow.resize(Bf16In ? static_cast<size_t>(max_rows) : 0);
+    zero_row.assign(Bf16In ? static_cast<size_t>(a.hd) : 0, 0);
+    krows.resize(static_cast<size_t>(a.max_ctx));
+    vrows.resize(krows.size());
+    qrow.resize(static_cast<size_t>(max_rows));
+    kf.resize(kKeyBlock);
+    orow.resize(qrow.size());
+    srow.resize(qrow.size());
+    staged.resize(bf16_out ? static_cast<size_t>(max_rows * a.hd) : 0);
+    orow16.resize(bf16_out ? qrow.size() : 0);
+    ctx.resize(qrow.size());
+    denom.resize(qrow.size());
+  }
+  const int64_t max_rows, pair_row;
+  // A bf16 out (the o projection's input rows): the rows are formed in f32 (staged), then
+  // rounded into out once scaled.
+  const bool bf16_out;
+  std::vector<float> scores;
+  std::vector<float> widened;  // a key block's K rows as f32 (a bf16 cache, f32 inputs)
+  // Bf16In: the rows' q in bf16, and each row's softmax numerators as bf16 key pairs.
+  std::vector<uint16_t> q16;
+  std::vector<const uint16_t*> q16row;
+  std::vector<uint16_t> pair_store;
+  std::vector<uint16_t*> prow;
+  std::vector<uint16_t> zero_row;
+  std::vector<const S*> krows, vrows;
+  std::vector<const float*> qrow, kf;
+  std::vector<float*> orow, srow;
+  std::vector<float> staged;
+  std::vector<uint16_t*> orow16;
+  std::vector<int64_t> ctx;
+  std::vector<float> denom;
+  VecF folded[kRowBlock][kKeyBlock];  // fold_rows' output for one row block and key block
+  int rows = 0;                       // the item's query rows (tokens x the KV head's query heads)
+  int64_t tile_ctx = 0;               // keys the item's last token sees
+};
+
+// The rows of the item of tokens [t0, t_end) of sequence s and KV head kvh, and the K / V
+// rows of the positions they see.
+template <DType W, bool Bf16In>
+void item_rows(const AttendArgs& a, int64_t t0, int64_t t_end, int s, int64_t kvh,
+               AttendItem<W, Bf16In>& it) {
+  using S = cpu::StoredT<W>;
+  it.rows = 0;
+  it.tile_ctx = 0;
+  for (int64_t t = t0; t < t_end; ++t) {
+    for (int64_t g = 0; g < a.group; ++g, ++it.rows) {
+      const int rows = it.rows;
+      const int64_t head_off = t * a.hq * a.hd + (kvh * a.group + g) * a.hd;
+      it.qrow[rows] = a.q.ptr<float>() + head_off;
+      if (it.bf16_out) {
+        it.orow[rows] = it.staged.data() + rows * a.hd;
+        it.orow16[rows] = a.out.ptr<uint16_t>() + head_off;
+      } else {
+        it.orow[rows] = a.out.ptr<float>() + head_off;
+      }
+      it.srow[rows] = it.scores.data() + rows * a.max_ctx;
+      it.ctx[rows] = a.batch.positions[t] + 1;
+      if constexpr (Bf16In) {
+        uint16_t* qb = it.q16.data() + rows * a.hd;
+        cpu::store_row_bf16(qb, it.qrow[rows], a.hd);
+        it.q16row[rows] = qb;
+        it.prow[rows] = it.pair_store.data() + rows * it.pair_row;
+      }
+    }
+    it.tile_ctx = std::max<int64_t>(it.tile_ctx, a.batch.positions[t] + 1);
+  }
+  const int64_t hkv = a.cache.k.dim(2), block_size = a.cache.k.dim(1);
+  const S* kc = a.cache.k.ptr<S>();
+  const S* vc = a.cache.v.ptr<S>();
+  const auto& table = a.batch.block_tables[s];
+  for (int64_t p = 0; p < it.tile_ctx; ++p) {
+    const int64_t slot = table[p / block_size] * block_size + p % block_size;
+    it.krows[p] = kc + (slot * hkv + kvh) * a.hd;
+    it.vrows[p] = vc + (slot * hkv + kvh) * a.hd;
+  }
+}
+
+// The item's scores, a 16-key block at a time: the block's K rows as f32, then kRowBlock rows
+// at once.
+template <DType W, bool Bf16In>
+void item_scores(const AttendArgs& a, AttendItem<W, Bf16In>& it) {
+  using S = cpu::StoredT<W>;
+  const int64_t hd = a.hd;
+  for (int64_t p0 = 0; p0 < it.tile_ctx; p0 += kKeyBlock) {
+    const int64_t count = std::min(kKeyBlock, it.tile_ctx - p0);
+    const int64_t ahead_end = std::min(it.tile_ctx, p0 + kPrefetchKeys + count);
+    for (int64_t p = p0 + kPrefetchKeys; p < ahead_end; ++p)
+      prefetch_bytes(it.krows[p], hd * static_cast<int64_t>(sizeof(S)));
+    if constexpr (Bf16In) {
+      score_block_bf16<W>(it.q16row.data(), it.krows.data() + p0, count, p0, it.rows, it.ctx.data(),
+                          hd, a.scale, it.srow.data(), it.folded);
+      continue;
+    }
+    for (int64_t i = 0; i < count; ++i) {
+      if constexpr (W == DType::F32) {
+        it.kf[i] = it.krows[p0 + i];
+      } else {
+        float* dst = it.widened.data() + i * hd;
+        int64_t e = 0;
+        for (; e + kLanes <= hd; e += kLanes)
+          cpu::vstore(dst + e, cpu::vload_w<W>(it.krows[p0 + i] + e));
+        for (; e < hd; ++e) dst[e] = cpu::load_scalar<W>(it.krows[p0 + i] + e);
+        it.kf[i] = dst;
+      }
+    }
+    for (int r0 = 0; r0 < it.rows; r0 += kRowBlock) {
+      const int r = std::min(kRowBlock, it.rows - r0);
+      for_rows<FoldRows>(r, it.qrow.data() + r0, it.kf.data(), count, hd, it.folded);
+      for (int j = 0; j < r; ++j) {
+        const int64_t valid = std::min(count, it.ctx[r0 + j] - p0);  // keys this row sees
+        if (valid <= 0) continue;
+        float* sc = it.srow[r0 + j] + p0;
+        cpu::hsum_many(it.folded[j], static_cast<int>(valid), sc);
+        if (hd % kLanes == 0) {  // no tail: the sums times the scale, a vector at a time
+          scale_in_place(sc, valid, a.scale);
+        } else {
+          for (int64_t i = 0; i < valid; ++i)
+            sc[i] = cpu::dot_w_tail<W>(it.qrow[r0 + j], it.krows[p0 + i], hd, sc[i]) * a.scale;
+        }
+      }
+    }
+  }
+}
+
+// Softmax per row, then the weighted V sum: the keys every row of a block sees, for the block
+// at once; each row's later keys (the tile's later tokens) continue its chains. Then each row
+// divided by its softmax denominator into out.
+template <DType W, bool Bf16In>
+void item_values(const AttendArgs& a, AttendItem<W, Bf16In>& it) {
+  const int64_t hd = a.hd;
+  for (int j = 0; j < it.rows; ++j) it.denom[j] = cpu::softmax_numerators(it.srow[j], it.ctx[j]);
+  if constexpr (Bf16In) {
+    for (int j = 0; j < it.rows; ++j) cpu::pack_weight_pairs(it.srow[j], it.ctx[j], it.prow[j]);
+    weigh_values_bf16<W>(it.prow.data(), it.vrows.data(), it.zero_row.data(), it.rows,
+                         it.ctx.data(), hd, it.orow.data());
+  } else {
+    for (int r0 = 0; r0 < it.rows; r0 += kRowBlock) {
+      const int r = std::min(kRowBlock, it.rows - r0);
+      int64_t shared = it.ctx[r0];
+      for (int j = 1; j < r; ++j) shared = std::min(shared, it.ctx[r0 + j]);
+      for_rows<WeightedRows<W>::template Of>(r, it.srow.data() + r0, it.vrows.data(), int64_t{0},
+                                             shared, hd, true, it.orow.data() + r0);
+      for (int j = r0; j < r0 + r; ++j) {
+        if (it.ctx[j] > shared) {
+          weighted_rows<W, 1>(it.srow.data() + j, it.vrows.data(), shared, it.ctx[j], hd, false,
+                              it.orow.data() + j);
+        }
+      }
+    }
+  }
+  for (int j = 0; j < it.rows; ++j) {
+    scale_in_place(it.orow[j], hd, 1.0f / it.denom[j]);
+    if (it.bf16_out) cpu::store_row_bf16(it.orow16[j], it.orow[j], hd);
+  }
+}
+
 // One layer's attention over a cache stored as W (the body of CpuBackend::attention). A work
 // item is up to kTileTokens consecutive query tokens of one sequence and one KV head, i.e.
 // tokens x `group` query rows: each K row of a 16-key block is widened once (into f32, for
@@ -283,142 +465,24 @@ void weigh_values_bf16(const uint16_t* const* prow, const uint16_t* const* vrows
 // and prefill round alike, bit for bit. Bf16In (a bf16 cache, the backend's bf16 inputs):
 // cpu_attention_bf16.h's arithmetic instead, q rounded once per item, K read as stored.
 template <DType W, bool Bf16In>
-void attend(const Tensor& q, const KvCacheLayer& cache, const BatchMeta& batch,
-            const std::vector<int32_t>& seq_of, int64_t max_ctx, int64_t hd, int64_t hq,
-            int64_t group, float scale, cpu::WorkerPool& pool, int threads, Tensor& out) {
-  using S = cpu::StoredT<W>;
-  const int64_t hkv = cache.k.dim(2), block_size = cache.k.dim(1);
-  const S* kc = cache.k.ptr<S>();
-  const S* vc = cache.v.ptr<S>();
+void attend(const AttendArgs& a, cpu::WorkerPool& pool, int threads) {
   // The work items' first tokens: each sequence's query tokens in tiles of kTileTokens.
   std::vector<int32_t> tile_start;
-  for (int s = 0; s < batch.num_seqs(); ++s)
-    for (int32_t t = batch.query_start[s]; t < batch.query_start[s + 1]; t += kTileTokens)
+  for (int s = 0; s < a.batch.num_seqs(); ++s)
+    for (int32_t t = a.batch.query_start[s]; t < a.batch.query_start[s + 1]; t += kTileTokens)
       tile_start.push_back(t);
-  const int64_t items = static_cast<int64_t>(tile_start.size()) * hkv;
-  const int64_t max_rows = kTileTokens * group;
+  const int64_t tiles = static_cast<int64_t>(tile_start.size());
+  const int64_t items = tiles * a.cache.k.dim(2);  // x Hkv
   cpu::DynamicSchedule schedule(items, 2);
   pool.run(threads > 1 && items > 1 ? threads : 1, [&](int, int) {
-    std::vector<float> scores(static_cast<size_t>(max_ctx * max_rows));
-    std::vector<float> widened(W == DType::F32 || Bf16In ? 0 : static_cast<size_t>(kKeyBlock * hd));
-    // Bf16In: the rows' q in bf16, and each row's softmax numerators as bf16 key pairs.
-    std::vector<uint16_t> q16(Bf16In ? static_cast<size_t>(max_rows * hd) : 0);
-    std::vector<const uint16_t*> q16row(Bf16In ? static_cast<size_t>(max_rows) : 0);
-    const int64_t pair_row = max_ctx + 1;  // bf16 weights, padded to whole pairs
-    std::vector<uint16_t> pair_store(Bf16In ? static_cast<size_t>(max_rows * pair_row) : 0);
-    std::vector<uint16_t*> prow(Bf16In ? static_cast<size_t>(max_rows) : 0);
-    std::vector<uint16_t> zero_row(Bf16In ? static_cast<size_t>(hd) : 0, 0);
-    std::vector<const S*> krows(static_cast<size_t>(max_ctx)), vrows(krows.size());
-    std::vector<const float*> qrow(static_cast<size_t>(max_rows)), kf(kKeyBlock);
-    std::vector<float*> orow(qrow.size()), srow(qrow.size());
-    // A bf16 out (the o projection's input rows): the rows are formed in f32 here, then
-    // rounded into out once scaled.
-    const bool bf16_out = out.dtype == DType::BF16;
-    std::vector<float> staged(bf16_out ? static_cast<size_t>(max_rows * hd) : 0);
-    std::vector<uint16_t*> orow16(bf16_out ? qrow.size() : 0);
-    std::vector<int64_t> ctx(qrow.size());
-    std::vector<float> denom(qrow.size());
-    VecF folded[kRowBlock][kKeyBlock];  // fold_rows' output for one row block and key block
-    const int64_t tiles = static_cast<int64_t>(tile_start.size());
+    AttendItem<W, Bf16In> it(a);
     for (int64_t item : schedule.claims()) {
       const int64_t t0 = tile_start[item % tiles], kvh = item / tiles;
-      const int s = seq_of[t0];
-      const int64_t t_end = std::min<int64_t>(t0 + kTileTokens, batch.query_start[s + 1]);
-      int rows = 0;
-      int64_t tile_ctx = 0;
-      for (int64_t t = t0; t < t_end; ++t) {
-        for (int64_t g = 0; g < group; ++g, ++rows) {
-          const int64_t head_off = t * hq * hd + (kvh * group + g) * hd;
-          qrow[rows] = q.ptr<float>() + head_off;
-          if (bf16_out) {
-            orow[rows] = staged.data() + rows * hd;
-            orow16[rows] = out.ptr<uint16_t>() + head_off;
-          } else {
-            orow[rows] = out.ptr<float>() + head_off;
-          }
-          srow[rows] = scores.data() + rows * max_ctx;
-          ctx[rows] = batch.positions[t] + 1;
-          if constexpr (Bf16In) {
-            uint16_t* qb = q16.data() + rows * hd;
-            cpu::store_row_bf16(qb, qrow[rows], hd);
-            q16row[rows] = qb;
-            prow[rows] = pair_store.data() + rows * pair_row;
-          }
-        }
-        tile_ctx = std::max<int64_t>(tile_ctx, batch.positions[t] + 1);
-      }
-      const auto& table = batch.block_tables[s];
-      for (int64_t p = 0; p < tile_ctx; ++p) {
-        const int64_t slot = table[p / block_size] * block_size + p % block_size;
-        krows[p] = kc + (slot * hkv + kvh) * hd;
-        vrows[p] = vc + (slot * hkv + kvh) * hd;
-      }
-      // Scores, a 16-key block at a time: the block's K rows as f32, then kRowBlock rows at once.
-      for (int64_t p0 = 0; p0 < tile_ctx; p0 += kKeyBlock) {
-        const int64_t count = std::min(kKeyBlock, tile_ctx - p0);
-        const int64_t ahead_end = std::min(tile_ctx, p0 + kPrefetchKeys + count);
-        for (int64_t p = p0 + kPrefetchKeys; p < ahead_end; ++p)
-          prefetch_bytes(krows[p], hd * static_cast<int64_t>(sizeof(S)));
-        if constexpr (Bf16In) {
-          score_block_bf16<W>(q16row.data(), krows.data() + p0, count, p0, rows, ctx.data(), hd,
-                           scale, srow.data(), folded);
-          continue;
-        }
-        for (int64_t i = 0; i < count; ++i) {
-          if constexpr (W == DType::F32) {
-            kf[i] = krows[p0 + i];
-          } else {
-            float* dst = widened.data() + i * hd;
-            int64_t e = 0;
-            for (; e + kLanes <= hd; e += kLanes)
-              cpu::vstore(dst + e, cpu::vload_w<W>(krows[p0 + i] + e));
-            for (; e < hd; ++e) dst[e] = cpu::load_scalar<W>(krows[p0 + i] + e);
-            kf[i] = dst;
-          }
-        }
-        for (int r0 = 0; r0 < rows; r0 += kRowBlock) {
-          const int r = std::min(kRowBlock, rows - r0);
-          for_rows<FoldRows>(r, qrow.data() + r0, kf.data(), count, hd, folded);
-          for (int j = 0; j < r; ++j) {
-            const int64_t valid = std::min(count, ctx[r0 + j] - p0);  // keys this row sees
-            if (valid <= 0) continue;
-            float* sc = srow[r0 + j] + p0;
-            cpu::hsum_many(folded[j], static_cast<int>(valid), sc);
-            if (hd % kLanes == 0) {  // no tail: the sums times the scale, a vector at a time
-              scale_in_place(sc, valid, scale);
-            } else {
-              for (int64_t i = 0; i < valid; ++i)
-                sc[i] = cpu::dot_w_tail<W>(qrow[r0 + j], krows[p0 + i], hd, sc[i]) * scale;
-            }
-          }
-        }
-      }
-      // Softmax per row, then the weighted V sum: the keys every row of a block sees, for the
-      // block at once; each row's later keys (the tile's later tokens) continue its chains.
-      for (int j = 0; j < rows; ++j) denom[j] = cpu::softmax_numerators(srow[j], ctx[j]);
-      if constexpr (Bf16In) {
-        for (int j = 0; j < rows; ++j) cpu::pack_weight_pairs(srow[j], ctx[j], prow[j]);
-        weigh_values_bf16<W>(prow.data(), vrows.data(), zero_row.data(), rows, ctx.data(), hd,
-                             orow.data());
-      } else {
-        for (int r0 = 0; r0 < rows; r0 += kRowBlock) {
-          const int r = std::min(kRowBlock, rows - r0);
-          int64_t shared = ctx[r0];
-          for (int j = 1; j < r; ++j) shared = std::min(shared, ctx[r0 + j]);
-          for_rows<WeightedRows<W>::template Of>(r, srow.data() + r0, vrows.data(), int64_t{0},
-                                                 shared, hd, true, orow.data() + r0);
-          for (int j = r0; j < r0 + r; ++j) {
-            if (ctx[j] > shared) {
-              weighted_rows<W, 1>(srow.data() + j, vrows.data(), shared, ctx[j], hd, false,
-                                  orow.data() + j);
-            }
-          }
-        }
-      }
-      for (int j = 0; j < rows; ++j) {
-        scale_in_place(orow[j], hd, 1.0f / denom[j]);
-        if (bf16_out) cpu::store_row_bf16(orow16[j], orow[j], hd);
-      }
+      const int s = a.seq_of[t0];
+      const int64_t t_end = std::min<int64_t>(t0 + kTileTokens, a.batch.query_start[s + 1]);
+      item_rows(a, t0, t_end, s, kvh, it);
+      item_scores(a, it);
+      item_values(a, it);
     }
   });
 }
@@ -430,8 +494,8 @@ void CpuBackend::store_kv_impl(const Tensor& k, const Tensor& v, const BatchMeta
   check_cache(cache);
   const int64_t row = cache.k.dim(2) * cache.k.dim(3);  // Hkv * hd
   const int64_t slots = cache.k.dim(0) * cache.k.dim(1);
-  cpu::check_f32_rows(k, row, "store_kv k");
-  cpu::check_f32_rows(v, row, "store_kv v");
+  cpu::check_on_cpu(k, "store_kv k");
+  cpu::check_on_cpu(v, "store_kv v");
   const int64_t t_dim = cpu::rows_of(k);
   const bool bf16 = cache.k.dtype == DType::BF16;
   for (int64_t t = 0; t < t_dim; ++t) {
@@ -455,8 +519,8 @@ void CpuBackend::attention_impl(const Tensor& q, const KvCacheLayer& cache, cons
   const int64_t num_blocks = cache.k.dim(0);
   const int64_t hq = q.dim(-1) / hd;
   const int64_t group = hq / hkv;
-  cpu::check_f32_rows(q, hq * hd, "attention q");
-  cpu::check_float_rows(out, hq * hd, "attention out");  // BF16: the o projection's input
+  cpu::check_on_cpu(q, "attention q");
+  cpu::check_on_cpu(out, "attention out");
   const int64_t t_dim = cpu::rows_of(q);
   const int num_seqs = batch.num_seqs();
   ATTNRES_CHECK(static_cast<int>(batch.query_start.size()) == num_seqs + 1 &&
@@ -482,19 +546,17 @@ void CpuBackend::attention_impl(const Tensor& q, const KvCacheLayer& cache, cons
     }
   }
 
+  const AttendArgs args{q, cache, batch, seq_of, max_ctx, hd, hq, group, scale, out};
   if (cache.k.dtype == DType::BF16) {
 #if defined(__AVX512BF16__)
     if (bf16_linear_inputs()) {  // bf16 q and weights (cpu_attention_bf16.h)
-      attend<DType::BF16, true>(q, cache, batch, seq_of, max_ctx, hd, hq, group, scale, *pool_,
-                                threads_, out);
+      attend<DType::BF16, true>(args, *pool_, threads_);
       return;
     }
 #endif
-    attend<DType::BF16, false>(q, cache, batch, seq_of, max_ctx, hd, hq, group, scale, *pool_,
-                               threads_, out);
+    attend<DType::BF16, false>(args, *pool_, threads_);
   } else {
-    attend<DType::F32, false>(q, cache, batch, seq_of, max_ctx, hd, hq, group, scale, *pool_,
-                              threads_, out);
+    attend<DType::F32, false>(args, *pool_, threads_);
   }
 }
 

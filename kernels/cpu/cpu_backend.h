@@ -129,11 +129,10 @@ std::unique_ptr<Backend> make_cpu_backend(int num_threads = 0);
 namespace cpu {
 // Rows of a tensor viewed as a matrix: all dimensions but the last.
 int64_t rows_of(const Tensor& t);
-// Checks t is a CPU tensor of dtype F32 whose last dimension is n.
-void check_f32_rows(const Tensor& t, int64_t n, const char* what);
-// The same for F32 or BF16: a depth bank (or its newer entries), a linear's input rows.
-void check_float_rows(const Tensor& t, int64_t n, const char* what);
-// f32 copy of a small vector of any float dtype (gains, inv_freq): [n] -> std::vector.
+// Checks t lives on the CPU (or is empty): the one operand fact Backend leaves to the bodies.
+void check_on_cpu(const Tensor& t, const char* what);
+// f32 copy of a CPU vector of n values of a float dtype (gains, inv_freq, biases; Backend
+// checked the count and the dtype).
 std::vector<float> widen_vector(const Tensor& t, int64_t n, const char* what);
 }  // namespace cpu
 

@@ -15,8 +15,8 @@
 // S outputs at once, register-blocked (the token's rows, n x 4 KB at
 // d 1024, are still in L2 from the first pass). The first pass prefetches each next row: a
 // token's rows are T x d floats apart, where the hardware prefetchers stop. (One pass with
-// online-softmax updates of o instead, a46e30c, read and wrote all S o rows per source and
-// took half as long again: docs/BENCHMARKS.md.)
+// online-softmax updates of o instead reads and writes all S o rows per source and takes half
+// as long again: docs/perf-log/twin-gap.md.)
 //
 // Phase 2 fused with the sublayer's PreNorm, per token (p = partial row, o/m/s this
 // sublayer's Phase-1 rows):
@@ -52,6 +52,7 @@
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "engine/core/error.h"
@@ -301,20 +302,22 @@ void CpuBackend::depth_phase1_impl(const Tensor& queries, const Tensor& bank, in
                                    Tensor& m, Tensor& s, Tensor& o,
                                    const Tensor* source_gate_logits) {
   const int64_t s_dim = queries.dim(0), d = queries.dim(1);
-  cpu::check_f32_rows(queries, d, "depth_phase1 queries");
-  cpu::check_float_rows(bank, d, "depth_phase1 bank");
+  cpu::check_on_cpu(queries, "depth_phase1 queries");
+  cpu::check_on_cpu(bank, "depth_phase1 bank");
+  cpu::check_on_cpu(m, "depth_phase1 m");
+  cpu::check_on_cpu(s, "depth_phase1 s");
+  cpu::check_on_cpu(o, "depth_phase1 o");
   const int64_t t_dim = bank.dim(1);
-  cpu::check_f32_rows(o, d, "depth_phase1 o");
   const Tensor* gate = source_gate_logits;
-  if (gate) cpu::check_f32_rows(*gate, d, "depth_phase1 source gate");
+  if (gate) cpu::check_on_cpu(*gate, "depth_phase1 source gate");
   const float* gp = gate ? gate->ptr<float>() : nullptr;
   const bool parallel = threads_ > 1 && t_dim > 1;
   float* mp = m.ptr<float>();
   float* sp = s.ptr<float>();
   float* op = o.ptr<float>();
   if (bank.dtype == DType::BF16) {
-    phase1_tokens<DType::BF16>(*pool_, parallel, queries.ptr<float>(), s_dim,
-                               bank.ptr<uint16_t>(), n, t_dim, d, eps, gp, mp, sp, op);
+    phase1_tokens<DType::BF16>(*pool_, parallel, queries.ptr<float>(), s_dim, bank.ptr<uint16_t>(),
+                               n, t_dim, d, eps, gp, mp, sp, op);
   } else {
     phase1_tokens<DType::F32>(*pool_, parallel, queries.ptr<float>(), s_dim, bank.ptr<float>(), n,
                               t_dim, d, eps, gp, mp, sp, op);
@@ -330,14 +333,14 @@ namespace {
 struct Phase2Operands {
   const float* query = nullptr;  // per stream: the partial's and the newer entries' query, or null
   bool partial_is_source = false;
-  const float* m = nullptr;  // per stream: [T], or null: no Phase-1 state (newer entry 0 is it)
-  const float* s = nullptr;  // per stream: [T]
-  const float* o = nullptr;  // per stream: [T, d]
-  const void* newer = nullptr;         // [K, T, d] in the bank's dtype, K the kernel's
-  const float* p = nullptr;            // the partial [T, d]
-  float* out = nullptr;                // per stream: [T, d], may alias p (one stream only)
-  uint16_t* out_bf16 = nullptr;        // per stream, instead of out: bf16 rows [T, d]
-  const float* gain = nullptr;         // the PreNorm's [d], widened
+  const float* m = nullptr;      // per stream: [T], or null: no Phase-1 state (newer entry 0 is it)
+  const float* s = nullptr;      // per stream: [T]
+  const float* o = nullptr;      // per stream: [T, d]
+  const void* newer = nullptr;   // [K, T, d] in the bank's dtype, K the kernel's
+  const float* p = nullptr;      // the partial [T, d]
+  float* out = nullptr;          // per stream: [T, d], may alias p (one stream only)
+  uint16_t* out_bf16 = nullptr;  // per stream, instead of out: bf16 rows [T, d]
+  const float* gain = nullptr;   // the PreNorm's [d], widened
   const float* null_source = nullptr;  // [d], or null
   const float* gate_logits = nullptr;  // [T, d] with DepthGate::Vector, else null
   int64_t t_dim = 0, d = 0;
@@ -690,17 +693,21 @@ Phase2Operands phase2_operands(const Backend::DepthMixArgs& mix, const Tensor& p
                                const float* gain, float norm_eps, Tensor& out) {
   // The operands' shapes and dtypes are Backend's checks (backend.cpp); their device is ours.
   const int64_t d = partial.dim(-1);
-  cpu::check_f32_rows(partial, d, "depth_phase2 partial");
-  cpu::check_float_rows(out, d, "depth_phase2 out");  // BF16: a linear's input rows
   const int64_t t_dim = cpu::rows_of(partial);
   // No Phase-1 state but newer entries: the first of them stands for it (the header comment).
   const bool stateless = mix.m == nullptr && mix.newer != nullptr;
-  if (mix.query) cpu::check_f32_rows(*mix.query, d, "depth_phase2 query");
-  if (mix.newer) cpu::check_float_rows(*mix.newer, d, "depth_phase2 newer entries");
-  if (!stateless) cpu::check_f32_rows(*mix.o, d, "depth_phase2 o");
-  if (mix.null_source) cpu::check_f32_rows(*mix.null_source, d, "depth_phase2 null source");
-  if (mix.gate == Backend::DepthGate::Vector) {
-    cpu::check_f32_rows(*mix.gate_logits, d, "depth_phase2 gate logits");
+  const std::pair<const Tensor*, const char*> operands[] = {
+      {&partial, "depth_phase2 partial"},
+      {&out, "depth_phase2 out"},
+      {mix.query, "depth_phase2 query"},
+      {mix.newer, "depth_phase2 newer entries"},
+      {mix.m, "depth_phase2 m"},
+      {mix.s, "depth_phase2 s"},
+      {mix.o, "depth_phase2 o"},
+      {mix.null_source, "depth_phase2 null source"},
+      {mix.gate_logits, "depth_phase2 gate logits"}};
+  for (const auto& [t, what] : operands) {
+    if (t) cpu::check_on_cpu(*t, what);
   }
   Phase2Operands op;
   op.query = mix.query ? mix.query->ptr<float>() : nullptr;
@@ -765,7 +772,7 @@ bool same_view(const Tensor* a, const Tensor* b) {
 void CpuBackend::depth_phase2_prenorm_impl(const DepthMixArgs& mix, const Tensor& partial,
                                            const Tensor& prenorm_gain, float norm_eps,
                                            Tensor& out) {
-  if (!mixes(mix)) return rms_norm(partial, prenorm_gain, norm_eps, out);  // h = p
+  if (!mixes(mix)) return rms_norm_impl(partial, prenorm_gain, norm_eps, out);  // h = p
   const std::vector<float> gain =
       cpu::widen_vector(prenorm_gain, partial.dim(-1), "depth_phase2 gain");
   const Phase2Operands op = phase2_operands(mix, partial, gain.data(), norm_eps, out);

@@ -61,13 +61,13 @@ void CpuBackend::depth_weights_impl(const Tensor& query, const Tensor& bank, int
                                     const Tensor& partial, float bias, float eps, Tensor& out,
                                     const DepthSourceSwitches& sources) {
   const int64_t t_dim = partial.dim(0), d = partial.dim(1);
-  cpu::check_f32_rows(partial, d, "depth_weights partial");
-  cpu::check_f32_rows(query, d, "depth_weights query");
-  cpu::check_float_rows(bank, d, "depth_weights bank");
+  cpu::check_on_cpu(partial, "depth_weights partial");
+  cpu::check_on_cpu(query, "depth_weights query");
+  cpu::check_on_cpu(bank, "depth_weights bank");
+  cpu::check_on_cpu(out, "depth_weights out");
   const int width = sources.width(n);
-  cpu::check_f32_rows(out, width, "depth_weights out");
   const Tensor* gate = sources.source_gate_logits;
-  if (gate) cpu::check_f32_rows(*gate, d, "depth_weights source gate");
+  if (gate) cpu::check_on_cpu(*gate, "depth_weights source gate");
 
   const float* qp = query.ptr<float>();
   const float* pp = partial.ptr<float>();

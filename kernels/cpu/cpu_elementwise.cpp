@@ -61,9 +61,9 @@ void swiglu_into(const float* g, const float* u, OutT* o, int64_t total, cpu::Wo
 }  // namespace
 
 void CpuBackend::embedding_impl(const Tensor& table, const BatchMeta& batch, Tensor& out) {
-  ATTNRES_CHECK(table.device == Device::CPU, "embedding table is not a CPU tensor");
+  cpu::check_on_cpu(table, "embedding table");
+  cpu::check_on_cpu(out, "embedding out");
   const int64_t d = table.dim(1);
-  cpu::check_f32_rows(out, d, "embedding out");
   const int64_t t_dim = cpu::rows_of(out);
   const int32_t* ids = batch.token_ids.data();
   switch (table.dtype) {
@@ -84,10 +84,9 @@ void CpuBackend::embedding_impl(const Tensor& table, const BatchMeta& batch, Ten
 }
 
 void CpuBackend::swiglu_impl(const Tensor& gate, const Tensor& up, Tensor& out) {
-  const int64_t n = gate.dim(-1);
-  cpu::check_f32_rows(gate, n, "swiglu gate");
-  cpu::check_f32_rows(up, n, "swiglu up");
-  cpu::check_float_rows(out, n, "swiglu out");  // BF16: the down projection's input rows
+  cpu::check_on_cpu(gate, "swiglu gate");
+  cpu::check_on_cpu(up, "swiglu up");
+  cpu::check_on_cpu(out, "swiglu out");
   const int64_t total = gate.numel();
   if (out.dtype == DType::BF16) {
     swiglu_into(gate.ptr<float>(), up.ptr<float>(), out.ptr<uint16_t>(), total, *pool_);
@@ -97,6 +96,8 @@ void CpuBackend::swiglu_impl(const Tensor& gate, const Tensor& up, Tensor& out) 
 }
 
 void CpuBackend::add_inplace_impl(Tensor& x, const Tensor& y) {
+  cpu::check_on_cpu(x, "add_inplace x");
+  cpu::check_on_cpu(y, "add_inplace y");
   const int64_t total = x.numel();
   float* xp = x.ptr<float>();
   const float* yp = y.ptr<float>();
@@ -110,6 +111,9 @@ void CpuBackend::add_inplace_push_impl(Tensor& x, const Tensor& y, Tensor& entry
                                        PushedRow pushed) {
   // An f32 entry: nothing to fuse, the push is a plain copy (the default's two calls).
   if (entry.dtype == DType::F32) return Backend::add_inplace_push_impl(x, y, entry, pushed);
+  cpu::check_on_cpu(x, "add_inplace_push x");
+  cpu::check_on_cpu(y, "add_inplace_push y");
+  cpu::check_on_cpu(entry, "add_inplace_push entry");
   const int64_t total = x.numel();
   constexpr int64_t kChunk = 1 << 14;
   const int64_t chunks = (total + kChunk - 1) / kChunk;
@@ -134,6 +138,8 @@ void CpuBackend::add_inplace_push_impl(Tensor& x, const Tensor& y, Tensor& entry
 }
 
 void CpuBackend::gather_rows_impl(const Tensor& x, std::span<const int32_t> rows, Tensor& out) {
+  cpu::check_on_cpu(x, "gather_rows x");
+  cpu::check_on_cpu(out, "gather_rows out");
   const int64_t r_dim = x.dim(0);
   const int64_t n_out = static_cast<int64_t>(rows.size());
   const size_t row_bytes = r_dim ? x.nbytes() / static_cast<size_t>(r_dim) : 0;

@@ -62,17 +62,16 @@ constexpr int gemv_outputs_per_step(int r) {
 // out[r, o] for o in [o_begin, o_end), O outputs at a time. Whatever O, each output is one
 // chain of D's steps over k in order, then hsum, the tail and the bias: the same bits.
 template <class D, int R, int O, bool SoftwarePrefetch>
-void gemv_block(const typename D::XT* x, int64_t k_dim, const typename D::WT* w,
-                const float* bias, float* out, int64_t n_dim, int64_t o_begin, int64_t o_end) {
+void gemv_block(const typename D::XT* x, int64_t k_dim, const typename D::WT* w, const float* bias,
+                float* out, int64_t n_dim, int64_t o_begin, int64_t o_end) {
   // SoftwarePrefetch: into L2 (prefetcht1) a fixed distance ahead in the contiguous weight
   // stream: a core alone cannot keep enough misses in flight to use DRAM's bandwidth over O
-  // interleaved rows. Measured on the 2-core Xeon (docs/BENCHMARKS.md, issue #19): 32 KB ahead
-  // into L2 streams 26-27 GB/s from DRAM against 17-22 without, while 4 KB ahead with
-  // prefetchnta (into L1, the earlier choice, tuned on an EPYC) was slower than none, its
-  // line-fill buffers being the limit. Each line is asked for twice: one prefetch per 32 bytes
-  // of a step (a prefetch the L2 drops while its miss queue is full gets a second chance).
-  // With one per line, Bf16Dot's 64-byte steps streamed 7-10% slower than F32Dot's 32-byte
-  // ones on Zen 4 (issue #19).
+  // interleaved rows. Measured on a 2-core Xeon (docs/perf-log/cpu-engine.md, issue #19): 32 KB
+  // ahead into L2 streams 26-27 GB/s from DRAM against 17-22 without, while 4 KB ahead with
+  // prefetchnta (into L1) is slower than none, its line-fill buffers being the limit. Each line is
+  // asked for twice: one prefetch per 32 bytes of a step (a prefetch the L2 drops while its miss
+  // queue is full gets a second chance). With one per line, Bf16Dot's 64-byte steps streamed 7-10%
+  // slower than F32Dot's 32-byte ones on Zen 4 (issue #19).
   using WT = typename D::WT;
   constexpr int64_t kStepBytes = D::kStep * static_cast<int64_t>(sizeof(WT));
   constexpr int64_t kPrefetches = std::max<int64_t>(1, kStepBytes / 32);
@@ -189,9 +188,9 @@ void store_whole_tile(const VecF (&acc)[kMr][8], const float* bias, int64_t o0, 
 #endif
 
 // x bytes per row chunk: half of this core's L2, so that the chunk stays there next to the
-// panel, the out rows and the next tile's prefetched weights. 1 MiB on the 2-MiB-L2 Xeon VM
-// the kernel was tuned on; on Zen 4's 1 MiB L2 a 1 MiB chunk ran the [512 x 1024] x
-// [1024 x 3072] bf16 GEMM 10-13% slower than 512 KiB (bench_cpu_kernels gemm, alternated).
+// panel, the out rows and the next tile's prefetched weights. 1 MiB on a 2-MiB-L2 Xeon; on
+// Zen 4's 1 MiB L2 a 1 MiB chunk ran the [512 x 1024] x [1024 x 3072] bf16 GEMM 10-13% slower
+// than 512 KiB (bench_cpu_kernels gemm, alternated).
 int64_t chunk_bytes() {
   static const int64_t bytes = [] {
     const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
@@ -223,10 +222,10 @@ struct DirectRows {
 };
 
 template <class D, class Panel>
-void gemm_micro(const typename D::XT* const* xr, const Panel& panel, int64_t s0,
-                int64_t s1, int64_t ksteps, float* partial, int64_t k_dim,
-                const typename D::WT* w, const float* bias, int64_t o0, int64_t m_valid,
-                int64_t n_valid, float* out, int64_t n_dim) {
+void gemm_micro(const typename D::XT* const* xr, const Panel& panel, int64_t s0, int64_t s1,
+                int64_t ksteps, float* partial, int64_t k_dim, const typename D::WT* w,
+                const float* bias, int64_t o0, int64_t m_valid, int64_t n_valid, float* out,
+                int64_t n_dim) {
   constexpr int kMr = Tile<D>::kMr, kNr = Tile<D>::kNr;
   VecF acc[kMr][kNr];
   for (int i = 0; i < kMr; ++i)
@@ -271,8 +270,8 @@ void gemm_micro(const typename D::XT* const* xr, const Panel& panel, int64_t s0,
 // Packs the whole steps of w[o0 .. o0 + kNr, 0 .. ksteps * kStep) into panel[s][j][element]
 // (zero for outputs >= n_dim). Exact: bf16 and f16 widen to f32 exactly.
 template <class D>
-void pack_panel(const typename D::WT* w, int64_t k_dim, int64_t n_dim, int64_t o0,
-                int64_t ksteps, typename D::PanelT* panel) {
+void pack_panel(const typename D::WT* w, int64_t k_dim, int64_t n_dim, int64_t o0, int64_t ksteps,
+                typename D::PanelT* panel) {
   constexpr int kNr = Tile<D>::kNr;
   for (int j = 0; j < kNr; ++j) {
     const bool valid = o0 + j < n_dim;
@@ -326,7 +325,8 @@ class NextPanelPrefetch {
 template <typename T>
 T* scratch_of(cpu::ScratchSlot slot, int64_t n) {
   const size_t bytes = static_cast<size_t>(std::max<int64_t>(1, n)) * sizeof(T);
-  return reinterpret_cast<T*>(cpu::thread_scratch(slot, (bytes + sizeof(float) - 1) / sizeof(float)));
+  return reinterpret_cast<T*>(
+      cpu::thread_scratch(slot, (bytes + sizeof(float) - 1) / sizeof(float)));
 }
 
 template <class D>
@@ -351,8 +351,9 @@ void gemm(const typename D::XT* x, int64_t r_dim, int64_t k_dim, const typename 
     auto* panel = D::kPackFree ? nullptr
                                : scratch_of<typename D::PanelT>(cpu::ScratchSlot::GemmPanel,
                                                                 ksteps * kNr * D::kStep);
-    float* partials = cpu::thread_scratch(
-        cpu::ScratchSlot::GemmPartials, static_cast<size_t>((chunk_rows / kMr) * kMr * kNr * kLanes));
+    float* partials =
+        cpu::thread_scratch(cpu::ScratchSlot::GemmPartials,
+                            static_cast<size_t>((chunk_rows / kMr) * kMr * kNr * kLanes));
     const cpu::IndexRange my_tiles = cpu::static_block(tiles, tid, team);
     for (int64_t r_begin = 0; r_begin < r_dim; r_begin += chunk_rows) {
       const int64_t r_end = std::min(r_dim, r_begin + chunk_rows);
@@ -368,8 +369,8 @@ void gemm(const typename D::XT* x, int64_t r_dim, int64_t k_dim, const typename 
         }
         // The thread's next tile: the following one, or its first again for the next chunk.
         const int64_t next_tile = tile + 1 < my_tiles.end_ ? tile + 1
-                                  : r_end < r_dim         ? my_tiles.begin_
-                                                          : -1;
+                                  : r_end < r_dim          ? my_tiles.begin_
+                                                           : -1;
         const int64_t next_o0 = next_tile < 0 ? n_dim : next_tile * kNr;
         NextPanelPrefetch next(w, k_dim, next_o0, std::min(n_dim, next_o0 + kNr),
                                micro_calls_per_tile(ksteps, block_steps, r_end - r_begin, kMr));
@@ -435,17 +436,16 @@ void linear_rows(const typename D::XT* x, int64_t r_dim, int64_t k_dim, const vo
 // 64 rows on. linear_many and linear_swiglu round once for all their weights.
 const uint16_t* round_inputs(const float* x, int64_t r_dim, int64_t k_dim, cpu::WorkerPool& pool) {
   uint16_t* xb = scratch_of<uint16_t>(cpu::ScratchSlot::LinearInput, r_dim * k_dim);
-  pool.parallel_for(r_dim, pool.size() > 1 && r_dim >= 64, [&](int64_t r) {
-    cpu::store_row_bf16(xb + r * k_dim, x + r * k_dim, k_dim);
-  });
+  pool.parallel_for(r_dim, pool.size() > 1 && r_dim >= 64,
+                    [&](int64_t r) { cpu::store_row_bf16(xb + r * k_dim, x + r * k_dim, k_dim); });
   return xb;
 }
 #endif
 
-// One linear's operands, validated: x [.., K] (f32, or bf16 rows written by their producer:
-// CpuBackend::linear_input_dtype) and out [.., N] f32 with as many rows, w [N, K] on the
-// CPU, out not aliasing x; the bias as f32 (widened into `widened` when stored narrower), or
-// null. Not copyable: bias may point into `widened` (a move keeps its buffer).
+// One linear's sizes, x [R, K] (f32, or bf16 rows written by their producer:
+// CpuBackend::linear_input_dtype), w [N, K] and out [R, N], and its bias as f32 (widened into
+// `widened` when stored narrower), or null. Not copyable: bias may point into `widened` (a
+// move keeps its buffer).
 struct LinearOperands {
   int64_t r_dim = 0, k_dim = 0, n_dim = 0;
   const float* bias = nullptr;
@@ -455,21 +455,16 @@ struct LinearOperands {
   LinearOperands& operator=(const LinearOperands&) = delete;
   LinearOperands(LinearOperands&&) = default;
 
+  // Backend checked the shapes, dtypes and aliasing (backend.cpp: check_linear); what is left
+  // is where the tensors live and the bias as f32.
   LinearOperands(const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& out) {
-    ATTNRES_CHECK(w.rank() == 2 && w.device == Device::CPU, "linear weight " + shape_str(w.shape));
-    n_dim = w.dim(0), k_dim = w.dim(1);
-    cpu::check_float_rows(x, k_dim, "linear x");
-    ATTNRES_CHECK(x.dtype == DType::F32 || (cpu::kHasBf16Dot && w.dtype == DType::BF16),
-                  "linear: bf16 x rows need bf16 weights and AVX512_BF16, got " +
-                      std::string(dtype_name(w.dtype)) + " weights");
-    cpu::check_f32_rows(out, n_dim, "linear out");
-    r_dim = cpu::rows_of(x);
-    ATTNRES_CHECK(cpu::rows_of(out) == r_dim,
-                  "linear rows: x " + shape_str(x.shape) + " out " + shape_str(out.shape));
-    ATTNRES_CHECK(x.data != out.data || r_dim == 0, "linear x and out must not alias");
+    cpu::check_on_cpu(w, "linear w");
+    cpu::check_on_cpu(x, "linear x");
+    cpu::check_on_cpu(out, "linear out");
+    n_dim = w.dim(0), k_dim = w.dim(1), r_dim = cpu::rows_of(x);
     if (b && b->defined()) {
       if (b->dtype == DType::F32) {
-        ATTNRES_CHECK(b->numel() == n_dim, "linear bias " + shape_str(b->shape));
+        cpu::check_on_cpu(*b, "linear bias");
         bias = b->ptr<float>();
       } else {
         widened = cpu::widen_vector(*b, n_dim, "linear bias");
@@ -485,7 +480,7 @@ void CpuBackend::linear_impl(const Tensor& x, const Tensor& w, const Tensor* bia
   const LinearOperands op(x, w, bias, out);
   float* o = out.ptr<float>();
 #if defined(__AVX512BF16__)
-  if (x.dtype == DType::BF16) {  // rounded by its producer (bf16 weights: checked above)
+  if (x.dtype == DType::BF16) {  // rounded by its producer (bf16 weights: Backend checked)
     return linear_rows<cpu::Bf16Dot>(x.ptr<uint16_t>(), op.r_dim, op.k_dim, w.data, op.bias, o,
                                      op.n_dim, *pool_);
   }
@@ -512,7 +507,7 @@ void CpuBackend::linear_impl(const Tensor& x, const Tensor& w, const Tensor* bia
     case DType::F16:
       return linear_rows<cpu::F32Dot<DType::F16>>(xp, op.r_dim, op.k_dim, w.data, op.bias, o,
                                                   op.n_dim, *pool_);
-    default:
+    default:  // not in cpu_backend_capabilities().weight_dtypes: Backend refused it
       ATTNRES_CHECK(false, "linear weight dtype " + std::string(dtype_name(w.dtype)));
   }
 }
@@ -572,8 +567,8 @@ void CpuBackend::linear_swiglu_impl(const Tensor& x, const Tensor& w_gate, const
                                     const Tensor& w_up, const Tensor* b_up, Tensor& gate,
                                     Tensor& up, Tensor& out) {
   const LinearTarget targets[2] = {{&w_gate, b_gate, &gate}, {&w_up, b_up, &up}};
-  linear_many(x, targets);
-  swiglu(gate, up, out);
+  linear_many_impl(x, targets);
+  swiglu_impl(gate, up, out);
 }
 
 }  // namespace attnres

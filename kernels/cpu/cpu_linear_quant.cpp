@@ -314,6 +314,95 @@ inline __m512i high_nibbles(__m512i packed) {
 #endif
 }
 
+// One step (4 blocks) of gemv_group_q4 from kTransposeRows rows: the packed bytes transposed
+// once, each row's block sums from broadcast activation words.
+template <int R>
+[[gnu::always_inline]] inline void q4_step_transposed(const Operands& op,
+                                                      const uint8_t* const* rows, int64_t s,
+                                                      int whole, __mmask64 qmask, const __m512* dw,
+                                                      const __m512* m, __m512* acc) {
+  const int64_t b0 = s * 4;
+  const __m512i nib = _mm512_set1_epi8(0x0f);
+  // The packed bytes as [word][output]: word 4b + g holds block b's weights 4g .. 4g + 3
+  // (low nibbles) and 16 + 4g .. (high), for 16 outputs.
+  __m512i packed[16], pt[16], lo[16], hi[16];
+  for (int j = 0; j < 16; ++j) packed[j] = _mm512_maskz_loadu_epi8(qmask, rows[j] + 64 * s);
+  transpose16(packed, pt);
+  for (int w = 0; w < 16; ++w) {
+    lo[w] = _mm512_and_si512(pt[w], nib);
+    hi[w] = high_nibbles(pt[w]);
+  }
+  for (int r = 0; r < R; ++r) {
+    const uint8_t* xr = op.xq(r) + 128 * s;
+    const float* dx = op.dx(r) + b0;
+    const float* dxs = op.dxs(r) + b0;
+    for (int b = 0; b < whole; ++b) {
+      __m512i sum = _mm512_setzero_si512();
+      for (int g = 0; g < 4; ++g) {
+        sum = _mm512_dpbusd_epi32(sum, lo[4 * b + g], broadcast_word(xr + kB * b + 4 * g));
+        sum = _mm512_dpbusd_epi32(sum, hi[4 * b + g], broadcast_word(xr + kB * b + 16 + 4 * g));
+      }
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw[b], _mm512_set1_ps(dx[b])),
+                               acc[r]);
+      acc[r] = _mm512_fmadd_ps(m[b], _mm512_set1_ps(dxs[b]), acc[r]);
+    }
+  }
+}
+
+// One step (4 blocks) of gemv_group_q4 for fewer than kTransposeRows rows.
+template <int R>
+[[gnu::always_inline]] inline void q4_step_rowwise(const Operands& op, const uint8_t* const* rows,
+                                                   int64_t s, int whole, __mmask64 qmask,
+                                                   const __m512* dw, const __m512* m, __m512* acc) {
+  const int64_t b0 = s * 4;
+  const __m512i nib = _mm512_set1_epi8(0x0f);
+  // Each row's activations: the four blocks' first halves and second halves, lined up
+  // with the low and the high nibbles.
+  __m512i xlo[R], xhi[R];
+  for (int r = 0; r < R; ++r) {
+    const uint8_t* xr = op.xq(r) + 128 * s;
+    const __m512i x0 = _mm512_loadu_si512(xr), x1 = _mm512_loadu_si512(xr + 64);
+    xlo[r] = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(2, 0, 2, 0));
+    xhi[r] = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(3, 1, 3, 1));
+  }
+  // Each output's products, reduced to one sum per block as reduce16 does, with fewer
+  // shuffles: a lane of dot holds 8 products of a 4-bit weight and an int8 activation
+  // (|lane| <= 8 * 15 * 127 = 15240), so a sum of two lanes fits int16 and each halving
+  // packs two vectors to int16 (vpackssdw, exact here) and adds neighbours (vpmaddwd):
+  // 2 instructions where reduce16 takes 3. 4 outputs at a time, so that few registers
+  // are live (the unpacked weights of 4 outputs, not 16); u[r][q] 128-bit lane b holds
+  // block b's sums of outputs 4q .. 4q + 3.
+  const __m512i ones = _mm512_set1_epi16(1);
+  __m512i u[R][4], sums[R][4];
+  for (int q = 0; q < 4; ++q) {
+    __m512i lo[4], hi[4];
+    for (int i = 0; i < 4; ++i) {
+      const __m512i packed = _mm512_maskz_loadu_epi8(qmask, rows[4 * q + i] + 64 * s);
+      lo[i] = _mm512_and_si512(packed, nib);
+      hi[i] = high_nibbles(packed);
+    }
+    for (int r = 0; r < R; ++r) {
+      __m512i dot[4];
+      for (int i = 0; i < 4; ++i)
+        dot[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[i], xlo[r]),
+                                     hi[i], xhi[r]);
+      const __m512i t0 = _mm512_madd_epi16(_mm512_packs_epi32(dot[0], dot[1]), ones);
+      const __m512i t1 = _mm512_madd_epi16(_mm512_packs_epi32(dot[2], dot[3]), ones);
+      u[r][q] = _mm512_madd_epi16(_mm512_packs_epi32(t0, t1), ones);
+    }
+  }
+  for (int r = 0; r < R; ++r) transpose_lanes4(u[r], sums[r]);
+  for (int r = 0; r < R; ++r) {
+    const float* dx = op.dx(r) + b0;
+    const float* dxs = op.dxs(r) + b0;
+    for (int b = 0; b < whole; ++b) {
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[r][b]),
+                               _mm512_mul_ps(dw[b], _mm512_set1_ps(dx[b])), acc[r]);
+      acc[r] = _mm512_fmadd_ps(m[b], _mm512_set1_ps(dxs[b]), acc[r]);
+    }
+  }
+}
+
 template <int R>
 void gemv_group_q4(const Operands& op, int64_t o0) {
   constexpr bool kTransposed = R >= kTransposeRows;
@@ -328,7 +417,6 @@ void gemv_group_q4(const Operands& op, int64_t o0) {
   const uint8_t* next = op.quants(std::min(op.n, o0 + 32));
   const uint8_t* next_end = op.quants(std::min(op.n, o0 + 48));
   RegionPrefetch prefetch(next, next_end, steps);
-  const __m512i nib = _mm512_set1_epi8(0x0f);
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   __m512 dwc[kChunkBlocks], mc[kChunkBlocks];  // the current chunk's scales and mins
@@ -346,78 +434,10 @@ void gemv_group_q4(const Operands& op, int64_t o0) {
       load_block_params(p, nb, mc);
     }
     const __mmask64 qmask = whole == 4 ? ~__mmask64{0} : (__mmask64{1} << (16 * whole)) - 1;
-    if constexpr (kTransposed) {
-      // The packed bytes as [word][output]: word 4b + g holds block b's weights 4g .. 4g + 3
-      // (low nibbles) and 16 + 4g .. (high), for 16 outputs.
-      __m512i packed[16], pt[16], lo[16], hi[16];
-      for (int j = 0; j < 16; ++j) packed[j] = _mm512_maskz_loadu_epi8(qmask, rows[j] + 64 * s);
-      transpose16(packed, pt);
-      for (int w = 0; w < 16; ++w) {
-        lo[w] = _mm512_and_si512(pt[w], nib);
-        hi[w] = high_nibbles(pt[w]);
-      }
-      for (int r = 0; r < R; ++r) {
-        const uint8_t* xr = op.xq(r) + 128 * s;
-        const float* dx = op.dx(r) + b0;
-        const float* dxs = op.dxs(r) + b0;
-        for (int b = 0; b < whole; ++b) {
-          __m512i sum = _mm512_setzero_si512();
-          for (int g = 0; g < 4; ++g) {
-            sum = _mm512_dpbusd_epi32(sum, lo[4 * b + g], broadcast_word(xr + kB * b + 4 * g));
-            sum = _mm512_dpbusd_epi32(sum, hi[4 * b + g], broadcast_word(xr + kB * b + 16 + 4 * g));
-          }
-          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
-                                   _mm512_mul_ps(dwc[cb + b], _mm512_set1_ps(dx[b])), acc[r]);
-          acc[r] = _mm512_fmadd_ps(mc[cb + b], _mm512_set1_ps(dxs[b]), acc[r]);
-        }
-      }
-    } else {
-      // Each row's activations: the four blocks' first halves and second halves, lined up
-      // with the low and the high nibbles.
-      __m512i xlo[R], xhi[R];
-      for (int r = 0; r < R; ++r) {
-        const uint8_t* xr = op.xq(r) + 128 * s;
-        const __m512i x0 = _mm512_loadu_si512(xr), x1 = _mm512_loadu_si512(xr + 64);
-        xlo[r] = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(2, 0, 2, 0));
-        xhi[r] = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(3, 1, 3, 1));
-      }
-      // Each output's products, reduced to one sum per block as reduce16 does, with fewer
-      // shuffles: a lane of dot holds 8 products of a 4-bit weight and an int8 activation
-      // (|lane| <= 8 * 15 * 127 = 15240), so a sum of two lanes fits int16 and each halving
-      // packs two vectors to int16 (vpackssdw, exact here) and adds neighbours (vpmaddwd):
-      // 2 instructions where reduce16 takes 3. 4 outputs at a time, so that few registers
-      // are live (the unpacked weights of 4 outputs, not 16); u[r][q] 128-bit lane b holds
-      // block b's sums of outputs 4q .. 4q + 3.
-      const __m512i ones = _mm512_set1_epi16(1);
-      __m512i u[R][4], sums[R][4];
-      for (int q = 0; q < 4; ++q) {
-        __m512i lo[4], hi[4];
-        for (int i = 0; i < 4; ++i) {
-          const __m512i packed = _mm512_maskz_loadu_epi8(qmask, rows[4 * q + i] + 64 * s);
-          lo[i] = _mm512_and_si512(packed, nib);
-          hi[i] = high_nibbles(packed);
-        }
-        for (int r = 0; r < R; ++r) {
-          __m512i dot[4];
-          for (int i = 0; i < 4; ++i)
-            dot[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[i], xlo[r]),
-                                         hi[i], xhi[r]);
-          const __m512i t0 = _mm512_madd_epi16(_mm512_packs_epi32(dot[0], dot[1]), ones);
-          const __m512i t1 = _mm512_madd_epi16(_mm512_packs_epi32(dot[2], dot[3]), ones);
-          u[r][q] = _mm512_madd_epi16(_mm512_packs_epi32(t0, t1), ones);
-        }
-      }
-      for (int r = 0; r < R; ++r) transpose_lanes4(u[r], sums[r]);
-      for (int r = 0; r < R; ++r) {
-        const float* dx = op.dx(r) + b0;
-        const float* dxs = op.dxs(r) + b0;
-        for (int b = 0; b < whole; ++b) {
-          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[r][b]),
-                                   _mm512_mul_ps(dwc[cb + b], _mm512_set1_ps(dx[b])), acc[r]);
-          acc[r] = _mm512_fmadd_ps(mc[cb + b], _mm512_set1_ps(dxs[b]), acc[r]);
-        }
-      }
-    }
+    if constexpr (kTransposed)
+      q4_step_transposed<R>(op, rows, s, whole, qmask, dwc + cb, mc + cb, acc);
+    else
+      q4_step_rowwise<R>(op, rows, s, whole, qmask, dwc + cb, mc + cb, acc);
   }
   const __mmask16 omask = static_cast<__mmask16>((1u << nvalid) - 1);
   const __m512 bias = op.bias ? _mm512_maskz_loadu_ps(omask, op.bias + o0) : _mm512_setzero_ps();

@@ -79,10 +79,10 @@ void norm_rope_head(float* x, int64_t hd, const std::vector<float>& gain, float 
 }  // namespace
 
 void CpuBackend::rms_norm_impl(const Tensor& x, const Tensor& gain, float eps, Tensor& out) {
+  cpu::check_on_cpu(x, "rms_norm x");
+  cpu::check_on_cpu(out, "rms_norm out");
+  cpu::check_on_cpu(gain, "rms_norm gain");
   const int64_t n = x.dim(-1);
-  cpu::check_f32_rows(x, n, "rms_norm x");
-  cpu::check_float_rows(out, n, "rms_norm out");  // BF16: a linear's input rows
-  ATTNRES_CHECK(gain.defined() && gain.device == Device::CPU, "rms_norm gain is not a CPU tensor");
   const int64_t rows = cpu::rows_of(x);
   switch (gain.dtype) {
     case DType::F32:
@@ -100,8 +100,8 @@ void CpuBackend::qk_norm_rope_impl(Tensor& q, Tensor& k, int head_dim, const Ten
                                    const Tensor* k_gain, float eps, const Tensor& inv_freq,
                                    const BatchMeta& batch) {
   const int64_t hd = head_dim;
-  cpu::check_f32_rows(q, q.dim(-1), "qk_norm_rope q");
-  cpu::check_f32_rows(k, k.dim(-1), "qk_norm_rope k");
+  cpu::check_on_cpu(q, "qk_norm_rope q");
+  cpu::check_on_cpu(k, "qk_norm_rope k");
   const int64_t t_dim = cpu::rows_of(q);
   const int64_t hq = q.dim(-1) / hd, hkv = k.dim(-1) / hd, half = hd / 2;
   std::vector<float> freq = cpu::widen_vector(inv_freq, half, "qk_norm_rope inv_freq");

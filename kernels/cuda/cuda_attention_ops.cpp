@@ -49,11 +49,10 @@ void validate_batch_against_cache(const BatchMeta& batch, int64_t num_blocks, in
 int64_t cuda_ops::check_store_kv(const Tensor& k, const Tensor& v, const BatchMeta& batch,
                                  const KvCacheLayer& cache) {
   check_cache(cache);
-  const int64_t row = cache.k.dim(2) * cache.k.dim(3);  // Hkv * hd
-  check_f32_rows(k, row, "store_kv k");
-  check_f32_rows(v, row, "store_kv v");
-  (void)batch;  // Backend checked its slots against k and v
-  return row;
+  check_cuda(k, "store_kv k");
+  check_cuda(v, "store_kv v");
+  (void)batch;                             // Backend checked its slots against k and v
+  return cache.k.dim(2) * cache.k.dim(3);  // Hkv * hd
 }
 
 void CudaBackend::Impl::validate_against_cache(const BatchMeta& batch, const KvCacheLayer& cache) {
@@ -81,8 +80,8 @@ void CudaBackend::attention_impl(const Tensor& q, const KvCacheLayer& cache, con
   ATTNRES_CHECK(hd <= cuda::kMaxAttentionHeadDim,
                 "attention: head_dim " + std::to_string(hd) + " above the CUDA kernel's 256");
   const int64_t hq = q.dim(-1) / hd;
-  check_f32_rows(q, hq * hd, "attention q");
-  check_linear_input(out, hq * hd, "attention out");
+  check_cuda(q, "attention q");
+  check_cuda(out, "attention out");
   const int64_t T = rows_of(q);
   im.ensure_prepared(*this, batch);
   im.validate_against_cache(batch, cache);

@@ -283,8 +283,8 @@ void CudaBackend::prepare_batch(const BatchMeta& batch) {
                 "prepare_batch: query_start must run from 0 to T");
   // Every index written into the staging buffer below is checked first: non-decreasing
   // query_start from 0 to T keeps each sequence's rows of seq_of_token inside [0, T). (Checked
-  // inside the writing loop, a query_start of [0, 100, 5] with T = 5 wrote 100 entries before
-  // failing.) Nothing is changed before these checks pass, so a refused batch leaves the
+  // inside the writing loop, a query_start of [0, 100, 5] with T = 5 would write 100 entries
+  // before failing.) Nothing is changed before these checks pass, so a refused batch leaves the
   // previously prepared one intact.
   for (int s = 0; s < S; ++s)
     ATTNRES_CHECK(batch.query_start[s] <= batch.query_start[s + 1],

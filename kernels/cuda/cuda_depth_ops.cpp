@@ -21,13 +21,13 @@ void CudaBackend::depth_phase1_impl(const Tensor& queries, const Tensor& bank, i
                                     Tensor& m, Tensor& s, Tensor& o,
                                     const Tensor* source_gate_logits) {
   const int64_t s_dim = queries.dim(0), d = queries.dim(1);
-  check_f32_rows(queries, d, "depth_phase1 queries");
-  check_bank(bank, d, "depth_phase1 bank");
+  check_cuda(queries, "depth_phase1 queries");
+  check_cuda(bank, "depth_phase1 bank");
   const int64_t T = bank.dim(1);
   check_cuda(m, "depth_phase1 m");
   check_cuda(s, "depth_phase1 s");
-  check_f32_rows(o, d, "depth_phase1 o");
-  if (source_gate_logits) check_f32_rows(*source_gate_logits, d, "depth_phase1 source gate");
+  check_cuda(o, "depth_phase1 o");
+  if (source_gate_logits) check_cuda(*source_gate_logits, "depth_phase1 source gate");
   cuda::launch_depth_phase1(
       f32(queries), static_cast<int>(s_dim), bank.data, bank.dtype, n, T, d, eps, f32(m), f32(s),
       f32(o), source_gate_logits ? f32(*source_gate_logits) : nullptr, on_device().stream);
@@ -37,19 +37,19 @@ void CudaBackend::depth_phase2_prenorm_impl(const DepthMixArgs& mix, const Tenso
                                             const Tensor& prenorm_gain, float norm_eps,
                                             Tensor& out) {
   const int64_t d = partial.dim(-1);
-  check_f32_rows(partial, d, "depth_phase2 partial");
-  check_linear_input(out, d, "depth_phase2 out");
+  check_cuda(partial, "depth_phase2 partial");
+  check_cuda(out, "depth_phase2 out");
   const int64_t T = rows_of(partial);
   // Backend refused newer entries without a Phase-1 state (capabilities: mixes_without_phase1).
   const bool mixing = mix.m != nullptr;
-  if (!mixing) return rms_norm(partial, prenorm_gain, norm_eps, out);  // h = p
+  if (!mixing) return rms_norm_impl(partial, prenorm_gain, norm_eps, out);  // h = p
 
-  if (mix.partial_is_source || mix.newer) check_f32_rows(*mix.query, d, "depth_phase2 query");
-  if (mix.newer) check_bank(*mix.newer, d, "depth_phase2 newer entries");
+  if (mix.partial_is_source || mix.newer) check_cuda(*mix.query, "depth_phase2 query");
+  if (mix.newer) check_cuda(*mix.newer, "depth_phase2 newer entries");
   check_cuda(*mix.m, "depth_phase2 m");
   check_cuda(*mix.s, "depth_phase2 s");
-  check_f32_rows(*mix.o, d, "depth_phase2 o");
-  check_float_vector(prenorm_gain, d, "depth_phase2 gain");
+  check_cuda(*mix.o, "depth_phase2 o");
+  check_cuda(prenorm_gain, "depth_phase2 gain");
   if (is_plain_mix(mix)) {
     cuda::launch_depth_phase2_prenorm(f32(*mix.m), f32(*mix.s), f32(*mix.o), f32(*mix.query),
                                       mix.bias, mix.mix_eps, f32(partial), prenorm_gain.data,
@@ -72,14 +72,14 @@ void CudaBackend::depth_phase2_prenorm_impl(const DepthMixArgs& mix, const Tenso
   p.mix_eps = mix.mix_eps;
   p.adds_partial = mix.adds_partial;
   if (mix.null_source) {
-    check_f32_rows(*mix.null_source, d, "depth_phase2 null source");
+    check_cuda(*mix.null_source, "depth_phase2 null source");
     p.null_source = f32(*mix.null_source);
     p.null_logit = mix.null_logit;
   }
   p.gate = mix.gate == DepthGate::Scalar ? 1 : mix.gate == DepthGate::Vector ? 2 : 0;
   p.gate_blend = mix.gate_blend;
   if (mix.gate == DepthGate::Vector) {
-    check_f32_rows(*mix.gate_logits, d, "depth_phase2 gate logits");
+    check_cuda(*mix.gate_logits, "depth_phase2 gate logits");
     p.gate_logits = f32(*mix.gate_logits);
   }
   p.partial = f32(partial);
@@ -107,13 +107,13 @@ void CudaBackend::depth_weights_impl(const Tensor& query, const Tensor& bank, in
                                      const Tensor& partial, float bias, float eps, Tensor& out,
                                      const DepthSourceSwitches& sources) {
   const int64_t T = partial.dim(0), d = partial.dim(1);
-  check_f32_rows(partial, d, "depth_weights partial");
-  check_f32_rows(query, d, "depth_weights query");
-  check_bank(bank, d, "depth_weights bank");
-  check_f32_rows(out, sources.width(n), "depth_weights out");
+  check_cuda(partial, "depth_weights partial");
+  check_cuda(query, "depth_weights query");
+  check_cuda(bank, "depth_weights bank");
+  check_cuda(out, "depth_weights out");
   cuda::DepthWeightsParams p;
   if (sources.source_gate_logits) {
-    check_f32_rows(*sources.source_gate_logits, d, "depth_weights source gate");
+    check_cuda(*sources.source_gate_logits, "depth_weights source gate");
     p.source_gate_logits = f32(*sources.source_gate_logits);
   }
   p.query = f32(query);

@@ -32,15 +32,12 @@ using namespace cuda_ops;
 void CudaBackend::linear_impl(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
   Impl& im = on_device();
   check_cuda(w, "linear w");
+  check_cuda(x, "linear x");
+  check_cuda(out, "linear out");
+  if (bias) check_cuda(*bias, "linear bias");
   const int64_t n_dim = w.dim(0), k_dim = w.dim(1);
-  check_linear_input(x, k_dim, "linear x");
-  check_f32_rows(out, n_dim, "linear out");
   const int64_t r_dim = rows_of(x);
-  const bool bf16_x = x.dtype == DType::BF16;
-  ATTNRES_CHECK(!bf16_x || w.dtype == DType::BF16,
-                "linear: a BF16 x needs BF16 weights (the GEMM reads both in one type), got w " +
-                    std::string(dtype_name(w.dtype)));
-  if (bias) check_float_vector(*bias, n_dim, "linear bias");
+  const bool bf16_x = x.dtype == DType::BF16;  // with BF16 weights (Backend checked)
   if (r_dim == 0 || n_dim == 0) return;
   // decode: f32 x, bias fused, one launch
   if (r_dim <= cuda::kMaxGemvRows && k_dim > 0 && !bf16_x) {
@@ -70,7 +67,7 @@ void CudaBackend::linear_impl(const Tensor& x, const Tensor& w, const Tensor* bi
       cuda::launch_convert_from_f32(f32(x), im.act_scratch.get(), w.dtype, r_dim * k_dim,
                                     im.stream);
       b_ptr = im.act_scratch.get();
-    } else {
+    } else {  // F32: the other dtypes are not in cuda_backend_capabilities().weight_dtypes
       ATTNRES_CHECK(w.dtype == DType::F32,
                     "linear w dtype " + std::string(dtype_name(w.dtype)) + " is not supported");
     }
@@ -97,12 +94,10 @@ void CudaBackend::linear_residual_impl(const Tensor& x, const Tensor& w, const T
   check_cuda(residual, "linear_residual residual");
   check_cuda(out, "linear_residual out");
   check_cuda(x, "linear_residual x");
-  check_cuda(w, "linear w");
+  check_cuda(w, "linear_residual w");
+  if (bias) check_cuda(*bias, "linear_residual bias");
   const int64_t n_dim = w.dim(0), k_dim = w.dim(1);
-  check_linear_input(x, k_dim, "linear x");
-  check_f32_rows(out, n_dim, "linear out");
   const int64_t r_dim = rows_of(x);
-  if (bias) check_float_vector(*bias, n_dim, "linear bias");
   // prefill (or a bf16 x): cuBLAS, then the add
   if (r_dim > cuda::kMaxGemvRows || k_dim == 0 || x.dtype != DType::F32) {
     Backend::linear_residual_impl(x, w, bias, residual, out);
@@ -117,10 +112,10 @@ std::optional<cuda::GemvSegment> cuda_ops::gemv_segment(const Tensor& x, const T
                                                         const Tensor* bias, Tensor& out,
                                                         DType first_dtype) {
   check_cuda(w, "linear w");
+  check_cuda(x, "linear x");
+  check_cuda(out, "linear out");
+  if (bias) check_cuda(*bias, "linear bias");
   const int64_t n_dim = w.dim(0), k_dim = w.dim(1);
-  check_linear_input(x, k_dim, "linear x");
-  check_f32_rows(out, n_dim, "linear out");
-  if (bias) check_float_vector(*bias, n_dim, "linear bias");
   if (rows_of(x) > cuda::kMaxGemvRows || k_dim == 0 || w.dtype != first_dtype ||
       x.dtype != DType::F32)
     return std::nullopt;
@@ -152,7 +147,7 @@ void CudaBackend::linear_swiglu_impl(const Tensor& x, const Tensor& w_gate, cons
   const auto g = gemv_segment(x, w_gate, b_gate, gate, w_gate.dtype);
   const auto u = gemv_segment(x, w_up, b_up, up, w_gate.dtype);
   // A prefill's out may be BF16: the down projection's input, rounded by swiglu's store.
-  check_linear_input(out, w_gate.dim(0), "linear_swiglu out");
+  check_cuda(out, "linear_swiglu out");
   if (!g || !u || rows_of(x) == 0 || out.dtype != DType::F32) {  // prefill: two GEMMs, swiglu
     Backend::linear_swiglu_impl(x, w_gate, b_gate, w_up, b_up, gate, up, out);
     return;

@@ -14,10 +14,10 @@ namespace attnres {
 using namespace cuda_ops;
 
 void CudaBackend::rms_norm_impl(const Tensor& x, const Tensor& gain, float eps, Tensor& out) {
+  check_cuda(x, "rms_norm x");
+  check_cuda(out, "rms_norm out");
+  check_cuda(gain, "rms_norm gain");
   const int64_t n = x.dim(-1);
-  check_f32_rows(x, n, "rms_norm x");
-  check_linear_input(out, n, "rms_norm out");
-  check_float_vector(gain, n, "rms_norm gain");
   cuda::launch_rms_norm(f32(x), gain.data, gain.dtype, eps, rows_of(x), n, out.data, out.dtype,
                         on_device().stream);
 }
@@ -27,15 +27,15 @@ cuda::RopeStoreParams cuda_ops::checked_rope(Tensor& q, Tensor& k, int head_dim,
                                              const Tensor& inv_freq, const BatchMeta& batch) {
   (void)batch;  // Backend checked its positions against q and k
   const int64_t hd = head_dim;
-  check_f32_rows(q, q.dim(-1), "qk_norm_rope q");
-  check_f32_rows(k, k.dim(-1), "qk_norm_rope k");
+  check_cuda(q, "qk_norm_rope q");
+  check_cuda(k, "qk_norm_rope k");
   const int64_t T = rows_of(q);
   check_cuda(inv_freq, "qk_norm_rope inv_freq");
   ATTNRES_CHECK(inv_freq.dtype == DType::F32,
                 "qk_norm_rope inv_freq " + shape_str(inv_freq.shape) + " must be F32 [hd / 2]");
   const bool has_qg = q_gain && q_gain->defined(), has_kg = k_gain && k_gain->defined();
-  if (has_qg) check_float_vector(*q_gain, hd, "q_gain");
-  if (has_kg) check_float_vector(*k_gain, hd, "k_gain");
+  if (has_qg) check_cuda(*q_gain, "q_gain");
+  if (has_kg) check_cuda(*k_gain, "k_gain");
   cuda::RopeStoreParams p;
   p.q = f32(q);
   p.k = f32(k);

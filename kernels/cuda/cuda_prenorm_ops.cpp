@@ -18,10 +18,9 @@ using namespace cuda_ops;
 
 std::optional<cuda::GemvPrenorm> cuda_ops::gemv_prenorm(const Backend::PrenormArgs& in) {
   const Tensor& partial = *in.partial;
-  const int64_t d = partial.dim(-1);
-  check_f32_rows(partial, d, "prenorm partial");
-  check_linear_input(*in.normed, d, "prenorm normed");
-  check_float_vector(*in.gain, d, "prenorm gain");
+  check_cuda(partial, "prenorm partial");
+  check_cuda(*in.normed, "prenorm normed");
+  check_cuda(*in.gain, "prenorm gain");
   cuda::GemvPrenorm g;
   g.partial = f32(partial);
   g.gain = in.gain->data;
@@ -32,8 +31,8 @@ std::optional<cuda::GemvPrenorm> cuda_ops::gemv_prenorm(const Backend::PrenormAr
   if (!is_plain_mix(mix)) return std::nullopt;
   check_cuda(*mix.m, "prenorm m");
   check_cuda(*mix.s, "prenorm s");
-  check_f32_rows(*mix.o, d, "prenorm o");
-  check_f32_rows(*mix.query, d, "prenorm query");
+  check_cuda(*mix.o, "prenorm o");
+  check_cuda(*mix.query, "prenorm query");
   g.m = f32(*mix.m);
   g.s = f32(*mix.s);
   g.o = f32(*mix.o);
@@ -72,7 +71,7 @@ void CudaBackend::prenorm_linear_swiglu_impl(const PrenormArgs& in, const Tensor
   const std::optional<cuda::GemvPrenorm> prenorm = gemv_prenorm(in);
   const auto g = gemv_segment(*in.partial, w_gate, b_gate, gate, w_gate.dtype);
   const auto u = gemv_segment(*in.partial, w_up, b_up, up, w_gate.dtype);
-  check_linear_input(out, w_gate.dim(0), "linear_swiglu out");  // BF16 in a prefill
+  check_cuda(out, "linear_swiglu out");  // BF16 in a prefill
   const int64_t rows = rows_of(*in.partial);
   if (prenorm && g && u && rows > 0 && out.dtype == DType::F32 &&
       cuda::launch_gemv_prenorm_swiglu(*prenorm, rows, in.partial->dim(-1), w_gate.dtype, *g, *u,
@@ -120,7 +119,9 @@ void CudaBackend::prenorm_qkv_rope_store_impl(const PrenormArgs& in,
       im.validate_against_cache(batch, cache);
       args.rope.positions = im.positions;
       args.rope.slots = im.slot_mapping;
-      if (!with_prologue) depth_phase2_prenorm(in.mix, *in.partial, *in.gain, in.eps, *in.normed);
+      if (!with_prologue) {
+        depth_phase2_prenorm_impl(in.mix, *in.partial, *in.gain, in.eps, *in.normed);
+      }
       cuda::launch_gemv_rope(args, im.stream);
       return;
     }

@@ -5,7 +5,6 @@
 #include <utility>
 #include <vector>
 
-#include "engine/core/sample_bitmask.h"
 #include "kernels/cuda/cuda_backend_internal.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -21,7 +20,7 @@ using namespace cuda_ops;
 // Not capturable, and not meant to be (kernels/cuda/NOTES.md, "Sampling"): the decode graphs
 // end before the LM head, and a graph would replay the parameters of the step it captured.
 void CudaBackend::sample_impl(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out) {
-  sample(logits, batch, out, 0);
+  queue_sample(logits, batch, out, 0, /*wait=*/true);
 }
 
 // The same queued work as sample(); the wait moves to wait_sampled(), so the host can prepare
@@ -41,8 +40,10 @@ void CudaBackend::wait_sampled() {
   im.sample_out = {};
 }
 
+// Runs the body without Backend::sample, so it checks the operands as that op does first.
 void CudaBackend::sample(Tensor& logits, const SampleBatch& batch, std::span<int32_t> out,
                          int ctas_per_row) {
+  check_sample_operands(logits, batch, out);
   queue_sample(logits, batch, out, ctas_per_row, /*wait=*/true);
 }
 
@@ -50,25 +51,17 @@ void CudaBackend::queue_sample(Tensor& logits, const SampleBatch& batch, std::sp
                                int ctas_per_row, bool wait) {
   // A call still in flight reads and writes the staging rewritten below: finish it first.
   wait_sampled();
+  // Backend checked the shapes, the token ids and the bitmask rows (check_sample_operands).
   const int64_t rows = static_cast<int64_t>(batch.rows.size());
-  ATTNRES_CHECK(logits.rank() == 2 && logits.dim(0) >= rows,
-                "sample: logits " + shape_str(logits.shape) + " for " + std::to_string(rows) +
-                    " rows (expected F32 [>= rows, vocab])");
+  check_cuda(logits, "sample: logits");
   const int64_t vocab = logits.dim(1);
-  check_f32_rows(logits, vocab, "sample: logits");
-  ATTNRES_CHECK(
-      static_cast<int64_t>(out.size()) == rows,
-      "sample: " + std::to_string(out.size()) + " outputs for " + std::to_string(rows) + " rows");
   ATTNRES_CHECK(vocab > 0 && vocab < (int64_t{1} << 20),
                 "sample: a vocabulary of " + std::to_string(vocab) +
                     " (the kernel's fixed-point masses need fewer than 2^20 ids)");
   if (rows == 0) return;
-  // The CPU op's checks (sample_row), here on the host before anything is launched.
+  // The id ranges the CPU's sample_row checks per row, here on the host before anything is
+  // launched.
   const int64_t num_ids = static_cast<int64_t>(batch.token_ids.size());
-  for (int32_t id : batch.token_ids) {
-    ATTNRES_CHECK(id >= 0 && id < vocab, "sample: token id " + std::to_string(id) +
-                                             " outside vocab " + std::to_string(vocab));
-  }
   bool needs_counts = false;
   for (int64_t r = 0; r < rows; ++r) {
     const SampleRow& row = batch.rows[r];
@@ -81,7 +74,6 @@ void CudaBackend::queue_sample(Tensor& logits, const SampleBatch& batch, std::sp
     }
     needs_counts = needs_counts || row.presence_penalty != 0.0f || row.frequency_penalty != 0.0f;
   }
-  check_sample_bitmask(batch, vocab);
   const int64_t bitmask_words = static_cast<int64_t>(batch.bitmask.size());
   Impl& im = on_device();
   ATTNRES_CHECK(!im.capturing(), "sample: cannot run inside a CUDA graph capture");

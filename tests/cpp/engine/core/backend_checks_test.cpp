@@ -1,7 +1,8 @@
 // Backend's public ops check their operands once for every backend (engine/core/backend.cpp)
 // before the backend's body runs: a backend whose bodies only count their calls sees none of
 // the refused calls, and one of each accepted call. The capability-driven rules follow the
-// backend's BackendCapabilities (a bf16 cache, Phase 2 without a Phase-1 state).
+// backend's BackendCapabilities (a bf16 cache, Phase 2 without a Phase-1 state, the weight
+// dtypes and bf16 linear inputs).
 #include <gtest/gtest.h>
 
 #include <stdexcept>
@@ -96,6 +97,26 @@ TEST(BackendChecks, LinearShapesAndAliasing) {
   EXPECT_EQ(be.bodies, 1);
 }
 
+// The linear's weight and input dtypes follow the capabilities: a weight dtype the backend
+// lists, a BF16 x only over BF16 weights on a backend that takes bf16 linear inputs.
+TEST(BackendChecks, LinearDtypesFollowTheCapabilities) {
+  BackendCapabilities caps;
+  caps.bf16_linear_inputs = true;
+  CountingBackend takes(caps), plain;
+  Tensor x16 = Tensor::empty({3, 8}, DType::BF16), w16 = Tensor::empty({5, 8}, DType::BF16);
+  Tensor x = f32({3, 8}), w = f32({5, 8}), out = f32({3, 5});
+  takes.linear(x16, w16, nullptr, out);
+  EXPECT_EQ(takes.bodies, 1);
+  EXPECT_THROW(takes.linear(x16, w, nullptr, out), std::logic_error);    // f32 weights
+  EXPECT_THROW(plain.linear(x16, w16, nullptr, out), std::logic_error);  // no bf16 inputs
+  Tensor q8 = Tensor::empty({5, 32}, DType::Q8_B32), x32 = f32({3, 32});
+  EXPECT_THROW(plain.linear(x32, q8, nullptr, out), std::logic_error);  // not a weight dtype
+  const Backend::LinearTarget targets[2] = {{&w, nullptr, &out}, {&w16, nullptr, &out}};
+  EXPECT_THROW(takes.linear_many(x16, targets), std::logic_error);  // one target's f32 weights
+  EXPECT_EQ(takes.bodies, 1);
+  EXPECT_EQ(plain.bodies, 0);
+}
+
 TEST(BackendChecks, AttentionHeadsAndCacheDtype) {
   BackendCapabilities caps;
   caps.kv_cache_dtypes = {DType::F32, DType::BF16};
@@ -162,7 +183,13 @@ TEST(BackendChecks, GatherRowsInRangeAndSampleShapes) {
   EXPECT_THROW(be.sample(logits, batch, std::span<int32_t>(ids, 1)), std::logic_error);
   batch.token_ids = {10};  // outside the vocabulary
   EXPECT_THROW(be.sample(logits, batch, ids), std::logic_error);
-  EXPECT_EQ(be.bodies, 2);
+  batch.token_ids = {9};
+  batch.bitmask = {0x7};  // one mask row of (10 + 31) / 32 words
+  batch.rows[1].bitmask_row = 0;
+  be.sample(logits, batch, ids);
+  batch.rows[1].bitmask_row = 1;  // past the batch's one mask row
+  EXPECT_THROW(be.sample(logits, batch, ids), std::logic_error);
+  EXPECT_EQ(be.bodies, 3);
 }
 
 TEST(BackendChecks, TheBf16SwitchFollowsTheCapabilities) {

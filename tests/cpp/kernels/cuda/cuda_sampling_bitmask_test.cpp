@@ -3,9 +3,8 @@
 // tests/cpp/kernels/cpu/cpu_sampling_bitmask_test.cpp): masks of every density next to rows
 // without one, at the real vocabulary (151936, 151669 decodable) and at small and odd ones,
 // with every split of a row over 1, 2, 4 and 8 CTAs (each must give the planned split's ids).
-// Tolerance (kernels/cuda/NOTES.md, "Sampling"; cuda_sampling_test.cpp): greedy rows exactly;
-// a random row must match unless the host's uniform, top-p cut or min-p threshold lies within
-// 1e-5 of a boundary of its masked distribution (skipped, counted, and rare).
+// Tolerance (cuda_sampling_reference.h): greedy rows exactly; a random row must match unless
+// its draw lies near a boundary of its masked distribution (skipped, counted, and rare).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,30 +12,24 @@
 #include <random>
 #include <vector>
 
+#include "cuda_sampling_reference.h"
 #include "cuda_test_util.h"
-#include "engine/sample/logits_processors.h"
 #include "engine/sample/sampler.h"
 #include "engine/sample/token_bitmask.h"
-#include "engine/sample/truncated_distribution.h"
 #include "kernels/cuda/cuda_kernels.h"
 
 namespace attnres::test {
 namespace {
 
-constexpr double kBoundary = 1e-5;
+using sampling::near_a_boundary;
+using sampling::RowCase;
 
-struct MaskedCase {
-  SamplingParams params;
-  std::vector<int32_t> prompt, output;
-  std::vector<int32_t> mask;  // empty: the row has none
-};
-
-MaskedCase random_case(std::mt19937_64& rng, int vocab, int decodable, int r) {
+RowCase random_case(std::mt19937_64& rng, int vocab, int decodable, int r) {
   auto pick = [&](auto... values) {
     const std::vector<std::common_type_t<decltype(values)...>> v{values...};
     return v[std::uniform_int_distribution<size_t>(0, v.size() - 1)(rng)];
   };
-  MaskedCase c;
+  RowCase c;
   SamplingParams& p = c.params;
   p.seed = rng();
   p.temperature = pick(0.0f, 0.7f, 1.0f, 1.6f);
@@ -66,78 +59,19 @@ MaskedCase random_case(std::mt19937_64& rng, int vocab, int decodable, int r) {
   return c;
 }
 
-std::vector<float> model_like_logits(std::mt19937_64& rng, int vocab) {
-  std::normal_distribution<float> body(0.0f, 2.5f);
-  std::vector<float> row(vocab);
-  for (float& l : row) l = body(rng);
-  std::uniform_int_distribution<int> id(0, vocab - 1);
-  for (int i = 0; i < 30; ++i) row[id(rng)] = 9.0f + static_cast<float>(i % 7) * 0.5f;  // ties
-  return row;
-}
-
-// The host's processed row (padding, the mask, then Sampler::sample up to the distribution).
-std::vector<float> processed(std::vector<float> row, const MaskedCase& c,
-                             const std::vector<int32_t>& eos_ids, int decodable) {
-  std::fill(row.begin() + decodable, row.end(), -INFINITY);
-  if (!c.mask.empty()) apply_token_bitmask(row, c.mask);
-  if (static_cast<int>(c.output.size()) < c.params.min_tokens) block_tokens(row, eos_ids);
-  PenaltyScratch scratch;
-  apply_penalties(
-      row, c.prompt, c.output,
-      {c.params.repetition_penalty, c.params.presence_penalty, c.params.frequency_penalty},
-      scratch);
-  apply_temperature(row, c.params.temperature);
-  return row;
-}
-
-bool near(const std::vector<double>& cdf, double x) {
-  return std::any_of(cdf.begin(), cdf.end(),
-                     [&](double b) { return std::fabs(b - x) < kBoundary; });
-}
-
-bool near_a_boundary(const std::vector<float>& raw, const MaskedCase& c, double u,
-                     const std::vector<int32_t>& eos_ids, int decodable) {
-  const SamplingParams& p = c.params;
-  std::vector<float> row = processed(raw, c, eos_ids, decodable);
-  if (*std::max_element(row.begin(), row.end()) == -INFINITY) return false;
-  TruncatedDistribution final_dist;
-  final_dist.build(row, {p.top_k, p.top_p, p.min_p});
-  std::vector<double> cdf;
-  double sum = 0;
-  for (const auto& [id, prob] : final_dist.probabilities()) cdf.push_back(sum += prob);
-  if (near(cdf, u)) return true;
-  row = processed(raw, c, eos_ids, decodable);
-  TruncatedDistribution before_top_p;
-  before_top_p.build(row, {p.top_k, 1.0f, 0.0f});
-  auto probs = before_top_p.probabilities();
-  std::sort(probs.begin(), probs.end(), [](const auto& a, const auto& b) {
-    return a.second > b.second || (a.second == b.second && a.first < b.first);
-  });
-  cdf.clear();
-  sum = 0;
-  for (const auto& [id, prob] : probs) cdf.push_back(sum += prob);
-  if (p.top_p < 1.0f && near(cdf, p.top_p)) return true;
-  if (p.min_p > 0.0f) {
-    for (const auto& [id, prob] : probs) {
-      if (std::fabs(prob / probs.front().second - p.min_p) < kBoundary) return true;
-    }
-  }
-  return false;
-}
-
 void check_masked_batch(int rows, uint64_t seed, int vocab, int decodable) {
   std::mt19937_64 rng(seed);
   const std::vector<int32_t> eos_ids = {decodable - 1};
   CpuBackend cpu(8);
   CudaBackend gpu;
-  std::vector<MaskedCase> cases;
+  std::vector<RowCase> cases;
   std::vector<std::vector<float>> raw;
   Tensor host = Tensor::empty({rows, vocab}, DType::F32);
   SampleBatch batch;
   batch.decodable = decodable;
   for (int r = 0; r < rows; ++r) {
     cases.push_back(random_case(rng, vocab, decodable, r));
-    raw.push_back(model_like_logits(rng, vocab));
+    raw.push_back(sampling::model_like_logits(rng, vocab));
     std::copy(raw[r].begin(), raw[r].end(), host.ptr<float>() + static_cast<int64_t>(r) * vocab);
     Sampler(cases[r].params, 7).add_device_row(cases[r].prompt, cases[r].output, eos_ids, batch);
     if (!cases[r].mask.empty()) {

@@ -3,11 +3,10 @@
 // decodable), batches of 1, 4, 64 and 256 rows with every parameter non-zero somewhere, and
 // at small and odd vocabularies. Every batch also runs with 1, 2, 4 and 8 CTAs per row: the
 // split's merges are exact, so every split must give the one-CTA ids bit for bit.
-// Tolerance (kernels/cuda/NOTES.md, "Sampling"): the processing before the draw is the same
-// f32 arithmetic, so greedy rows must match exactly. A random row's CDF is summed in another
-// order and precision (fixed point on the GPU, doubles of the f32 weights on the host), so a
-// random row must match unless the host's uniform, top-p cut or min-p threshold lies within
-// 1e-5 of a boundary of its distribution; such rows are skipped and counted, and must be rare.
+// Tolerance (cuda_sampling_reference.h): the processing before the draw is the same f32
+// arithmetic, so greedy rows must match exactly; a random row must match unless its draw lies
+// near a boundary of its distribution (near_a_boundary); such rows are skipped and counted,
+// and must be rare.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,28 +14,24 @@
 #include <random>
 #include <vector>
 
+#include "cuda_sampling_reference.h"
 #include "cuda_test_util.h"
-#include "engine/sample/logits_processors.h"
 #include "engine/sample/sampler.h"
-#include "engine/sample/truncated_distribution.h"
 #include "kernels/cuda/cuda_kernels.h"
 
 namespace attnres::test {
 namespace {
 
+using sampling::near_a_boundary;
+using sampling::RowCase;
+
 constexpr int kVocab = 151936;
 constexpr int kDecodable = 151669;
-constexpr double kBoundary = 1e-5;
 constexpr int kH100Sms = 132;
 
 struct VocabShape {
   int vocab = kVocab;
   int decodable = kDecodable;
-};
-
-struct RowCase {
-  SamplingParams params;
-  std::vector<int32_t> prompt, output;
 };
 
 RowCase random_case(std::mt19937_64& rng, VocabShape shape) {
@@ -61,67 +56,6 @@ RowCase random_case(std::mt19937_64& rng, VocabShape shape) {
   for (int i = pick(1, 30, 500); i > 0; --i) c.prompt.push_back(id(rng));
   for (int i = pick(0, 5, 200); i > 0; --i) c.output.push_back(id(rng));
   return c;
-}
-
-std::vector<float> model_like_logits(std::mt19937_64& rng, int vocab) {
-  std::normal_distribution<float> body(0.0f, 2.5f);
-  std::vector<float> row(vocab);
-  for (float& l : row) l = body(rng);
-  std::uniform_int_distribution<int> id(0, vocab - 1);
-  for (int i = 0; i < 30; ++i) row[id(rng)] = 9.0f + static_cast<float>(i % 7) * 0.5f;  // ties
-  return row;
-}
-
-// The host's processed row (Sampler::sample up to the distribution).
-std::vector<float> processed(std::vector<float> row, const RowCase& c,
-                             const std::vector<int32_t>& eos_ids, int decodable) {
-  std::fill(row.begin() + decodable, row.end(), -INFINITY);
-  if (static_cast<int>(c.output.size()) < c.params.min_tokens) {
-    block_tokens(row, eos_ids);
-    block_tokens(row, c.params.stop_token_ids);
-  }
-  PenaltyScratch scratch;
-  apply_penalties(
-      row, c.prompt, c.output,
-      {c.params.repetition_penalty, c.params.presence_penalty, c.params.frequency_penalty},
-      scratch);
-  apply_temperature(row, c.params.temperature);
-  return row;
-}
-
-bool near(const std::vector<double>& cdf, double x) {
-  return std::any_of(cdf.begin(), cdf.end(),
-                     [&](double b) { return std::fabs(b - x) < kBoundary; });
-}
-
-// Whether rounding may legitimately move this row's draw (see the file comment).
-bool near_a_boundary(const std::vector<float>& raw, const RowCase& c, double u,
-                     const std::vector<int32_t>& eos_ids, int decodable) {
-  const SamplingParams& p = c.params;
-  std::vector<float> row = processed(raw, c, eos_ids, decodable);
-  TruncatedDistribution final_dist;
-  final_dist.build(row, {p.top_k, p.top_p, p.min_p});
-  std::vector<double> cdf;
-  double sum = 0;
-  for (const auto& [id, prob] : final_dist.probabilities()) cdf.push_back(sum += prob);
-  if (near(cdf, u)) return true;
-  row = processed(raw, c, eos_ids, decodable);
-  TruncatedDistribution before_top_p;
-  before_top_p.build(row, {p.top_k, 1.0f, 0.0f});
-  auto probs = before_top_p.probabilities();
-  std::sort(probs.begin(), probs.end(), [](const auto& a, const auto& b) {
-    return a.second > b.second || (a.second == b.second && a.first < b.first);
-  });
-  cdf.clear();
-  sum = 0;
-  for (const auto& [id, prob] : probs) cdf.push_back(sum += prob);
-  if (p.top_p < 1.0f && near(cdf, p.top_p)) return true;
-  if (p.min_p > 0.0f) {
-    for (const auto& [id, prob] : probs) {
-      if (std::fabs(prob / probs.front().second - p.min_p) < kBoundary) return true;
-    }
-  }
-  return false;
 }
 
 // Row r's parameters set to reach one path of sample_kernel each, in turn: greedy; the
@@ -177,7 +111,7 @@ void check_batch(int rows, uint64_t seed, VocabShape shape = {}, bool every_path
   for (int r = 0; r < rows; ++r) {
     cases.push_back(random_case(rng, shape));
     if (every_path) force_path(cases.back(), r);
-    raw.push_back(model_like_logits(rng, shape.vocab));
+    raw.push_back(sampling::model_like_logits(rng, shape.vocab));
     std::copy(raw[r].begin(), raw[r].end(),
               host.ptr<float>() + static_cast<int64_t>(r) * shape.vocab);
     Sampler(cases[r].params, 7).add_device_row(cases[r].prompt, cases[r].output, eos_ids, batch);
@@ -280,7 +214,7 @@ TEST(CudaSample, StagingIsReusedWithoutAllocating) {
       c.params.temperature = 0.0f;  // greedy: the CPU is an exact oracle
       c.params.presence_penalty = penalties ? 0.5f : 0.0f;
       c.params.frequency_penalty = penalties ? 0.3f : 0.0f;
-      const std::vector<float> row = model_like_logits(rng, kVocab);
+      const std::vector<float> row = sampling::model_like_logits(rng, kVocab);
       std::copy(row.begin(), row.end(), host.ptr<float>() + static_cast<int64_t>(r) * kVocab);
       const std::vector<int32_t> eos_ids = {151645};
       Sampler(c.params, 7).add_device_row(c.prompt, c.output, eos_ids, batch);
@@ -319,7 +253,7 @@ TEST(CudaSample, AsyncGivesTheSynchronousIdsAfterTheWait) {
     for (int r = 0; r < rows; ++r) {
       RowCase c = random_case(rng, {});
       if (greedy) c.params.temperature = 0.0f;
-      const std::vector<float> row = model_like_logits(rng, kVocab);
+      const std::vector<float> row = sampling::model_like_logits(rng, kVocab);
       std::copy(row.begin(), row.end(), host.ptr<float>() + static_cast<int64_t>(r) * kVocab);
       Sampler(c.params, 7).add_device_row(c.prompt, c.output, eos_ids, batch);
     }
