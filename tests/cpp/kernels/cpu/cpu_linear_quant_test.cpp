@@ -106,7 +106,10 @@ TEST(QuantFormat, Q6RoundTripWithinHalfAStep) {
     for (int64_t b = 0; b < k / 32; ++b) {
       double amax = 0.0;
       for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(double{x[b * 32 + j]}));
-      const double d = f16_round(amax / 31.0);
+      // The search's choice, among amax / (31 + i / 5), |i| <= 10 (engine/core/quant_search.h).
+      const double d = stored_f16(row.data() + quant_scales_offset(DType::Q6_B32, k) + 2 * b);
+      EXPECT_LE(d, f16_round(amax / 29.0)) << b;
+      EXPECT_GE(d, f16_round(amax / 33.0)) << b;
       for (int j = 0; j < 32; ++j) {
         const int64_t i = b * 32 + j;
         const double q = back[i] / d;
