@@ -24,7 +24,7 @@ step_timeout() {
     ops) default=150 ;;
     memcheck) default=120 ;;
     racecheck_probe|cluster_repeat) default=30 ;;
-    racecheck_decode) default=100 ;;
+    racecheck_decode|racecheck_attention) default=100 ;;
     racecheck_*) default=80 ;;
     synccheck) default=40 ;;
     initcheck) default=50 ;;
