@@ -35,8 +35,13 @@ constexpr int kAsymFirst = -3, kAsymLast = 3;  // asymmetric: denominators qmax 
 constexpr int kCandPad = 48;                   // room for either list, in whole vectors of 16
 
 // f16 rounding as f32_to_f16 does it (nearest, ties to even, overflow to infinity), in one
-// conversion instruction where the CPU has one.
+// conversion instruction where the compiler has _Float16 for the target (GCC 12; clang 14 on
+// x86 has not), else by f32_to_f16 itself.
+#if defined(__FLT16_MANT_DIG__)
 float f16_round(float v) { return static_cast<float>(static_cast<_Float16>(v)); }
+#else
+float f16_round(float v) { return f16_to_f32(f32_to_f16(v)); }
+#endif
 
 void check_block(int n, int qmax) {
   ATTNRES_CHECK(n > 0 && n % kLanes == 0 && n <= kQuantSearchMaxBlock && qmax >= 1,
