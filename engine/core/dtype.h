@@ -10,13 +10,15 @@
 
 namespace attnres {
 
-// Q8_B32, Q6_B32 and Q4_B32 are block-quantized weight formats (engine/core/quant_format.h): a
-// tensor of them is [rows, cols] logically, each row stored as cols / 32 blocks. They have
-// no element size: size them with nbytes_of / quant_row_bytes, never dtype_size.
-enum class DType : uint8_t { F32, BF16, F16, I32, Q8_B32, Q4_B32, Q6_B32 };
+// Q8_B32, Q6_B32, Q4_B32, Q6_K256 and Q4_K256 are block-quantized weight formats
+// (engine/core/quant_format.h): a tensor of them is [rows, cols] logically, each row stored as
+// blocks of 32 weights (K256: super-blocks of 256). They have no element size: size them with
+// nbytes_of / quant_row_bytes, never dtype_size.
+enum class DType : uint8_t { F32, BF16, F16, I32, Q8_B32, Q4_B32, Q6_B32, Q4_K256, Q6_K256 };
 
 constexpr bool is_block_quantized(DType t) {
-  return t == DType::Q8_B32 || t == DType::Q6_B32 || t == DType::Q4_B32;
+  return t == DType::Q8_B32 || t == DType::Q6_B32 || t == DType::Q4_B32 ||
+         t == DType::Q4_K256 || t == DType::Q6_K256;
 }
 
 // Bytes of one element; 0 for the block-quantized formats (above).
@@ -31,6 +33,8 @@ constexpr size_t dtype_size(DType t) {
     case DType::Q8_B32:
     case DType::Q6_B32:
     case DType::Q4_B32:
+    case DType::Q4_K256:
+    case DType::Q6_K256:
       return 0;
   }
   return 0;
@@ -52,6 +56,10 @@ constexpr std::string_view dtype_name(DType t) {
       return "Q4_B32";
     case DType::Q6_B32:
       return "Q6_B32";
+    case DType::Q4_K256:
+      return "Q4_K256";
+    case DType::Q6_K256:
+      return "Q6_K256";
   }
   return "?";
 }

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "engine/core/error.h"
+#include "engine/core/quant_k256.h"
+#include "engine/core/quant_packing.h"
 #include "engine/core/quant_search.h"
 
 namespace attnres {
@@ -14,10 +16,13 @@ namespace {
 void check_cols(DType format, int64_t cols) {
   ATTNRES_CHECK(is_block_quantized(format),
                 std::string(dtype_name(format)) + " is not a block-quantized format");
-  if (cols <= 0 || cols % kQuantBlock != 0)
+  const int64_t multiple = quant_row_multiple(format);
+  if (cols <= 0 || cols % multiple != 0)
     throw Error(std::string(dtype_name(format)) + ": a row of " + std::to_string(cols) +
-                " weights is not a positive multiple of " + std::to_string(kQuantBlock));
+                " weights is not a positive multiple of " + std::to_string(multiple));
 }
+
+bool is_k256(DType format) { return format == DType::Q4_K256 || format == DType::Q6_K256; }
 
 void store_f16(uint8_t* p, uint16_t h) { std::memcpy(p, &h, 2); }
 uint16_t load_f16(const uint8_t* p) {
@@ -28,9 +33,21 @@ uint16_t load_f16(const uint8_t* p) {
 
 }  // namespace
 
+int64_t quant_row_multiple(DType format) {
+  return is_k256(format) ? kQuantSuperBlock : kQuantBlock;
+}
+
 size_t quant_row_bytes(DType format, int64_t cols) {
-  return quant_scales_offset(format, cols) +
-         (format == DType::Q4_B32 ? 4 : 2) * static_cast<size_t>(cols / kQuantBlock);
+  check_cols(format, cols);
+  const auto n = static_cast<size_t>(cols);
+  switch (format) {
+    case DType::Q4_K256:
+      return n / 2 + n / 16;
+    case DType::Q6_K256:
+      return quant_super_scales_offset(format, cols) + n / 128;
+    default:
+      return quant_scales_offset(format, cols) + (format == DType::Q4_B32 ? 4 : 2) * (n / 32);
+  }
 }
 
 size_t quant_scales_offset(DType format, int64_t cols) {
@@ -40,8 +57,9 @@ size_t quant_scales_offset(DType format, int64_t cols) {
     case DType::Q8_B32:
       return n;
     case DType::Q6_B32:
+    case DType::Q6_K256:
       return n / 2 + n / 4;
-    default:
+    default:  // Q4_B32, Q4_K256
       return n / 2;
   }
 }
@@ -52,9 +70,22 @@ size_t quant_mins_offset(DType format, int64_t cols) {
 }
 
 size_t quant_highs_offset(DType format, int64_t cols) {
-  ATTNRES_CHECK(format == DType::Q6_B32, "only Q6_B32 rows have high bits");
+  ATTNRES_CHECK(format == DType::Q6_B32 || format == DType::Q6_K256,
+                "only Q6_B32 / Q6_K256 rows have high bits");
   check_cols(format, cols);
   return static_cast<size_t>(cols / 2);
+}
+
+size_t quant_super_scales_offset(DType format, int64_t cols) {
+  ATTNRES_CHECK(format == DType::Q6_K256, "only Q6_K256 rows have f16 super-block scales");
+  return quant_scales_offset(format, cols) + static_cast<size_t>(cols / 16);
+}
+
+BlockScaleMin q4k_block_params(const uint8_t* params, int j) {
+  const float d = f16_to_f32(load_f16(params)), dmin = f16_to_f32(load_f16(params + 2));
+  const int sc = params[4 + j] & 63;
+  const int mn = (params[12 + j % 4] >> (j < 4 ? 0 : 4) & 15) | (params[4 + j] >> 6) << 4;
+  return {d * static_cast<float>(sc), -(dmin * static_cast<float>(mn))};
 }
 
 void quantize_row(DType format, const float* x, int64_t cols, uint8_t* row) {
@@ -63,6 +94,8 @@ void quantize_row(DType format, const float* x, int64_t cols, uint8_t* row) {
     if (!std::isfinite(x[k]))
       throw Error("quantize: weight " + std::to_string(k) + " of a row is not finite");
   }
+  if (format == DType::Q4_K256) return quantize_q4k_row(x, cols, row);
+  if (format == DType::Q6_K256) return quantize_q6k_row(x, cols, row);
   const int64_t blocks = cols / kQuantBlock;
   uint8_t* scales = row + quant_scales_offset(format, cols);
   if (format == DType::Q8_B32) {
@@ -90,13 +123,8 @@ void quantize_row(DType format, const float* x, int64_t cols, uint8_t* row) {
         const float v = d == 0.0f ? 0.0f : std::nearbyint(xb[j] / d);
         q[j] = static_cast<uint8_t>(32 + static_cast<int>(std::clamp(v, -31.0f, 31.0f)));
       }
-      for (int j = 0; j < kQuantBlock / 2; ++j)
-        row[b * (kQuantBlock / 2) + j] = static_cast<uint8_t>((q[j] & 15) | (q[j + 16] & 15) << 4);
-      for (int j = 0; j < 8; ++j) {
-        uint8_t h = 0;
-        for (int i = 0; i < 4; ++i) h = static_cast<uint8_t>(h | (q[j + 8 * i] >> 4) << (2 * i));
-        high[b * 8 + j] = h;
-      }
+      quant_packing::pack_nibbles(q, row + b * (kQuantBlock / 2));
+      quant_packing::pack_high_bits(q, high + b * 8);
       store_f16(scales + 2 * b, dh);
     }
     return;
@@ -111,8 +139,7 @@ void quantize_row(DType format, const float* x, int64_t cols, uint8_t* row) {
       const float v = d == 0.0f ? 0.0f : std::nearbyint((xb[j] - m) / d);
       q[j] = static_cast<uint8_t>(std::clamp(v, 0.0f, 15.0f));
     }
-    for (int j = 0; j < kQuantBlock / 2; ++j)
-      row[b * (kQuantBlock / 2) + j] = static_cast<uint8_t>(q[j] | (q[j + 16] << 4));
+    quant_packing::pack_nibbles(q, row + b * (kQuantBlock / 2));
     store_f16(scales + 2 * b, dh);
     store_f16(mins + 2 * b, mh);
   }
@@ -120,6 +147,8 @@ void quantize_row(DType format, const float* x, int64_t cols, uint8_t* row) {
 
 void dequantize_row(DType format, const uint8_t* row, int64_t cols, float* out) {
   check_cols(format, cols);
+  if (format == DType::Q4_K256) return dequantize_q4k_row(row, cols, out);
+  if (format == DType::Q6_K256) return dequantize_q6k_row(row, cols, out);
   const int64_t blocks = cols / kQuantBlock;
   const uint8_t* scales = row + quant_scales_offset(format, cols);
   if (format == DType::Q8_B32) {
@@ -136,9 +165,8 @@ void dequantize_row(DType format, const uint8_t* row, int64_t cols, float* out) 
     for (int64_t b = 0; b < blocks; ++b) {
       const float d = f16_to_f32(load_f16(scales + 2 * b));
       for (int j = 0; j < kQuantBlock; ++j) {
-        const int low = row[b * (kQuantBlock / 2) + j % 16] >> (j < 16 ? 0 : 4) & 15;
-        const int top = high[b * 8 + j % 8] >> (2 * (j / 8)) & 3;
-        out[b * kQuantBlock + j] = d * static_cast<float>((low | top << 4) - 32);
+        const int q = quant_packing::code6(row + b * (kQuantBlock / 2), high + b * 8, j);
+        out[b * kQuantBlock + j] = d * static_cast<float>(q - 32);
       }
     }
     return;
@@ -191,6 +219,10 @@ std::string quant_format_name(DType format) {
       return "int6";
     case DType::Q4_B32:
       return "int4";
+    case DType::Q6_K256:
+      return "int6k";
+    case DType::Q4_K256:
+      return "int4k";
     default:
       ATTNRES_CHECK(false, std::string(dtype_name(format)) + " is not a quantized format");
   }
@@ -201,7 +233,9 @@ DType quant_tensor_format_from_name(const std::string& name, std::string_view wh
   if (name == "int8") return DType::Q8_B32;
   if (name == "int6") return DType::Q6_B32;
   if (name == "int4") return DType::Q4_B32;
-  throw Error(std::string(what) + " '" + name + "': expected int8, int6 or int4");
+  if (name == "int6k") return DType::Q6_K256;
+  if (name == "int4k") return DType::Q4_K256;
+  throw Error(std::string(what) + " '" + name + "': expected int8, int6, int4, int6k or int4k");
 }
 
 DType quant_format_from_name(const std::string& name, std::string_view what) {
@@ -231,17 +265,20 @@ MatrixRole matrix_role(std::string_view name, int num_layers) {
   return more_bits ? MatrixRole::SensitiveProjection : MatrixRole::Projection;
 }
 
-DType recipe_matrix_format(DType recipe, MatrixRole role) {
+DType recipe_matrix_format(DType recipe, MatrixRole role, int64_t cols) {
   ATTNRES_CHECK(recipe == DType::Q8_B32 || recipe == DType::Q4_B32,
                 std::string(dtype_name(recipe)) + " is not a quantization recipe");
-  if (recipe == DType::Q4_B32 && role != MatrixRole::Projection) return DType::Q6_B32;
-  return recipe;
+  if (recipe == DType::Q8_B32) return recipe;
+  const bool super_blocks = cols % kQuantSuperBlock == 0;
+  if (role == MatrixRole::Projection) return super_blocks ? DType::Q4_K256 : DType::Q4_B32;
+  return super_blocks ? DType::Q6_K256 : DType::Q6_B32;
 }
 
 std::vector<DType> recipe_formats(DType recipe) {
-  const DType head = recipe_matrix_format(recipe, MatrixRole::EmbeddingOrHead);
-  if (head == recipe) return {recipe};
-  return {recipe, head};
+  if (recipe == DType::Q8_B32) return {recipe};
+  ATTNRES_CHECK(recipe == DType::Q4_B32,
+                std::string(dtype_name(recipe)) + " is not a quantization recipe");
+  return {DType::Q4_K256, DType::Q6_K256, DType::Q4_B32, DType::Q6_B32};
 }
 
 }  // namespace attnres

@@ -101,6 +101,8 @@ float element_as_float(const Tensor& t, int64_t i) {
     case DType::Q8_B32:
     case DType::Q6_B32:
     case DType::Q4_B32:
+    case DType::Q4_K256:
+    case DType::Q6_K256:
       ATTNRES_CHECK(false, "element_as_float on a block-quantized tensor");
   }
   return 0.0f;
@@ -122,6 +124,8 @@ void set_element_from_float(Tensor& t, int64_t i, float v) {
     case DType::Q8_B32:
     case DType::Q6_B32:
     case DType::Q4_B32:
+    case DType::Q4_K256:
+    case DType::Q6_K256:
       ATTNRES_CHECK(false, "set_element_from_float on a " + std::string(dtype_name(t.dtype)) +
                                " tensor");
   }

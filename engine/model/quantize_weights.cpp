@@ -88,10 +88,13 @@ std::string QuantizeSummary::line() const {
   std::ostringstream s;
   s.precision(2);
   s << std::fixed << "quantized " << matrices << " matrices to " << quant_format_name(format);
-  const DType head = recipe_matrix_format(format, MatrixRole::EmbeddingOrHead);
-  if (head != format) {
-    s << " (embedding, LM head and Q4_K_M's 6-bit v_proj / down_proj " << quant_format_name(head)
-      << ")";
+  if (formats.size() > 1 || (formats.size() == 1 && formats.begin()->first != format)) {
+    std::string sep = " (";
+    for (const auto& [f, count] : formats) {
+      s << sep << quant_format_name(f) << " " << count;
+      sep = ", ";
+    }
+    s << ")";
   }
   s << ", " << bits_per_weight << " bits per weight, in " << seconds << " s on " << threads
     << " thread" << (threads == 1 ? "" : "s") << ": weights " << mb(bytes_before) << " -> "
@@ -141,7 +144,9 @@ QuantizeSummary quantize_model_weights(ModelWeights& w, DType format, int thread
   for (const auto [slot, role] : matrix_slots(w)) {
     if (!slot->defined() || is_block_quantized(slot->dtype)) continue;
     if (tied && slot == &w.lm_head) continue;  // the embedding's job covers it
-    jobs.push_back({slot, *slot, Tensor::empty(slot->shape, recipe_matrix_format(format, role))});
+    const DType f = recipe_matrix_format(format, role, slot->dim(1));
+    jobs.push_back({slot, *slot, Tensor::empty(slot->shape, f)});
+    ++summary.formats[f];
   }
   // Work in chunks of rows so that a few large matrices (the LM head) spread over threads.
   constexpr int64_t kRowsPerChunk = 256;

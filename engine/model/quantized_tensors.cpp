@@ -25,25 +25,55 @@ std::string quantized_tensor_metadata(DType format, const Shape& shape) {
   return json{{"format", quant_format_name(format)}, {"shape", shape}}.dump();
 }
 
+namespace {
+
+// The f16 scales (and mins) a row of `format` stores, at their offsets in the row: each
+// must be finite, and the scales >= 0.
+struct StoredScales {
+  size_t scales = 0, count = 0, stride = 2;  // the scales' offset, number, bytes apart
+  size_t mins = 0, min_stride = 2;           // the mins' offset and bytes apart (as many)
+  bool has_mins = false;
+};
+
+StoredScales stored_scales(DType format, int64_t cols) {
+  const auto blocks = static_cast<size_t>(cols / kQuantBlock);
+  const auto supers = static_cast<size_t>(cols / kQuantSuperBlock);
+  switch (format) {
+    case DType::Q4_K256: {  // d at 16 s, dmin at 16 s + 2 of the params
+      const size_t params = quant_scales_offset(format, cols);
+      return {params, supers, 16, params + 2, 16, true};
+    }
+    case DType::Q6_K256:
+      return {quant_super_scales_offset(format, cols), supers, 2, 0, 2, false};
+    case DType::Q4_B32:
+      return {quant_scales_offset(format, cols), blocks, 2,
+              quant_mins_offset(format, cols),   2,      true};
+    default:
+      return {quant_scales_offset(format, cols), blocks, 2, 0, 2, false};
+  }
+}
+
+}  // namespace
+
 void validate_quantized_matrix(const Tensor& q, const std::string& where) {
   ATTNRES_CHECK(q.rank() == 2 && is_block_quantized(q.dtype), "not a quantized matrix");
-  const int64_t rows = q.dim(0), cols = q.dim(1), blocks = cols / kQuantBlock;
+  const int64_t rows = q.dim(0), cols = q.dim(1);
   const size_t row_bytes = quant_row_bytes(q.dtype, cols);
-  const size_t scales = quant_scales_offset(q.dtype, cols);
-  const bool has_mins = q.dtype == DType::Q4_B32;
-  const size_t mins = has_mins ? quant_mins_offset(q.dtype, cols) : 0;
+  const StoredScales st = stored_scales(q.dtype, cols);
+  const char* unit =
+      st.count == static_cast<size_t>(cols / kQuantBlock) ? " block " : " super-block ";
   const auto* base = static_cast<const uint8_t*>(q.data);
   for (int64_t r = 0; r < rows; ++r) {
     const uint8_t* row = base + static_cast<size_t>(r) * row_bytes;
-    for (int64_t b = 0; b < blocks; ++b) {
-      const float d = f16_at(row + scales + 2 * b);
+    for (size_t b = 0; b < st.count; ++b) {
+      const float d = f16_at(row + st.scales + st.stride * b);
       if (!std::isfinite(d) || d < 0.0f) {
-        throw Error(where + ": row " + std::to_string(r) + " block " + std::to_string(b) +
+        throw Error(where + ": row " + std::to_string(r) + unit + std::to_string(b) +
                     " has scale " + std::to_string(d) + " (scales must be finite and >= 0): " +
                     "corrupt or not written in this format");
       }
-      if (has_mins && !std::isfinite(f16_at(row + mins + 2 * b))) {
-        throw Error(where + ": row " + std::to_string(r) + " block " + std::to_string(b) +
+      if (st.has_mins && !std::isfinite(f16_at(row + st.mins + st.min_stride * b))) {
+        throw Error(where + ": row " + std::to_string(r) + unit + std::to_string(b) +
                     " has a min that is not finite: corrupt or not written in this format");
       }
     }
@@ -52,7 +82,7 @@ void validate_quantized_matrix(const Tensor& q, const std::string& where) {
 
 Tensor read_quantized_matrix(const WeightStore& store, const std::string& name,
                              const Shape& expected, DType recipe, MatrixRole role) {
-  const DType expected_format = recipe_matrix_format(recipe, role);
+  const DType expected_format = recipe_matrix_format(recipe, role, expected[1]);
   const std::string where = store.file_of(name) + ": tensor " + name;
   const SafetensorsFile::Raw raw = store.raw(name);
   if (raw.dtype_name != "U8") {
@@ -82,7 +112,12 @@ Tensor read_quantized_matrix(const WeightStore& store, const std::string& name,
   const std::vector<DType> allowed = recipe_formats(recipe);
   if (std::find(allowed.begin(), allowed.end(), format) == allowed.end()) {
     std::string names;
-    for (const DType f : allowed) names += (names.empty() ? "" : " and ") + quant_format_name(f);
+    for (size_t i = 0; i < allowed.size(); ++i) {
+      names += (i == 0                    ? ""
+                : i + 1 == allowed.size() ? " and "
+                                          : ", ") +
+               quant_format_name(allowed[i]);
+    }
     throw Error(where + " is " + fmt + ", but config.json's quantization_config format " +
                 quant_format_name(recipe) + " stores " + names + " matrices only (its own " +
                 "choice for this one: " + quant_format_name(expected_format) + ")");

@@ -128,6 +128,8 @@ std::vector<float> widen_vector(const Tensor& t, int64_t n, const char* what) {
     case DType::Q8_B32:
     case DType::Q6_B32:
     case DType::Q4_B32:
+    case DType::Q4_K256:
+    case DType::Q6_K256:
       ATTNRES_CHECK(false, std::string(what) + " is not of a float dtype");  // Backend refuses it
   }
   return v;

@@ -13,8 +13,8 @@ int run_quantize(const std::vector<std::string>& args) {
   const std::vector<FlagSpec> specs = {
       {"model", "DIR", "the model to quantize: a directory or builtin:NAME (default: the demo)"},
       {"quantization", "int8|int4",
-       "the format: int8 = 8.5 bits per weight; int4 = 5 for the projections, 6.5 (int6) for "
-       "the embedding and LM head (blocks of 32 with f16 scales); "
+       "the format: int8 = 8.5 bits per weight; int4 = 4.5 for the projections (int4k), 6.56 "
+       "(int6k) for the embedding, LM head and Q4_K_M's 6-bit layers (quant_format.h); "
        "may be left out for a compressed-tensors checkpoint, which converts into its own"},
       {"output", "DIR", "where to write the checkpoint (created; required)"},
       {"threads", "N", "threads quantizing (default: all cores)"},

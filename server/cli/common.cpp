@@ -18,8 +18,9 @@ std::vector<FlagSpec> model_flags() {
       {"threads", "N", "CPU threads (default: all cores; shared among the ranks)"},
       {"quantization", "int8|int4",
        "quantize every weight matrix (projections, embedding, LM head) at load: int8 = 8.5 "
-       "bits per weight; int4 = 5 for the projections, 6.5 (int6) for the embedding and LM "
-       "head (blocks of 32 with f16 scales); norms, biases and AttnRes "
+       "bits per weight (blocks of 32, f16 scales); int4 = 4.5 for the projections (int4k), "
+       "6.56 (int6k) for the embedding, LM head and Q4_K_M's 6-bit layers (super-blocks of "
+       "256 with integer block scales, llama.cpp's k-quant structure); norms, biases and AttnRes "
        "depth-mix weights stay as stored (default: the checkpoint's weights as stored)"},
       {"tensor-parallel-size", "N",
        "split the model across N ranks: N GPUs over NCCL with --device cuda, N thread "

@@ -1,8 +1,10 @@
 // The quantization recipes' choice of format per matrix (engine/core/quant_format.h).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "engine/core/quant_format.h"
 
@@ -22,10 +24,14 @@ TEST(QuantRecipe, Int4KeepsQ4KMsSixBitMatricesAtSixBits) {
     const bool six = kQ4KMSixBitLayersOf28.count(i) > 0;
     for (const char* proj : {"self_attn.v_proj", "mlp.down_proj"}) {
       const std::string name = layer_matrix(i, proj);
-      EXPECT_EQ(recipe_matrix_format(DType::Q4_B32, matrix_role(name, 28)),
+      // Rows of 1024 / 3072 weights: the super-block formats; rows of 992: the B32 ones.
+      EXPECT_EQ(recipe_matrix_format(DType::Q4_B32, matrix_role(name, 28), 1024),
+                six ? DType::Q6_K256 : DType::Q4_K256)
+          << name;
+      EXPECT_EQ(recipe_matrix_format(DType::Q4_B32, matrix_role(name, 28), 992),
                 six ? DType::Q6_B32 : DType::Q4_B32)
           << name;
-      EXPECT_EQ(recipe_matrix_format(DType::Q8_B32, matrix_role(name, 28)), DType::Q8_B32);
+      EXPECT_EQ(recipe_matrix_format(DType::Q8_B32, matrix_role(name, 28), 1024), DType::Q8_B32);
     }
     for (const char* proj : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.o_proj",
                              "mlp.gate_proj", "mlp.up_proj"}) {
@@ -33,9 +39,23 @@ TEST(QuantRecipe, Int4KeepsQ4KMsSixBitMatricesAtSixBits) {
     }
   }
   for (const char* head : {"model.embed_tokens.weight", "lm_head.weight"}) {
-    EXPECT_EQ(recipe_matrix_format(DType::Q4_B32, matrix_role(head, 28)), DType::Q6_B32);
-    EXPECT_EQ(recipe_matrix_format(DType::Q8_B32, matrix_role(head, 28)), DType::Q8_B32);
+    EXPECT_EQ(recipe_matrix_format(DType::Q4_B32, matrix_role(head, 28), 3072), DType::Q6_K256);
+    EXPECT_EQ(recipe_matrix_format(DType::Q4_B32, matrix_role(head, 28), 480), DType::Q6_B32);
+    EXPECT_EQ(recipe_matrix_format(DType::Q8_B32, matrix_role(head, 28), 1024), DType::Q8_B32);
   }
+}
+
+TEST(QuantRecipe, FormatsListEveryFormatTheRecipeStores) {
+  const std::vector<DType> int4 = recipe_formats(DType::Q4_B32);
+  for (const MatrixRole role :
+       {MatrixRole::Projection, MatrixRole::SensitiveProjection, MatrixRole::EmbeddingOrHead}) {
+    for (const int64_t cols : {256, 288, 1024, 3072}) {
+      EXPECT_NE(
+          std::find(int4.begin(), int4.end(), recipe_matrix_format(DType::Q4_B32, role, cols)),
+          int4.end());
+    }
+  }
+  EXPECT_EQ(recipe_formats(DType::Q8_B32), std::vector<DType>{DType::Q8_B32});
 }
 
 TEST(QuantRecipe, SmallModelsAndOddNames) {

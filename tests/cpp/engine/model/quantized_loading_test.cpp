@@ -4,8 +4,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "engine/core/quant_format.h"
 #include "engine/model/loaded_model.h"
@@ -187,11 +189,11 @@ TEST_P(QuantizeAtLoad, EveryMatrixBecomesQuantizeMatrixOfItsFloatWeights) {
       weights += static_cast<double>(m.shape[0] * m.shape[1]);
     }
     EXPECT_DOUBLE_EQ(s.bits_per_weight, bits / weights);
-    EXPECT_THAT(
-        s.line(),
-        HasSubstr(format == DType::Q4_B32
-                      ? "to int4 (embedding, LM head and Q4_K_M's 6-bit v_proj / down_proj int6), "
-                      : "to int8, "));
+    // Rows of 64 / 96 weights: the int4 recipe's B32 formats, counted per format.
+    const int six = tied ? 3 : 4;
+    EXPECT_THAT(s.line(), HasSubstr(format == DType::Q4_B32
+                                        ? "to int4 (int4 12, int6 " + std::to_string(six) + "), "
+                                        : std::string("to int8, ")));
     // A tied head is the quantized embedding itself, quantized once.
     if (tied) {
       EXPECT_EQ(w.lm_head.data, w.embed_tokens.data);
@@ -335,7 +337,7 @@ TEST(QuantizedCheckpoint, RefusesWrongRowBytesShapesAndFormats) {
       w.metadata(down, json{{"format", "int3"}, {"shape", {kD, kFfn}}}.dump());
     });
     EXPECT_THAT(load_error(dir),
-                HasSubstr("__metadata__ format 'int3': expected int8, int6 or int4"));
+                HasSubstr("__metadata__ format 'int3': expected int8, int6, int4, int6k or int4k"));
   }
   {
     TempDir dir;  // another format than config.json's
@@ -382,10 +384,11 @@ TEST(QuantizedCheckpoint, RefusesWrongRowBytesShapesAndFormats) {
                 bytes_of(q8));
       w.metadata(down, json{{"format", "int8"}, {"shape", {kD, kFfn}}}.dump());
     });
-    EXPECT_THAT(load_error(dir),
-                HasSubstr(down + " is int8, but config.json's quantization_config format int4 "
-                                 "stores int4 and int6 matrices only (its own choice for this "
-                                 "one: int4)"));
+    EXPECT_THAT(
+        load_error(dir),
+        HasSubstr(down + " is int8, but config.json's quantization_config format int4 "
+                         "stores int4k, int6k, int4 and int6 matrices only (its own choice for "
+                         "this one: int4)"));
   }
   {
     TempDir dir;  // int6 is a tensor format, not a recipe
@@ -571,6 +574,35 @@ TEST(CompressedTensorsCheckpoint, ConvertsAndRefusesWhatIsNotExact) {
       }
     });
     EXPECT_THAT(load_error(dir), HasSubstr(p + ".weight: row 0 column 7 holds -128"));
+  }
+}
+
+// The super-block formats' stored f16 scales are checked at load like the blocks' ones.
+TEST(QuantizedLoading, CorruptSuperBlockScalesAreRefused) {
+  std::vector<float> v(4 * 512);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.37f * static_cast<float>(i)) - 0.1f;
+  Tensor w = Tensor::empty({4, 512}, DType::F32);
+  std::copy(v.begin(), v.end(), w.ptr<float>());
+  struct Case {
+    DType format;
+    size_t at;  // the f16's byte in row 2
+    uint16_t value;
+    const char* expected;
+  };
+  const size_t q4k = quant_scales_offset(DType::Q4_K256, 512);
+  const size_t q6k = quant_super_scales_offset(DType::Q6_K256, 512);
+  for (const Case& c :
+       {Case{DType::Q4_K256, q4k + 16, 0x7e00, "row 2 super-block 1 has scale nan"},
+        Case{DType::Q4_K256, q4k, f32_to_f16(-1.0f), "row 2 super-block 0 has scale -1"},
+        Case{DType::Q4_K256, q4k + 16 + 2, 0x7c00,
+             "row 2 super-block 1 has a min that is not finite"},
+        Case{DType::Q6_K256, q6k + 2, 0xfc00, "row 2 super-block 1 has scale -inf"}}) {
+    Tensor q = quantize_matrix(w, c.format);
+    EXPECT_NO_THROW(validate_quantized_matrix(q, "m"));
+    auto* row2 = q.ptr<uint8_t>() + 2 * quant_row_bytes(c.format, 512);
+    std::memcpy(row2 + c.at, &c.value, 2);
+    EXPECT_THAT(error_of([&] { validate_quantized_matrix(q, "m"); }), HasSubstr(c.expected))
+        << dtype_name(c.format);
   }
 }
 
