@@ -10,14 +10,32 @@ a U8 [rows, row_bytes] tensor, its {"format", "shape"} in the file's __metadata_
     int6 (Q6_B32): row = u8 low[cols/2] | u8 high[cols/4] | f16 d[cols/32];
                    low: q's low 4 bits in int4's order; high: block b = bytes [8b, 8b+8), byte
                    8b+j holds q[32b+j+8i] >> 4 in bits 2i, 2i+1;      w = d[k/32] (q[k] - 32)
+    int4k (Q4_K256, 4.5 bits): row = u8 packed[cols/2] (int4's) | u8 params[cols/16];
+                   super-block s (256 weights, blocks j = 0..7) has params bytes [16s, 16s+16):
+                   f16 d, f16 dmin, byte 4+j = sc_j (bits 0..5) | bits 4..5 of mn_j (bits 6..7),
+                   byte 12+i = bits 0..3 of mn_i (low nibble) and of mn_{i+4} (high);
+                   w = f32(D q - M), D = d sc_j, M = dmin mn_j (both exact in f32)
+    int6k (Q6_K256, 6.5625 bits): row = u8 low[cols/2] | u8 high[cols/4] (int6's) |
+                   u8 sc[cols/16] | f16 d[cols/256];          w = f32(d[k/256] sc[k/16]) (q - 32)
+    (int4k / int6k need cols a multiple of 256.)
     quantized from float32 (the bf16 weights widened) with f32 arithmetic and round to
     nearest even: per block, the f16 scale (int4: and min) with the smallest squared error
     among a fixed list of candidates (engine/core/quant_search.h; choose_scales below), then
     int8 q = clamp(rint(x / d), -127, 127), int6 q = 32 + clamp(rint(x / d), -31, 31),
     int4 q = clamp(rint((x - m) / d), 0, 15); d == 0 gives q = 0 (int6: 32).
+    int4k: per super-block, int4's (d_j, m_j) of its 8 blocks, M_j = -m_j where m_j <= 0,
+    else d_j = f16(max x / 15) and M_j = 0 (the format's min is >= 0); d = f16(max d_j / 63),
+    dmin = f16(max M_j / 63) (all M_j zeros: the first one, whose sign dmin keeps),
+    sc_j = clamp(rint(d_j / d), 0, 63), mn_j = clamp(rint(M_j / dmin), 0, 63) (0 where d /
+    dmin is 0); int6k: per super-block, the symmetric scale s_i of each 16-weight sub-block
+    (qmax 31), d = f16(max s_i / 255), sc_i = clamp(rint(s_i / d), 0, 255). Then two
+    refinement passes over the blocks in order (_refine: each integer field tries its current
+    value -1, +1, -2, +2, each from the value as the earlier tries left it, kept when the
+    block's error is strictly smaller), and q against D (and M) as int4 / int6 round it.
     The recipes (--quantization, quantization_config.format): int8 stores every matrix as
     int8; int4 the embedding, the LM head and llama.cpp Q4_K_M's more-bits layers' v_proj /
-    down_proj as int6, every other projection as int4 (tensor_format).
+    down_proj as int6k, every other projection as int4k, and a matrix whose rows are not a
+    multiple of 256 long as int6 / int4 instead (tensor_format).
 
 compressed-tensors (the library's compressors, 0.10 series: pack_quantized.py
 pack_to_int32 / naive_quantized.py), weight-only, for a Linear PREFIX:
@@ -40,8 +58,13 @@ import numpy as np
 from safetensors.numpy import save_file
 
 BLOCK = 32
+SUPER_BLOCK = 256  # int4k / int6k: a row's length is a multiple of this
 FORMATS = ("int8", "int4")  # the recipes
-HEAD_FORMAT = {"int8": "int8", "int4": "int6"}  # a recipe's embedding / LM head format
+# A recipe's formats for a projection and for the embedding / LM head / more-bits layers;
+# a row whose length is not a multiple of SUPER_BLOCK takes B32_FALLBACK of that format.
+PROJECTION_FORMAT = {"int8": "int8", "int4": "int4k"}
+HEAD_FORMAT = {"int8": "int8", "int4": "int6k"}
+B32_FALLBACK = {"int4k": "int4", "int6k": "int6"}
 HEAD_NAMES = ("model.embed_tokens.weight", "lm_head.weight")
 LINEAR_SUFFIXES = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
                    "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
@@ -71,27 +94,31 @@ def more_bits_layer(i: int, n: int) -> bool:
     return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
 
 
-def tensor_format(recipe: str, name: str, num_layers: int) -> str:
-    """The format the recipe stores the matrix `name` in (a model of num_layers layers): int4
-    keeps the embedding, the LM head and the more-bits layers' v_proj / down_proj at int6."""
-    if name in HEAD_NAMES:
-        return HEAD_FORMAT[recipe]
+def tensor_format(recipe: str, name: str, num_layers: int, cols: int) -> str:
+    """The format the recipe stores the matrix `name` (rows `cols` long) in, in a model of
+    num_layers layers: int4 puts the projections in int4k and the embedding, the LM head and
+    the more-bits layers' v_proj / down_proj in int6k; rows not a multiple of SUPER_BLOCK long
+    take int4 / int6 instead."""
     parts = name.split(".")
-    if (parts[:2] == ["model", "layers"] and ".".join(parts[3:]) in
-            ("self_attn.v_proj.weight", "mlp.down_proj.weight")
-            and more_bits_layer(int(parts[2]), num_layers)):
-        return HEAD_FORMAT[recipe]
-    return recipe
+    sensitive = name in HEAD_NAMES or (
+        parts[:2] == ["model", "layers"] and ".".join(parts[3:]) in
+        ("self_attn.v_proj.weight", "mlp.down_proj.weight")
+        and more_bits_layer(int(parts[2]), num_layers))
+    fmt = (HEAD_FORMAT if sensitive else PROJECTION_FORMAT)[recipe]
+    return B32_FALLBACK.get(fmt, fmt) if cols % SUPER_BLOCK else fmt
 
 
 def row_bytes(fmt: str, cols: int) -> int:
     return {"int8": cols + 2 * (cols // BLOCK), "int6": cols // 2 + cols // 4 + 2 * (cols // BLOCK),
-            "int4": cols // 2 + 4 * (cols // BLOCK)}[fmt]
+            "int4": cols // 2 + 4 * (cols // BLOCK), "int4k": cols // 2 + cols // 16,
+            "int6k": cols // 2 + cols // 4 + cols // 16 + 2 * (cols // SUPER_BLOCK)}[fmt]
 
 
 def _f16(v) -> np.ndarray:
-    """v (float32, or float64 first rounded to float32) rounded to f16, as float32."""
-    return np.asarray(v).astype(np.float32).astype(np.float16).astype(np.float32)
+    """v (float32, or float64 first rounded to float32) rounded to f16, as float32 (inf
+    beyond f16's range: the callers skip or refuse those)."""
+    with np.errstate(over="ignore"):
+        return np.asarray(v).astype(np.float32).astype(np.float16).astype(np.float32)
 
 
 def _lane_sum(t: np.ndarray) -> np.ndarray:
@@ -198,32 +225,180 @@ def choose_scales(x: np.ndarray, qmax: int, symmetric: bool):
     return best_d, best_m
 
 
+def _nearest_level(s, d, top):
+    """The integer multiples sc [S, n] of super-block scales d [S] nearest the block scales
+    s [S, n]: clamp(rint(s / d), 0, top) in f32, 0 where d == 0."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.clip(np.rint(s / d[:, None]), np.float32(0), np.float32(top))
+    return np.where(d[:, None] == 0, 0, r).astype(np.int32)
+
+
+def _refine(levels, top, error):
+    """The refinement passes over one super-block's integer scales, across every super-block
+    at once: two passes over the blocks in order; for each field of a block (a list of int
+    arrays [S, blocks], all sharing the block index), each delta in (-1, +1, -2, +2) tries
+    the field's current value + delta (skipped outside [0, top]); it is kept when the block's
+    error (error(j, values of each field at block j)) is strictly smaller than the best so
+    far. Updates `levels` in place."""
+    blocks = levels[0].shape[1]
+    best = np.stack([error(j, *(f[:, j] for f in levels)) for j in range(blocks)], axis=1)
+    for _ in range(2):
+        for j in range(blocks):
+            for k, field in enumerate(levels):
+                for delta in (-1, 1, -2, 2):
+                    cand = field[:, j] + delta
+                    ok = (cand >= 0) & (cand <= top)
+                    cand = np.clip(cand, 0, top)
+                    trial = [cand if i == k else f[:, j] for i, f in enumerate(levels)]
+                    e = error(j, *trial)
+                    better = ok & (e < best[:, j])
+                    field[:, j] = np.where(better, cand, field[:, j])
+                    best[:, j] = np.where(better, e, best[:, j])
+
+
+def _q4k_choose(x):
+    """Super-blocks x float32 [S, 256] -> (d, dmin float32 [S], sc, mn int [S, 8]): the
+    block choices of int4 turned into 6-bit multiples of two f16 scales, then refined."""
+    blocks = x.reshape(len(x), 8, BLOCK)
+    dj, mj = choose_scales(blocks.reshape(-1, BLOCK), 15, symmetric=False)
+    dj, mj = dj.reshape(-1, 8), mj.reshape(-1, 8)
+    # The format subtracts a min >= 0: a block whose chosen min is above 0 takes the scale
+    # of [0, max x] and no min.
+    above = mj > 0
+    dj = np.where(above, _f16(blocks.max(axis=2) / np.float32(15)), dj)
+    mins = np.where(above, np.float32(0), -mj)  # -m_j: -0.0 where m_j is +0.0
+    d = _f16(dj.max(axis=1) / np.float32(63))
+    # max_j M_j; where every M_j is a zero, the first one's (its sign is dmin's).
+    top = mins.max(axis=1)
+    dmin = _f16(np.where(top == 0, mins[:, 0], top) / np.float32(63))
+    sc, mn = _nearest_level(dj, d, 63), _nearest_level(mins, dmin, 63)
+
+    def error(j, sc_j, mn_j):
+        xb = blocks[:, j]
+        big_d, big_m = d * sc_j.astype(np.float32), dmin * mn_j.astype(np.float32)
+        return _block_error(xb, _block_weights(xb, 15, big_d, -big_m)[1])
+
+    _refine([sc, mn], 63, error)
+    return d, dmin, sc, mn
+
+
+def _q6k_choose(x):
+    """Super-blocks x float32 [S, 256] -> (d float32 [S], sc int [S, 16]): the symmetric
+    choices of the 16-weight sub-blocks turned into 8-bit multiples of one f16 scale, then
+    refined."""
+    subs = x.reshape(len(x), 16, 16)
+    s, _ = choose_scales(subs.reshape(-1, 16), 31, symmetric=True)
+    s = s.reshape(-1, 16)
+    d = _f16(s.max(axis=1) / np.float32(255))
+    sc = _nearest_level(s, d, 255)
+
+    def error(i, sc_i):
+        xb = subs[:, i]
+        return _block_error(xb, _block_weights(xb, 31, d * sc_i.astype(np.float32))[1])
+
+    _refine([sc], 255, error)
+    return d, sc
+
+
+def _pack_nibbles(q, rows, cols):
+    """q uint8 [rows, cols] in [0, 15] -> [rows, cols / 2]: block b's byte 16 b + j holds
+    q[32 b + j] (low nibble) and q[32 b + j + 16] (high)."""
+    q = q.reshape(rows, cols // BLOCK, BLOCK)
+    return (q[:, :, :16] | (q[:, :, 16:] << 4)).reshape(rows, cols // 2)
+
+
+def _unpack_nibbles(packed, rows, cols):
+    packed = packed.reshape(rows, cols // BLOCK, 16)
+    return np.concatenate([packed & 0xF, packed >> 4], axis=2).reshape(rows, cols)
+
+
+def _pack_int6(q, rows, cols):
+    """q uint8 [rows, cols] in [0, 63] -> (low [rows, cols / 2], high [rows, cols / 4])."""
+    low = _pack_nibbles(q & 0xF, rows, cols)
+    top = (q >> 4).reshape(rows, cols // BLOCK, 4, 8)  # [.., i, j]: weight 8i + j of a block
+    high = (top[:, :, 0] | top[:, :, 1] << 2 | top[:, :, 2] << 4 | top[:, :, 3] << 6)
+    return low, high.reshape(rows, cols // 4)
+
+
+def _unpack_int6(rows_u8, rows, cols):
+    """The q [rows, cols] (uint8) of an int6 / int6k row's low and high arrays."""
+    low = _unpack_nibbles(rows_u8[:, :cols // 2], rows, cols)
+    high = rows_u8[:, cols // 2:cols // 2 + cols // 4].reshape(rows, cols // BLOCK, 1, 8)
+    top = (high >> (2 * np.arange(4, dtype=np.uint8))[None, None, :, None]) & 3
+    return low | (top.reshape(rows, cols) << 4)
+
+
+def _f16_bytes(v, rows):
+    return v.astype(np.float16).reshape(rows, -1).view(np.uint8)
+
+
 def quantize(w: np.ndarray, fmt: str) -> np.ndarray:
     """[rows, cols] float -> uint8 [rows, row_bytes], as the engine's quantizer defines it."""
     x = np.asarray(w, dtype=np.float32)
+    if not np.all(np.isfinite(x)):
+        raise ValueError("a weight is not finite")
     rows, cols = x.shape
     flat = x.reshape(-1, BLOCK)
     if fmt == "int8":
         d, _ = choose_scales(flat, 127, symmetric=True)
         q, _ = _block_weights(flat, 127, d)
         q = q.astype(np.int8).reshape(rows, cols)
-        d16 = d.astype(np.float16).reshape(rows, -1)
-        return np.concatenate([q.view(np.uint8), d16.view(np.uint8)], axis=1)
+        return np.concatenate([q.view(np.uint8), _f16_bytes(d, rows)], axis=1)
     if fmt == "int6":
         d, _ = choose_scales(flat, 31, symmetric=True)
         q, _ = _block_weights(flat, 31, d)
-        q = (q + 32).astype(np.uint8).reshape(rows, cols // BLOCK, BLOCK)
-        low = ((q[:, :, :16] & 0xF) | ((q[:, :, 16:] & 0xF) << 4)).reshape(rows, cols // 2)
-        top = (q >> 4).reshape(rows, cols // BLOCK, 4, 8)  # [.., i, j]: weight 8i + j
-        high = (top[:, :, 0] | top[:, :, 1] << 2 | top[:, :, 2] << 4 | top[:, :, 3] << 6)
-        d16 = d.astype(np.float16).reshape(rows, -1)
-        return np.concatenate([low, high.reshape(rows, cols // 4), d16.view(np.uint8)], axis=1)
-    d, m = choose_scales(flat, 15, symmetric=False)
-    q, _ = _block_weights(flat, 15, d, m)
-    q = q.astype(np.uint8).reshape(rows, cols // BLOCK, BLOCK)
-    packed = (q[:, :, :16] | (q[:, :, 16:] << 4)).reshape(rows, cols // 2)
-    d16, m16 = d.astype(np.float16).reshape(rows, -1), m.astype(np.float16).reshape(rows, -1)
-    return np.concatenate([packed, d16.view(np.uint8), m16.view(np.uint8)], axis=1)
+        low, high = _pack_int6((q + 32).astype(np.uint8).reshape(rows, cols), rows, cols)
+        return np.concatenate([low, high, _f16_bytes(d, rows)], axis=1)
+    if fmt == "int4":
+        d, m = choose_scales(flat, 15, symmetric=False)
+        q, _ = _block_weights(flat, 15, d, m)
+        packed = _pack_nibbles(q.astype(np.uint8).reshape(rows, cols), rows, cols)
+        return np.concatenate([packed, _f16_bytes(d, rows), _f16_bytes(m, rows)], axis=1)
+    if fmt in ("int4k", "int6k") and cols % SUPER_BLOCK:
+        raise ValueError(f"{fmt}: rows of {cols} weights are not in super-blocks of {SUPER_BLOCK}")
+    supers = x.reshape(-1, SUPER_BLOCK)
+    if fmt == "int4k":
+        d, dmin, sc, mn = _q4k_choose(supers)
+        scale = (d[:, None] * sc.astype(np.float32)).reshape(-1)
+        mins = (dmin[:, None] * mn.astype(np.float32)).reshape(-1)
+        q, _ = _block_weights(flat, 15, scale, -mins)
+        packed = _pack_nibbles(q.astype(np.uint8).reshape(rows, cols), rows, cols)
+        sc, mn = sc.astype(np.uint8), mn.astype(np.uint8)
+        params = np.concatenate([
+            _f16_bytes(d, len(d)), _f16_bytes(dmin, len(d)),
+            sc | ((mn >> 4) << 6),                       # bytes 4..11: sc_j, mn_j's bits 4..5
+            (mn[:, :4] & 0xF) | ((mn[:, 4:] & 0xF) << 4),  # bytes 12..15: mn_i, mn_{i+4}'s low
+        ], axis=1)
+        return np.concatenate([packed, params.reshape(rows, cols // 16)], axis=1)
+    if fmt == "int6k":
+        d, sc = _q6k_choose(supers)
+        scale = (d[:, None] * sc.astype(np.float32)).reshape(-1)
+        q, _ = _block_weights(x.reshape(-1, 16), 31, scale)
+        low, high = _pack_int6((q + 32).astype(np.uint8).reshape(rows, cols), rows, cols)
+        return np.concatenate([low, high, sc.astype(np.uint8).reshape(rows, cols // 16),
+                               _f16_bytes(d, rows)], axis=1)
+    raise ValueError(f"unknown format {fmt!r}")
+
+
+def q4k_params(rows_u8, cols):
+    """An int4k row's super-block params: (d, dmin float32 [rows, S], sc, mn uint8
+    [rows, S, 8]), decoded as the layout documents them."""
+    rows = rows_u8.shape[0]
+    p = rows_u8[:, cols // 2:].reshape(rows, cols // SUPER_BLOCK, 16)
+    d = p[:, :, 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
+    dmin = p[:, :, 2:4].copy().view(np.float16)[..., 0].astype(np.float32)
+    sc = p[:, :, 4:12] & 63
+    mn = np.concatenate([p[:, :, 12:16] & 0xF, p[:, :, 12:16] >> 4], axis=2) | (
+        (p[:, :, 4:12] >> 6) << 4)
+    return d, dmin, sc, mn
+
+
+def q6k_scales(rows_u8, cols):
+    """An int6k row's scales: (d float32 [rows, S], sc uint8 [rows, cols / 16])."""
+    at = cols // 2 + cols // 4
+    sc = rows_u8[:, at:at + cols // 16]
+    d = rows_u8[:, at + cols // 16:].copy().view(np.float16).astype(np.float32)
+    return d, sc
 
 
 def dequantize(rows_u8: np.ndarray, fmt: str, cols: int) -> np.ndarray:
@@ -235,18 +410,28 @@ def dequantize(rows_u8: np.ndarray, fmt: str, cols: int) -> np.ndarray:
         d = rows_u8[:, cols:cols + 2 * nb].copy().view(np.float16).astype(np.float32)
         return (q * d[:, :, None]).reshape(rows, cols)
     if fmt == "int6":
-        low = rows_u8[:, :cols // 2].reshape(rows, nb, 16)
-        low = np.concatenate([low & 0xF, low >> 4], axis=2)  # [rows, nb, 32]
-        high = rows_u8[:, cols // 2:cols // 2 + cols // 4].reshape(rows, nb, 1, 8)
-        top = (high >> (2 * np.arange(4, dtype=np.uint8))[None, None, :, None]) & 3
-        q = (low | top.reshape(rows, nb, 32) << 4).astype(np.float32) - 32
+        q = _unpack_int6(rows_u8, rows, cols).astype(np.float32).reshape(rows, nb, BLOCK) - 32
         d = rows_u8[:, 3 * cols // 4:].copy().view(np.float16).astype(np.float32)
         return (q * d[:, :, None]).reshape(rows, cols)
-    packed = rows_u8[:, :cols // 2].reshape(rows, nb, 16)
-    q = np.concatenate([packed & 0xF, packed >> 4], axis=2).astype(np.float32)
-    d = rows_u8[:, cols // 2:cols // 2 + 2 * nb].copy().view(np.float16).astype(np.float32)
-    m = rows_u8[:, cols // 2 + 2 * nb:].copy().view(np.float16).astype(np.float32)
-    return (q * d[:, :, None] + m[:, :, None]).reshape(rows, cols)
+    if fmt == "int4":
+        q = _unpack_nibbles(rows_u8[:, :cols // 2], rows, cols).astype(np.float32)
+        q = q.reshape(rows, nb, BLOCK)
+        d = rows_u8[:, cols // 2:cols // 2 + 2 * nb].copy().view(np.float16).astype(np.float32)
+        m = rows_u8[:, cols // 2 + 2 * nb:].copy().view(np.float16).astype(np.float32)
+        return (q * d[:, :, None] + m[:, :, None]).reshape(rows, cols)
+    if fmt == "int4k":
+        q = _unpack_nibbles(rows_u8[:, :cols // 2], rows, cols).astype(np.float32)
+        d, dmin, sc, mn = q4k_params(rows_u8, cols)
+        scale = d[:, :, None] * sc.astype(np.float32)  # [rows, S, 8], exact
+        mins = dmin[:, :, None] * mn.astype(np.float32)
+        w = q.reshape(rows, -1, 8, BLOCK) * scale[..., None] - mins[..., None]
+        return w.reshape(rows, cols)
+    if fmt == "int6k":
+        q = _unpack_int6(rows_u8, rows, cols).astype(np.float32) - 32
+        d, sc = q6k_scales(rows_u8, cols)
+        scale = np.repeat(d, 16, axis=1) * sc.astype(np.float32)  # [rows, cols / 16], exact
+        return (q.reshape(rows, -1, 16) * scale[:, :, None]).reshape(rows, cols)
+    raise ValueError(f"unknown format {fmt!r}")
 
 
 def dequantized_checkpoint(model_dir) -> dict[str, np.ndarray]:
