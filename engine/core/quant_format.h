@@ -86,20 +86,20 @@ BlockScaleMin q4k_block_params(const uint8_t* params, int j);
 //   Q4_B32: (d, m) = choose_asymmetric_scale(block, 32, 15),
 //           q = clamp(round((x - m) / d), 0, 15) (d == 0: q = 0)
 // The K256 formats start from those choices and refine them (the scales as stored):
-//   Q4_K256, per super-block: (d_j, m_j) = choose_asymmetric_scale(block j, 32, 15) and
-//           M_j = -m_j where m_j <= 0; a block with m_j > 0 (the format subtracts a min >= 0)
-//           takes d_j = f16(max x / 15) (f32 division) and M_j = 0 instead;
+//   Q4_K256, per super-block: (d_j, m_j) = choose_asymmetric_scale(block j, 32, 15),
+//           M_j = -m_j where m_j < 0, else +0; a block with m_j > 0 (the format subtracts a
+//           min >= 0) takes d_j = f16(max x / 15) (f32 division) instead;
 //           d = f16(max_j d_j / 63), dmin = f16(max_j M_j / 63) (f32 division);
 //           sc_j = clamp(nearbyint(d_j / d), 0, 63), mn_j = clamp(nearbyint(M_j / dmin), 0, 63)
 //           (0 where d, dmin == 0); then two passes over the blocks j = 0..7 in order, each
-//           trying for field in (sc_j, mn_j), for delta in (-1, +1, -2, +2) the field's current
-//           value + delta (skipped outside [0, 63]), kept when its asymmetric_error(block, 32, 15,
+//           trying for field in (sc_j, mn_j), for delta in (-1, +1, -2, +2) the field's value
+//           left by the tries before + delta (skipped outside [0, 63]), kept when its asymmetric_error(block, 32, 15,
 //           D, -M) is strictly smaller than the best so far; q = clamp(nearbyint((x + M) / D), 0,
 //           15) (D == 0: q = 0).
 //   Q6_K256, per super-block: s_i = choose_symmetric_scale(weights [16 i, 16 i + 16), 16, 31)
 //           for its 16 sub-blocks, d = f16(max_i s_i / 255), sc_i = clamp(nearbyint(s_i / d),
-//           0, 255) (0 where d == 0); then two passes over i = 0..15, each trying sc_i's current
-//           value + delta for delta in (-1, +1, -2, +2) (skipped outside [0, 255]), kept when its
+//           0, 255) (0 where d == 0); then two passes over i = 0..15, each trying sc_i's value
+//           left by the tries before + delta for delta in (-1, +1, -2, +2) (skipped outside [0, 255]), kept when its
 //           symmetric_error(sub-block, 16, 31, D = d sc_i) is strictly smaller;
 //           q = 32 + clamp(nearbyint(x / D), -31, 31) (D == 0: q = 32).
 // Throws on a non-finite weight or an absmax / min-max scale (or min) f16 cannot hold.

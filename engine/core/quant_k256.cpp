@@ -63,7 +63,7 @@ void quantize_q4k_super(const float* x, uint8_t* packed, uint8_t* params) {
     const float* xb = x + kQuantBlock * j;
     const auto [d, m] = choose_asymmetric_scale(xb, kQuantBlock, 15);
     dj[j] = m <= 0.0f ? d : f16_round(*std::max_element(xb, xb + kQuantBlock) / 15.0f);
-    mj[j] = m <= 0.0f ? -m : 0.0f;
+    mj[j] = m < 0.0f ? -m : 0.0f;
   }
   const float d = f16_round(*std::max_element(dj, dj + kBlocks) / 63.0f);
   const float dmin = f16_round(*std::max_element(mj, mj + kBlocks) / 63.0f);

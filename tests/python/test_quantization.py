@@ -167,8 +167,8 @@ def edge_case_rows(rows, cols, seed):
         np.concatenate([rng.permutation(ties), normal(cols - 32)]),  # exact rounding ties
         np.concatenate([-rng.permutation(ties), normal(cols - 32)]),
         np.concatenate([np.tile([-1.0, 1.0], 16), normal(cols - 32)]),  # two values
-        # Mins of 0 and above only: a block on an exact grid from 0 (its min +0.0, M_j -0.0)
-        # and blocks above 0 (M_j +0.0), either first.
+        # Mins of 0 and above only: a block on an exact grid from 0 (its min +0.0) and
+        # blocks above 0 (M_j +0.0 for both), either first.
         np.concatenate([grid, rng.uniform(0.1, 1.0, cols - 32)]),
         np.concatenate([rng.uniform(0.1, 1.0, 32), grid, rng.uniform(0.1, 1.0, cols - 64)]),
     ]

@@ -23,9 +23,9 @@ a U8 [rows, row_bytes] tensor, its {"format", "shape"} in the file's __metadata_
     among a fixed list of candidates (engine/core/quant_search.h; choose_scales below), then
     int8 q = clamp(rint(x / d), -127, 127), int6 q = 32 + clamp(rint(x / d), -31, 31),
     int4 q = clamp(rint((x - m) / d), 0, 15); d == 0 gives q = 0 (int6: 32).
-    int4k: per super-block, int4's (d_j, m_j) of its 8 blocks, M_j = -m_j where m_j <= 0,
-    else d_j = f16(max x / 15) and M_j = 0 (the format's min is >= 0); d = f16(max d_j / 63),
-    dmin = f16(max M_j / 63) (all M_j zeros: the first one, whose sign dmin keeps),
+    int4k: per super-block, int4's (d_j, m_j) of its 8 blocks, M_j = -m_j where m_j < 0,
+    else +0, and d_j = f16(max x / 15) where m_j > 0 (the format's min is >= 0);
+    d = f16(max d_j / 63), dmin = f16(max M_j / 63),
     sc_j = clamp(rint(d_j / d), 0, 63), mn_j = clamp(rint(M_j / dmin), 0, 63) (0 where d /
     dmin is 0); int6k: per super-block, the symmetric scale s_i of each 16-weight sub-block
     (qmax 31), d = f16(max s_i / 255), sc_i = clamp(rint(s_i / d), 0, 255). Then two
@@ -266,11 +266,9 @@ def _q4k_choose(x):
     # of [0, max x] and no min.
     above = mj > 0
     dj = np.where(above, _f16(blocks.max(axis=2) / np.float32(15)), dj)
-    mins = np.where(above, np.float32(0), -mj)  # -m_j: -0.0 where m_j is +0.0
+    mins = np.where(mj < 0, -mj, np.float32(0))  # M_j = -m_j below 0, else +0
     d = _f16(dj.max(axis=1) / np.float32(63))
-    # max_j M_j; where every M_j is a zero, the first one's (its sign is dmin's).
-    top = mins.max(axis=1)
-    dmin = _f16(np.where(top == 0, mins[:, 0], top) / np.float32(63))
+    dmin = _f16(mins.max(axis=1) / np.float32(63))
     sc, mn = _nearest_level(dj, d, 63), _nearest_level(mins, dmin, 63)
 
     def error(j, sc_j, mn_j):

@@ -111,7 +111,7 @@ TEST(QuantK256, Q4kRefinementNeverAboveTheUnrefinedScales) {
       const float* xb = x.data() + 32 * j;
       const auto [d, m] = choose_asymmetric_scale(xb, 32, 15);
       dj[j] = m <= 0.0f ? d : f16_round(*std::max_element(xb, xb + 32) / 15.0f);
-      mj[j] = m <= 0.0f ? -m : 0.0f;
+      mj[j] = m < 0.0f ? -m : 0.0f;
     }
     const float d = f16_round(*std::max_element(dj, dj + 8) / 63.0f);
     const float dmin = f16_round(*std::max_element(mj, mj + 8) / 63.0f);
