@@ -6,18 +6,21 @@
 //   sums fit int16); from 4 rows on it transposes the 16 rows' step to [4 weights][output]
 //   once and multiplies it by broadcast activations instead. Q8_B32 gathers each block's 16
 //   scales; Q4_B32 reads 16 blocks of each row's scales and mins with one load and transposes
-//   them (gemv_group_q4). The GEMM packs a tile of 32 outputs ([block][4 consecutive
-//   weights][output], gathered) once for all rows, so that one vpdpbusd with a broadcast
-//   group of 4 activations advances 16 outputs, and keeps 6 rows x 32 outputs of block sums
-//   and accumulators in registers.
+//   them (gemv_group_q4); Q4_K256, the same kernel, reads 16 blocks' params (two
+//   super-blocks, 32 bytes) with one load, decodes D and -M with byte shuffles, shifts and
+//   f32 products (load_q4k_params) and transposes them alike. The GEMM packs a tile of 32
+//   outputs ([block][4 consecutive weights][output], gathered; Q4_K256's params decoded as
+//   the GEMV's) once for all rows, so that one vpdpbusd with a broadcast group of 4
+//   activations advances 16 outputs, and keeps 6 rows x 32 outputs of block sums and
+//   accumulators in registers.
 // - Otherwise one output and one row at a time (AVX2's vpmaddubsw for each block's sum, or
-//   scalar code).
+//   scalar code; Q4_K256's params decoded a super-block at a time by q4k_block_params).
 //
-// An activation row (QuantizedRows) is q[K] bytes, then f32 dx[K / 32], then (Q4_B32) f32
-// dxs[K / 32] = f32(dx * sum qx) (the min term's factor); rows padded to 64 bytes. Q8_B32
-// stores qx + 128 (u8: vpdpbusd multiplies unsigned by signed bytes; the weights' sums times
-// 128 are subtracted again, exactly), Q4_B32 qx itself (the weights, 0..15, are the unsigned
-// side).
+// An activation row (QuantizedRows) is q[K] bytes, then f32 dx[K / 32], then (Q4_B32,
+// Q4_K256) f32 dxs[K / 32] = f32(dx * sum qx) (the min term's factor); rows padded to 64
+// bytes. Q8_B32 stores qx + 128 (u8: vpdpbusd multiplies unsigned by signed bytes; the
+// weights' sums times 128 are subtracted again, exactly), Q4_B32 and Q4_K256 qx itself (the
+// weights, 0..15, are the unsigned side).
 #include "kernels/cpu/cpu_linear_quant.h"
 
 #include <algorithm>
@@ -77,6 +80,7 @@ struct Operands {
   int64_t n, blocks, row_bytes, scales_off, mins_off;
   const float* bias;
   float* out;
+  bool k256;  // Q4_K256: scales_off is the super-block params' (mins_off unused)
 
   const uint8_t* quants(int64_t o) const { return w + o * row_bytes; }
   const uint8_t* scales(int64_t o) const { return w + o * row_bytes + scales_off; }
@@ -138,13 +142,24 @@ float output_row(const Operands& op, int64_t r, int64_t o) {
   const uint8_t* xq = op.xq(r);
   const float* dx = op.dx(r);
   float acc = 0.0f;
+  BlockScaleMin super[8];  // Q4_K256: the current super-block's blocks, decoded
   for (int64_t b = 0; b < op.blocks; ++b) {
-    const float dw = f16_to_f32(load_u16(sc + 2 * b));
     if constexpr (kQ4) {
+      float dw, m;
+      if (op.k256) {
+        if (b % 8 == 0)  // super-block b / 8's 16 param bytes start at 2 b
+          for (int j = 0; j < 8; ++j) super[j] = q4k_block_params(sc + 2 * b, j);
+        dw = super[b % 8].d;
+        m = super[b % 8].m;
+      } else {
+        dw = f16_to_f32(load_u16(sc + 2 * b));
+        m = f16_to_f32(load_u16(op.mins(o) + 2 * b));
+      }
       const int32_t s = block_sum_q4(wq + 16 * b, xq + kB * b);
       acc = std::fma(static_cast<float>(s), dw * dx[b], acc);
-      acc = std::fma(f16_to_f32(load_u16(op.mins(o) + 2 * b)), op.dxs(r)[b], acc);
+      acc = std::fma(m, op.dxs(r)[b], acc);
     } else {
+      const float dw = f16_to_f32(load_u16(sc + 2 * b));
       const int32_t s = block_sum_q8(wq + kB * b, xq + kB * b);
       acc = std::fma(static_cast<float>(s), dw * dx[b], acc);
     }
@@ -288,9 +303,9 @@ void gemv_group(const Operands& op, int64_t o0) {
                           op.bias ? _mm512_add_ps(acc[r], bias) : acc[r]);
 }
 
-// Q4_B32 GEMV. The 16 rows' f16 scales and mins are read as stored, 16 blocks of a row
-// with one load, and transposed to [block][output] f32 once per 16 blocks (instead of
-// gathering each block's 16 values across the rows).
+// Q4_B32 and Q4_K256 GEMV. The 16 rows' f16 scales and mins (Q4_K256: params) are read as
+// stored, 16 blocks of a row with one load, and transposed to [block][output] f32 once per 16
+// blocks (instead of gathering each block's 16 values across the rows).
 
 // f[b] lane j = the f16 at row[j] + 2 b as f32, for b < nb (<= 16); f[b >= nb] undefined.
 inline void load_block_params(const uint8_t* const* row, int nb, __m512* f) {
@@ -302,6 +317,46 @@ inline void load_block_params(const uint8_t* const* row, int nb, __m512* f) {
         _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_maskz_loadu_epi16(mask, row[j]))));
   transpose16(v, t);
   for (int b = 0; b < 16; ++b) f[b] = _mm512_castsi512_ps(t[b]);
+}
+
+// Q4_K256's params of 16 blocks (two super-blocks, 32 bytes) of each of 16 rows at
+// params[j], decoded to D (dw) and -M (m) and transposed as load_block_params does: dw[b] /
+// m[b] lane j = block b's value in row j, for b < nb (8 or 16: one super-block, nothing past
+// it read); the same f32 products as q4k_block_params (exact, so the bits match).
+inline void load_q4k_params(const uint8_t* const* params, int nb, __m512* dw, __m512* m) {
+  const __mmask64 mask = nb == 16 ? 0xffffffffULL : 0xffffULL;
+  // Within each 128-bit lane (a super-block): bytes 4..11 (sc_j, mn_j bits 4..5 in bits 6..7),
+  // then bytes 12..15 twice (mn_j bits 0..3: low nibbles for j < 4, high ones for j >= 4);
+  // and the f16 d (bytes 0, 1) / dmin (bytes 2, 3) eight times.
+  const __m256i pick = _mm256_setr_epi8(4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 12, 13, 14, 15, 4,
+                                        5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 12, 13, 14, 15);
+  const __m256i pick_d = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0,
+                                          1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1);
+  const __m256i pick_dmin = _mm256_add_epi8(pick_d, _mm256_set1_epi8(2));
+  const __m512i nibble_shift = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 0, 0, 0, 0, 4, 4, 4, 4);
+  const __m512i low6 = _mm512_set1_epi32(63), low4 = _mm512_set1_epi32(15);
+  const __m512i bits45 = _mm512_set1_epi32(0x30), sign = _mm512_set1_epi32(INT32_MIN);
+  __m512i vd[16], vm[16], t[16];
+  for (int j = 0; j < 16; ++j) {
+    const __m256i raw = _mm512_castsi512_si256(_mm512_maskz_loadu_epi8(mask, params[j]));
+    // 64-bit quarters: [sc bytes of super-block 0, of 1, mn nibble bytes of 0, of 1].
+    const __m256i g =
+        _mm256_permute4x64_epi64(_mm256_shuffle_epi8(raw, pick), _MM_SHUFFLE(3, 1, 2, 0));
+    const __m512i scb = _mm512_cvtepu8_epi32(_mm256_castsi256_si128(g));  // lane = block
+    const __m512i mnb = _mm512_cvtepu8_epi32(_mm256_extracti128_si256(g, 1));
+    const __m512i sc = _mm512_and_si512(scb, low6);
+    const __m512i mn = _mm512_or_si512(_mm512_and_si512(_mm512_srlv_epi32(mnb, nibble_shift), low4),
+                                       _mm512_and_si512(_mm512_srli_epi32(scb, 2), bits45));
+    const __m512 d = _mm512_cvtph_ps(_mm256_shuffle_epi8(raw, pick_d));
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_shuffle_epi8(raw, pick_dmin));
+    vd[j] = _mm512_castps_si512(_mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)));
+    vm[j] =
+        _mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn))), sign);
+  }
+  transpose16(vd, t);
+  for (int b = 0; b < 16; ++b) dw[b] = _mm512_castsi512_ps(t[b]);
+  transpose16(vm, t);
+  for (int b = 0; b < 16; ++b) m[b] = _mm512_castsi512_ps(t[b]);
 }
 
 // Each byte's high nibble (one GFNI affine transform: bits 4..7 to 0..3, where the CPU has
@@ -427,11 +482,17 @@ void gemv_group_q4(const Operands& op, int64_t o0) {
     const int cb = static_cast<int>(b0 % kChunkBlocks);  // the step's first block in its chunk
     if (cb == 0) {
       const int nb = static_cast<int>(std::min<int64_t>(kChunkBlocks, op.blocks - b0));
+      // Both layouts hold 2 bytes per block: Q4_B32's f16 scales (and mins), Q4_K256's
+      // 16-byte super-block params.
       const uint8_t* p[16];
       for (int j = 0; j < 16; ++j) p[j] = rows[j] + op.scales_off + 2 * b0;
-      load_block_params(p, nb, dwc);
-      for (int j = 0; j < 16; ++j) p[j] = rows[j] + op.mins_off + 2 * b0;
-      load_block_params(p, nb, mc);
+      if (op.k256) {
+        load_q4k_params(p, nb, dwc, mc);
+      } else {
+        load_block_params(p, nb, dwc);
+        for (int j = 0; j < 16; ++j) p[j] = rows[j] + op.mins_off + 2 * b0;
+        load_block_params(p, nb, mc);
+      }
     }
     const __mmask64 qmask = whole == 4 ? ~__mmask64{0} : (__mmask64{1} << (16 * whole)) - 1;
     if constexpr (kTransposed)
@@ -484,6 +545,12 @@ void pack_tile(const Operands& op, int64_t o0, uint8_t* panel, RegionPrefetch ne
                          _mm512_set1_epi32(static_cast<int>(nvalid - 1))),
         _mm512_set1_epi32(static_cast<int>(op.row_bytes)));
     const uint8_t* base = op.quants(o0);
+    // Q4_K256: the half's 16 rows' params (outputs past n repeat the last one), decoded 16
+    // blocks at a time.
+    const uint8_t* params[16];
+    for (int j = 0; j < 16; ++j)
+      params[j] = op.scales(o0 + std::min<int64_t>(16 * half + j, nvalid - 1));
+    __m512 dwc[16], mc[16];
     for (int64_t b = 0; b < op.blocks; ++b) {
       next.step();
       uint8_t* pb = panel + b * kPackedBlock;
@@ -494,6 +561,16 @@ void pack_tile(const Operands& op, int64_t o0, uint8_t* panel, RegionPrefetch ne
           _mm512_store_si512(pb + half * 512 + g * 64, _mm512_and_si512(v, nib));
           _mm512_store_si512(pb + half * 512 + (g + 4) * 64,
                              _mm512_and_si512(_mm512_srli_epi16(v, 4), nib));
+        }
+        if (op.k256) {
+          if (b % 16 == 0) {
+            const uint8_t* p[16];
+            for (int j = 0; j < 16; ++j) p[j] = params[j] + 2 * b;
+            load_q4k_params(p, static_cast<int>(std::min<int64_t>(16, op.blocks - b)), dwc, mc);
+          }
+          _mm512_store_ps(pb + 1024 + 64 * half, dwc[b % 16]);
+          _mm512_store_ps(pb + 1152 + 64 * half, mc[b % 16]);
+          continue;
         }
         _mm512_store_ps(pb + 1152 + 64 * half, gather_f16(op.mins(o0) + 2 * b, idx));
       } else {
@@ -655,7 +732,7 @@ QuantizedRows quantize_rows(DType format, const float* x, int64_t rows, int64_t 
   auto* data = reinterpret_cast<uint8_t*>(thread_scratch(
       ScratchSlot::QuantInput, static_cast<size_t>((rows * q.row_bytes + kActSlack) / 4)));
   q.data = data;
-  const bool q4 = format == DType::Q4_B32;
+  const bool q4 = format == DType::Q4_B32 || format == DType::Q4_K256;  // the same rows
   const bool q6 = format == DType::Q6_B32;  // cpu_linear_q6.h: int32 32 x sum qx per block
   pool.parallel_for(rows, pool.size() > 1 && rows * k >= (1 << 16), [&](int64_t r) {
     uint8_t* row = data + r * q.row_bytes;
@@ -681,16 +758,18 @@ QuantizedRows quantize_rows(DType format, const float* x, int64_t rows, int64_t 
 void linear_quantized(const QuantizedRows& x, const uint8_t* w, int64_t n, const float* bias,
                       float* out, WorkerPool& pool) {
   if (x.format == DType::Q6_B32) return linear_q6(x, w, n, bias, out, pool);
-  const bool q4 = x.format == DType::Q4_B32;
+  const bool k256 = x.format == DType::Q4_K256;
+  const bool q4 = x.format == DType::Q4_B32 || k256;
   const Operands op{x,
                     w,
                     n,
                     x.k / kQuantBlock,
                     static_cast<int64_t>(quant_row_bytes(x.format, x.k)),
                     static_cast<int64_t>(quant_scales_offset(x.format, x.k)),
-                    q4 ? static_cast<int64_t>(quant_mins_offset(x.format, x.k)) : 0,
+                    q4 && !k256 ? static_cast<int64_t>(quant_mins_offset(x.format, x.k)) : 0,
                     bias,
-                    out};
+                    out,
+                    k256};
   if (q4) return run<true>(op, pool);
   run<false>(op, pool);
 }
