@@ -7,12 +7,12 @@
 //   once and multiplies it by broadcast activations instead. Q8_B32 gathers each block's 16
 //   scales; Q4_B32 reads 16 blocks of each row's scales and mins with one load and transposes
 //   them (gemv_group_q4); Q4_K256, the same kernel, reads 16 blocks' params (two
-//   super-blocks, 32 bytes) with one load, decodes D and -M with byte shuffles, shifts and
-//   f32 products (load_q4k_params) and transposes them alike. The GEMM packs a tile of 32
-//   outputs ([block][4 consecutive weights][output], gathered; Q4_K256's params decoded as
-//   the GEMV's) once for all rows, so that one vpdpbusd with a broadcast group of 4
-//   activations advances 16 outputs, and keeps 6 rows x 32 outputs of block sums and
-//   accumulators in registers.
+//   super-blocks, 32 bytes) of each row with one load, transposes them as words and decodes
+//   D and -M for 16 outputs at a time with shifts, masks and f32 products
+//   (load_q4k_params). The GEMM packs a tile of 32 outputs ([block][4 consecutive
+//   weights][output], gathered; Q4_K256's params decoded as the GEMV's) once for all rows,
+//   so that one vpdpbusd with a broadcast group of 4 activations advances 16 outputs, and
+//   keeps 6 rows x 32 outputs of block sums and accumulators in registers.
 // - Otherwise one output and one row at a time (AVX2's vpmaddubsw for each block's sum, or
 //   scalar code; Q4_K256's params decoded a super-block at a time by q4k_block_params).
 //
@@ -320,43 +320,56 @@ inline void load_block_params(const uint8_t* const* row, int nb, __m512* f) {
 }
 
 // Q4_K256's params of 16 blocks (two super-blocks, 32 bytes) of each of 16 rows at
-// params[j], decoded to D (dw) and -M (m) and transposed as load_block_params does: dw[b] /
-// m[b] lane j = block b's value in row j, for b < nb (8 or 16: one super-block, nothing past
-// it read); the same f32 products as q4k_block_params (exact, so the bits match).
+// params[j], decoded to D (dw) and -M (m) as [block][output] f32 like load_block_params:
+// dw[b] / m[b] lane j = block b's value in row j, for b < nb (8 or 16: one super-block,
+// nothing past it read). The rows' 32-bit words are transposed first (24 shuffles), so that
+// the decode runs once per block for all 16 outputs; the f32 products are q4k_block_params'
+// (exact, so the bits match).
 inline void load_q4k_params(const uint8_t* const* params, int nb, __m512* dw, __m512* m) {
-  const __mmask64 mask = nb == 16 ? 0xffffffffULL : 0xffffULL;
-  // Within each 128-bit lane (a super-block): bytes 4..11 (sc_j, mn_j bits 4..5 in bits 6..7),
-  // then bytes 12..15 twice (mn_j bits 0..3: low nibbles for j < 4, high ones for j >= 4);
-  // and the f16 d (bytes 0, 1) / dmin (bytes 2, 3) eight times.
-  const __m256i pick = _mm256_setr_epi8(4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 12, 13, 14, 15, 4,
-                                        5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 12, 13, 14, 15);
-  const __m256i pick_d = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0,
-                                          1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1);
-  const __m256i pick_dmin = _mm256_add_epi8(pick_d, _mm256_set1_epi8(2));
-  const __m512i nibble_shift = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 0, 0, 0, 0, 4, 4, 4, 4);
+  const auto row = [nb](const uint8_t* p) {
+    return nb == 16 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
+                    : _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  };
+  // v[i]: row i's 8 words, then row i + 8's; an 8 x 8 transpose of words in each 256-bit half
+  // (unpacks within 128-bit lanes, then lanes gathered across u[i] and u[i + 4]).
+  __m512i v[8], t[8], u[8], w[8];
+  for (int i = 0; i < 8; ++i)
+    v[i] = _mm512_inserti64x4(_mm512_castsi256_si512(row(params[i])), row(params[i + 8]), 1);
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+  }
+  // u[4h + c], 128-bit lane L: rows 4h .. 4h + 3 (L >= 2: + 8), word c (L odd: 4 + c).
+  for (int h = 0; h < 2; ++h) {
+    u[4 * h] = _mm512_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
+    u[4 * h + 1] = _mm512_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
+    u[4 * h + 2] = _mm512_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+    u[4 * h + 3] = _mm512_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+  }
+  const __m512i even = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+  const __m512i odd = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+  for (int c = 0; c < 4; ++c) {  // w[c] lane j = row j's word c
+    w[c] = _mm512_permutex2var_epi64(u[c], even, u[4 + c]);
+    w[4 + c] = _mm512_permutex2var_epi64(u[c], odd, u[4 + c]);
+  }
+  // Super-block h's words: 4h = f16 d, dmin; 4h + 1, 4h + 2 = blocks 0..3, 4..7's sc_j and
+  // mn_j bits 4..5; 4h + 3 = mn_j bits 0..3 (byte j % 4, low nibble for j < 4).
   const __m512i low6 = _mm512_set1_epi32(63), low4 = _mm512_set1_epi32(15);
   const __m512i bits45 = _mm512_set1_epi32(0x30), sign = _mm512_set1_epi32(INT32_MIN);
-  __m512i vd[16], vm[16], t[16];
-  for (int j = 0; j < 16; ++j) {
-    const __m256i raw = _mm512_castsi512_si256(_mm512_maskz_loadu_epi8(mask, params[j]));
-    // 64-bit quarters: [sc bytes of super-block 0, of 1, mn nibble bytes of 0, of 1].
-    const __m256i g =
-        _mm256_permute4x64_epi64(_mm256_shuffle_epi8(raw, pick), _MM_SHUFFLE(3, 1, 2, 0));
-    const __m512i scb = _mm512_cvtepu8_epi32(_mm256_castsi256_si128(g));  // lane = block
-    const __m512i mnb = _mm512_cvtepu8_epi32(_mm256_extracti128_si256(g, 1));
-    const __m512i sc = _mm512_and_si512(scb, low6);
-    const __m512i mn = _mm512_or_si512(_mm512_and_si512(_mm512_srlv_epi32(mnb, nibble_shift), low4),
-                                       _mm512_and_si512(_mm512_srli_epi32(scb, 2), bits45));
-    const __m512 d = _mm512_cvtph_ps(_mm256_shuffle_epi8(raw, pick_d));
-    const __m512 dmin = _mm512_cvtph_ps(_mm256_shuffle_epi8(raw, pick_dmin));
-    vd[j] = _mm512_castps_si512(_mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)));
-    vm[j] =
-        _mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn))), sign);
+  for (int h = 0; h < nb / 8; ++h) {
+    const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(w[4 * h]));
+    const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(w[4 * h], 16)));
+    for (int j = 0; j < 8; ++j) {
+      const __m512i s = _mm512_srli_epi32(w[4 * h + 1 + j / 4], 8 * (j % 4));
+      const __m512i sc = _mm512_and_si512(s, low6);
+      const __m512i mn = _mm512_or_si512(
+          _mm512_and_si512(_mm512_srli_epi32(s, 2), bits45),
+          _mm512_and_si512(_mm512_srli_epi32(w[4 * h + 3], 8 * (j % 4) + 4 * (j / 4)), low4));
+      dw[8 * h + j] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc));
+      m[8 * h + j] = _mm512_castsi512_ps(
+          _mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn))), sign));
+    }
   }
-  transpose16(vd, t);
-  for (int b = 0; b < 16; ++b) dw[b] = _mm512_castsi512_ps(t[b]);
-  transpose16(vm, t);
-  for (int b = 0; b < 16; ++b) m[b] = _mm512_castsi512_ps(t[b]);
 }
 
 // Each byte's high nibble (one GFNI affine transform: bits 4..7 to 0..3, where the CPU has
