@@ -1,5 +1,5 @@
 // The CPU implementation of attnres::Backend (engine/core/backend.h): f32 activations,
-// F32 / BF16 / F16 weights read as stored (and the block-quantized Q8_B32 / Q4_B32), threads of
+// F32 / BF16 / F16 weights read as stored (and the block-quantized formats), threads of
 // its own cpu::WorkerPool. It is the reference every other backend is tested against. Backend
 // checks each op's operands (backend.cpp); the bodies here check that they are CPU tensors. The
 // ops are defined across several files by theme:

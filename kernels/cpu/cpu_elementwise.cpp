@@ -75,7 +75,8 @@ void CpuBackend::embedding_impl(const Tensor& table, const BatchMeta& batch, Ten
       return embed_rows<DType::F16>(table.data, ids, t_dim, d, out.ptr<float>(), *pool_);
     case DType::Q8_B32:
     case DType::Q6_B32:
-    case DType::Q4_B32:  // a quantized tied embedding / LM head: the rows dequantized
+    case DType::Q4_B32:
+    case DType::Q4_K256:  // a quantized tied embedding / LM head: the rows dequantized
       return cpu::embed_quantized(table.dtype, table.ptr<uint8_t>(), d, ids, t_dim,
                                   out.ptr<float>(), *pool_);
     default:

@@ -3,7 +3,7 @@
 // With bf16 linear inputs on (CpuBackend::set_bf16_linear_inputs) and bf16 weights, x is
 // first rounded to bf16 and every dot product is Bf16Dot's (vdpbf16ps); otherwise F32Dot's
 // (cpu_linear_dot.h). The kernels below are written once over that policy D.
-// Block-quantized weights (Q8_B32 / Q4_B32) go to cpu_linear_quant.h's kernels instead.
+// Block-quantized weights (quant_format.h) go to cpu_linear_quant.h's kernels instead.
 //
 // Two regimes, two kernels, one arithmetic:
 // - Decode (R <= 8) is memory-bound: every weight byte is read once per step and the x rows

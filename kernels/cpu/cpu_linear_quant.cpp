@@ -6,18 +6,21 @@
 //   sums fit int16); from 4 rows on it transposes the 16 rows' step to [4 weights][output]
 //   once and multiplies it by broadcast activations instead. Q8_B32 gathers each block's 16
 //   scales; Q4_B32 reads 16 blocks of each row's scales and mins with one load and transposes
-//   them (gemv_group_q4). The GEMM packs a tile of 32 outputs ([block][4 consecutive
-//   weights][output], gathered) once for all rows, so that one vpdpbusd with a broadcast
-//   group of 4 activations advances 16 outputs, and keeps 6 rows x 32 outputs of block sums
-//   and accumulators in registers.
+//   them (gemv_group_q4); Q4_K256, the same kernel, reads 16 blocks' params (two
+//   super-blocks, 32 bytes) of each row with one load, transposes them as words and decodes
+//   D and -M for 16 outputs at a time with shifts, masks and f32 products
+//   (load_q4k_params). The GEMM packs a tile of 32 outputs ([block][4 consecutive
+//   weights][output], gathered; Q4_K256's params decoded as the GEMV's) once for all rows,
+//   so that one vpdpbusd with a broadcast group of 4 activations advances 16 outputs, and
+//   keeps 6 rows x 32 outputs of block sums and accumulators in registers.
 // - Otherwise one output and one row at a time (AVX2's vpmaddubsw for each block's sum, or
-//   scalar code).
+//   scalar code; Q4_K256's params decoded a super-block at a time by q4k_block_params).
 //
-// An activation row (QuantizedRows) is q[K] bytes, then f32 dx[K / 32], then (Q4_B32) f32
-// dxs[K / 32] = f32(dx * sum qx) (the min term's factor); rows padded to 64 bytes. Q8_B32
-// stores qx + 128 (u8: vpdpbusd multiplies unsigned by signed bytes; the weights' sums times
-// 128 are subtracted again, exactly), Q4_B32 qx itself (the weights, 0..15, are the unsigned
-// side).
+// An activation row (QuantizedRows) is q[K] bytes, then f32 dx[K / 32], then (Q4_B32,
+// Q4_K256) f32 dxs[K / 32] = f32(dx * sum qx) (the min term's factor); rows padded to 64
+// bytes. Q8_B32 stores qx + 128 (u8: vpdpbusd multiplies unsigned by signed bytes; the
+// weights' sums times 128 are subtracted again, exactly), Q4_B32 and Q4_K256 qx itself (the
+// weights, 0..15, are the unsigned side).
 #include "kernels/cpu/cpu_linear_quant.h"
 
 #include <algorithm>
@@ -77,6 +80,7 @@ struct Operands {
   int64_t n, blocks, row_bytes, scales_off, mins_off;
   const float* bias;
   float* out;
+  bool k256;  // Q4_K256: scales_off is the super-block params' (mins_off unused)
 
   const uint8_t* quants(int64_t o) const { return w + o * row_bytes; }
   const uint8_t* scales(int64_t o) const { return w + o * row_bytes + scales_off; }
@@ -138,13 +142,24 @@ float output_row(const Operands& op, int64_t r, int64_t o) {
   const uint8_t* xq = op.xq(r);
   const float* dx = op.dx(r);
   float acc = 0.0f;
+  BlockScaleMin super[8];  // Q4_K256: the current super-block's blocks, decoded
   for (int64_t b = 0; b < op.blocks; ++b) {
-    const float dw = f16_to_f32(load_u16(sc + 2 * b));
     if constexpr (kQ4) {
+      float dw, m;
+      if (op.k256) {
+        if (b % 8 == 0)  // super-block b / 8's 16 param bytes start at 2 b
+          for (int j = 0; j < 8; ++j) super[j] = q4k_block_params(sc + 2 * b, j);
+        dw = super[b % 8].d;
+        m = super[b % 8].m;
+      } else {
+        dw = f16_to_f32(load_u16(sc + 2 * b));
+        m = f16_to_f32(load_u16(op.mins(o) + 2 * b));
+      }
       const int32_t s = block_sum_q4(wq + 16 * b, xq + kB * b);
       acc = std::fma(static_cast<float>(s), dw * dx[b], acc);
-      acc = std::fma(f16_to_f32(load_u16(op.mins(o) + 2 * b)), op.dxs(r)[b], acc);
+      acc = std::fma(m, op.dxs(r)[b], acc);
     } else {
+      const float dw = f16_to_f32(load_u16(sc + 2 * b));
       const int32_t s = block_sum_q8(wq + kB * b, xq + kB * b);
       acc = std::fma(static_cast<float>(s), dw * dx[b], acc);
     }
@@ -288,9 +303,9 @@ void gemv_group(const Operands& op, int64_t o0) {
                           op.bias ? _mm512_add_ps(acc[r], bias) : acc[r]);
 }
 
-// Q4_B32 GEMV. The 16 rows' f16 scales and mins are read as stored, 16 blocks of a row
-// with one load, and transposed to [block][output] f32 once per 16 blocks (instead of
-// gathering each block's 16 values across the rows).
+// Q4_B32 and Q4_K256 GEMV. The 16 rows' f16 scales and mins (Q4_K256: params) are read as
+// stored, 16 blocks of a row with one load, and transposed to [block][output] f32 once per 16
+// blocks (instead of gathering each block's 16 values across the rows).
 
 // f[b] lane j = the f16 at row[j] + 2 b as f32, for b < nb (<= 16); f[b >= nb] undefined.
 inline void load_block_params(const uint8_t* const* row, int nb, __m512* f) {
@@ -302,6 +317,59 @@ inline void load_block_params(const uint8_t* const* row, int nb, __m512* f) {
         _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_maskz_loadu_epi16(mask, row[j]))));
   transpose16(v, t);
   for (int b = 0; b < 16; ++b) f[b] = _mm512_castsi512_ps(t[b]);
+}
+
+// Q4_K256's params of 16 blocks (two super-blocks, 32 bytes) of each of 16 rows at
+// params[j], decoded to D (dw) and -M (m) as [block][output] f32 like load_block_params:
+// dw[b] / m[b] lane j = block b's value in row j, for b < nb (8 or 16: one super-block,
+// nothing past it read). The rows' 32-bit words are transposed first (24 shuffles), so that
+// the decode runs once per block for all 16 outputs; the f32 products are q4k_block_params'
+// (exact, so the bits match).
+inline void load_q4k_params(const uint8_t* const* params, int nb, __m512* dw, __m512* m) {
+  const auto row = [nb](const uint8_t* p) {
+    return nb == 16 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
+                    : _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  };
+  // v[i]: row i's 8 words, then row i + 8's; an 8 x 8 transpose of words in each 256-bit half
+  // (unpacks within 128-bit lanes, then lanes gathered across u[i] and u[i + 4]).
+  __m512i v[8], t[8], u[8], w[8];
+  for (int i = 0; i < 8; ++i)
+    v[i] = _mm512_inserti64x4(_mm512_castsi256_si512(row(params[i])), row(params[i + 8]), 1);
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+  }
+  // u[4h + c], 128-bit lane L: rows 4h .. 4h + 3 (L >= 2: + 8), word c (L odd: 4 + c).
+  for (int h = 0; h < 2; ++h) {
+    u[4 * h] = _mm512_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
+    u[4 * h + 1] = _mm512_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
+    u[4 * h + 2] = _mm512_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+    u[4 * h + 3] = _mm512_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+  }
+  const __m512i even = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+  const __m512i odd = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+  for (int c = 0; c < 4; ++c) {  // w[c] lane j = row j's word c
+    w[c] = _mm512_permutex2var_epi64(u[c], even, u[4 + c]);
+    w[4 + c] = _mm512_permutex2var_epi64(u[c], odd, u[4 + c]);
+  }
+  // Super-block h's words: 4h = f16 d, dmin; 4h + 1, 4h + 2 = blocks 0..3, 4..7's sc_j and
+  // mn_j bits 4..5; 4h + 3 = mn_j bits 0..3 (byte j % 4, low nibble for j < 4).
+  const __m512i low6 = _mm512_set1_epi32(63), low4 = _mm512_set1_epi32(15);
+  const __m512i bits45 = _mm512_set1_epi32(0x30), sign = _mm512_set1_epi32(INT32_MIN);
+  for (int h = 0; h < nb / 8; ++h) {
+    const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(w[4 * h]));
+    const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(w[4 * h], 16)));
+    for (int j = 0; j < 8; ++j) {
+      const __m512i s = _mm512_srli_epi32(w[4 * h + 1 + j / 4], 8 * (j % 4));
+      const __m512i sc = _mm512_and_si512(s, low6);
+      const __m512i mn = _mm512_or_si512(
+          _mm512_and_si512(_mm512_srli_epi32(s, 2), bits45),
+          _mm512_and_si512(_mm512_srli_epi32(w[4 * h + 3], 8 * (j % 4) + 4 * (j / 4)), low4));
+      dw[8 * h + j] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc));
+      m[8 * h + j] = _mm512_castsi512_ps(
+          _mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn))), sign));
+    }
+  }
 }
 
 // Each byte's high nibble (one GFNI affine transform: bits 4..7 to 0..3, where the CPU has
@@ -427,11 +495,17 @@ void gemv_group_q4(const Operands& op, int64_t o0) {
     const int cb = static_cast<int>(b0 % kChunkBlocks);  // the step's first block in its chunk
     if (cb == 0) {
       const int nb = static_cast<int>(std::min<int64_t>(kChunkBlocks, op.blocks - b0));
+      // Both layouts hold 2 bytes per block: Q4_B32's f16 scales (and mins), Q4_K256's
+      // 16-byte super-block params.
       const uint8_t* p[16];
       for (int j = 0; j < 16; ++j) p[j] = rows[j] + op.scales_off + 2 * b0;
-      load_block_params(p, nb, dwc);
-      for (int j = 0; j < 16; ++j) p[j] = rows[j] + op.mins_off + 2 * b0;
-      load_block_params(p, nb, mc);
+      if (op.k256) {
+        load_q4k_params(p, nb, dwc, mc);
+      } else {
+        load_block_params(p, nb, dwc);
+        for (int j = 0; j < 16; ++j) p[j] = rows[j] + op.mins_off + 2 * b0;
+        load_block_params(p, nb, mc);
+      }
     }
     const __mmask64 qmask = whole == 4 ? ~__mmask64{0} : (__mmask64{1} << (16 * whole)) - 1;
     if constexpr (kTransposed)
@@ -484,6 +558,12 @@ void pack_tile(const Operands& op, int64_t o0, uint8_t* panel, RegionPrefetch ne
                          _mm512_set1_epi32(static_cast<int>(nvalid - 1))),
         _mm512_set1_epi32(static_cast<int>(op.row_bytes)));
     const uint8_t* base = op.quants(o0);
+    // Q4_K256: the half's 16 rows' params (outputs past n repeat the last one), decoded 16
+    // blocks at a time.
+    const uint8_t* params[16];
+    for (int j = 0; j < 16; ++j)
+      params[j] = op.scales(o0 + std::min<int64_t>(16 * half + j, nvalid - 1));
+    __m512 dwc[16], mc[16];
     for (int64_t b = 0; b < op.blocks; ++b) {
       next.step();
       uint8_t* pb = panel + b * kPackedBlock;
@@ -494,6 +574,16 @@ void pack_tile(const Operands& op, int64_t o0, uint8_t* panel, RegionPrefetch ne
           _mm512_store_si512(pb + half * 512 + g * 64, _mm512_and_si512(v, nib));
           _mm512_store_si512(pb + half * 512 + (g + 4) * 64,
                              _mm512_and_si512(_mm512_srli_epi16(v, 4), nib));
+        }
+        if (op.k256) {
+          if (b % 16 == 0) {
+            const uint8_t* p[16];
+            for (int j = 0; j < 16; ++j) p[j] = params[j] + 2 * b;
+            load_q4k_params(p, static_cast<int>(std::min<int64_t>(16, op.blocks - b)), dwc, mc);
+          }
+          _mm512_store_ps(pb + 1024 + 64 * half, dwc[b % 16]);
+          _mm512_store_ps(pb + 1152 + 64 * half, mc[b % 16]);
+          continue;
         }
         _mm512_store_ps(pb + 1152 + 64 * half, gather_f16(op.mins(o0) + 2 * b, idx));
       } else {
@@ -655,7 +745,7 @@ QuantizedRows quantize_rows(DType format, const float* x, int64_t rows, int64_t 
   auto* data = reinterpret_cast<uint8_t*>(thread_scratch(
       ScratchSlot::QuantInput, static_cast<size_t>((rows * q.row_bytes + kActSlack) / 4)));
   q.data = data;
-  const bool q4 = format == DType::Q4_B32;
+  const bool q4 = format == DType::Q4_B32 || format == DType::Q4_K256;  // the same rows
   const bool q6 = format == DType::Q6_B32;  // cpu_linear_q6.h: int32 32 x sum qx per block
   pool.parallel_for(rows, pool.size() > 1 && rows * k >= (1 << 16), [&](int64_t r) {
     uint8_t* row = data + r * q.row_bytes;
@@ -681,16 +771,18 @@ QuantizedRows quantize_rows(DType format, const float* x, int64_t rows, int64_t 
 void linear_quantized(const QuantizedRows& x, const uint8_t* w, int64_t n, const float* bias,
                       float* out, WorkerPool& pool) {
   if (x.format == DType::Q6_B32) return linear_q6(x, w, n, bias, out, pool);
-  const bool q4 = x.format == DType::Q4_B32;
+  const bool k256 = x.format == DType::Q4_K256;
+  const bool q4 = x.format == DType::Q4_B32 || k256;
   const Operands op{x,
                     w,
                     n,
                     x.k / kQuantBlock,
                     static_cast<int64_t>(quant_row_bytes(x.format, x.k)),
                     static_cast<int64_t>(quant_scales_offset(x.format, x.k)),
-                    q4 ? static_cast<int64_t>(quant_mins_offset(x.format, x.k)) : 0,
+                    q4 && !k256 ? static_cast<int64_t>(quant_mins_offset(x.format, x.k)) : 0,
                     bias,
-                    out};
+                    out,
+                    k256};
   if (q4) return run<true>(op, pool);
   run<false>(op, pool);
 }

@@ -1,5 +1,5 @@
-// linear over block-quantized weights (DType::Q8_B32 / Q6_B32 / Q4_B32, quant_format.h):
-// out[r, o] = sum_k x[r, k] * w[o, k] (+ bias[o]), x [R, K] f32, out [R, N] f32.
+// linear over block-quantized weights (DType::Q8_B32 / Q6_B32 / Q4_B32 / Q4_K256,
+// quant_format.h): out[r, o] = sum_k x[r, k] * w[o, k] (+ bias[o]), x [R, K] f32, out [R, N] f32.
 //
 // The activations are quantized too, per row and per block of 32 (as llama.cpp's Q8_0):
 //   dx = f32(max |x| / 127), qx = clamp(nearbyint(x / dx), -127, 127)   (dx == 0: qx = 0)
@@ -7,11 +7,14 @@
 //   sum_b dw_b dx_b (sum_j qw_j qx_j)
 // and Q4_B32 (w = dw q + m) adds each block's min term m_b (dx_b sum_j qx_j); Q6_B32
 // (w = dw (q - 32)) is Q8_B32's (cpu_linear_q6.h).
+// Q4_K256 (w = D q - M per block, quant_format.h) is Q4_B32's arithmetic with dw_b = D and
+// m_b = -M (both exact f32 products of the super-block's f16 d / dmin and the block's 6-bit
+// sc / mn, q4k_block_params) and Q4_B32's activation rows.
 // Each output's arithmetic is fixed, the same in every build and for any number of rows:
 //   acc = 0
 //   for each block b, in order:
 //     acc = fma(f32(I_b), f32(dw_b * dx_b), acc)        I_b = the block's exact integer sum
-//     Q4_B32: acc = fma(m_b, f32(dx_b * sum_j qx_j), acc)
+//     Q4_B32, Q4_K256: acc = fma(m_b, f32(dx_b * sum_j qx_j), acc)
 //   out = acc (+ bias)
 // The integer sums run on the widest integer dot product the build targets (AVX-512 VNNI
 // vpdpbusd, else AVX2 vpmaddubsw, else scalar code); the float steps are the ones above with

@@ -24,8 +24,8 @@
 // - Attention: a 128-, 512- and 2048-token prefill's attention over a bf16 cache, and a decode
 //   step of 8 sequences at context 160 and 2048, the 100M and 0.6B shapes, with f32 and
 //   (AVX512_BF16 builds) bf16 inputs (ms per call).
-// - `bench_cpu_kernels quant` (only then): linear over int8 / int4 weights against bf16
-//   (bench_quant_linear.cpp).
+// - `bench_cpu_kernels quant` (only then): linear over int8 / int6 / int4 / int4k weights
+//   against bf16 (bench_quant_linear.cpp).
 // Best of several repetitions; run it on an idle machine. `bench_cpu_kernels gemm` (or
 // `depth`, `attention`, `sample`) runs only that part; `gemv` only the GEMV with bf16 inputs
 // (decode's path on a bf16 checkpoint where AVX512_BF16 runs).

@@ -1,9 +1,9 @@
-// Block-quantized weights on the CPU backend (DType::Q8_B32 / Q6_B32 / Q4_B32): the formats'
-// quantize / dequantize round trip (engine/core/quant_format.h), the activation quantization,
-// linear (GEMV and GEMM paths, with and without bias, linear_many / linear_swiglu) against a
-// double-precision reference built from dequantize_matrix and the activation quantization
-// redone in double, batch and thread-count invariance bit for bit, and embedding of a
-// quantized table.
+// Block-quantized weights on the CPU backend (DType::Q8_B32 / Q6_B32 / Q4_B32 / Q4_K256): the
+// formats' quantize / dequantize round trip (engine/core/quant_format.h), the activation
+// quantization, linear (GEMV and GEMM paths, with and without bias, linear_many /
+// linear_swiglu) against a double-precision reference built from dequantize_matrix and the
+// activation quantization redone in double, the defined arithmetic and batch and thread-count
+// invariance bit for bit, and embedding of a quantized table.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,7 +22,33 @@
 namespace attnres {
 namespace {
 
-constexpr DType kFormats[] = {DType::Q8_B32, DType::Q6_B32, DType::Q4_B32};
+constexpr DType kFormats[] = {DType::Q8_B32, DType::Q6_B32, DType::Q4_B32, DType::Q4_K256};
+
+// k rounded up to a row length `format` allows (a multiple of 32, K256: of 256).
+int64_t cols_for(DType format, int64_t k) {
+  const int64_t m = quant_row_multiple(format);
+  return (k + m - 1) / m * m;
+}
+
+// The row lengths a test runs: `b32` for the B32 formats; for the K256 ones one super-block,
+// and odd numbers of them (the AVX-512 GEMV reads 2 super-blocks' params at a time: its last
+// chunk is then one).
+std::vector<int64_t> ks_for(DType format, std::initializer_list<int64_t> b32) {
+  if (quant_row_multiple(format) == 256) return {256, 768, 1280};
+  return b32;
+}
+
+// Q4_K256's block j (0..7) of a super-block's params p as quant_format.h lays them out:
+// D = d sc_j and -M = -(dmin mn_j), decoded here independently of the kernels and
+// q4k_block_params.
+BlockScaleMin q4k_params_by_hand(const uint8_t* p, int j) {
+  uint16_t d, dmin;
+  std::memcpy(&d, p, 2);
+  std::memcpy(&dmin, p + 2, 2);
+  const int sc = p[4 + j] % 64;
+  const int mn = (j < 4 ? p[12 + j] % 16 : p[8 + j] / 16) + 16 * (p[4 + j] / 64);
+  return {f16_to_f32(d) * static_cast<float>(sc), -(f16_to_f32(dmin) * static_cast<float>(mn))};
+}
 
 std::vector<float> random_floats(int64_t n, std::mt19937& rng, float lo, float hi) {
   std::uniform_real_distribution<float> dist(lo, hi);
@@ -176,30 +202,32 @@ TEST(QuantFormat, Q4RoundTripWithinHalfAStep) {
 }
 
 TEST(QuantFormat, RefusesNonFiniteWeightsAndOverflowingScales) {
-  std::vector<float> x(64, 0.5f);
   for (DType f : kFormats) {
-    std::vector<uint8_t> row(quant_row_bytes(f, 64));
+    const int64_t k = cols_for(f, 64);
+    const std::vector<float> x(k, 0.5f);
+    std::vector<uint8_t> row(quant_row_bytes(f, k));
     for (float bad :
          {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
           -std::numeric_limits<float>::infinity()}) {
       std::vector<float> y = x;
       y[40] = bad;
-      EXPECT_THROW(quantize_row(f, y.data(), 64, row.data()), Error) << test::name(f);
+      EXPECT_THROW(quantize_row(f, y.data(), k, row.data()), Error) << test::name(f);
     }
     std::vector<float> huge = x;
     huge[3] = 1e7f;  // a scale of ~8e4 (Q8) / ~7e5 (Q4): beyond f16
-    EXPECT_THROW(quantize_row(f, huge.data(), 64, row.data()), Error) << test::name(f);
+    EXPECT_THROW(quantize_row(f, huge.data(), k, row.data()), Error) << test::name(f);
     EXPECT_THROW(quant_row_bytes(f, 48), Error);
   }
 }
 
 TEST(QuantFormat, AllZeroBlockIsExact) {
-  std::vector<float> x(64, 0.0f), back(64, 1.0f);
-  x[40] = 0.25f;  // the second block is not zero
   for (DType f : kFormats) {
-    std::vector<uint8_t> row(quant_row_bytes(f, 64));
-    quantize_row(f, x.data(), 64, row.data());
-    dequantize_row(f, row.data(), 64, back.data());
+    const int64_t k = cols_for(f, 64);
+    std::vector<float> x(k, 0.0f), back(k, 1.0f);
+    x[40] = 0.25f;  // the second block is not zero
+    std::vector<uint8_t> row(quant_row_bytes(f, k));
+    quantize_row(f, x.data(), k, row.data());
+    dequantize_row(f, row.data(), k, back.data());
     for (int j = 0; j < 32; ++j) EXPECT_EQ(back[j], 0.0f) << test::name(f) << " " << j;
   }
 }
@@ -283,6 +311,7 @@ LinearRef linear_reference(const std::vector<float>& x, int64_t r_dim, const Ten
   const float* w = wd.ptr<float>();
   const size_t row_bytes = quant_row_bytes(wq.dtype, k);
   const size_t scales = quant_scales_offset(wq.dtype, k);
+  const bool k256 = wq.dtype == DType::Q4_K256;
   LinearRef ref{std::vector<double>(r_dim * n), std::vector<double>(r_dim * n)};
   for (int64_t r = 0; r < r_dim; ++r) {
     std::vector<ActRef> acts;
@@ -292,23 +321,27 @@ LinearRef linear_reference(const std::vector<float>& x, int64_t r_dim, const Ten
       double sum = 0.0, mag = 0.0, ties = 0.0;
       for (int64_t b = 0; b < k / 32; ++b) {
         const ActRef& a = acts[b];
-        uint16_t dh;
-        std::memcpy(&dh, row + scales + 2 * b, 2);
         double m = 0.0;
         if (wq.dtype == DType::Q4_B32) {
           uint16_t mh;
           std::memcpy(&mh, row + quant_mins_offset(wq.dtype, k) + 2 * b, 2);
           m = f16_to_f32(mh);
+        } else if (k256) {
+          m = q4k_params_by_hand(row + scales + 16 * (b / 8), static_cast<int>(b % 8)).m;
         }
-        double abs_q = 0.0, sx = 0.0;
+        double abs_q = 0.0, sx = 0.0, abs_x = 0.0;
         for (int j = 0; j < 32; ++j) {
           const double wv = w[o * k + b * 32 + j];
           sum += wv * (a.d * a.q[j]);
           abs_q += std::fabs((wv - m) * a.q[j]);
           sx += a.q[j];
+          abs_x += std::fabs(a.q[j]);
           if (a.near_tie[j]) ties += std::fabs(wv) * a.d;
         }
         mag += abs_q * a.d + std::fabs(m * a.d * sx);
+        // Q4_K256's dequantized weights are f32(D q - M), rounded: the kernel's exact D q and
+        // M terms may differ from them by 2^-24 (|D q| + M) per weight.
+        if (k256) mag += std::fabs(m) * a.d * abs_x;
       }
       if (bias) {
         sum += bias[o];
@@ -342,11 +375,10 @@ TEST(CpuLinearQuant, MatchesTheReferenceOnEveryPath) {
   auto be = make_cpu_backend(2);
   // K: one block (a partial step everywhere), an odd number of blocks, whole AVX-512 steps
   // plus one and three blocks; N: below and past the GEMM's output tile and the GEMV chunk.
-  const int64_t ks[] = {32, 96, 416, 1120};
   const int64_t ns[] = {1, 5, 37, 70};
   const int64_t rs[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 38};
   for (DType f : kFormats) {
-    for (int64_t k : ks) {
+    for (int64_t k : ks_for(f, {32, 96, 416, 1120})) {
       for (int64_t n : ns) {
         const Tensor wq = quantize_matrix(random_weights(n, k, rng), f);
         const std::vector<float> bias_v = random_floats(n, rng, -1.0f, 1.0f);
@@ -370,14 +402,16 @@ TEST(CpuLinearQuant, MatchesTheReferenceOnEveryPath) {
 
 // The header's arithmetic, redone here with scalar code from the stored bytes and
 // quantize_activation_block (checked above against its double definition): acc = 0; per
-// block acc = fma(I_b, f32(dw_b dx_b), acc) (Q4_B32: then acc = fma(m_b, f32(dx_b sum qx),
-// acc); Q6_B32: I_b = sum (q - 32) qx); out = acc (+ bias). The integer sums are exact, so every
-// kernel must match it bit for bit.
+// block acc = fma(I_b, f32(dw_b dx_b), acc) (Q4_B32, Q4_K256: then acc = fma(m_b, f32(dx_b
+// sum qx), acc), Q4_K256's dw_b and m_b decoded by q4k_params_by_hand; Q6_B32: I_b = sum
+// (q - 32) qx); out = acc (+ bias). The integer sums are exact, so every kernel must match it
+// bit for bit.
 std::vector<float> canonical_linear(const std::vector<float>& x, int64_t r_dim, const Tensor& wq,
                                     const float* bias) {
   const int64_t n = wq.dim(0), k = wq.dim(1), blocks = k / 32;
   const size_t row_bytes = quant_row_bytes(wq.dtype, k);
-  const bool q4 = wq.dtype == DType::Q4_B32;
+  const bool k256 = wq.dtype == DType::Q4_K256;
+  const bool q4 = wq.dtype == DType::Q4_B32 || k256;
   std::vector<float> out(r_dim * n);
   for (int64_t r = 0; r < r_dim; ++r) {
     std::vector<int8_t> qx(k);
@@ -390,6 +424,17 @@ std::vector<float> canonical_linear(const std::vector<float>& x, int64_t r_dim, 
       for (int64_t b = 0; b < blocks; ++b) {
         uint16_t dh;
         std::memcpy(&dh, row + quant_scales_offset(wq.dtype, k) + 2 * b, 2);
+        float dw = f16_to_f32(dh), m = 0.0f;
+        if (wq.dtype == DType::Q4_B32) {
+          uint16_t mh;
+          std::memcpy(&mh, row + quant_mins_offset(wq.dtype, k) + 2 * b, 2);
+          m = f16_to_f32(mh);
+        } else if (k256) {
+          const BlockScaleMin p = q4k_params_by_hand(
+              row + quant_scales_offset(wq.dtype, k) + 16 * (b / 8), static_cast<int>(b % 8));
+          dw = p.d;
+          m = p.m;
+        }
         // The sums in double (exact: |sum| < 2^20): GCC 12 vectorizes an int8 x int8 sum of
         // products for AVX-512 VNNI targets wrongly (off by 128 x the first operand's sum).
         double sum = 0.0, sx = 0.0;
@@ -404,12 +449,8 @@ std::vector<float> canonical_linear(const std::vector<float>& x, int64_t r_dim, 
           sum += static_cast<double>(qw) * qx[b * 32 + j];
           sx += qx[b * 32 + j];
         }
-        acc = std::fma(static_cast<float>(sum), f16_to_f32(dh) * dx[b], acc);
-        if (q4) {
-          uint16_t mh;
-          std::memcpy(&mh, row + quant_mins_offset(wq.dtype, k) + 2 * b, 2);
-          acc = std::fma(f16_to_f32(mh), dx[b] * static_cast<float>(sx), acc);
-        }
+        acc = std::fma(static_cast<float>(sum), dw * dx[b], acc);
+        if (q4) acc = std::fma(m, dx[b] * static_cast<float>(sx), acc);
       }
       out[r * n + o] = bias ? acc + bias[o] : acc;
     }
@@ -418,15 +459,16 @@ std::vector<float> canonical_linear(const std::vector<float>& x, int64_t r_dim, 
 }
 
 TEST(CpuLinearQuant, EqualsTheDefinedArithmeticBitForBit) {
+  SCOPED_TRACE(cpu::quantized_linear_isa());
   std::mt19937 rng(35);
   auto be = make_cpu_backend(2);
   for (DType f : kFormats) {
-    for (int64_t k : {32, 160, 1056}) {
+    for (int64_t k : ks_for(f, {32, 160, 1056})) {
       const int64_t n = 45;
       const Tensor wq = quantize_matrix(random_weights(n, k, rng), f);
       const std::vector<float> bias_v = random_floats(n, rng, -1.0f, 1.0f);
       const Tensor bias = f32_tensor({n}, bias_v);
-      for (int64_t r : {1, 4, 8, 9, 31}) {
+      for (int64_t r : {1, 3, 4, 8, 9, 31}) {
         const std::vector<float> x = random_activations(r, k, rng);
         for (const bool with_bias : {false, true}) {
           Tensor out = Tensor::empty({r, n}, DType::F32);
@@ -441,14 +483,62 @@ TEST(CpuLinearQuant, EqualsTheDefinedArithmeticBitForBit) {
   }
 }
 
+// Q4_K256 rows of arbitrary bytes (every bit of the 6-bit scales and mins, in every block
+// position, set and clear; d and dmin positive f16 of varied exponents) give the defined
+// arithmetic's bits on every path; q4k_block_params reads them as the layout says.
+TEST(CpuLinearQuant, Q4K256ReadsEveryParamBit) {
+  SCOPED_TRACE(cpu::quantized_linear_isa());
+  std::mt19937 rng(37);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.25f, 4.0f);
+  auto be = make_cpu_backend(2);
+  const int64_t n = 37;
+  for (const int64_t k : {256, 768, 2304}) {
+    Tensor wq = Tensor::empty({n, k}, DType::Q4_K256);
+    const size_t row_bytes = quant_row_bytes(DType::Q4_K256, k);
+    const size_t params = quant_scales_offset(DType::Q4_K256, k);
+    auto* w = wq.ptr<uint8_t>();
+    for (int64_t o = 0; o < n; ++o) {
+      uint8_t* row = w + o * row_bytes;
+      for (size_t i = 0; i < row_bytes; ++i) row[i] = static_cast<uint8_t>(byte(rng));
+      for (int64_t s = 0; s < k / 256; ++s) {
+        uint8_t* p = row + params + 16 * s;
+        const uint16_t d = f32_to_f16(scale(rng) * 0x1p-8f),
+                       dmin = f32_to_f16(scale(rng) * 0x1p-6f);
+        std::memcpy(p, &d, 2);
+        std::memcpy(p + 2, &dmin, 2);
+        for (int j = 0; j < 8; ++j) {
+          const BlockScaleMin want = q4k_params_by_hand(p, j), got = q4k_block_params(p, j);
+          ASSERT_EQ(got.d, want.d) << "row " << o << " super-block " << s << " block " << j;
+          ASSERT_EQ(got.m, want.m) << "row " << o << " super-block " << s << " block " << j;
+        }
+      }
+    }
+    const std::vector<float> bias_v = random_floats(n, rng, -1.0f, 1.0f);
+    const Tensor bias = f32_tensor({n}, bias_v);
+    for (int64_t r : {1, 2, 5, 8, 12}) {
+      const std::vector<float> x = random_activations(r, k, rng);
+      for (const bool with_bias : {false, true}) {
+        Tensor out = Tensor::empty({r, n}, DType::F32);
+        be->linear(f32_tensor({r, k}, x), wq, with_bias ? &bias : nullptr, out);
+        const std::vector<float> want =
+            canonical_linear(x, r, wq, with_bias ? bias_v.data() : nullptr);
+        EXPECT_EQ(0, std::memcmp(out.ptr<float>(), want.data(), want.size() * 4))
+            << "R " << r << " K " << k << (with_bias ? " bias" : "");
+      }
+    }
+  }
+}
+
 // A row's outputs do not depend on how many rows share the call (GEMV for up to 8, GEMM
 // above), where it sits in the batch, or the thread count: the same bits.
 TEST(CpuLinearQuant, BatchAndThreadInvariantBitForBit) {
   std::mt19937 rng(41);
   auto be2 = make_cpu_backend(2);
   auto be1 = make_cpu_backend(1);
-  const int64_t k = 288, n = 75, rows = 64;
+  const int64_t n = 75, rows = 64;
   for (DType f : kFormats) {
+    const int64_t k = cols_for(f, 288);
     const Tensor wq = quantize_matrix(random_weights(n, k, rng), f);
     const Tensor bias = f32_tensor({n}, random_floats(n, rng, -1.0f, 1.0f));
     const std::vector<float> x = random_activations(rows, k, rng);
@@ -513,8 +603,9 @@ TEST(CpuLinearQuant, ManyAndSwigluEqualSeparateLinears) {
 TEST(CpuLinearQuant, NonFiniteActivationsGiveNaNRows) {
   std::mt19937 rng(71);
   auto be = make_cpu_backend(2);
-  const int64_t k = 128, n = 40;
+  const int64_t n = 40;
   for (DType f : kFormats) {
+    const int64_t k = cols_for(f, 128);
     const Tensor wq = quantize_matrix(random_weights(n, k, rng), f);
     for (int64_t r : {1, 5, 12}) {
       std::vector<float> x = random_activations(r, k, rng);
@@ -543,8 +634,9 @@ TEST(CpuLinearQuant, BackendAcceptsTheFormats) {
 TEST(CpuEmbeddingQuant, RowsAreTheDequantizedTable) {
   std::mt19937 rng(61);
   auto be = make_cpu_backend(2);
-  const int64_t vocab = 300, d = 160;
+  const int64_t vocab = 300;
   for (DType f : kFormats) {
+    const int64_t d = cols_for(f, 160);
     const Tensor table = quantize_matrix(random_weights(vocab, d, rng), f);
     const Tensor deq = dequantize_matrix(table);
     for (int t_dim : {1, 5, 300}) {
