@@ -76,6 +76,7 @@ void CpuBackend::embedding_impl(const Tensor& table, const BatchMeta& batch, Ten
     case DType::Q8_B32:
     case DType::Q6_B32:
     case DType::Q4_B32:  // a quantized tied embedding / LM head: the rows dequantized
+    case DType::Q6_K256:
       return cpu::embed_quantized(table.dtype, table.ptr<uint8_t>(), d, ids, t_dim,
                                   out.ptr<float>(), *pool_);
     default:

@@ -651,7 +651,10 @@ QuantizedRows quantize_rows(DType format, const float* x, int64_t rows, int64_t 
   q.format = format;
   q.rows = rows;
   q.k = k;
-  q.row_bytes = (k + (format == DType::Q8_B32 ? 4 : 8) * blocks + 63) / 64 * 64;
+  // Q6_K256: int32 32 x sum qx per sub-block of 16 (cpu_linear_q6.h).
+  const bool q6k = format == DType::Q6_K256;
+  const int64_t per_block = format == DType::Q8_B32 ? 4 : q6k ? 12 : 8;
+  q.row_bytes = (k + per_block * blocks + 63) / 64 * 64;
   auto* data = reinterpret_cast<uint8_t*>(thread_scratch(
       ScratchSlot::QuantInput, static_cast<size_t>((rows * q.row_bytes + kActSlack) / 4)));
   q.data = data;
@@ -670,6 +673,10 @@ QuantizedRows quantize_rows(DType format, const float* x, int64_t rows, int64_t 
       } else if (q6) {
         const int32_t c = 32 * std::accumulate(qb, qb + kB, int32_t{0});
         std::memcpy(dx + blocks + b, &c, 4);
+      } else if (q6k) {
+        const int32_t c[2] = {32 * std::accumulate(qb, qb + kB / 2, int32_t{0}),
+                              32 * std::accumulate(qb + kB / 2, qb + kB, int32_t{0})};
+        std::memcpy(dx + blocks + 2 * b, c, 8);
       } else {
         for (int j = 0; j < kB; ++j) row[kB * b + j] = static_cast<uint8_t>(qb[j] + 128);
       }
@@ -681,6 +688,7 @@ QuantizedRows quantize_rows(DType format, const float* x, int64_t rows, int64_t 
 void linear_quantized(const QuantizedRows& x, const uint8_t* w, int64_t n, const float* bias,
                       float* out, WorkerPool& pool) {
   if (x.format == DType::Q6_B32) return linear_q6(x, w, n, bias, out, pool);
+  if (x.format == DType::Q6_K256) return linear_q6k(x, w, n, bias, out, pool);
   const bool q4 = x.format == DType::Q4_B32;
   const Operands op{x,
                     w,
