@@ -168,38 +168,12 @@ constexpr const char* kIsa = "avx512-vnni";
 // ---------------------------------------------------------------------------------------
 // GEMV: 16 outputs per group.
 
+using vnni::broadcast_word;
 using vnni::gather_f16;
 using vnni::reduce16;
 using vnni::RegionPrefetch;
+using vnni::transpose16;
 using vnni::transpose_lanes4;
-
-// The 16 x 16 transpose of int32 words: t[w] lane j = v[j] word w.
-inline void transpose16(const __m512i* v, __m512i* t) {
-  __m512i a[16], u[16];
-  for (int i = 0; i < 8; ++i) {
-    a[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
-    a[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
-  }
-  // u[4i + c], 128-bit lane L: rows 4i .. 4i + 3, word 4L + c.
-  for (int i = 0; i < 4; ++i) {
-    u[4 * i] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
-    u[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
-    u[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
-    u[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
-  }
-  for (int c = 0; c < 4; ++c) {
-    const __m512i q[4] = {u[c], u[4 + c], u[8 + c], u[12 + c]};
-    __m512i f[4];
-    transpose_lanes4(q, f);
-    for (int l = 0; l < 4; ++l) t[4 * l + c] = f[l];
-  }
-}
-
-inline __m512i broadcast_word(const uint8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
-}
 
 // From kTransposeRows rows on, the group's weights are transposed once per step to
 // [word][output] (64 shuffles, shared by the rows) and each row's block sums are vpdpbusd
