@@ -31,7 +31,7 @@ const BackendCapabilities& cpu_backend_capabilities() {
       .depth_bank_dtypes = {DType::F32, DType::BF16},
       // The block-quantized formats too (cpu_linear_quant.h).
       .weight_dtypes = {DType::F32, DType::BF16, DType::F16, DType::Q8_B32, DType::Q6_B32,
-                        DType::Q4_B32, DType::Q4_K256},
+                        DType::Q4_B32, DType::Q4_K256, DType::Q6_K256},
       .bf16_linear_inputs = CpuBackend::bf16_linear_inputs_supported(),
       .prefers_bf16_linear_inputs = CpuBackend::bf16_linear_inputs_faster(),
       .mixes_without_phase1 = true,

@@ -77,6 +77,7 @@ void CpuBackend::embedding_impl(const Tensor& table, const BatchMeta& batch, Ten
     case DType::Q6_B32:
     case DType::Q4_B32:
     case DType::Q4_K256:  // a quantized tied embedding / LM head: the rows dequantized
+    case DType::Q6_K256:
       return cpu::embed_quantized(table.dtype, table.ptr<uint8_t>(), d, ids, t_dim,
                                   out.ptr<float>(), *pool_);
     default:

@@ -183,38 +183,12 @@ constexpr const char* kIsa = "avx512-vnni";
 // ---------------------------------------------------------------------------------------
 // GEMV: 16 outputs per group.
 
+using vnni::broadcast_word;
 using vnni::gather_f16;
 using vnni::reduce16;
 using vnni::RegionPrefetch;
+using vnni::transpose16;
 using vnni::transpose_lanes4;
-
-// The 16 x 16 transpose of int32 words: t[w] lane j = v[j] word w.
-inline void transpose16(const __m512i* v, __m512i* t) {
-  __m512i a[16], u[16];
-  for (int i = 0; i < 8; ++i) {
-    a[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
-    a[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
-  }
-  // u[4i + c], 128-bit lane L: rows 4i .. 4i + 3, word 4L + c.
-  for (int i = 0; i < 4; ++i) {
-    u[4 * i] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
-    u[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
-    u[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
-    u[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
-  }
-  for (int c = 0; c < 4; ++c) {
-    const __m512i q[4] = {u[c], u[4 + c], u[8 + c], u[12 + c]};
-    __m512i f[4];
-    transpose_lanes4(q, f);
-    for (int l = 0; l < 4; ++l) t[4 * l + c] = f[l];
-  }
-}
-
-inline __m512i broadcast_word(const uint8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
-}
 
 // From kTransposeRows rows on, the group's weights are transposed once per step to
 // [word][output] (64 shuffles, shared by the rows) and each row's block sums are vpdpbusd
@@ -741,7 +715,10 @@ QuantizedRows quantize_rows(DType format, const float* x, int64_t rows, int64_t 
   q.format = format;
   q.rows = rows;
   q.k = k;
-  q.row_bytes = (k + (format == DType::Q8_B32 ? 4 : 8) * blocks + 63) / 64 * 64;
+  // Q6_K256: int32 32 x sum qx per sub-block of 16 (cpu_linear_q6.h).
+  const bool q6k = format == DType::Q6_K256;
+  const int64_t per_block = format == DType::Q8_B32 ? 4 : q6k ? 12 : 8;
+  q.row_bytes = (k + per_block * blocks + 63) / 64 * 64;
   auto* data = reinterpret_cast<uint8_t*>(thread_scratch(
       ScratchSlot::QuantInput, static_cast<size_t>((rows * q.row_bytes + kActSlack) / 4)));
   q.data = data;
@@ -760,6 +737,10 @@ QuantizedRows quantize_rows(DType format, const float* x, int64_t rows, int64_t 
       } else if (q6) {
         const int32_t c = 32 * std::accumulate(qb, qb + kB, int32_t{0});
         std::memcpy(dx + blocks + b, &c, 4);
+      } else if (q6k) {
+        const int32_t c[2] = {32 * std::accumulate(qb, qb + kB / 2, int32_t{0}),
+                              32 * std::accumulate(qb + kB / 2, qb + kB, int32_t{0})};
+        std::memcpy(dx + blocks + 2 * b, c, 8);
       } else {
         for (int j = 0; j < kB; ++j) row[kB * b + j] = static_cast<uint8_t>(qb[j] + 128);
       }
@@ -771,6 +752,7 @@ QuantizedRows quantize_rows(DType format, const float* x, int64_t rows, int64_t 
 void linear_quantized(const QuantizedRows& x, const uint8_t* w, int64_t n, const float* bias,
                       float* out, WorkerPool& pool) {
   if (x.format == DType::Q6_B32) return linear_q6(x, w, n, bias, out, pool);
+  if (x.format == DType::Q6_K256) return linear_q6k(x, w, n, bias, out, pool);
   const bool k256 = x.format == DType::Q4_K256;
   const bool q4 = x.format == DType::Q4_B32 || k256;
   const Operands op{x,

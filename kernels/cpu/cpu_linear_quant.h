@@ -6,7 +6,8 @@
 // so that each block's dot product is an exact integer sum: Q8_B32
 //   sum_b dw_b dx_b (sum_j qw_j qx_j)
 // and Q4_B32 (w = dw q + m) adds each block's min term m_b (dx_b sum_j qx_j); Q6_B32
-// (w = dw (q - 32)) is Q8_B32's (cpu_linear_q6.h).
+// (w = dw (q - 32)) is Q8_B32's (cpu_linear_q6.h), and Q6_K256's integer sub-block scales
+// enter I_b, its f16 super-block scale the place of dw_b (cpu_linear_q6.h).
 // Q4_K256 (w = D q - M per block, quant_format.h) is Q4_B32's arithmetic with dw_b = D and
 // m_b = -M (both exact f32 products of the super-block's f16 d / dmin and the block's 6-bit
 // sc / mn, q4k_block_params) and Q4_B32's activation rows.

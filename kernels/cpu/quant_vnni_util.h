@@ -1,12 +1,13 @@
-// AVX-512 helpers of the quantized linear kernels (cpu_linear_quant.cpp, cpu_linear_q6.cpp):
-// lane reductions, f16 gathers and a spread-out prefetch. Only where the build targets
-// AVX-512 VNNI.
+// AVX-512 helpers of the quantized linear kernels (cpu_linear_quant.cpp, cpu_linear_q6.cpp,
+// cpu_linear_q6k.cpp): lane reductions and transposes, broadcasts, f16 gathers and a
+// spread-out prefetch. Only where the build targets AVX-512 VNNI.
 #pragma once
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 
 namespace attnres::cpu::vnni {
 
@@ -32,6 +33,35 @@ inline void reduce16(const __m512i* v, __m512i* f) {
     u[q] = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * q], t[2 * q + 1]),
                             _mm512_unpackhi_epi64(t[2 * q], t[2 * q + 1]));
   transpose_lanes4(u, f);
+}
+
+// The 16 x 16 transpose of int32 words: t[w] lane j = v[j] word w.
+inline void transpose16(const __m512i* v, __m512i* t) {
+  __m512i a[16], u[16];
+  for (int i = 0; i < 8; ++i) {
+    a[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+    a[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+  }
+  // u[4i + c], 128-bit lane L: rows 4i .. 4i + 3, word 4L + c.
+  for (int i = 0; i < 4; ++i) {
+    u[4 * i] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
+    u[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
+    u[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
+    u[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    const __m512i q[4] = {u[c], u[4 + c], u[8 + c], u[12 + c]};
+    __m512i f[4];
+    transpose_lanes4(q, f);
+    for (int l = 0; l < 4; ++l) t[4 * l + c] = f[l];
+  }
+}
+
+// The 4 bytes at p in every 32-bit lane.
+inline __m512i broadcast_word(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
 }
 
 // The f16 at p + idx[j] + 2 (j < 16) as f32: a gather of the 4 bytes that end there (the

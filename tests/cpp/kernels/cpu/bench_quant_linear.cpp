@@ -1,5 +1,5 @@
-// Linear over bf16, int8 (Q8_B32), int6 (Q6_B32), int4 (Q4_B32) and int4k (Q4_K256) weights
-// at the 0.6B model's shapes:
+// Linear over bf16, int8 (Q8_B32), int6 (Q6_B32), int6k (Q6_K256), int4 (Q4_B32) and int4k
+// (Q4_K256) weights at the 0.6B model's shapes:
 // - GEMV (R = 1 and 8; q/k/v, gate/up, down and the LM head): us per call and GB/s of weight
 //   bytes, every call reading DRAM (enough copies of each matrix, >= 512 MiB, cycled through).
 // - GEMM (prefill, R = 128 and 512, gate/up and down): ms per call and GFLOP/s = 2 R K N / t.
@@ -67,8 +67,8 @@ void run_quant_linear(CpuBackend& be) {
   std::printf(
       "quantized linear kernel: %s; bf16 with %s inputs; medians of %d alternated rounds\n\n",
       cpu::quantized_linear_isa(), be.bf16_linear_inputs() ? "bf16" : "f32", kRounds);
-  const DType formats[] = {DType::BF16, DType::Q8_B32, DType::Q6_B32, DType::Q4_B32,
-                           DType::Q4_K256};
+  const DType formats[] = {DType::BF16,    DType::Q8_B32, DType::Q6_B32,
+                           DType::Q6_K256, DType::Q4_B32, DType::Q4_K256};
   constexpr size_t kFormats = std::size(formats);
   // in -> out: q (and o), k/v, gate/up, down, LM head.
   const int64_t gemv_shapes[][2] = {

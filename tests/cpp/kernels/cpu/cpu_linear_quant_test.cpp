@@ -1,6 +1,6 @@
-// Block-quantized weights on the CPU backend (DType::Q8_B32 / Q6_B32 / Q4_B32 / Q4_K256): the
-// formats' quantize / dequantize round trip (engine/core/quant_format.h), the activation
-// quantization, linear (GEMV and GEMM paths, with and without bias, linear_many /
+// Block-quantized weights on the CPU backend (DType::Q8_B32 / Q6_B32 / Q4_B32 / Q6_K256 /
+// Q4_K256): the formats' quantize / dequantize round trip (engine/core/quant_format.h), the
+// activation quantization, linear (GEMV and GEMM paths, with and without bias, linear_many /
 // linear_swiglu) against a double-precision reference built from dequantize_matrix and the
 // activation quantization redone in double, the defined arithmetic and batch and thread-count
 // invariance bit for bit, and embedding of a quantized table.
@@ -22,7 +22,8 @@
 namespace attnres {
 namespace {
 
-constexpr DType kFormats[] = {DType::Q8_B32, DType::Q6_B32, DType::Q4_B32, DType::Q4_K256};
+constexpr DType kFormats[] = {DType::Q8_B32, DType::Q6_B32, DType::Q4_B32, DType::Q6_K256,
+                              DType::Q4_K256};
 
 // k rounded up to a row length `format` allows (a multiple of 32, K256: of 256).
 int64_t cols_for(DType format, int64_t k) {
@@ -366,8 +367,10 @@ LinearRef linear_reference(const std::vector<float>& x, int64_t r_dim, const Ten
 
 // The float part (cpu_linear_quant.h): per block, the f32 conversion of the (exact) integer
 // sum is exact, the scale dw * dx rounds once, the fma once, the min term's dx * sum qx and
-// its fma once each: a chain of at most 2 K / 32 fmas and the bias, each rounding by 2^-24 of
-// a partial sum bounded by the magnitude above. 1e-6 * (K / 32 + 8) covers that with margin.
+// its fma once each (Q6_K256: the f32 conversion of the block's integer sum may round too,
+// by 2^-24 of a term bounded as the block's share of the magnitude): a chain of at most
+// 2 K / 32 fmas and the bias, each rounding by 2^-24 of a partial sum bounded by the magnitude
+// above. 1e-6 * (K / 32 + 8) covers that with margin.
 double rtol_for(int64_t k) { return 1e-6 * static_cast<double>(k / 32 + 8); }
 
 TEST(CpuLinearQuant, MatchesTheReferenceOnEveryPath) {
@@ -404,8 +407,9 @@ TEST(CpuLinearQuant, MatchesTheReferenceOnEveryPath) {
 // quantize_activation_block (checked above against its double definition): acc = 0; per
 // block acc = fma(I_b, f32(dw_b dx_b), acc) (Q4_B32, Q4_K256: then acc = fma(m_b, f32(dx_b
 // sum qx), acc), Q4_K256's dw_b and m_b decoded by q4k_params_by_hand; Q6_B32: I_b = sum
-// (q - 32) qx); out = acc (+ bias). The integer sums are exact, so every kernel must match it
-// bit for bit.
+// (q - 32) qx; Q6_K256: I_b = sum over the block's two sub-blocks of sc_i sum (q - 32) qx, and
+// the scale f32(d_s dx_b) with d_s the super-block's f16 scale); out = acc (+ bias). The
+// integer sums are exact, so every kernel must match it bit for bit.
 std::vector<float> canonical_linear(const std::vector<float>& x, int64_t r_dim, const Tensor& wq,
                                     const float* bias) {
   const int64_t n = wq.dim(0), k = wq.dim(1), blocks = k / 32;
@@ -422,34 +426,41 @@ std::vector<float> canonical_linear(const std::vector<float>& x, int64_t r_dim, 
       const uint8_t* row = wq.ptr<const uint8_t>() + o * row_bytes;
       float acc = 0.0f;
       for (int64_t b = 0; b < blocks; ++b) {
-        uint16_t dh;
-        std::memcpy(&dh, row + quant_scales_offset(wq.dtype, k) + 2 * b, 2);
-        float dw = f16_to_f32(dh), m = 0.0f;
-        if (wq.dtype == DType::Q4_B32) {
-          uint16_t mh;
-          std::memcpy(&mh, row + quant_mins_offset(wq.dtype, k) + 2 * b, 2);
-          m = f16_to_f32(mh);
-        } else if (k256) {
-          const BlockScaleMin p = q4k_params_by_hand(
-              row + quant_scales_offset(wq.dtype, k) + 16 * (b / 8), static_cast<int>(b % 8));
-          dw = p.d;
-          m = p.m;
-        }
-        // The sums in double (exact: |sum| < 2^20): GCC 12 vectorizes an int8 x int8 sum of
+        // The sums in double (exact: |sum| < 2^26): GCC 12 vectorizes an int8 x int8 sum of
         // products for AVX-512 VNNI targets wrongly (off by 128 x the first operand's sum).
-        double sum = 0.0, sx = 0.0;
+        double half[2] = {0.0, 0.0}, sx = 0.0;  // sum qw qx over weights 0..15, 16..31
         for (int j = 0; j < 32; ++j) {
           int qw = static_cast<int8_t>(row[32 * b + j]);
           if (wq.dtype != DType::Q8_B32)  // Q4_B32's nibbles, and Q6_B32's low 4 bits
             qw = j < 16 ? row[16 * b + j] & 15 : row[16 * b + j - 16] >> 4;
-          if (wq.dtype == DType::Q6_B32)
+          if (wq.dtype == DType::Q6_B32 || wq.dtype == DType::Q6_K256)
             qw = (qw | (row[quant_highs_offset(wq.dtype, k) + 8 * b + j % 8] >> (2 * (j / 8)) & 3)
                            << 4) -
                  32;
-          sum += static_cast<double>(qw) * qx[b * 32 + j];
+          half[j / 16] += static_cast<double>(qw) * qx[b * 32 + j];
           sx += qx[b * 32 + j];
         }
-        acc = std::fma(static_cast<float>(sum), dw * dx[b], acc);
+        double sum;
+        float scale, m = 0.0f;
+        if (wq.dtype == DType::Q6_K256) {  // u8 sub-block scales, f16 super-block scale
+          const uint8_t* sc = row + quant_scales_offset(wq.dtype, k) + 2 * b;
+          sum = sc[0] * half[0] + sc[1] * half[1];
+          scale = static_cast<float>(
+              stored_f16(row + quant_super_scales_offset(wq.dtype, k) + 2 * (b / 8)) * dx[b]);
+        } else {
+          sum = half[0] + half[1];
+          float dw = static_cast<float>(stored_f16(row + quant_scales_offset(wq.dtype, k) + 2 * b));
+          if (wq.dtype == DType::Q4_B32) {
+            m = static_cast<float>(stored_f16(row + quant_mins_offset(wq.dtype, k) + 2 * b));
+          } else if (k256) {
+            const BlockScaleMin p = q4k_params_by_hand(
+                row + quant_scales_offset(wq.dtype, k) + 16 * (b / 8), static_cast<int>(b % 8));
+            dw = p.d;
+            m = p.m;
+          }
+          scale = dw * dx[b];
+        }
+        acc = std::fma(static_cast<float>(sum), scale, acc);
         if (q4) acc = std::fma(m, dx[b] * static_cast<float>(sx), acc);
       }
       out[r * n + o] = bias ? acc + bias[o] : acc;
@@ -462,13 +473,14 @@ TEST(CpuLinearQuant, EqualsTheDefinedArithmeticBitForBit) {
   SCOPED_TRACE(cpu::quantized_linear_isa());
   std::mt19937 rng(35);
   auto be = make_cpu_backend(2);
+  const std::vector<int64_t> ks = {32, 160, 1056}, ks256 = {256, 768, 1280};
   for (DType f : kFormats) {
     for (int64_t k : ks_for(f, {32, 160, 1056})) {
       const int64_t n = 45;
       const Tensor wq = quantize_matrix(random_weights(n, k, rng), f);
       const std::vector<float> bias_v = random_floats(n, rng, -1.0f, 1.0f);
       const Tensor bias = f32_tensor({n}, bias_v);
-      for (int64_t r : {1, 3, 4, 8, 9, 31}) {
+      for (int64_t r : {1, 2, 3, 4, 5, 6, 7, 8, 9, 31}) {
         const std::vector<float> x = random_activations(r, k, rng);
         for (const bool with_bias : {false, true}) {
           Tensor out = Tensor::empty({r, n}, DType::F32);
@@ -527,6 +539,33 @@ TEST(CpuLinearQuant, Q4K256ReadsEveryParamBit) {
             << "R " << r << " K " << k << (with_bias ? " bias" : "");
       }
     }
+  }
+}
+
+// Q6_K256's block sums reach 255 x 31 x 127 x 32 > 2^24 where weights and activations are
+// all near their block's largest: f32(I_b) then rounds, as the definition has it, alike in the
+// GEMV and the GEMM.
+TEST(CpuLinearQuant, Q6K256LargeBlockSumsRoundAsDefined) {
+  std::mt19937 rng(37);
+  auto be = make_cpu_backend(2);
+  const int64_t k = 768, n = 37;
+  std::vector<float> w = random_floats(n * k, rng, 0.8f, 1.0f);
+  const Tensor wq = quantize_matrix(f32_tensor({n, k}, w), DType::Q6_K256);
+  const Tensor wd = dequantize_matrix(wq);
+  for (int64_t r : {1, 3, 8, 9, 20}) {
+    const std::vector<float> x = random_floats(r * k, rng, 0.9f, 1.0f);
+    // Output 0's first block, row 0: I_b = sum w qx / d_s (w = d_s sc (q - 32) exactly).
+    int8_t qx[32];
+    cpu::quantize_activation_block(x.data(), qx);
+    const double ds =
+        stored_f16(wq.ptr<const uint8_t>() + quant_super_scales_offset(DType::Q6_K256, k));
+    double ib = 0.0;
+    for (int j = 0; j < 32; ++j) ib += wd.ptr<float>()[j] / ds * qx[j];
+    EXPECT_GT(ib, 0x1p24);
+    Tensor out = Tensor::empty({r, n}, DType::F32);
+    be->linear(f32_tensor({r, k}, x), wq, nullptr, out);
+    const std::vector<float> want = canonical_linear(x, r, wq, nullptr);
+    EXPECT_EQ(0, std::memcmp(out.ptr<float>(), want.data(), want.size() * 4)) << "R " << r;
   }
 }
 
@@ -629,6 +668,18 @@ TEST(CpuLinearQuant, BackendAcceptsTheFormats) {
     EXPECT_EQ(be->linear_input_dtype(64, f), DType::F32);
   }
   EXPECT_FALSE(be->capabilities().weight_dtypes.contains(DType::I32));
+}
+
+// The kernels the build runs: AVX-512 VNNI's GEMV / GEMM where it targets them (as the
+// native builds on this project's CPUs do), so that the tests above check those paths.
+TEST(CpuLinearQuant, RunsTheBuildsWidestKernel) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
+  EXPECT_STREQ(cpu::quantized_linear_isa(), "avx512-vnni");
+#elif defined(__AVX2__)
+  EXPECT_STREQ(cpu::quantized_linear_isa(), "avx2");
+#else
+  EXPECT_STREQ(cpu::quantized_linear_isa(), "scalar");
+#endif
 }
 
 TEST(CpuEmbeddingQuant, RowsAreTheDequantizedTable) {
