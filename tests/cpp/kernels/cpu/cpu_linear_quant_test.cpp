@@ -473,7 +473,6 @@ TEST(CpuLinearQuant, EqualsTheDefinedArithmeticBitForBit) {
   SCOPED_TRACE(cpu::quantized_linear_isa());
   std::mt19937 rng(35);
   auto be = make_cpu_backend(2);
-  const std::vector<int64_t> ks = {32, 160, 1056}, ks256 = {256, 768, 1280};
   for (DType f : kFormats) {
     for (int64_t k : ks_for(f, {32, 160, 1056})) {
       const int64_t n = 45;
