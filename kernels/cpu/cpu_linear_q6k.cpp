@@ -26,6 +26,7 @@
 #include "engine/core/quant_format.h"
 #include "kernels/cpu/cpu_linear_q6.h"
 #include "kernels/cpu/cpu_simd.h"
+#include "kernels/cpu/quant_kernel_driver.h"
 #include "kernels/cpu/quant_vnni_util.h"
 #include "kernels/cpu/thread_scratch.h"
 
@@ -36,11 +37,7 @@ constexpr int kB = static_cast<int>(kQuantBlock);
 // Blocks of 32 per super-block of 256.
 constexpr int kBlocksPerSuper = static_cast<int>(kQuantSuperBlock / kQuantBlock);
 
-uint16_t load_u16(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return h;
-}
+using quant_driver::load_u16;
 
 // The matrix w [n, k] as stored (quant_format.h) and the quantized x rows.
 struct Operands {
@@ -122,12 +119,8 @@ float output_row(const Operands& op, int64_t r, int64_t o) {
 }
 
 [[maybe_unused]] void linear_rowwise(const Operands& op, WorkerPool& pool) {
-  constexpr int64_t kChunk = 32;
-  const int64_t chunks = (op.n + kChunk - 1) / kChunk;
-  pool.parallel_for(chunks, pool.size() > 1 && op.n * op.row_bytes >= (1 << 15), [&](int64_t c) {
-    for (int64_t o = c * kChunk; o < std::min(op.n, (c + 1) * kChunk); ++o)
-      for (int64_t r = 0; r < op.x.rows; ++r) op.out[r * op.n + o] = output_row(op, r, o);
-  });
+  quant_driver::rowwise(op.x.rows, op.n, op.row_bytes, op.out, pool,
+                        [&](int64_t r, int64_t o) { return output_row(op, r, o); });
 }
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
@@ -137,8 +130,7 @@ using vnni::RegionPrefetch;
 using vnni::transpose16;
 using vnni::transpose_lanes4;
 
-// Up to 8 rows, the GEMV (the threshold of the other formats, cpu_linear_quant.cpp).
-constexpr int kMaxGemvRows = 8;
+using quant_driver::kMaxGemvRows;
 
 // f32(I_b) per lane from the two sub-blocks' sums (less their 32 sum qx) s0, s1 and their
 // scales sc0, sc1 (as f32): |s_h| <= 16 x 32 x 127 and sc_h <= 255 make each product
@@ -286,19 +278,12 @@ void gemv_group(const Operands& op, int64_t o0) {
       }
     }
   }
-  const __mmask16 omask = static_cast<__mmask16>((1u << nvalid) - 1);
-  const __m512 bias = op.bias ? _mm512_maskz_loadu_ps(omask, op.bias + o0) : _mm512_setzero_ps();
-  for (int r = 0; r < R; ++r)
-    _mm512_mask_storeu_ps(op.out + r * op.n + o0, omask,
-                          op.bias ? _mm512_add_ps(acc[r], bias) : acc[r]);
+  quant_driver::store_group<R>(acc, op.bias, op.out, op.n, o0);
 }
 
 template <int R>
 void gemv(const Operands& op, WorkerPool& pool) {
-  const int64_t groups = (op.n + 15) / 16;
-  // Static contiguous ranges: each thread streams one region of the matrix.
-  pool.parallel_for(groups, pool.size() > 1 && op.n * op.row_bytes >= (1 << 15),
-                    [&](int64_t g) { gemv_group<R>(op, g * 16); });
+  quant_driver::gemv_groups(op.n, op.row_bytes, pool, [&](int64_t o0) { gemv_group<R>(op, o0); });
 }
 
 // ---------------------------------------------------------------------------------------
@@ -396,59 +381,23 @@ void gemm_micro(const Operands& op, const uint8_t* panel, int64_t r0, int64_t m_
                                     _mm512_mul_ps(ds, _mm512_set1_ps(dx[i][b])), acc[i][v]);
     }
   }
-  for (int v = 0; v < 2; ++v) {
-    const int64_t lanes = std::clamp<int64_t>(n_valid - 16 * v, 0, 16);
-    if (lanes == 0) continue;
-    const __mmask16 omask = static_cast<__mmask16>((1u << lanes) - 1);
-    const __m512 bias =
-        op.bias ? _mm512_maskz_loadu_ps(omask, op.bias + o0 + 16 * v) : _mm512_setzero_ps();
-    for (int64_t i = 0; i < m_valid; ++i)
-      _mm512_mask_storeu_ps(op.out + (r0 + i) * op.n + o0 + 16 * v, omask,
-                            op.bias ? _mm512_add_ps(acc[i][v], bias) : acc[i][v]);
-  }
+  quant_driver::store_tile<kMr>(acc, op.bias, op.out, op.n, r0, m_valid, o0, n_valid);
 }
 
 void gemm(const Operands& op, WorkerPool& pool) {
-  const int64_t tiles = (op.n + kTile - 1) / kTile;
-  pool.run(pool.size() > 1 && tiles > 1 ? pool.size() : 1, [&](int tid, int team) {
-    auto* panel = reinterpret_cast<uint8_t*>(
-        thread_scratch(ScratchSlot::GemmPanel, static_cast<size_t>(op.blocks * kPackedBlock / 4)));
-    const IndexRange mine = static_block(tiles, tid, team);
-    for (int64_t tile : mine) {
-      const int64_t o0 = tile * kTile;
-      const uint8_t* next = op.low(std::min(op.n, o0 + kTile));
-      const uint8_t* next_end =
-          tile + 1 < mine.end_ ? op.low(std::min(op.n, o0 + 2 * kTile)) : next;
-      pack_tile(op, o0, panel, RegionPrefetch(next, next_end, 2 * op.blocks));
-      for (int64_t r0 = 0; r0 < op.x.rows; r0 += kMr)
-        gemm_micro(op, panel, r0, std::min<int64_t>(kMr, op.x.rows - r0), o0,
-                   std::min<int64_t>(kTile, op.n - o0));
-    }
-  });
+  quant_driver::gemm_tiles<kTile, kMr>(
+      op.n, op.x.rows, op.blocks, op.blocks * kPackedBlock, pool,
+      [&](int64_t o) { return op.low(o); },
+      [&](int64_t o0, uint8_t* panel, RegionPrefetch next) { pack_tile(op, o0, panel, next); },
+      [&](const uint8_t* panel, int64_t r0, int64_t m_valid, int64_t o0, int64_t n_valid) {
+        gemm_micro(op, panel, r0, m_valid, o0, n_valid);
+      });
 }
 
 void linear_vnni(const Operands& op, WorkerPool& pool) {
   if (op.x.rows > kMaxGemvRows) return gemm(op, pool);
-  switch (op.x.rows) {
-    case 1:
-      return gemv<1>(op, pool);
-    case 2:
-      return gemv<2>(op, pool);
-    case 3:
-      return gemv<3>(op, pool);
-    case 4:
-      return gemv<4>(op, pool);
-    case 5:
-      return gemv<5>(op, pool);
-    case 6:
-      return gemv<6>(op, pool);
-    case 7:
-      return gemv<7>(op, pool);
-    case 8:
-      return gemv<8>(op, pool);
-    default:
-      return;
-  }
+  quant_driver::with_gemv_rows(op.x.rows,
+                               [&](auto rows) { gemv<decltype(rows)::value>(op, pool); });
 }
 #endif
 

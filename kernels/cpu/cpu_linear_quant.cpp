@@ -33,6 +33,7 @@
 #include "engine/core/quant_format.h"
 #include "kernels/cpu/cpu_linear_q6.h"
 #include "kernels/cpu/cpu_simd.h"
+#include "kernels/cpu/quant_kernel_driver.h"
 #include "kernels/cpu/quant_vnni_util.h"
 #include "kernels/cpu/thread_scratch.h"
 
@@ -60,18 +61,12 @@ float quantize_activation_block(const float* x, int8_t* q) {
 namespace {
 
 constexpr int kB = static_cast<int>(kQuantBlock);
-// Up to 8 rows, the GEMV: the GEMM's gathers from DRAM made it 1.3-2x slower at R = 4 and 8
-// (0.6B shapes, both formats, on a loaded Zen 4 VM).
-constexpr int kMaxGemvRows = 8;
+using quant_driver::kMaxGemvRows;
 // Bytes read past an activation row's end by a vector load of a partial step (whose weights
 // are zero there): the scratch buffer has this much slack.
 constexpr int64_t kActSlack = 256;
 
-uint16_t load_u16(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return h;
-}
+using quant_driver::load_u16;
 
 // The matrix w [n, k] as stored (quant_format.h) and the quantized x rows.
 struct Operands {
@@ -169,12 +164,8 @@ float output_row(const Operands& op, int64_t r, int64_t o) {
 
 template <bool kQ4>
 void linear_rowwise(const Operands& op, WorkerPool& pool) {
-  constexpr int64_t kChunk = 32;
-  const int64_t chunks = (op.n + kChunk - 1) / kChunk;
-  pool.parallel_for(chunks, pool.size() > 1 && op.n * op.row_bytes >= (1 << 15), [&](int64_t c) {
-    for (int64_t o = c * kChunk; o < std::min(op.n, (c + 1) * kChunk); ++o)
-      for (int64_t r = 0; r < op.x.rows; ++r) op.out[r * op.n + o] = output_row<kQ4>(op, r, o);
-  });
+  quant_driver::rowwise(op.x.rows, op.n, op.row_bytes, op.out, pool,
+                        [&](int64_t r, int64_t o) { return output_row<kQ4>(op, r, o); });
 }
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
@@ -270,11 +261,7 @@ void gemv_group(const Operands& op, int64_t o0) {
                                  _mm512_mul_ps(dw[b], _mm512_set1_ps(dx[b])), acc[r]);
     }
   }
-  const __mmask16 omask = static_cast<__mmask16>((1u << nvalid) - 1);
-  const __m512 bias = op.bias ? _mm512_maskz_loadu_ps(omask, op.bias + o0) : _mm512_setzero_ps();
-  for (int r = 0; r < R; ++r)
-    _mm512_mask_storeu_ps(op.out + r * op.n + o0, omask,
-                          op.bias ? _mm512_add_ps(acc[r], bias) : acc[r]);
+  quant_driver::store_group<R>(acc, op.bias, op.out, op.n, o0);
 }
 
 // Q4_B32 and Q4_K256 GEMV. The 16 rows' f16 scales and mins (Q4_K256: params) are read as
@@ -487,22 +474,16 @@ void gemv_group_q4(const Operands& op, int64_t o0) {
     else
       q4_step_rowwise<R>(op, rows, s, whole, qmask, dwc + cb, mc + cb, acc);
   }
-  const __mmask16 omask = static_cast<__mmask16>((1u << nvalid) - 1);
-  const __m512 bias = op.bias ? _mm512_maskz_loadu_ps(omask, op.bias + o0) : _mm512_setzero_ps();
-  for (int r = 0; r < R; ++r)
-    _mm512_mask_storeu_ps(op.out + r * op.n + o0, omask,
-                          op.bias ? _mm512_add_ps(acc[r], bias) : acc[r]);
+  quant_driver::store_group<R>(acc, op.bias, op.out, op.n, o0);
 }
 
 template <bool kQ4, int R>
 void gemv(const Operands& op, WorkerPool& pool) {
-  const int64_t groups = (op.n + 15) / 16;
-  // Static contiguous ranges: each thread streams one region of the matrix.
-  pool.parallel_for(groups, pool.size() > 1 && op.n * op.row_bytes >= (1 << 15), [&](int64_t g) {
+  quant_driver::gemv_groups(op.n, op.row_bytes, pool, [&](int64_t o0) {
     if constexpr (kQ4)
-      gemv_group_q4<R>(op, g * 16);
+      gemv_group_q4<R>(op, o0);
     else
-      gemv_group<kQ4, R>(op, g * 16);
+      gemv_group<kQ4, R>(op, o0);
   });
 }
 
@@ -629,63 +610,27 @@ void gemm_micro(const Operands& op, const uint8_t* panel, int64_t r0, int64_t m_
       }
     }
   }
-  for (int v = 0; v < 2; ++v) {
-    const int64_t lanes = std::clamp<int64_t>(n_valid - 16 * v, 0, 16);
-    if (lanes == 0) continue;
-    const __mmask16 omask = static_cast<__mmask16>((1u << lanes) - 1);
-    const __m512 bias =
-        op.bias ? _mm512_maskz_loadu_ps(omask, op.bias + o0 + 16 * v) : _mm512_setzero_ps();
-    for (int64_t i = 0; i < m_valid; ++i)
-      _mm512_mask_storeu_ps(op.out + (r0 + i) * op.n + o0 + 16 * v, omask,
-                            op.bias ? _mm512_add_ps(acc[i][v], bias) : acc[i][v]);
-  }
+  quant_driver::store_tile<kMr>(acc, op.bias, op.out, op.n, r0, m_valid, o0, n_valid);
 }
 
 template <bool kQ4>
 void gemm(const Operands& op, WorkerPool& pool) {
-  const int64_t tiles = (op.n + kTile - 1) / kTile;
-  // Threads split the tiles; each packs a tile once and runs every row through it (the
-  // rows' activations, ~K bytes each, come from L2 / L3).
-  pool.run(pool.size() > 1 && tiles > 1 ? pool.size() : 1, [&](int tid, int team) {
-    auto* panel = reinterpret_cast<uint8_t*>(
-        thread_scratch(ScratchSlot::GemmPanel, static_cast<size_t>(op.blocks * kPackedBlock / 4)));
-    const IndexRange mine = static_block(tiles, tid, team);
-    for (int64_t tile : mine) {
-      const int64_t o0 = tile * kTile;
-      const uint8_t* next = op.quants(std::min(op.n, o0 + kTile));
-      const uint8_t* next_end =
-          tile + 1 < mine.end_ ? op.quants(std::min(op.n, o0 + 2 * kTile)) : next;
-      pack_tile<kQ4>(op, o0, panel, RegionPrefetch(next, next_end, 2 * op.blocks));
-      for (int64_t r0 = 0; r0 < op.x.rows; r0 += kMr)
-        gemm_micro<kQ4>(op, panel, r0, std::min<int64_t>(kMr, op.x.rows - r0), o0,
-                        std::min<int64_t>(kTile, op.n - o0));
-    }
-  });
+  // Each thread packs a tile once and runs every row through it (the rows' activations, ~K
+  // bytes each, come from L2 / L3).
+  quant_driver::gemm_tiles<kTile, kMr>(
+      op.n, op.x.rows, op.blocks, op.blocks * kPackedBlock, pool,
+      [&](int64_t o) { return op.quants(o); },
+      [&](int64_t o0, uint8_t* panel, RegionPrefetch next) { pack_tile<kQ4>(op, o0, panel, next); },
+      [&](const uint8_t* panel, int64_t r0, int64_t m_valid, int64_t o0, int64_t n_valid) {
+        gemm_micro<kQ4>(op, panel, r0, m_valid, o0, n_valid);
+      });
 }
 
 template <bool kQ4>
 void linear_vnni(const Operands& op, WorkerPool& pool) {
   if (op.x.rows > kMaxGemvRows) return gemm<kQ4>(op, pool);
-  switch (op.x.rows) {
-    case 1:
-      return gemv<kQ4, 1>(op, pool);
-    case 2:
-      return gemv<kQ4, 2>(op, pool);
-    case 3:
-      return gemv<kQ4, 3>(op, pool);
-    case 4:
-      return gemv<kQ4, 4>(op, pool);
-    case 5:
-      return gemv<kQ4, 5>(op, pool);
-    case 6:
-      return gemv<kQ4, 6>(op, pool);
-    case 7:
-      return gemv<kQ4, 7>(op, pool);
-    case 8:
-      return gemv<kQ4, 8>(op, pool);
-    default:
-      return;  // no rows
-  }
+  quant_driver::with_gemv_rows(op.x.rows,
+                               [&](auto rows) { gemv<kQ4, decltype(rows)::value>(op, pool); });
 }
 
 #elif defined(__AVX2__)
