@@ -5,7 +5,9 @@
 // ops are defined across several files by theme:
 //   cpu_backend.cpp      memory ops, factory, thread count
 //   cpu_linear.cpp       linear: GEMV (decode, R <= 8) and packed GEMM (prefill)
-//   cpu_linear_quant.cpp linear over block-quantized weights (int8 activations)
+//   cpu_linear_quant.cpp linear over block-quantized weights (int8 activations): Q8_B32,
+//                        Q4_B32, Q4_K256; cpu_linear_q6.cpp Q6_B32, cpu_linear_q6k.cpp
+//                        Q6_K256; quant_kernel_driver.h their shared work split and stores
 //   cpu_attention.cpp    store_kv, paged causal GQA attention
 //   cpu_norm_rope.cpp    rms_norm, qk_norm_rope
 //   cpu_depth_mix.cpp    depth_phase1, depth_phase2_prenorm(_pair) (docs/ATTNRES.md §3)
