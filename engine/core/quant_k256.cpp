@@ -42,6 +42,29 @@ int integer_scale(float v, float unit, int top) {
   return static_cast<int>(std::clamp(std::nearbyint(v / unit), 0.0f, static_cast<float>(top)));
 }
 
+// A block's refinement errors by candidate: the second pass and the deltas after a kept one
+// revisit candidates whose error (a pure function of the candidate) is known already.
+class ErrorMemo {
+ public:
+  template <typename Error>
+  double operator()(int key, const Error& error) {
+    for (int k = 0; k < count_; ++k)
+      if (keys_[k] == key) return errors_[k];
+    const double e = error();
+    if (count_ < kSize) {
+      keys_[count_] = key;
+      errors_[count_++] = e;
+    }
+    return e;
+  }
+
+ private:
+  static constexpr int kSize = 24;  // more than a block's 1 + 2 x 8 tries
+  int keys_[kSize];
+  double errors_[kSize];
+  int count_ = 0;
+};
+
 // Tries value + delta for each delta in kDeltas (inside [0, top]), keeping it when error()
 // of the candidate is strictly below best.
 template <typename Error>
@@ -74,9 +97,12 @@ void quantize_q4k_super(const float* x, uint8_t* packed, uint8_t* params) {
   }
   for (int j = 0; j < kBlocks; ++j) {
     const float* xb = x + kQuantBlock * j;
+    ErrorMemo memo;
     const auto error = [&](int s, int m) {
-      return asymmetric_error(xb, kQuantBlock, 15, d * static_cast<float>(s),
-                              -(dmin * static_cast<float>(m)));
+      return memo(s * 64 + m, [&] {
+        return asymmetric_error(xb, kQuantBlock, 15, d * static_cast<float>(s),
+                                -(dmin * static_cast<float>(m)));
+      });
     };
     double best = error(sc[j], mn[j]);
     for (int pass = 0; pass < 2; ++pass) {
@@ -106,8 +132,10 @@ void quantize_q6k_super(const float* x, uint8_t* low, uint8_t* high, uint8_t* sc
   int sc[kSub16];
   for (int i = 0; i < kSub16; ++i) {
     sc[i] = integer_scale(si[i], d, 255);
+    ErrorMemo memo;
     const auto error = [&](int s) {
-      return symmetric_error(x + 16 * i, 16, 31, d * static_cast<float>(s));
+      return memo(s,
+                  [&] { return symmetric_error(x + 16 * i, 16, 31, d * static_cast<float>(s)); });
     };
     double best = error(sc[i]);
     for (int pass = 0; pass < 2; ++pass) refine(sc[i], 255, best, error);

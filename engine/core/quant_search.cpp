@@ -63,30 +63,34 @@ double add_lanes(const double (&acc)[kLanes]) {
 }
 
 #if defined(__AVX512F__)
-// Blocks of 32 (both formats) with AVX-512: the same operations, lane by lane, as the portable
-// loops below (a lane of eight doubles per accumulator), so the results are identical.
-struct Block32 {
-  __m512 x0, x1;
-  __m512d xd[4];  // x widened, weights 8 k .. 8 k + 7
-  explicit Block32(const float* x)
-      : x0(_mm512_loadu_ps(x)),
-        x1(_mm512_loadu_ps(x + 16)),
-        xd{_mm512_cvtps_pd(_mm512_castps512_ps256(x0)),
-           _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x0), 1))),
-           _mm512_cvtps_pd(_mm512_castps512_ps256(x1)),
-           _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x1), 1)))} {}
-};
-
+// Blocks of 16 (Q6_K256's sub-blocks) and 32 (both B32 formats, Q4_K256) with AVX-512: the
+// same operations, lane by lane, as the portable loops below (a lane of eight doubles per
+// accumulator, the vectors of eight weights added in order), so the results are identical.
 inline __m512d lo_pd(__m512 v) { return _mm512_cvtps_pd(_mm512_castps512_ps256(v)); }
 inline __m512d hi_pd(__m512 v) {
   return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
 }
+
+template <int N>
+struct BlockV {
+  static constexpr int kVecs = N / 16;
+  __m512 x[kVecs];
+  __m512d xd[2 * kVecs];  // x widened, weights 8 k .. 8 k + 7
+  explicit BlockV(const float* p) {
+    for (int v = 0; v < kVecs; ++v) {
+      x[v] = _mm512_loadu_ps(p + 16 * v);
+      xd[2 * v] = lo_pd(x[v]);
+      xd[2 * v + 1] = hi_pd(x[v]);
+    }
+  }
+};
+
 inline __m512 round_clamp(__m512 r, __m512 lo, __m512 hi) {
   r = _mm512_roundscale_ps(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   return _mm512_min_ps(_mm512_max_ps(r, lo), hi);
 }
 // add_lanes in registers (a store and eight scalar loads would stall on store forwarding).
-double sum_lanes(__m512d acc) {
+[[gnu::always_inline]] inline double sum_lanes(__m512d acc) {
   const __m128d p0 = _mm512_castpd512_pd128(acc);
   double total = _mm_cvtsd_f64(p0);
   total += _mm_cvtsd_f64(_mm_unpackhi_pd(p0, p0));
@@ -97,59 +101,78 @@ double sum_lanes(__m512d acc) {
   }
   return total;
 }
-// sum over the block of (x - w)^2, w0 / w1 the weights of x0 / x1.
-double sq_error32(const Block32& b, __m512 w0, __m512 w1) {
-  const __m512d e[4] = {_mm512_sub_pd(b.xd[0], lo_pd(w0)), _mm512_sub_pd(b.xd[1], hi_pd(w0)),
-                        _mm512_sub_pd(b.xd[2], lo_pd(w1)), _mm512_sub_pd(b.xd[3], hi_pd(w1))};
+// sum over the block of (x - w)^2, w[v] the weights of x[v].
+template <int N>
+[[gnu::always_inline]] inline double sq_error_v(const BlockV<N>& b, const __m512* w) {
+  __m512d e[2 * BlockV<N>::kVecs];
+  for (int v = 0; v < BlockV<N>::kVecs; ++v) {
+    e[2 * v] = _mm512_sub_pd(b.xd[2 * v], lo_pd(w[v]));
+    e[2 * v + 1] = _mm512_sub_pd(b.xd[2 * v + 1], hi_pd(w[v]));
+  }
   __m512d acc = _mm512_mul_pd(e[0], e[0]);
-  for (int k = 1; k < 4; ++k) acc = _mm512_add_pd(acc, _mm512_mul_pd(e[k], e[k]));
+  for (int k = 1; k < 2 * BlockV<N>::kVecs; ++k)
+    acc = _mm512_add_pd(acc, _mm512_mul_pd(e[k], e[k]));
   return sum_lanes(acc);
 }
-double sym_error32(const Block32& b, float qmax, float d) {
+template <int N>
+double sym_error_v(const BlockV<N>& b, float qmax, float d) {
   const __m512 vd = _mm512_set1_ps(d), hi = _mm512_set1_ps(qmax), lo = _mm512_set1_ps(-qmax);
-  const __m512 w0 = _mm512_mul_ps(vd, round_clamp(_mm512_div_ps(b.x0, vd), lo, hi));
-  const __m512 w1 = _mm512_mul_ps(vd, round_clamp(_mm512_div_ps(b.x1, vd), lo, hi));
-  return sq_error32(b, w0, w1);
+  __m512 w[BlockV<N>::kVecs];
+  for (int v = 0; v < BlockV<N>::kVecs; ++v)
+    w[v] = _mm512_mul_ps(vd, round_clamp(_mm512_div_ps(b.x[v], vd), lo, hi));
+  return sq_error_v(b, w);
 }
-void asym_q32(const Block32& b, float qmax, float d, float m, __m512* q0, __m512* q1) {
+template <int N>
+[[gnu::always_inline]] inline void asym_q_v(const BlockV<N>& b, float qmax, float d, float m,
+                                            __m512* q) {
   const __m512 vd = _mm512_set1_ps(d), vm = _mm512_set1_ps(m);
   const __m512 hi = _mm512_set1_ps(qmax), lo = _mm512_setzero_ps();
-  *q0 = round_clamp(_mm512_div_ps(_mm512_sub_ps(b.x0, vm), vd), lo, hi);
-  *q1 = round_clamp(_mm512_div_ps(_mm512_sub_ps(b.x1, vm), vd), lo, hi);
+  for (int v = 0; v < BlockV<N>::kVecs; ++v)
+    q[v] = round_clamp(_mm512_div_ps(_mm512_sub_ps(b.x[v], vm), vd), lo, hi);
 }
-double asym_error32(const Block32& b, float qmax, float d, float m) {
-  __m512 q0, q1;
-  asym_q32(b, qmax, d, m, &q0, &q1);
+template <int N>
+[[gnu::always_inline]] inline double asym_error_of_q(const BlockV<N>& b, float d, float m,
+                                                     const __m512* q) {
   const __m512 vd = _mm512_set1_ps(d), vm = _mm512_set1_ps(m);
-  return sq_error32(b, _mm512_add_ps(_mm512_mul_ps(vd, q0), vm),
-                    _mm512_add_ps(_mm512_mul_ps(vd, q1), vm));
+  __m512 w[BlockV<N>::kVecs];
+  for (int v = 0; v < BlockV<N>::kVecs; ++v) w[v] = _mm512_add_ps(_mm512_mul_ps(vd, q[v]), vm);
+  return sq_error_v(b, w);
 }
-// asym_error32, and S(q), S(q^2), S(xq) of (d, m)'s q, each in the lane order.
-double asym_error_sums32(const Block32& b, float qmax, float d, float m, double* s_q, double* s_qq,
-                         double* s_xq) {
-  __m512 q0, q1;
-  asym_q32(b, qmax, d, m, &q0, &q1);
-  const __m512d q[4] = {lo_pd(q0), hi_pd(q0), lo_pd(q1), hi_pd(q1)};
-  __m512d aq = q[0], aqq = _mm512_mul_pd(q[0], q[0]), axq = _mm512_mul_pd(b.xd[0], q[0]);
-  for (int k = 1; k < 4; ++k) {
-    aq = _mm512_add_pd(aq, q[k]);
-    aqq = _mm512_add_pd(aqq, _mm512_mul_pd(q[k], q[k]));
-    axq = _mm512_add_pd(axq, _mm512_mul_pd(b.xd[k], q[k]));
+template <int N>
+double asym_error_v(const BlockV<N>& b, float qmax, float d, float m) {
+  __m512 q[BlockV<N>::kVecs];
+  asym_q_v(b, qmax, d, m, q);
+  return asym_error_of_q(b, d, m, q);
+}
+// asym_error_v, and S(q), S(q^2), S(xq) of (d, m)'s q, each in the lane order.
+template <int N>
+double asym_error_sums_v(const BlockV<N>& b, float qmax, float d, float m, double* s_q,
+                         double* s_qq, double* s_xq) {
+  __m512 q[BlockV<N>::kVecs];
+  asym_q_v(b, qmax, d, m, q);
+  __m512d qd[2 * BlockV<N>::kVecs];
+  for (int v = 0; v < BlockV<N>::kVecs; ++v) {
+    qd[2 * v] = lo_pd(q[v]);
+    qd[2 * v + 1] = hi_pd(q[v]);
+  }
+  __m512d aq = qd[0], aqq = _mm512_mul_pd(qd[0], qd[0]), axq = _mm512_mul_pd(b.xd[0], qd[0]);
+  for (int k = 1; k < 2 * BlockV<N>::kVecs; ++k) {
+    aq = _mm512_add_pd(aq, qd[k]);
+    aqq = _mm512_add_pd(aqq, _mm512_mul_pd(qd[k], qd[k]));
+    axq = _mm512_add_pd(axq, _mm512_mul_pd(b.xd[k], qd[k]));
   }
   *s_q = sum_lanes(aq);
   *s_qq = sum_lanes(aqq);
   *s_xq = sum_lanes(axq);
-  const __m512 vd = _mm512_set1_ps(d), vm = _mm512_set1_ps(m);
-  return sq_error32(b, _mm512_add_ps(_mm512_mul_ps(vd, q0), vm),
-                    _mm512_add_ps(_mm512_mul_ps(vd, q1), vm));
+  return asym_error_of_q(b, d, m, q);
 }
 
 inline __m512 f16_round16(__m512 v) {
   return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
-// symmetric_candidates (below) sixteen at a time.
-int symmetric_candidates32(float xt, float amax, float qmax, float d0, double e0, const float* den,
+// symmetric_candidates (below) sixteen at a time (any block size: it reads one weight).
+int symmetric_candidates_v(float xt, float amax, float qmax, float d0, double e0, const float* den,
                            int count, float* out) {
   alignas(64) float dv[kCandPad + 16];
   dv[0] = d0;
@@ -170,10 +193,54 @@ int symmetric_candidates32(float xt, float amax, float qmax, float d0, double e0
     const __mmask8 t_lo = _mm512_cmp_pd_mask(_mm512_mul_pd(e_lo, e_lo), ve0, _CMP_LT_OQ);
     const __mmask8 t_hi = _mm512_cmp_pd_mask(_mm512_mul_pd(e_hi, e_hi), ve0, _CMP_LT_OQ);
     keep &= static_cast<__mmask16>(t_lo | (t_hi << 8));
-    _mm512_mask_compressstoreu_ps(out + out_count, keep, d);
+    // Compressed in a register, then stored whole (out has room): a compressing store to
+    // memory is microcoded and slow on some cores (AMD Zen 4).
+    _mm512_storeu_ps(out + out_count, _mm512_maskz_compress_ps(keep, d));
     out_count += __builtin_popcount(keep);
   }
   return out_count;
+}
+
+// sym_error of each of d[0 .. count) (count <= kCandPad) into e, sixteen candidates at a time,
+// one candidate per lane: lane by lane the operations of sym_error, in its order (the term of
+// weight j added to the accumulator of lane j % 8, the accumulators then added in order 0..7),
+// with no horizontal sum per candidate.
+template <int N>
+void sym_errors_v(const float* x, float qmax, const float* d, int count, double* e) {
+  const __m512 hi = _mm512_set1_ps(qmax), lo = _mm512_set1_ps(-qmax);
+  for (int k = 0; k < count; k += 16) {
+    const __mmask16 live =
+        static_cast<__mmask16>(count - k >= 16 ? 0xffff : (1u << (count - k)) - 1);
+    // Lanes past count take 1 (ignored); a scale of 0 gives q = 0, so w = 0, as sym_error.
+    const __m512 vd = _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), live, d + k);
+    const __mmask16 nonzero = _mm512_cmp_ps_mask(vd, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+    __m512d acc_lo[kLanes], acc_hi[kLanes];
+#pragma GCC unroll 32  // the accumulators stay in registers
+    for (int j = 0; j < N; ++j) {
+      const __m512 vx = _mm512_set1_ps(x[j]);
+      const __m512 q = round_clamp(_mm512_maskz_div_ps(nonzero, vx, vd), lo, hi);
+      const __m512 w = _mm512_maskz_mul_ps(nonzero, vd, q);
+      const __m512d xd = _mm512_set1_pd(static_cast<double>(x[j]));
+      const __m512d e_lo = _mm512_sub_pd(xd, lo_pd(w)), e_hi = _mm512_sub_pd(xd, hi_pd(w));
+      const __m512d t_lo = _mm512_mul_pd(e_lo, e_lo), t_hi = _mm512_mul_pd(e_hi, e_hi);
+      if (j < kLanes) {  // 0 + t == t: the first term starts the lane's sum
+        acc_lo[j] = t_lo;
+        acc_hi[j] = t_hi;
+      } else {
+        acc_lo[j % kLanes] = _mm512_add_pd(acc_lo[j % kLanes], t_lo);
+        acc_hi[j % kLanes] = _mm512_add_pd(acc_hi[j % kLanes], t_hi);
+      }
+    }
+    __m512d total_lo = acc_lo[0], total_hi = acc_hi[0];
+    for (int l = 1; l < kLanes; ++l) {
+      total_lo = _mm512_add_pd(total_lo, acc_lo[l]);
+      total_hi = _mm512_add_pd(total_hi, acc_hi[l]);
+    }
+    alignas(64) double out[16];
+    _mm512_store_pd(out, total_lo);
+    _mm512_store_pd(out + 8, total_hi);
+    for (int c = 0; c < 16 && k + c < count; ++c) e[k + c] = out[c];
+  }
 }
 #endif
 
@@ -288,13 +355,13 @@ int symmetric_candidates(float xt, float amax, float qmax, float d0, double e0, 
   return out_count;
 }
 
-// The first candidate of strictly smallest error, in order, starting from (best, best_e).
-// Errors are computed in one pass with no dependency between candidates (they overlap in
-// the CPU), then compared in order.
-template <class Cand, class Error>
-Cand pick(Cand best, double best_e, const Cand* cands, int count, Error error) {
-  double e[64];
-  for (int k = 0; k < count; ++k) e[k] = error(cands[k]);
+// The first candidate of strictly smallest error, in order, starting from (best, best_e);
+// errors(cands, count, e) computes every candidate's error first, with no dependency between
+// candidates (they overlap in the CPU).
+template <class Cand, class Errors>
+Cand pick(Cand best, double best_e, const Cand* cands, int count, Errors errors) {
+  double e[kCandPad];
+  errors(cands, count, e);
   for (int k = 0; k < count; ++k) {
     if (e[k] < best_e) {
       best_e = e[k];
@@ -304,10 +371,11 @@ Cand pick(Cand best, double best_e, const Cand* cands, int count, Error error) {
   return best;
 }
 
-// The symmetric search; error(d) is sym_error for d != 0, candidates(...) is
-// symmetric_candidates.
-template <class Error, class Candidates>
-float symmetric_search(const float* x, int n, int qmax, Error error, Candidates candidates) {
+// The symmetric search; error(d) is sym_error for d != 0, errors(d, count, e) sym_error (any
+// d) of each d[k] into e[k], candidates(...) is symmetric_candidates.
+template <class Error, class Errors, class Candidates>
+float symmetric_search(const float* x, int n, int qmax, Error error, Errors errors,
+                       Candidates candidates) {
   const float qm = static_cast<float>(qmax);
   int top = 0;  // the first weight of largest magnitude
   for (int j = 1; j < n; ++j)
@@ -320,8 +388,7 @@ float symmetric_search(const float* x, int n, int qmax, Error error, Candidates 
   const int count =
       candidates(x[top], amax, qm, d0, e0, denominators<kSymFirst, kSymLast, 1, 5>(qmax),
                  kSymLast - kSymFirst, cands);
-  return pick(d0, e0, cands, count,
-              [&](float d) { return d == 0.0f ? sym_error(x, n, qm, 0.0f) : error(d); });
+  return pick(d0, e0, cands, count, errors);
 }
 
 // The asymmetric search; error(d, m) is asym_error and error_sums(d, m, ...) asym_error_sums,
@@ -404,45 +471,74 @@ AsymmetricScale asymmetric_search(const float* x, int n, int qmax, Error error,
   return best;
 }
 
+#if defined(__AVX512F__)
+// The searches and errors on BlockV<N>.
+template <int N>
+float choose_symmetric_v(const float* x, int qmax) {
+  const BlockV<N> b(x);
+  const float qm = static_cast<float>(qmax);
+  return symmetric_search(
+      x, N, qmax, [&](float d) { return sym_error_v(b, qm, d); },
+      [&](const float* d, int count, double* e) { sym_errors_v<N>(x, qm, d, count, e); },
+      symmetric_candidates_v);
+}
+template <int N>
+AsymmetricScale choose_asymmetric_v(const float* x, int qmax) {
+  const BlockV<N> b(x);
+  const float qm = static_cast<float>(qmax);
+  return asymmetric_search(
+      x, N, qmax, [&](float d, float m) { return asym_error_v(b, qm, d, m); },
+      [&](float d, float m, double* s_q, double* s_qq, double* s_xq) {
+        return asym_error_sums_v(b, qm, d, m, s_q, s_qq, s_xq);
+      });
+}
+#endif
+
 }  // namespace
 
 double symmetric_error(const float* x, int n, int qmax, float d) {
   check_block(n, qmax);
-  return sym_error(x, n, static_cast<float>(qmax), d);
+  const float qm = static_cast<float>(qmax);
+#if defined(__AVX512F__)
+  if (d != 0.0f && n == 16) return sym_error_v(BlockV<16>(x), qm, d);
+  if (d != 0.0f && n == 32) return sym_error_v(BlockV<32>(x), qm, d);
+#endif
+  return sym_error(x, n, qm, d);
 }
 
 double asymmetric_error(const float* x, int n, int qmax, float d, float m) {
   check_block(n, qmax);
-  return d == 0.0f ? asym_error_d0(x, n, m) : asym_error(x, n, static_cast<float>(qmax), d, m);
+  if (d == 0.0f) return asym_error_d0(x, n, m);
+  const float qm = static_cast<float>(qmax);
+#if defined(__AVX512F__)
+  if (n == 16) return asym_error_v(BlockV<16>(x), qm, d, m);
+  if (n == 32) return asym_error_v(BlockV<32>(x), qm, d, m);
+#endif
+  return asym_error(x, n, qm, d, m);
 }
 
 float choose_symmetric_scale(const float* x, int n, int qmax) {
   check_block(n, qmax);
-  const float qm = static_cast<float>(qmax);
 #if defined(__AVX512F__)
-  if (n == 32) {
-    const Block32 b(x);
-    return symmetric_search(
-        x, n, qmax, [&](float d) { return sym_error32(b, qm, d); }, symmetric_candidates32);
-  }
+  if (n == 16) return choose_symmetric_v<16>(x, qmax);
+  if (n == 32) return choose_symmetric_v<32>(x, qmax);
 #endif
+  const float qm = static_cast<float>(qmax);
   return symmetric_search(
-      x, n, qmax, [&](float d) { return sym_error(x, n, qm, d); }, symmetric_candidates);
+      x, n, qmax, [&](float d) { return sym_error(x, n, qm, d); },
+      [&](const float* d, int count, double* e) {
+        for (int k = 0; k < count; ++k) e[k] = sym_error(x, n, qm, d[k]);
+      },
+      symmetric_candidates);
 }
 
 AsymmetricScale choose_asymmetric_scale(const float* x, int n, int qmax) {
   check_block(n, qmax);
-  const float qm = static_cast<float>(qmax);
 #if defined(__AVX512F__)
-  if (n == 32) {
-    const Block32 b(x);
-    return asymmetric_search(
-        x, n, qmax, [&](float d, float m) { return asym_error32(b, qm, d, m); },
-        [&](float d, float m, double* s_q, double* s_qq, double* s_xq) {
-          return asym_error_sums32(b, qm, d, m, s_q, s_qq, s_xq);
-        });
-  }
+  if (n == 16) return choose_asymmetric_v<16>(x, qmax);
+  if (n == 32) return choose_asymmetric_v<32>(x, qmax);
 #endif
+  const float qm = static_cast<float>(qmax);
   return asymmetric_search(
       x, n, qmax, [&](float d, float m) { return asym_error(x, n, qm, d, m); },
       [&](float d, float m, double* s_q, double* s_qq, double* s_xq) {

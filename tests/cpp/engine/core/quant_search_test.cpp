@@ -222,6 +222,34 @@ TEST(QuantSearch, AsymmetricEqualsTheDocumentedCandidateListAndNeverLosesToMinMa
   }
 }
 
+// Blocks of 16 (Q6_K256's sub-blocks) take their own vector path where the build has
+// AVX-512 and the portable loops elsewhere: both must equal the documented rule.
+TEST(QuantSearch, BlocksOf16FollowTheDocumentedRule) {
+  for (const Block& whole : test_blocks()) {
+    for (const Block& x :
+         {Block(whole.begin(), whole.begin() + 16), Block(whole.begin() + 16, whole.end())}) {
+      for (int qmax : {31, 127}) {
+        if (!std::isfinite(absmax_scale(x, qmax))) continue;
+        const float d = choose_symmetric_scale(x.data(), 16, qmax);
+        EXPECT_EQ(d, brute_symmetric(x, qmax)) << qmax << ": " << show(x);
+        for (float scale : {d, 0.0f, absmax_scale(x, qmax), d * 1.5f, d * 0.25f})
+          EXPECT_EQ(symmetric_error(x.data(), 16, qmax, scale),
+                    error_of(x, qmax, scale, 0.0f, true))
+              << scale << ": " << show(x);
+      }
+      const MinMax mm = minmax_scale(x, 15);
+      if (!std::isfinite(mm.d) || !std::isfinite(mm.m)) continue;
+      const AsymmetricScale s = choose_asymmetric_scale(x.data(), 16, 15);
+      const MinMax want = brute_asymmetric(x, 15);
+      EXPECT_EQ(s.d, want.d) << show(x);
+      EXPECT_EQ(s.m, want.m) << show(x);
+      for (const MinMax c : {MinMax{s.d, s.m}, mm, MinMax{0.0f, mm.m}, MinMax{mm.d * 0.5f, mm.m}})
+        EXPECT_EQ(asymmetric_error(x.data(), 16, 15, c.d, c.m), error_of(x, 15, c.d, c.m, false))
+            << c.d << " " << c.m << ": " << show(x);
+    }
+  }
+}
+
 // What the search buys on Gaussian blocks, against the best of every f16 scale (symmetric)
 // and of a window of f16 scales and mins around the min-max choice (asymmetric).
 TEST(QuantSearch, GaussianBlocksGetMostOfWhatAnExhaustiveSearchFinds) {
