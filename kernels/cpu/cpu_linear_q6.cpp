@@ -117,10 +117,7 @@ void gemv_group(const Operands& op, int64_t o0) {
   // Outputs past n repeat the last one (computed, not stored).
   const uint8_t* rows[16];
   for (int j = 0; j < 16; ++j) rows[j] = op.low(o0 + std::min<int64_t>(j, nvalid - 1));
-  const __m512i idx_valid = _mm512_mullo_epi32(
-      _mm512_min_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                       _mm512_set1_epi32(static_cast<int>(nvalid - 1))),
-      _mm512_set1_epi32(static_cast<int>(op.row_bytes)));
+  const __m512i idx_valid = quant_driver::row_offsets(0, nvalid - 1, op.row_bytes);
   const int64_t steps = (op.blocks + 3) / 4;
   // The next group's rows (contiguous: low bits, high bits and scales), into L2 a share per
   // step, so that this group's 16 interleaved row streams come from L2.
@@ -197,35 +194,12 @@ constexpr int64_t kPackedBlock = 1024 + 128;
 
 void pack_tile(const Operands& op, int64_t o0, uint8_t* panel, RegionPrefetch next) {
   const int64_t nvalid = std::min<int64_t>(kTile, op.n - o0);
-  const __m512i nib = _mm512_set1_epi8(0x0f);
-  const __m512i three = _mm512_set1_epi8(3);
   for (int half = 0; half < 2; ++half) {
-    const __m512i idx = _mm512_mullo_epi32(
-        _mm512_min_epi32(_mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
-                                                            12, 13, 14, 15),
-                                          _mm512_set1_epi32(16 * half)),
-                         _mm512_set1_epi32(static_cast<int>(nvalid - 1))),
-        _mm512_set1_epi32(static_cast<int>(op.row_bytes)));
+    const __m512i idx = quant_driver::row_offsets(16 * half, nvalid - 1, op.row_bytes);
     for (int64_t b = 0; b < op.blocks; ++b) {
       next.step();
       uint8_t* pb = panel + b * kPackedBlock;
-      // High bytes 0..3 and 4..7 of the block: byte 4 (g % 2) + t holds the top bits of
-      // weights 4g + t (bits 2 (g / 2)) and 16 + 4g + t (bits 4 + 2 (g / 2)), g < 4.
-      const __m512i h[2] = {_mm512_i32gather_epi32(idx, op.high(o0) + 8 * b, 1),
-                            _mm512_i32gather_epi32(idx, op.high(o0) + 8 * b + 4, 1)};
-      for (int g = 0; g < 4; ++g) {
-        const __m512i v = _mm512_i32gather_epi32(idx, op.low(o0) + 16 * b + 4 * g, 1);
-        const __m512i shift = _mm512_set1_epi32(2 * (g / 2));
-        const __m512i top_first = _mm512_and_si512(_mm512_srlv_epi32(h[g % 2], shift), three);
-        const __m512i top_second = _mm512_and_si512(
-            _mm512_srlv_epi32(h[g % 2], _mm512_add_epi32(shift, _mm512_set1_epi32(4))), three);
-        _mm512_store_si512(
-            pb + half * 512 + g * 64,
-            _mm512_or_si512(_mm512_and_si512(v, nib), _mm512_slli_epi16(top_first, 4)));
-        _mm512_store_si512(pb + half * 512 + (g + 4) * 64,
-                           _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), nib),
-                                           _mm512_slli_epi16(top_second, 4)));
-      }
+      quant_driver::pack_q6_weights(op.low(o0) + 16 * b, op.high(o0) + 8 * b, idx, pb + half * 512);
       _mm512_store_ps(pb + 1024 + 64 * half, gather_f16(op.scales(o0) + 2 * b, idx));
     }
   }

@@ -198,10 +198,7 @@ void gemv_group(const Operands& op, int64_t o0) {
   const uint8_t* rows[16];
   for (int j = 0; j < 16; ++j) rows[j] = op.quants(o0 + std::min<int64_t>(j, nvalid - 1));
   // Byte offsets of the 16 rows from the group's first (the clamped ones too).
-  const __m512i idx_valid = _mm512_mullo_epi32(
-      _mm512_min_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                       _mm512_set1_epi32(static_cast<int>(nvalid - 1))),
-      _mm512_set1_epi32(static_cast<int>(op.row_bytes)));
+  const __m512i idx_valid = quant_driver::row_offsets(0, nvalid - 1, op.row_bytes);
   constexpr int kStepBlocks = 2;
   const int64_t steps = (op.blocks + kStepBlocks - 1) / kStepBlocks;
   const uint8_t* next = op.quants(o0) + 16 * op.row_bytes;
@@ -506,12 +503,7 @@ void pack_tile(const Operands& op, int64_t o0, uint8_t* panel, RegionPrefetch ne
   for (int half = 0; half < 2; ++half) {
     // Byte offsets of the half's 16 rows from the tile's first (outputs past n repeat the
     // last one: computed, not stored).
-    const __m512i idx = _mm512_mullo_epi32(
-        _mm512_min_epi32(_mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
-                                                            12, 13, 14, 15),
-                                          _mm512_set1_epi32(16 * half)),
-                         _mm512_set1_epi32(static_cast<int>(nvalid - 1))),
-        _mm512_set1_epi32(static_cast<int>(op.row_bytes)));
+    const __m512i idx = quant_driver::row_offsets(16 * half, nvalid - 1, op.row_bytes);
     const uint8_t* base = op.quants(o0);
     // Q4_K256: the half's 16 rows' params (outputs past n repeat the last one), decoded 16
     // blocks at a time.

@@ -82,6 +82,40 @@ void with_gemv_rows(int64_t rows, const F& f) {
 }
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
+// Lane j: the byte offset of output first + j's stored row from output 0's, the output
+// clamped to `last` (outputs past the matrix repeat its last one: computed, not stored).
+inline __m512i row_offsets(int first, int64_t last, int64_t row_bytes) {
+  const __m512i j =
+      _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                       _mm512_set1_epi32(first));
+  return _mm512_mullo_epi32(_mm512_min_epi32(j, _mm512_set1_epi32(static_cast<int>(last))),
+                            _mm512_set1_epi32(static_cast<int>(row_bytes)));
+}
+
+// The GEMM panel's 6-bit weights of one block of 16 outputs (both Q6 formats: Q6_B32's low /
+// high layout), gathered at row offsets idx from the block's low bytes low (16 per row) and
+// high bytes high (8 per row): dst[64 g + 4 j + t] = weight 4 g + t of output j for g < 4,
+// dst[256 + 64 g + 4 j + t] = weight 16 + 4 g + t, each the byte low | high << 4 (0..63).
+inline void pack_q6_weights(const uint8_t* low, const uint8_t* high, __m512i idx, uint8_t* dst) {
+  const __m512i nib = _mm512_set1_epi8(0x0f), three = _mm512_set1_epi8(3);
+  // High bytes 0..3 and 4..7 of the block: byte 4 (g % 2) + t holds the top bits of weights
+  // 4g + t (bits 2 (g / 2)) and 16 + 4g + t (bits 4 + 2 (g / 2)), g < 4.
+  const __m512i h[2] = {_mm512_i32gather_epi32(idx, high, 1),
+                        _mm512_i32gather_epi32(idx, high + 4, 1)};
+  for (int g = 0; g < 4; ++g) {
+    const __m512i v = _mm512_i32gather_epi32(idx, low + 4 * g, 1);
+    const __m512i shift = _mm512_set1_epi32(2 * (g / 2));
+    const __m512i top_first = _mm512_and_si512(_mm512_srlv_epi32(h[g % 2], shift), three);
+    const __m512i top_second = _mm512_and_si512(
+        _mm512_srlv_epi32(h[g % 2], _mm512_add_epi32(shift, _mm512_set1_epi32(4))), three);
+    _mm512_store_si512(dst + g * 64,
+                       _mm512_or_si512(_mm512_and_si512(v, nib), _mm512_slli_epi16(top_first, 4)));
+    _mm512_store_si512(dst + (g + 4) * 64,
+                       _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), nib),
+                                       _mm512_slli_epi16(top_second, 4)));
+  }
+}
+
 // out[r * n + o0 + j] = acc[r] lane j (+ bias[o0 + j]) for r < R and the j < 16 outputs that
 // exist (o0 + j < n).
 template <int R>
