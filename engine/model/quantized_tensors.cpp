@@ -131,6 +131,11 @@ Tensor read_quantized_matrix(const WeightStore& store, const std::string& name,
     throw Error(where + " has logical shape " + shape_str(shape) + ", expected " +
                 shape_str(expected));
   }
+  if (expected[1] % quant_row_multiple(format) != 0) {
+    throw Error(where + " is " + fmt + ", whose rows are multiples of " +
+                std::to_string(quant_row_multiple(format)) + " weights; this one has " +
+                std::to_string(expected[1]));
+  }
   const size_t row_bytes = quant_row_bytes(format, expected[1]);
   const Shape storage{expected[0], static_cast<int64_t>(row_bytes)};
   if (raw.shape != storage) {

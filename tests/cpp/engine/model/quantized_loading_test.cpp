@@ -340,6 +340,14 @@ TEST(QuantizedCheckpoint, RefusesWrongRowBytesShapesAndFormats) {
                 HasSubstr("__metadata__ format 'int3': expected int8, int6, int4, int6k or int4k"));
   }
   {
+    TempDir dir;  // a super-block format on rows that are not a multiple of 256
+    write_quantized_checkpoint_by_hand(dir, DType::Q4_B32, [&](json&, SafetensorsWriter& w) {
+      w.metadata(down, json{{"format", "int4k"}, {"shape", {kD, kFfn}}}.dump());
+    });
+    EXPECT_THAT(load_error(dir), HasSubstr(down + " is int4k, whose rows are multiples of 256 "
+                                                  "weights; this one has 96"));
+  }
+  {
     TempDir dir;  // another format than config.json's
     write_quantized_checkpoint_by_hand(dir, DType::Q8_B32, [&](json&, SafetensorsWriter& w) {
       w.metadata(down, json{{"format", "int4"}, {"shape", {kD, kFfn}}}.dump());
