@@ -29,6 +29,7 @@
 #include "engine/model/transformer.h"
 #include "kernels/cuda/cuda_attention_merge.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "tests/cpp/kernels/cuda/cuda_lever_test_util.h"
 #include "tests/cpp/kernels/cuda/cuda_model_util.h"
 #include "tests/cpp/kernels/cuda/cuda_test_util.h"
 #include "tests/cpp/kernels/cuda/paged_batch_util.h"
@@ -312,31 +313,14 @@ TEST(CudaAttentionLastBlockMerge, GraphReplayedTwice) {
 // Prefills of 40 and 70 tokens (flash-decoding chunks: under 64 rows) then decode steps: every
 // step's logits bit for bit with the lever on and off.
 void compare_model(const ModelConfig& config, DType weight_dtype) {
-  SCOPED_TRACE(config.summary() + " " + std::string(dtype_name(weight_dtype)) + " weights");
-  RandomWeightOptions opt;
-  opt.dtype = weight_dtype;
-  opt.seed = 12;
-  const ModelWeights weights = make_random_weights(config, opt);
-  CudaBackend off(0), on(0);
-  off.set_attention_last_block_merge(false);
-  on.set_attention_last_block_merge(true);
-  Transformer off_model(config, weights, off), on_model(config, weights, on);
-  const int block_size = 4, num_blocks = 40;
-  KvCache off_cache = KvCache::allocate(off, config, num_blocks, block_size, DType::BF16);
-  KvCache on_cache = KvCache::allocate(on, config, num_blocks, block_size, DType::BF16);
-  std::mt19937 rng(6);
-  const int decode_steps = 3;
-  std::vector<Seq> seqs = random_sequences({40 + decode_steps, 70 + decode_steps}, block_size,
-                                           num_blocks, config.vocab_size, rng);
-  std::vector<int> begin(seqs.size(), 0), end = {40, 70};
-  for (int step = 0; step <= decode_steps; ++step) {
-    std::vector<int32_t> rows;
-    const BatchMeta batch = make_step(seqs, begin, end, block_size, rows);
-    const Tensor got = to_host(on, on_model.forward(batch, on_cache, rows));
-    const Tensor want = to_host(off, off_model.forward(batch, off_cache, rows));
-    EXPECT_TRUE(same_bytes(got, want)) << "step " << step;
-    for (size_t s = 0; s < seqs.size(); ++s) begin[s] = end[s]++;
-  }
+  LeverModelRun run;
+  run.prompts = {40, 70};
+  run.num_blocks = 40;
+  run.weight_seed = 12;
+  run.token_seed = 6;
+  expect_lever_keeps_logits(
+      config, weight_dtype,
+      [](CudaBackend& be, bool on) { be.set_attention_last_block_merge(on); }, run);
 }
 
 TEST(CudaAttentionLastBlockMerge, ModelLogitsEqualTheLeverOff) {
@@ -346,28 +330,6 @@ TEST(CudaAttentionLastBlockMerge, ModelLogitsEqualTheLeverOff) {
     compare_model(small_config("block", 4, 2), wdt);
   }
 }
-
-// The variable as the test run had it, put back when the test ends.
-class SavedEnvironment {
- public:
-  explicit SavedEnvironment(const char* name) : name_(name) {
-    const char* v = std::getenv(name);
-    if (v) value_ = v;
-    had_ = v != nullptr;
-  }
-  ~SavedEnvironment() {
-    if (had_) {
-      setenv(name_, value_.c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::string value_;
-  bool had_ = false;
-};
 
 TEST(CudaAttentionLastBlockMerge, EnvironmentSwitchesTheLeverWhenABackendIsBuilt) {
   SKIP_WITHOUT_CUDA();

@@ -20,10 +20,8 @@
 #include <vector>
 
 #include "engine/core/dtype.h"
-#include "engine/model/kv_cache.h"
-#include "engine/model/random_weights.h"
-#include "engine/model/transformer.h"
 #include "kernels/cuda/cuda_gemv_levers.h"
+#include "tests/cpp/kernels/cuda/cuda_lever_test_util.h"
 #include "tests/cpp/kernels/cuda/cuda_model_util.h"
 #include "tests/cpp/kernels/cuda/cuda_test_util.h"
 
@@ -185,32 +183,12 @@ TEST(CudaGemvLevers, SmallShapesAtEveryRowCount) {
 
 // A prefill and decode steps of two sequences; the logits of every step bit for bit.
 void compare_model(const ModelConfig& config, DType weight_dtype, const LeverSet& levers) {
-  SCOPED_TRACE(std::string(levers.name) + ": " + config.summary() + " " +
-               std::string(dtype_name(weight_dtype)) + " weights");
-  RandomWeightOptions opt;
-  opt.dtype = weight_dtype;
-  opt.seed = 11;
-  const ModelWeights weights = make_random_weights(config, opt);
-  CudaBackend off(0), on(0);
-  switch_levers(off, kLeversOff);
-  switch_levers(on, levers);
-  Transformer off_model(config, weights, off), on_model(config, weights, on);
-  const int block_size = 4, num_blocks = 24;
-  KvCache off_cache = KvCache::allocate(off, config, num_blocks, block_size, DType::BF16);
-  KvCache on_cache = KvCache::allocate(on, config, num_blocks, block_size, DType::BF16);
-  std::mt19937 rng(5);
-  const int decode_steps = 3;
-  std::vector<Seq> seqs = random_sequences({6 + decode_steps, 2 + decode_steps}, block_size,
-                                           num_blocks, config.vocab_size, rng);
-  std::vector<int> begin(seqs.size(), 0), end = {6, 2};
-  for (int step = 0; step <= decode_steps; ++step) {
-    std::vector<int32_t> rows;
-    const BatchMeta batch = make_step(seqs, begin, end, block_size, rows);
-    const Tensor got = to_host(on, on_model.forward(batch, on_cache, rows));
-    const Tensor want = to_host(off, off_model.forward(batch, off_cache, rows));
-    EXPECT_TRUE(same_bytes(got, want)) << "step " << step;
-    for (size_t s = 0; s < seqs.size(); ++s) begin[s] = end[s]++;
-  }
+  SCOPED_TRACE(levers.name);
+  LeverModelRun run;
+  run.prompts = {6, 2};
+  expect_lever_keeps_logits(
+      config, weight_dtype,
+      [&](CudaBackend& be, bool on) { switch_levers(be, on ? levers : kLeversOff); }, run);
 }
 
 TEST(CudaGemvLevers, ModelLogitsEqualTheLeversOff) {
@@ -224,28 +202,6 @@ TEST(CudaGemvLevers, ModelLogitsEqualTheLeversOff) {
     compare_model(small_config("full", 4, 2), DType::BF16, levers);
   }
 }
-
-// The variable as the test run had it, put back when the test ends.
-class SavedEnvironment {
- public:
-  explicit SavedEnvironment(const char* name) : name_(name) {
-    const char* v = std::getenv(name);
-    if (v) value_ = v;
-    had_ = v != nullptr;
-  }
-  ~SavedEnvironment() {
-    if (had_) {
-      setenv(name_, value_.c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::string value_;
-  bool had_ = false;
-};
 
 // The environment variables are read when a backend is built: set, a new backend has that
 // lever on and the other off; unset, off; a backend built before keeps what it read.
