@@ -91,8 +91,10 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
       im.programmatic_launch_supported && cuda::programmatic_launch_wanted_by_env();
   im.gemv_levers->deep = cuda::gemv_lever_wanted_by_env("ATTNRES_CUDA_GEMV_DEEP");
   im.gemv_levers->weight_prefetch = cuda::gemv_lever_wanted_by_env("ATTNRES_CUDA_PDL_PREFETCH");
+  im.gemv_levers->bulk = cuda::gemv_lever_wanted_by_env("ATTNRES_CUDA_GEMV_BULK");
   im.attention_last_block_merge =
       cuda::gemv_lever_wanted_by_env("ATTNRES_CUDA_ATTN_LAST_BLOCK_MERGE");
+  im.depth_phase1_grouped = cuda::gemv_lever_wanted_by_env("ATTNRES_CUDA_PHASE1_GROUPED");
   CUDA_CHECK(cudaStreamCreateWithFlags(&im.stream, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&im.meta_copied, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&im.rows_copied, cudaEventDisableTiming));
@@ -167,6 +169,8 @@ void CudaBackend::set_attention_last_block_merge(bool on) {
   impl_->attention_last_block_merge = on;
 }
 bool CudaBackend::attention_last_block_merge() const { return impl_->attention_last_block_merge; }
+void CudaBackend::set_depth_phase1_grouped(bool on) { impl_->depth_phase1_grouped = on; }
+bool CudaBackend::depth_phase1_grouped() const { return impl_->depth_phase1_grouped; }
 CudaBackend::LaunchCounts CudaBackend::launch_counts() const {
   return {impl_->launch->kernels.load(), impl_->launch->cublas_calls.load()};
 }

@@ -136,6 +136,10 @@ class CudaBackend : public Backend {
   // its last CTA to finish instead of in a merge kernel, a launch fewer per layer.
   void set_attention_last_block_merge(bool on);  // ATTNRES_CUDA_ATTN_LAST_BLOCK_MERGE
   bool attention_last_block_merge() const;
+  // Depth attention's lever (NOTES.md "GEMV levers"): Phase 1 loads a group of bank entries
+  // before it reduces their sums, one barrier pair per group instead of per entry.
+  void set_depth_phase1_grouped(bool on);  // ATTNRES_CUDA_PHASE1_GROUPED
+  bool depth_phase1_grouped() const;
   // Launches so far: kernels of kernels/cuda (a captured launch counts once, at capture; a
   // graph replay adds none), and calls into cuBLAS (each runs one or more kernels of its own).
   struct LaunchCounts {

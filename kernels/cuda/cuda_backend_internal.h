@@ -41,6 +41,9 @@ struct CudaBackend::Impl {
   bool attention_last_block_merge = false;
   int32_t* attention_split_counters = nullptr;
   int64_t attention_split_counter_capacity = 0;
+  // Depth attention's lever (cuda_depth_phase1_grouped.cu): Phase 1 reads its bank entries in
+  // groups, a reduction per group instead of per entry.
+  bool depth_phase1_grouped = false;
 
   // --- the prepared batch (prepare_batch) ---
   // One pinned staging buffer packs every metadata array; one cudaMemcpyAsync moves it to

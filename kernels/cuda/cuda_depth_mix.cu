@@ -53,22 +53,6 @@
 namespace attnres::cuda {
 namespace {
 
-constexpr int kMaxFusedQueries = 8;
-
-// The source value of V elements from i of a bank row: the row widened to f32, gated by
-// sigmoid(gate logits) under pre_gated (gate non-null).
-template <int V, class B>
-__device__ __forceinline__ void load_source(const B* row, const float* gate, int64_t i,
-                                            float (&x)[V]) {
-  load_row<V>(row, i, x);
-  if (gate) {
-    float g[V];
-    load_row<V>(gate, i, g);
-#pragma unroll
-    for (int k = 0; k < V; ++k) x[k] = x[k] / (1.0f + expf(-g[k]));
-  }
-}
-
 // C > 0: each thread owns at most C chunks of V elements (d <= C * V * blockDim), so its
 // share of o for all S queries stays in registers across the whole bank and is stored once
 // at the end, and each source chunk is loaded (and gated) once per entry. C == 0: any d; o
@@ -364,16 +348,6 @@ struct Phase1Launch {
   cudaStream_t stream;
 };
 
-// The C of depth_phase1_kernel for rows of d read V at a time by `threads` threads: the
-// chunks each thread owns, when its share of o fits in registers (0 otherwise). Two chunks
-// only on the scalar path: at V = 8 they need 2 * S * 8 accumulators, which spill at S >= 7
-// (nvcc 13, sm_90a, -Xptxas -v).
-inline int phase1_held_chunks(int64_t d, int V, int threads) {
-  const int64_t per_pass = static_cast<int64_t>(V) * threads;
-  const int64_t chunks = (d + per_pass - 1) / per_pass;
-  return chunks <= (V == 1 ? 2 : 1) ? static_cast<int>(chunks) : 0;
-}
-
 template <int S, int V, class B, int C>
 void launch_phase1_kernel(const Phase1Launch& a, const B* bank, int threads) {
   launch_kernel(depth_phase1_kernel<S, V, B, C>, dim3(static_cast<unsigned>(a.T)), dim3(threads), 0,
@@ -432,32 +406,7 @@ void launch_depth_phase1(const float* queries, int num_queries, const void* bank
                          o + static_cast<int64_t>(l0) * T * d,
                          source_gate_logits,
                          stream};
-    switch (group) {
-      case 1:
-        launch_phase1_group<1>(a);
-        break;
-      case 2:
-        launch_phase1_group<2>(a);
-        break;
-      case 3:
-        launch_phase1_group<3>(a);
-        break;
-      case 4:
-        launch_phase1_group<4>(a);
-        break;
-      case 5:
-        launch_phase1_group<5>(a);
-        break;
-      case 6:
-        launch_phase1_group<6>(a);
-        break;
-      case 7:
-        launch_phase1_group<7>(a);
-        break;
-      default:
-        launch_phase1_group<8>(a);
-        break;
-    }
+    dispatch_phase1_queries(group, [&](auto q) { launch_phase1_group<decltype(q)::value>(a); });
     CUDA_CHECK_LAUNCH();
   }
 }

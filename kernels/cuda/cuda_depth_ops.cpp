@@ -28,9 +28,15 @@ void CudaBackend::depth_phase1_impl(const Tensor& queries, const Tensor& bank, i
   check_cuda(s, "depth_phase1 s");
   check_cuda(o, "depth_phase1 o");
   if (source_gate_logits) check_cuda(*source_gate_logits, "depth_phase1 source gate");
-  cuda::launch_depth_phase1(
-      f32(queries), static_cast<int>(s_dim), bank.data, bank.dtype, n, T, d, eps, f32(m), f32(s),
-      f32(o), source_gate_logits ? f32(*source_gate_logits) : nullptr, on_device().stream);
+  const Impl& im = on_device();
+  const float* gate = source_gate_logits ? f32(*source_gate_logits) : nullptr;
+  const int queries_n = static_cast<int>(s_dim);
+  if (im.depth_phase1_grouped &&
+      cuda::launch_depth_phase1_grouped(f32(queries), queries_n, bank.data, bank.dtype, n, T, d,
+                                        eps, f32(m), f32(s), f32(o), gate, im.stream))
+    return;
+  cuda::launch_depth_phase1(f32(queries), queries_n, bank.data, bank.dtype, n, T, d, eps, f32(m),
+                            f32(s), f32(o), gate, im.stream);
 }
 
 void CudaBackend::depth_phase2_prenorm_impl(const DepthMixArgs& mix, const Tensor& partial,

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_bf16_round.h"
 #include "kernels/cuda/cuda_common.cuh"
@@ -98,6 +99,57 @@ __device__ __forceinline__ void store_row(uint16_t* row, int64_t i, const float 
     }
     *reinterpret_cast<uint4*>(row + i) = make_uint4(w[0], w[1], w[2], w[3]);
   }
+}
+
+// The most Phase-1 queries one launch takes (the kernels' S, registers indexed by constants);
+// more are launched in groups of this many, like the CPU.
+constexpr int kMaxFusedQueries = 8;
+
+// Calls f(std::integral_constant<int, S>{}) with S = queries, 1..kMaxFusedQueries.
+template <class F>
+void dispatch_phase1_queries(int queries, F&& f) {
+  switch (queries) {
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    case 3:
+      return f(std::integral_constant<int, 3>{});
+    case 4:
+      return f(std::integral_constant<int, 4>{});
+    case 5:
+      return f(std::integral_constant<int, 5>{});
+    case 6:
+      return f(std::integral_constant<int, 6>{});
+    case 7:
+      return f(std::integral_constant<int, 7>{});
+    default:
+      return f(std::integral_constant<int, 8>{});
+  }
+}
+
+// The source value of V elements from i of a bank row: the row widened to f32, gated by
+// sigmoid(gate logits) under pre_gated (gate non-null).
+template <int V, class B>
+__device__ __forceinline__ void load_source(const B* row, const float* gate, int64_t i,
+                                            float (&x)[V]) {
+  load_row<V>(row, i, x);
+  if (gate) {
+    float g[V];
+    load_row<V>(gate, i, g);
+#pragma unroll
+    for (int k = 0; k < V; ++k) x[k] = x[k] / (1.0f + expf(-g[k]));
+  }
+}
+
+// The C of depth_phase1_kernel for rows of d read V at a time by `threads` threads: the
+// chunks each thread owns, when its share of o fits in registers (0 otherwise). Two chunks
+// only on the scalar path: at V = 8 they need 2 * S * 8 accumulators, which spill at S >= 7
+// (nvcc 13, sm_90a, -Xptxas -v).
+inline int phase1_held_chunks(int64_t d, int V, int threads) {
+  const int64_t per_pass = static_cast<int64_t>(V) * threads;
+  const int64_t chunks = (d + per_pass - 1) / per_pass;
+  return chunks <= (V == 1 ? 2 : 1) ? static_cast<int>(chunks) : 0;
 }
 
 // Whether the vector path may read rows of d elements: d a multiple of 8 and every base

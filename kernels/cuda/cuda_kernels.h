@@ -261,6 +261,13 @@ void launch_prefill_attention(const PrefillAttentionArgs& args, cudaStream_t str
 void launch_depth_phase1(const float* queries, int num_queries, const void* bank, DType bank_dtype,
                          int n, int64_t num_tokens, int64_t d, float eps, float* m, float* s,
                          float* o, const float* source_gate_logits, cudaStream_t stream);
+// The same under the grouped-entries lever (cuda_depth_phase1_grouped.cu), the same bits: false,
+// with nothing launched, where a thread would own more than one chunk of a row (d > 2048 on
+// the vector path, d > 1024 on the scalar one); the caller then runs launch_depth_phase1.
+bool launch_depth_phase1_grouped(const float* queries, int num_queries, const void* bank,
+                                 DType bank_dtype, int n, int64_t num_tokens, int64_t d, float eps,
+                                 float* m, float* s, float* o, const float* source_gate_logits,
+                                 cudaStream_t stream);
 // Phase 2 + PreNorm: see Backend::depth_phase2_prenorm (the mixing case; the caller runs
 // launch_rms_norm when there is no mix). m, s [T]; o, p, out [T, d] (out may alias p when it is
 // F32); out F32 or BF16 (rounded from the f32 value).
