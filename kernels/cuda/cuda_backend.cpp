@@ -165,6 +165,8 @@ void CudaBackend::set_gemv_deep(bool on) { impl_->gemv_levers->deep = on; }
 bool CudaBackend::gemv_deep() const { return impl_->gemv_levers->deep; }
 void CudaBackend::set_gemv_weight_prefetch(bool on) { impl_->gemv_levers->weight_prefetch = on; }
 bool CudaBackend::gemv_weight_prefetch() const { return impl_->gemv_levers->weight_prefetch; }
+void CudaBackend::set_gemv_bulk(bool on) { impl_->gemv_levers->bulk = on; }
+bool CudaBackend::gemv_bulk() const { return impl_->gemv_levers->bulk; }
 void CudaBackend::set_attention_last_block_merge(bool on) {
   impl_->attention_last_block_merge = on;
 }

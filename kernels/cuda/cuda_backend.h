@@ -132,6 +132,8 @@ class CudaBackend : public Backend {
   bool gemv_deep() const;
   void set_gemv_weight_prefetch(bool on);  // ATTNRES_CUDA_PDL_PREFETCH
   bool gemv_weight_prefetch() const;
+  void set_gemv_bulk(bool on);  // ATTNRES_CUDA_GEMV_BULK
+  bool gemv_bulk() const;
   // Attention's lever (NOTES.md "GEMV levers"): a split decode attention merges its splits in
   // its last CTA to finish instead of in a merge kernel, a launch fewer per layer.
   void set_attention_last_block_merge(bool on);  // ATTNRES_CUDA_ATTN_LAST_BLOCK_MERGE

@@ -20,6 +20,8 @@
 //
 // The vector path's kernels also come with the GEMV levers compiled in (the `*_lever_kernel`s,
 // cuda_gemv_levers.h), launched when the backend has them on; the same outputs, bit for bit.
+// Under the bulk lever (cuda_gemv_bulk.cuh) a block's dynamic shared memory holds its warps'
+// weight rows: 8 x K weights (16 x K for SwiGLU).
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_gemv_rows.cuh"
 #include "kernels/cuda/cuda_kernels.h"
@@ -41,6 +43,7 @@ template <class W, int R, int kLevers>
 __global__ void __launch_bounds__(kGemvWarps * 32, gemv_lever_min_blocks(kLevers))
     gemv_lever_kernel(const float* __restrict__ x, int64_t K, GemvSegments segments) {
   if constexpr ((kLevers & kGemvLeverPrefetch) != 0) prefetch_gemv_warp_row<W>(K, segments);
+  if constexpr ((kLevers & kGemvLeverBulk) != 0) bulk_gemv_warp_row<W>(K, segments, 0);
   wait_for_previous_kernel();
   gemv_warp<W, R, true, /*kResidual=*/true, kLevers>(x, K, segments);
 }
@@ -61,6 +64,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, gemv_lever_min_blocks(kLevers
     gemv_swiglu_lever_kernel(const float* __restrict__ x, int64_t K, GemvSegment gate,
                              GemvSegment up, float* __restrict__ out) {
   if constexpr ((kLevers & kGemvLeverPrefetch) != 0) prefetch_swiglu_warp_rows<W>(K, gate, up);
+  if constexpr ((kLevers & kGemvLeverBulk) != 0) bulk_swiglu_warp_rows<W>(K, gate, up, 0);
   wait_for_previous_kernel();
   gemv_swiglu_warp<W, R, true, kLevers>(x, K, gate, up, out);
 }
@@ -81,14 +85,19 @@ unsigned grid_for(int64_t rows) {
 template <class W, int R>
 void launch_rows(const float* x, int64_t K, const GemvSegments& segments, float* swiglu_out,
                  cudaStream_t stream) {
-  const int levers = gemv_levers_now();
+  const int rows_per_warp = swiglu_out ? 2 : 1;
+  const size_t bulk_bytes = gemv_bulk_shared_bytes(0, K, sizeof(W), rows_per_warp);
+  const int levers = gemv_launch_levers(gemv_levers_now(), bulk_bytes);
+  const size_t smem = levers == kGemvLeverBulk ? bulk_bytes : 0;
   if (swiglu_out) {  // segments: gate then up
     const bool vec = vectorizable<W>(x, K, segments.seg, 2);
     const unsigned grid = grid_for(segments.seg[0].n);
     if (vec && levers) {
-      dispatch_gemv_levers(levers, [&](auto l) {
-        launch_kernel(gemv_swiglu_lever_kernel<W, R, decltype(l)::value>, grid, kGemvWarps * 32, 0,
-                      stream, x, K, segments.seg[0], segments.seg[1], swiglu_out);
+      dispatch_gemv_levers<true>(levers, [&](auto l) {
+        const auto kernel = gemv_swiglu_lever_kernel<W, R, decltype(l)::value>;
+        allow_dynamic_shared(kernel, smem);
+        launch_kernel(kernel, grid, kGemvWarps * 32, smem, stream, x, K, segments.seg[0],
+                      segments.seg[1], swiglu_out);
       });
     } else if (vec) {
       launch_kernel(gemv_swiglu_kernel<W, R, true>, grid, kGemvWarps * 32, 0, stream, x, K,
@@ -103,9 +112,10 @@ void launch_rows(const float* x, int64_t K, const GemvSegments& segments, float*
   for (int s = 0; s < segments.count; ++s) total += segments.seg[s].n;
   const bool vec = vectorizable<W>(x, K, segments.seg, segments.count);
   if (vec && levers) {
-    dispatch_gemv_levers(levers, [&](auto l) {
-      launch_kernel(gemv_lever_kernel<W, R, decltype(l)::value>, grid_for(total), kGemvWarps * 32,
-                    0, stream, x, K, segments);
+    dispatch_gemv_levers<true>(levers, [&](auto l) {
+      const auto kernel = gemv_lever_kernel<W, R, decltype(l)::value>;
+      allow_dynamic_shared(kernel, smem);
+      launch_kernel(kernel, grid_for(total), kGemvWarps * 32, smem, stream, x, K, segments);
     });
   } else if (vec) {
     launch_kernel(gemv_kernel<W, R, true>, grid_for(total), kGemvWarps * 32, 0, stream, x, K,

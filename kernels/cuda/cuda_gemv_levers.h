@@ -23,6 +23,11 @@ struct GemvLevers {
   // PreNorm prologue's barriers. Weights do not change within a step: nothing the kernel ahead
   // writes is read early.
   std::atomic<bool> weight_prefetch{false};
+  // ATTNRES_CUDA_GEMV_BULK: each warp has the TMA copy its weight rows into shared memory
+  // (cp.async.bulk, one per row, completing on an mbarrier) before griddepcontrol.wait, then
+  // reads them from there: every weight byte of a block in flight at once, from before the
+  // kernel ahead ends. Where the rows fit in shared memory it replaces the other two.
+  std::atomic<bool> bulk{false};
 };
 
 // The levers of the backend whose op runs on this thread (CudaBackend::on_device makes them
@@ -36,6 +41,10 @@ inline bool gemv_deep_now() {
 inline bool gemv_weight_prefetch_now() {
   const GemvLevers* l = current_gemv_levers();
   return l && l->weight_prefetch.load(std::memory_order_relaxed);
+}
+inline bool gemv_bulk_now() {
+  const GemvLevers* l = current_gemv_levers();
+  return l && l->bulk.load(std::memory_order_relaxed);
 }
 
 // A lever's environment variable: "1", "on" or "true" switch it on; unset or anything else

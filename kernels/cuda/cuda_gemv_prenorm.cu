@@ -31,13 +31,15 @@ namespace {
 template <class W, int R, int kLevers>
 __device__ __forceinline__ void gemv_prenorm_block(const GemvPrenorm& prenorm, int prenorm_threads,
                                                    int64_t K, const GemvSegments& segments) {
-  extern __shared__ __align__(16) float x[];  // [R, K]
+  extern __shared__ __align__(16) float x[];  // [R, K], then the bulk lever's weight rows
+  const size_t bulk_offset = gemv_bulk_offset(static_cast<size_t>(R * K) * sizeof(float));
   if constexpr ((kLevers & kGemvLeverPrefetch) != 0) prefetch_gemv_warp_row<W>(K, segments);
+  if constexpr ((kLevers & kGemvLeverBulk) != 0) bulk_gemv_warp_row<W>(K, segments, bulk_offset);
   wait_for_previous_kernel();
   prenorm_rows<R>(prenorm, K, prenorm_threads, x);
   // The prologue's segments carry no residual (GemvPrenorm's callers; it cost this kernel
   // spills at R = 3 with f32 weights).
-  gemv_warp<W, R, true, /*kResidual=*/false, kLevers>(x, K, segments);
+  gemv_warp<W, R, true, /*kResidual=*/false, kLevers>(x, K, segments, bulk_offset);
 }
 
 template <class W, int R>
@@ -60,11 +62,14 @@ __device__ __forceinline__ void gemv_prenorm_swiglu_block(const GemvPrenorm& pre
                                                           int prenorm_threads, int64_t K,
                                                           const GemvSegment& gate,
                                                           const GemvSegment& up, float* out) {
-  extern __shared__ __align__(16) float x[];  // [R, K]
+  extern __shared__ __align__(16) float x[];  // [R, K], then the bulk lever's weight rows
+  const size_t bulk_offset = gemv_bulk_offset(static_cast<size_t>(R * K) * sizeof(float));
   if constexpr ((kLevers & kGemvLeverPrefetch) != 0) prefetch_swiglu_warp_rows<W>(K, gate, up);
+  if constexpr ((kLevers & kGemvLeverBulk) != 0)
+    bulk_swiglu_warp_rows<W>(K, gate, up, bulk_offset);
   wait_for_previous_kernel();
   prenorm_rows<R>(prenorm, K, prenorm_threads, x);
-  gemv_swiglu_warp<W, R, true, kLevers>(x, K, gate, up, out);
+  gemv_swiglu_warp<W, R, true, kLevers>(x, K, gate, up, out, bulk_offset);
 }
 
 template <class W, int R>
@@ -85,17 +90,20 @@ template <class W, int R>
 void launch_rows(const GemvPrenorm& prenorm, int64_t K, const GemvSegments& segments,
                  float* swiglu_out, cudaStream_t stream) {
   const int threads = kGemvWarps * 32;
-  const size_t smem = static_cast<size_t>(R * K) * sizeof(float);
+  const size_t x_bytes = static_cast<size_t>(R * K) * sizeof(float);
   // The block size of the standalone PreNorm kernels, whose reduction order the prologue keeps.
   const int prenorm_threads = row_block_threads(K);
-  const int levers = gemv_levers_now();
+  const size_t bulk_bytes = gemv_bulk_shared_bytes(x_bytes, K, sizeof(W), swiglu_out ? 2 : 1);
+  const int levers = gemv_launch_levers(gemv_levers_now(), bulk_bytes);
+  const size_t smem = levers == kGemvLeverBulk ? bulk_bytes : x_bytes;
   if (swiglu_out) {  // segments: gate, then up
     const unsigned grid = static_cast<unsigned>((segments.seg[0].n + kGemvWarps - 1) / kGemvWarps);
     if (levers) {
-      dispatch_gemv_levers(levers, [&](auto l) {
-        launch_kernel(gemv_prenorm_swiglu_lever_kernel<W, R, decltype(l)::value>, grid,
-                      dim3(threads), smem, stream, prenorm, prenorm_threads, K, segments.seg[0],
-                      segments.seg[1], swiglu_out);
+      dispatch_gemv_levers<true>(levers, [&](auto l) {
+        const auto kernel = gemv_prenorm_swiglu_lever_kernel<W, R, decltype(l)::value>;
+        allow_dynamic_shared(kernel, smem);
+        launch_kernel(kernel, grid, dim3(threads), smem, stream, prenorm, prenorm_threads, K,
+                      segments.seg[0], segments.seg[1], swiglu_out);
       });
     } else {
       launch_kernel(gemv_prenorm_swiglu_kernel<W, R>, grid, dim3(threads), smem, stream, prenorm,
@@ -107,9 +115,11 @@ void launch_rows(const GemvPrenorm& prenorm, int64_t K, const GemvSegments& segm
   for (int s = 0; s < segments.count; ++s) total += segments.seg[s].n;
   const unsigned grid = static_cast<unsigned>((total + kGemvWarps - 1) / kGemvWarps);
   if (levers) {
-    dispatch_gemv_levers(levers, [&](auto l) {
-      launch_kernel(gemv_prenorm_lever_kernel<W, R, decltype(l)::value>, grid, dim3(threads), smem,
-                    stream, prenorm, prenorm_threads, K, segments);
+    dispatch_gemv_levers<true>(levers, [&](auto l) {
+      const auto kernel = gemv_prenorm_lever_kernel<W, R, decltype(l)::value>;
+      allow_dynamic_shared(kernel, smem);
+      launch_kernel(kernel, grid, dim3(threads), smem, stream, prenorm, prenorm_threads, K,
+                    segments);
     });
   } else {
     launch_kernel(gemv_prenorm_kernel<W, R>, grid, dim3(threads), smem, stream, prenorm,

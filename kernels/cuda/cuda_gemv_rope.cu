@@ -266,9 +266,10 @@ void launch_rows(const GemvRopeArgs& a, cudaStream_t stream) {
   const RopeStoreParams& p = a.rope;
   const unsigned grid = static_cast<unsigned>((p.hq + 2 * p.hkv) * kRopeCluster);
   const size_t smem = static_cast<size_t>(shared_floats(a)) * sizeof(float);
-  const int levers = gemv_levers_now();
+  // No bulk instance: the QKV kernel walks a head's rows in turn behind its cluster barriers.
+  const int levers = gemv_launch_levers(gemv_levers_now(), SIZE_MAX);
   if (levers) {
-    dispatch_gemv_levers(levers, [&](auto l) {
+    dispatch_gemv_levers<false>(levers, [&](auto l) {
       constexpr int L = decltype(l)::value;
       if (a.prenorm) {
         launch_kernel(gemv_rope_lever_kernel<W, R, true, L>, grid, dim3(kGemvWarps * 32), smem,

@@ -10,12 +10,14 @@
 #include <type_traits>
 
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_gemv_bulk.cuh"
 #include "kernels/cuda/cuda_gemv_levers.h"
 #include "kernels/cuda/cuda_kernels.h"
 
 namespace attnres::cuda {
 
 constexpr int kGemvWarps = 8;  // one warp per output row, 8 per block
+static_assert(kGemvWarps == kGemvBulkWarps, "the bulk lever's layout has a slot per warp");
 
 // Calls f(std::integral_constant<int, R>{}) with R = rows, 1..8 (the GEMVs' row count is a
 // template parameter: their accumulators are registers indexed by constants).
@@ -41,13 +43,20 @@ void dispatch_gemv_rows(int64_t rows, F&& f) {
   }
 }
 
-// Widens the kVec weights packed in a 16-byte vector.
+// Widens the kVec weights packed in a 16-byte vector: from global memory through the read-only
+// path, or (kShared, the bulk lever) from shared memory.
 template <class W>
 struct WeightVector {
   static constexpr int kVec = 16 / sizeof(W);
   float v[kVec];
+  template <bool kShared = false>
   __device__ __forceinline__ void load(const W* p) {
-    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
+    uint4 raw;
+    if constexpr (kShared) {
+      raw = *reinterpret_cast<const uint4*>(p);
+    } else {
+      raw = __ldg(reinterpret_cast<const uint4*>(p));
+    }
     const W* e = reinterpret_cast<const W*>(&raw);
 #pragma unroll
     for (int i = 0; i < kVec; ++i) v[i] = to_f32(e[i]);
@@ -56,15 +65,20 @@ struct WeightVector {
 
 // acc[r] += (lane's share of) x[r] . wr, r < R: the warp's lanes split the row as
 // cuda_gemv.cu's header says (16-byte vectors, 512 contiguous bytes per warp and step).
-template <class W, int R, bool kVectorized>
+// kSharedWeights: wr is the row's copy in shared memory (the bulk lever; vector path only).
+template <class W, int R, bool kVectorized, bool kSharedWeights = false>
 __device__ __forceinline__ void row_dot(const float* __restrict__ x, const W* __restrict__ wr,
                                         int64_t K, int lane, float (&acc)[R]) {
+  static_assert(kVectorized || !kSharedWeights, "shared weight rows are read as vectors");
   if constexpr (kVectorized) {
     constexpr int kVec = WeightVector<W>::kVec;
-#pragma unroll 4
+    // From shared memory a load's latency is short, and 4 iterations' x values of 7 or 8 rows
+    // held at once spilled the bulk SwiGLU kernels (f16 / bf16) at 255 registers.
+    constexpr int kUnroll = kSharedWeights ? 2 : 4;
+#pragma unroll kUnroll
     for (int64_t k = static_cast<int64_t>(lane) * kVec; k < K; k += 32 * kVec) {
       WeightVector<W> wv;
-      wv.load(wr + k);
+      wv.template load<kSharedWeights>(wr + k);
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const float4* xr = reinterpret_cast<const float4*>(x + r * K + k);
@@ -89,24 +103,43 @@ __device__ __forceinline__ void row_dot(const float* __restrict__ x, const W* __
 // kernels with a lever are kernels of their own (the `*_lever_kernel`s), declared with
 // gemv_lever_min_blocks: the deep lever's loads want registers, and left to itself ptxas caps
 // some instances at 80 and spills (f32 weights, 6 and 7 rows); two blocks per SM allow 128
-// with no spill. Without the deep lever, no minimum (0: the kernels without a lever's
-// declaration), since row_dot's unrolled loop spilled under the 128 cap (f16 / bf16 at 5 to 8
-// rows). The kernels without a lever keep their declaration and code.
+// with no spill. The bulk lever: one block per SM as the minimum (up to 255 registers; with
+// none, ptxas capped gemv_swiglu_lever_kernel<f16, 6, bulk> at 64 and spilled). Otherwise no
+// minimum (0: the kernels without a lever's declaration), since row_dot's unrolled loop
+// spilled under the 128 cap (f16 / bf16 at 5 to 8 rows). The kernels without a lever keep
+// their declaration and code.
 constexpr int kGemvLeverDeep = 1;      // row_dot_deep in place of row_dot
 constexpr int kGemvLeverPrefetch = 2;  // the warp's weight rows to L2 before the PDL wait
+constexpr int kGemvLeverBulk = 4;      // the warp's rows into shared memory (cuda_gemv_bulk.cuh)
 constexpr int kGemvLeverMinBlocks = 2;
 constexpr int gemv_lever_min_blocks(int levers) {
-  return (levers & kGemvLeverDeep) != 0 ? kGemvLeverMinBlocks : 0;
+  return (levers & kGemvLeverDeep) != 0   ? kGemvLeverMinBlocks
+         : (levers & kGemvLeverBulk) != 0 ? 1
+                                          : 0;
 }
 
 // The mask of the levers the current backend has on (0: the kernels without a lever).
 inline int gemv_levers_now() {
   return (gemv_deep_now() ? kGemvLeverDeep : 0) |
-         (gemv_weight_prefetch_now() ? kGemvLeverPrefetch : 0);
+         (gemv_weight_prefetch_now() ? kGemvLeverPrefetch : 0) |
+         (gemv_bulk_now() ? kGemvLeverBulk : 0);
 }
 
-// Calls f(std::integral_constant<int, L>{}) with L = levers, a mask other than 0.
-template <class F>
+// The levers a launch runs with, out of `levers` (gemv_levers_now): the bulk lever alone where
+// the launch's shared memory with it, `bulk_shared_bytes`, is within kMaxGemvBulkSharedBytes
+// (its copies are issued before the PDL wait, as the prefetch lever's are, and replace the
+// loads the deep lever deepens), else the others. A kernel without a bulk instance passes
+// SIZE_MAX.
+inline int gemv_launch_levers(int levers, size_t bulk_shared_bytes) {
+  if ((levers & kGemvLeverBulk) != 0 && bulk_shared_bytes <= kMaxGemvBulkSharedBytes)
+    return kGemvLeverBulk;
+  return levers & ~kGemvLeverBulk;
+}
+
+// Calls f(std::integral_constant<int, L>{}) with L = levers, a mask other than 0 that
+// gemv_launch_levers gave. kBulk: the kernel has a bulk instance (else that case is not
+// compiled, and a bulk mask fails the check).
+template <bool kBulk, class F>
 void dispatch_gemv_levers(int levers, F&& f) {
   switch (levers) {
     case kGemvLeverDeep:
@@ -115,6 +148,9 @@ void dispatch_gemv_levers(int levers, F&& f) {
       return f(std::integral_constant<int, kGemvLeverPrefetch>{});
     case kGemvLeverDeep | kGemvLeverPrefetch:
       return f(std::integral_constant<int, kGemvLeverDeep | kGemvLeverPrefetch>{});
+    case kGemvLeverBulk:
+      if constexpr (kBulk) return f(std::integral_constant<int, kGemvLeverBulk>{});
+      [[fallthrough]];
     default:
       ATTNRES_CHECK(false, "gemv levers " + std::to_string(levers));
   }
@@ -280,14 +316,40 @@ __device__ __forceinline__ void prefetch_swiglu_warp_rows(int64_t K, const GemvS
   prefetch_to_l2(static_cast<const W*>(up.w) + o * K, bytes, lane);
 }
 
+// The bulk lever's share of a warp of gemv_warp: its weight row into shared memory from byte
+// `offset` on (cuda_gemv_bulk.cuh). Reads only the kernel's parameters, so it may run before
+// wait_for_previous_kernel.
+template <class W>
+__device__ __forceinline__ void bulk_gemv_warp_row(int64_t K, const GemvSegments& segments,
+                                                   size_t offset) {
+  const int warp = threadIdx.x >> 5;
+  int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
+  GemvSegment seg;
+  if (!find_segment(segments, o, seg)) return;
+  gemv_bulk_issue<W>(offset, K, static_cast<const W*>(seg.w) + o * K, nullptr);
+}
+
+// The same for a warp of gemv_swiglu_warp: its gate row, then its up row.
+template <class W>
+__device__ __forceinline__ void bulk_swiglu_warp_rows(int64_t K, const GemvSegment& gate,
+                                                      const GemvSegment& up, size_t offset) {
+  const int warp = threadIdx.x >> 5;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
+  if (o >= gate.n) return;
+  gemv_bulk_issue<W>(offset, K, static_cast<const W*>(gate.w) + o * K,
+                     static_cast<const W*>(up.w) + o * K);
+}
+
 // A warp's whole share of gemv_kernel, x [R, K] in global or shared memory: output row
 // (blockIdx.x * kGemvWarps + warp) of the segments, bias then residual (the rounding of linear
 // then add_inplace; the same lane reads residual[i] before it writes out[i], so out may be the
 // residual; kResidual false: segments without one, the code left out). Returns early for a
 // warp past the last row: no block barriers may follow.
+// kLevers with the bulk lever: the weight row is the warp's copy in shared memory from byte
+// bulk_offset on, which bulk_gemv_warp_row requested.
 template <class W, int R, bool kVectorized, bool kResidual = true, int kLevers = 0>
 __device__ __forceinline__ void gemv_warp(const float* __restrict__ x, int64_t K,
-                                          const GemvSegments& segments) {
+                                          const GemvSegments& segments, size_t bulk_offset = 0) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
   GemvSegment seg;
@@ -296,7 +358,11 @@ __device__ __forceinline__ void gemv_warp(const float* __restrict__ x, int64_t K
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
   const W* wr = static_cast<const W*>(seg.w) + o * K;
-  if constexpr (kVectorized && (kLevers & kGemvLeverDeep) != 0) {
+  if constexpr (kVectorized && (kLevers & kGemvLeverBulk) != 0) {
+    gemv_bulk_wait();
+    row_dot<W, R, true, /*kSharedWeights=*/true>(x, gemv_bulk_rows<W>(bulk_offset, K, 1, warp), K,
+                                                 lane, acc);
+  } else if constexpr (kVectorized && (kLevers & kGemvLeverDeep) != 0) {
     row_dot_deep<W, R, 1>(x, wr, nullptr, K, lane, acc, acc);
   } else {
     row_dot<W, R, kVectorized>(x, wr, K, lane, acc);
@@ -317,10 +383,12 @@ __device__ __forceinline__ void gemv_warp(const float* __restrict__ x, int64_t K
 
 // A warp's share of gemv_swiglu_kernel: out[r, o] = silu(x[r] . wg[o] + bg[o]) *
 // (x[r] . wu[o] + bu[o]), both rows read by the one warp. Same early return as gemv_warp.
+// kLevers with the bulk lever: the gate and up rows are the warp's copies in shared memory
+// from byte bulk_offset on (bulk_swiglu_warp_rows).
 template <class W, int R, bool kVectorized, int kLevers = 0>
 __device__ __forceinline__ void gemv_swiglu_warp(const float* __restrict__ x, int64_t K,
                                                  const GemvSegment& gate, const GemvSegment& up,
-                                                 float* __restrict__ out) {
+                                                 float* __restrict__ out, size_t bulk_offset = 0) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
   if (o >= gate.n) return;  // whole warp
@@ -329,7 +397,12 @@ __device__ __forceinline__ void gemv_swiglu_warp(const float* __restrict__ x, in
   for (int r = 0; r < R; ++r) acc_g[r] = acc_u[r] = 0.0f;
   const W* wg = static_cast<const W*>(gate.w) + o * K;
   const W* wu = static_cast<const W*>(up.w) + o * K;
-  if constexpr (kVectorized && (kLevers & kGemvLeverDeep) != 0) {
+  if constexpr (kVectorized && (kLevers & kGemvLeverBulk) != 0) {
+    gemv_bulk_wait();
+    const W* rows = gemv_bulk_rows<W>(bulk_offset, K, 2, warp);
+    row_dot<W, R, true, /*kSharedWeights=*/true>(x, rows, K, lane, acc_g);
+    row_dot<W, R, true, /*kSharedWeights=*/true>(x, rows + K, K, lane, acc_u);
+  } else if constexpr (kVectorized && (kLevers & kGemvLeverDeep) != 0) {
     row_dot_deep<W, R, 2>(x, wg, wu, K, lane, acc_g, acc_u);  // both rows' loads in flight
   } else {
     row_dot<W, R, kVectorized>(x, wg, K, lane, acc_g);

@@ -228,12 +228,15 @@ struct LinearShapes {
   int64_t d = 1024, nq = 2048, nkv = 1024, ffn = 3072;
 };
 
+// bulk: the GPU backend with the GEMV bulk lever on (both of its launches).
 void check_prenorm_linear(int64_t rows, Mix mix, DType wdt, uint32_t seed,
-                          LinearShapes shapes = {}) {
+                          LinearShapes shapes = {}, bool bulk = false) {
   const int64_t d = shapes.d, nq = shapes.nq, nkv = shapes.nkv, ffn = shapes.ffn;
   SCOPED_TRACE(std::to_string(rows) + " rows, " + mix_name(mix) + ", " +
-               std::string(dtype_name(wdt)) + " weights, d " + std::to_string(d));
+               std::string(dtype_name(wdt)) + " weights, d " + std::to_string(d) +
+               (bulk ? ", bulk lever" : ""));
   Backends be;
+  be.gpu.set_gemv_bulk(bulk);
   std::mt19937 rng(seed);
   const PrenormInputs host = random_prenorm(rows, d, rng);
   const PrenormInputs dev = host.upload(be.gpu);
@@ -647,6 +650,20 @@ TEST(CudaSanitizerSized, DecodePrenormLinear) {
   check_prenorm_linear(6, Mix::Plain, DType::F32, seed++, shapes);
   check_prenorm_linear(2, Mix::NullSource, DType::BF16, seed++, shapes);
   check_prenorm_linear(12, Mix::Merge, DType::BF16, seed++, shapes);
+}
+
+// The GEMV bulk lever's instances of those kernels and of gemv_kernel / gemv_swiglu_kernel
+// (the two-launch side): an mbarrier per warp armed by lane 0 and completed by the TMA's
+// copies, waited on by every lane, before and after the prologue's barriers. The shapes above,
+// with the last block's warps past the last row (no copy, no wait), rows 1, 4 and 8 (every
+// row count shares the copy code), both weight dtypes.
+TEST(CudaSanitizerSized, DecodeGemvBulk) {
+  SKIP_WITHOUT_CUDA();
+  const LinearShapes shapes{320, 36, 20, 44};
+  uint32_t seed = 960;
+  for (int64_t rows : {1, 4, 8})
+    check_prenorm_linear(rows, Mix::Merge, DType::BF16, seed++, shapes, /*bulk=*/true);
+  check_prenorm_linear(2, Mix::Plain, DType::F32, seed++, shapes, /*bulk=*/true);
 }
 
 // gemv_rope_kernel: a cluster of 8 blocks per head exchanging the head's rows through

@@ -10,8 +10,11 @@
 //   steps run the PreNorm-prologue GEMVs and the QKV GEMV with RoPE + the KV store (with and
 //   without its prologue) too: the logits bit for bit against the levers off;
 // - each environment variable switches its lever when a backend is built, and only then.
-// The prefetch lever issues its L2 prefetches before the PDL wait; the tests run with PDL as
-// the backend has it (on for compute capability 9.0+), so the early prefetches are exercised.
+// The prefetch and bulk levers issue their prefetches / copies before the PDL wait; the tests
+// run with PDL as the backend has it (on for compute capability 9.0+), so the early requests
+// are exercised. The bulk lever with the other two on runs alone where its rows fit in shared
+// memory (gemv_launch_levers) and the other two where they do not: "all" covers both, and rows
+// of 8 x 32 KB (f32, K 8192) take the fallback.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -32,17 +35,22 @@ struct LeverSet {
   const char* name;
   bool deep;
   bool prefetch;
+  bool bulk;
 };
 
-// Each lever alone, then all together.
-const LeverSet kLeverSets[] = {
-    {"deep", true, false}, {"prefetch", false, true}, {"deep + prefetch", true, true}};
-constexpr LeverSet kLeversOff = {"off", false, false};
+// Each lever alone, the first two together, then all three.
+const LeverSet kLeverSets[] = {{"deep", true, false, false},
+                               {"prefetch", false, true, false},
+                               {"deep + prefetch", true, true, false},
+                               {"bulk", false, false, true},
+                               {"all", true, true, true}};
+constexpr LeverSet kLeversOff = {"off", false, false, false};
 
 // Explicitly, both ways: a test run may have the environment switch a lever on.
 void switch_levers(CudaBackend& be, const LeverSet& levers) {
   be.set_gemv_deep(levers.deep);
   be.set_gemv_weight_prefetch(levers.prefetch);
+  be.set_gemv_bulk(levers.bulk);
 }
 
 struct Backends {
@@ -159,6 +167,10 @@ TEST(CudaGemvLevers, DecodeShapesEqualTheLeversOffAndTheCpu) {
         check_linear(be, levers, rows, {1024, 2048}, wdt, /*residual=*/false, rng);  // q alone
       }
     }
+    // Rows past the bulk lever's shared memory (f32, K 8192: 8 rows of 32 KB, 16 for SwiGLU):
+    // the launch runs the other levers, or none.
+    check_linear(be, levers, 2, {8192, 64}, DType::F32, /*residual=*/true, rng);
+    check_many_and_swiglu(be, levers, 2, 8192, {64}, 40, DType::F32, rng);
   }
 }
 
@@ -205,31 +217,30 @@ TEST(CudaGemvLevers, ModelLogitsEqualTheLeversOff) {
 
 // The environment variables are read when a backend is built: set, a new backend has that
 // lever on and the other off; unset, off; a backend built before keeps what it read.
+// What a backend's GEMV levers are: deep, prefetch, bulk.
+std::vector<bool> levers_of(const CudaBackend& be) {
+  return {be.gemv_deep(), be.gemv_weight_prefetch(), be.gemv_bulk()};
+}
+
 TEST(CudaGemvLevers, EnvironmentSwitchesALeverWhenABackendIsBuilt) {
   SKIP_WITHOUT_CUDA();
-  const char* deep_var = "ATTNRES_CUDA_GEMV_DEEP";
-  const char* prefetch_var = "ATTNRES_CUDA_PDL_PREFETCH";
-  const SavedEnvironment saved_deep(deep_var), saved_prefetch(prefetch_var);
-  ASSERT_EQ(unsetenv(deep_var), 0);
-  ASSERT_EQ(unsetenv(prefetch_var), 0);
+  const char* vars[] = {"ATTNRES_CUDA_GEMV_DEEP", "ATTNRES_CUDA_PDL_PREFETCH",
+                        "ATTNRES_CUDA_GEMV_BULK"};
+  const SavedEnvironment saved_deep(vars[0]), saved_prefetch(vars[1]), saved_bulk(vars[2]);
+  for (const char* var : vars) ASSERT_EQ(unsetenv(var), 0);
   CudaBackend before(0);
-  EXPECT_FALSE(before.gemv_deep());
-  EXPECT_FALSE(before.gemv_weight_prefetch());
-  ASSERT_EQ(setenv(deep_var, "1", 1), 0);
-  CudaBackend deep(0);
-  ASSERT_EQ(unsetenv(deep_var), 0);
-  ASSERT_EQ(setenv(prefetch_var, "1", 1), 0);
-  CudaBackend prefetch(0);
-  ASSERT_EQ(unsetenv(prefetch_var), 0);
-  EXPECT_TRUE(deep.gemv_deep());
-  EXPECT_FALSE(deep.gemv_weight_prefetch());
-  EXPECT_FALSE(prefetch.gemv_deep());
-  EXPECT_TRUE(prefetch.gemv_weight_prefetch());
-  EXPECT_FALSE(before.gemv_deep());
-  EXPECT_FALSE(before.gemv_weight_prefetch());
+  EXPECT_EQ(levers_of(before), std::vector<bool>({false, false, false}));
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(setenv(vars[i], "1", 1), 0);
+    CudaBackend with(0);
+    ASSERT_EQ(unsetenv(vars[i]), 0);
+    std::vector<bool> want(3, false);
+    want[i] = true;
+    EXPECT_EQ(levers_of(with), want) << vars[i];
+  }
+  EXPECT_EQ(levers_of(before), std::vector<bool>({false, false, false}));
   CudaBackend after(0);
-  EXPECT_FALSE(after.gemv_deep());
-  EXPECT_FALSE(after.gemv_weight_prefetch());
+  EXPECT_EQ(levers_of(after), std::vector<bool>({false, false, false}));
 }
 
 // The values that switch a lever on, and those that leave it off (no GPU needed).
