@@ -109,27 +109,37 @@ def test_lease_rehearses_the_depth_steps(attnres_bin, tmp_path):
     assert {"depth.log", "depthpeers.log"} <= logs
 
 
-FAKE_BENCH = """#!/bin/sh
+# The decode levers the levers step measures: (short name, environment variable, the label
+# bench_cuda_backend prints on its levers line), in the order of that line.
+LEVERS = [("deep", "ATTNRES_CUDA_GEMV_DEEP", "deep"),
+          ("prefetch", "ATTNRES_CUDA_PDL_PREFETCH", "prefetch"),
+          ("bulk", "ATTNRES_CUDA_GEMV_BULK", "bulk"),
+          ("merge", "ATTNRES_CUDA_ATTN_LAST_BLOCK_MERGE", "last-block-merge"),
+          ("phase1", "ATTNRES_CUDA_PHASE1_GROUPED", "phase1-grouped")]
+# gpu_lease_steps.sh's levers_settings: each setting's name and the levers it switches on.
+LEVER_SETTINGS = [("baseline", ()), ("deep", ("deep",)), ("prefetch", ("prefetch",)),
+                  ("both", ("deep", "prefetch")), ("bulk", ("bulk",)), ("merge", ("merge",)),
+                  ("phase1", ("phase1",)),
+                  ("all", tuple(name for name, _, _ in LEVERS))]
+
 # bench_cuda_backend's step lines, the levers line saying what the environment switched on
-deep=off; [ "${ATTNRES_CUDA_GEMV_DEEP:-}" = 1 ] && deep=on
-prefetch=off; [ "${ATTNRES_CUDA_PDL_PREFETCH:-}" = 1 ] && prefetch=on
-merge=off; [ "${ATTNRES_CUDA_ATTN_LAST_BLOCK_MERGE:-}" = 1 ] && merge=on
+FAKE_BENCH = "#!/bin/sh\n" + "".join(
+    f'v{i}=off; [ "${{{var}:-}}" = 1 ] && v{i}=on\n' for i, (_, var, _) in enumerate(LEVERS)) + """\
 echo "args: $*"
 for m in attnres-0.6b plain-0.6b; do
   echo "$m: a model, bf16 depth bank"
   for b in 1 8; do
     echo "  batch  $b, context 1024: eager 1.$b ms/step (min 1.0), floor/measured 0.2$b, KV read 1 MB"
-    echo "  batch  $b: kernel launches per decode step 5; levers: deep $deep, prefetch $prefetch, last-block-merge $merge"
+    echo "  batch  $b: kernel launches per decode step 5; levers: """ + ", ".join(
+    f"{label} $v{i}" for i, (_, _, label) in enumerate(LEVERS)) + """"
     echo "  batch  $b, context 1024: graph 0.$b ms/step (min 0.1), floor/measured 0.3$b, logits identical"
   done
 done
 exit ${FAKE_BENCH_EXIT:-0}
 """
 
-FAKE_TESTS = """#!/bin/sh
-echo "tests deep=${ATTNRES_CUDA_GEMV_DEEP:-unset} prefetch=${ATTNRES_CUDA_PDL_PREFETCH:-unset}" \
-  "merge=${ATTNRES_CUDA_ATTN_LAST_BLOCK_MERGE:-unset} $*" >> "$FAKE_TESTS_LOG"
-"""
+FAKE_TESTS = "#!/bin/sh\necho tests " + " ".join(
+    f"{name}=${{{var}:-unset}}" for name, var, _ in LEVERS) + ' "$*" >> "$FAKE_TESTS_LOG"\n'
 
 
 def lease_log(tmp_path, name):
@@ -154,7 +164,7 @@ def test_lease_rehearses_the_levers_step(attnres_bin, tmp_path):
     output, verdicts, logs = run_lease(attnres_bin, tmp_path / "a", "--budget", "60", "levers",
                                        **stand_ins)
     assert verdicts == {"levers": "PASS"}, output
-    settings = ("baseline", "deep", "prefetch", "both", "merge", "all")
+    settings = [name for name, _ in LEVER_SETTINGS]
     assert {"levers.log"} | {f"levers-{s}.log" for s in settings} <= logs
     output = lease_log(tmp_path / "a", "levers.log")
     assert "args: --only step --context 1024 --batch 1 --batch 8" in output, output
@@ -163,20 +173,21 @@ def test_lease_rehearses_the_levers_step(attnres_bin, tmp_path):
         [setting, model, b, f"1.{b}", f"0.{b}", f"0.3{b}"]
         for setting in settings for model in ("attnres-0.6b", "plain-0.6b")
         for b in ("1", "8")], output
-    on_off = [("off", "off", "off"), ("on", "off", "off"), ("off", "on", "off"),
-              ("on", "on", "off"), ("off", "off", "on"), ("on", "on", "on")]
-    assert [s[7:] for s in summary] == [
-        ["deep", f"{deep},", "prefetch", f"{prefetch},", "last-block-merge", merge]
-        for deep, prefetch, merge in on_off for _ in range(4)], output
+    want_levers = []
+    for _, on in LEVER_SETTINGS:
+        words = []
+        for name, _, label in LEVERS:
+            words += [label, ("on" if name in on else "off") + ","]
+        words[-1] = words[-1].rstrip(",")
+        want_levers += [words] * 4
+    assert [s[7:] for s in summary] == want_levers, output
     flags = "--gtest_brief=1 --gtest_filter=CudaGemvLevers.*:CudaOps.Linear*:" \
             "CudaFusedDecode.*:CudaBatchInvariance.*:CudaResidualEpilogue.*:" \
-            "CudaAttentionLastBlockMerge.*:CudaFlashAttention.*:CudaSanitizerSized.Attention*"
+            "CudaAttentionLastBlockMerge.*:CudaFlashAttention.*:CudaSanitizerSized.Attention*:" \
+            "CudaPhase1Grouped.*:CudaOps.DepthPhase*:CudaDepthModes.*:CudaDepthBankBf16.*"
     assert tests_log.read_text().splitlines() == [
-        f"tests deep=1 prefetch=unset merge=unset {flags}",
-        f"tests deep=unset prefetch=1 merge=unset {flags}",
-        f"tests deep=1 prefetch=1 merge=unset {flags}",
-        f"tests deep=unset prefetch=unset merge=1 {flags}",
-        f"tests deep=1 prefetch=1 merge=1 {flags}"]
+        "tests " + " ".join(f"{name}={'1' if name in on else 'unset'}" for name, _, _ in LEVERS)
+        + f" {flags}" for setting, on in LEVER_SETTINGS if on]
 
     output, verdicts, _ = run_lease(attnres_bin, tmp_path / "b", "--budget", "60", "levers",
                                     FAKE_BENCH_EXIT="3", **stand_ins)

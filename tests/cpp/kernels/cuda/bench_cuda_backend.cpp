@@ -330,12 +330,14 @@ void bench_model(const std::string& name, int context, int steps, const std::vec
     std::printf(
         "  batch %2d: kernel launches per decode step %llu (%llu ours + %llu calls into cuBLAS), "
         "%.1f per layer; programmatic dependent launch %s; levers: deep %s, prefetch %s, "
-        "last-block-merge %s\n",
+        "bulk %s, last-block-merge %s, phase1-grouped %s\n",
         batch_size, static_cast<unsigned long long>(kernels + cublas),
         static_cast<unsigned long long>(kernels), static_cast<unsigned long long>(cublas),
         static_cast<double>(kernels + cublas) / c.num_layers,
         be.programmatic_launch() ? "on" : "off", be.gemv_deep() ? "on" : "off",
-        be.gemv_weight_prefetch() ? "on" : "off", be.attention_last_block_merge() ? "on" : "off");
+        be.gemv_weight_prefetch() ? "on" : "off", be.gemv_bulk() ? "on" : "off",
+        be.attention_last_block_merge() ? "on" : "off",
+        be.depth_phase1_grouped() ? "on" : "off");
 
     // The same step captured into a CUDA graph and replayed (launch gaps removed). The eager
     // steps above warmed the caching allocator and the staging buffers; the graph keeps its
