@@ -29,7 +29,7 @@ step_timeout() {
     synccheck) default=40 ;;
     initcheck) default=50 ;;
     bench|prefill) default=120 ;;
-    levers) default=360 ;;
+    levers) default=420 ;;
     ncu|peerbench) default=150 ;;
     *) default=120 ;;
   esac
@@ -284,7 +284,7 @@ step_bench() {
 }
 
 # The decode levers (kernels/cuda/NOTES.md "GEMV levers": the GEMVs' two, attention's
-# last-block merge), one setting per line: a name, then the environment that switches it on
+# last-block merge, the persistent MLP), one setting per line: a name, then the environment that switches it on
 # (none: the kernels without a lever).
 levers_settings() {
   echo "baseline"
@@ -292,7 +292,9 @@ levers_settings() {
   echo "prefetch ATTNRES_CUDA_PDL_PREFETCH=1"
   echo "both ATTNRES_CUDA_GEMV_DEEP=1 ATTNRES_CUDA_PDL_PREFETCH=1"
   echo "merge ATTNRES_CUDA_ATTN_LAST_BLOCK_MERGE=1"
-  echo "all ATTNRES_CUDA_GEMV_DEEP=1 ATTNRES_CUDA_PDL_PREFETCH=1 ATTNRES_CUDA_ATTN_LAST_BLOCK_MERGE=1"
+  echo "persistent ATTNRES_CUDA_PERSISTENT_MLP=1"
+  echo "all ATTNRES_CUDA_GEMV_DEEP=1 ATTNRES_CUDA_PDL_PREFETCH=1 ATTNRES_CUDA_ATTN_LAST_BLOCK_MERGE=1" \
+    "ATTNRES_CUDA_PERSISTENT_MLP=1"
 }
 
 # The levers measured against one baseline in one run on one card: batch-1 and batch-8 decode
@@ -304,6 +306,7 @@ step_levers() {
   local bench tests name envs status=0
   local filter='CudaGemvLevers.*:CudaOps.Linear*:CudaFusedDecode.*:CudaBatchInvariance.*:CudaResidualEpilogue.*'
   filter+=':CudaAttentionLastBlockMerge.*:CudaFlashAttention.*:CudaSanitizerSized.Attention*'
+  filter+=':CudaPersistentMlp.*'
   if [ "$LEASE_DEVICE" = cuda ]; then
     bench=$unpacked/bench_cuda_backend tests=$unpacked/attnres_cuda_tests
   else
