@@ -4,11 +4,12 @@
 // residual add), against
 // - the same op with the lever off (prenorm_linear_swiglu then linear_residual: two launches),
 //   bit for bit, and the CPU within 2e-5 (the PreNorm-prologue GEMVs' tolerance in
-//   cuda_fused_decode_test.cpp), at the 0.6B shape (d 1024, intermediate 3072) and small odd
+//   cuda_fused_decode_test.cpp; 2e-2 on the cuBLAS bf16 path of more rows), at the 0.6B shape (d 1024, intermediate 3072) and small odd
 //   ones, rows 1..8, bf16 and f32 weights, the plain PreNorm, the block-mode Phase-2 merge and a
 //   §2d mix the prologue declines (the fallback), out apart from the residual and out the
 //   residual and the partial itself (the forward's case), and a prefill-sized 12 rows (the
-//   fallback); one launch where the lever is on and the kernel takes the shapes, two otherwise;
+//   fallback); one launch where the lever is on and the kernel takes the shapes (two with it
+//   off), otherwise as many as with the lever off;
 // - the kernel launched directly with every down row staged in shared memory, none, and one
 //   per warp: the same bits, and the barrier's words back at their start (arrivals 0, the
 //   generation one further per launch);
@@ -163,10 +164,13 @@ void check_mlp(Backends& be, int64_t rows, MlpShape shape, Mix mix, DType wdt, b
   const MlpRun off = run_mlp(be.off, host, rows, shape, mix, in_place);
   const MlpRun on = run_mlp(be.on, host, rows, shape, mix, in_place);
   EXPECT_TRUE(same_bytes(on.out, off.out)) << "lever on vs off";
-  EXPECT_TRUE(close_to(on.out, cpu.out, 2e-5)) << "lever on vs the CPU";
+  // More rows with bf16 weights: cuBLAS reads both linears' x rounded to bf16 (2^-9), as in
+  // cuda_fused_decode_test.cpp's prefill cases.
+  const double tol = rows > cuda::kMaxGemvRows && wdt == DType::BF16 ? 2e-2 : 2e-5;
+  EXPECT_TRUE(close_to(on.out, cpu.out, tol)) << "lever on vs the CPU";
   const bool persistent = rows <= cuda::kMaxGemvRows && mix != Mix::NullSource;
-  EXPECT_EQ(off.launches, 2u) << "the lever off: the prologue GEMV, then down with the add";
   if (persistent) {
+    EXPECT_EQ(off.launches, 2u) << "the lever off: the prologue GEMV, then down with the add";
     EXPECT_EQ(on.launches, 1u) << "the lever on: one launch";
   } else {
     EXPECT_EQ(on.launches, off.launches) << "a shape the kernel declines: the default";
