@@ -8,8 +8,11 @@
 // plain backend bit for bit.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <map>
 #include <memory>
+#include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -256,6 +259,72 @@ TEST(TransformerFusedOpsParallel, SequenceParallelStepsTakeTheUnfusedCalls) {
     ASSERT_NE(ranks[r], nullptr);
     EXPECT_EQ(ranks[r]->calls, want) << "rank " << r;
     EXPECT_GT(ranks[r]->calls["linear_many"], 0) << "rank " << r << ": no sharded step";
+  }
+}
+
+// Host tensors of uniform values in [-1, 1).
+Tensor random_tensor(const Shape& shape, std::mt19937& rng) {
+  Tensor t = Tensor::empty(shape, DType::F32);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (int64_t i = 0; i < t.numel(); ++i) t.ptr<float>()[i] = dist(rng);
+  return t;
+}
+
+Tensor copy_of(const Tensor& t) {
+  Tensor c = Tensor::empty(t.shape, t.dtype);
+  std::memcpy(c.data, t.data, t.nbytes());
+  return c;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.shape == b.shape && std::memcmp(a.data, b.data, a.nbytes()) == 0;
+}
+
+// The default prenorm_mlp_residual: prenorm_linear_swiglu then linear_residual, bit for bit,
+// with out apart and with out the residual and the partial itself (the forward's case); and
+// the checks of both ops, with out refused over the input half's scratch.
+TEST(PrenormMlpResidualDefault, IsTheTwoOpsBitForBit) {
+  CpuBackend cpu(1);
+  std::mt19937 rng(31);
+  const int64_t rows = 3, d = 16, ffn = 24;
+  const Tensor partial = random_tensor({rows, d}, rng), gain = random_tensor({d}, rng);
+  const Tensor wg = random_tensor({ffn, d}, rng), bg = random_tensor({ffn}, rng);
+  const Tensor wu = random_tensor({ffn, d}, rng), bu = random_tensor({ffn}, rng);
+  const Tensor wd = random_tensor({d, ffn}, rng), bd = random_tensor({d}, rng);
+  const Tensor residual = random_tensor({rows, d}, rng);
+  for (bool in_place : {false, true}) {
+    SCOPED_TRACE(in_place ? "in place" : "out apart");
+    Tensor want_partial = copy_of(partial), got_partial = copy_of(partial);
+    Tensor normed = Tensor::empty({rows, d}, DType::F32);
+    Tensor gate = Tensor::empty({rows, ffn}, DType::F32), up = Tensor::empty({rows, ffn}, DType::F32);
+    Tensor act = Tensor::empty({rows, ffn}, DType::F32);
+    Backend::PrenormArgs in;
+    in.gain = &gain;
+    in.normed = &normed;
+    // The two ops.
+    in.partial = &want_partial;
+    Tensor want = in_place ? want_partial : Tensor::empty({rows, d}, DType::F32);
+    cpu.prenorm_linear_swiglu(in, wg, &bg, wu, &bu, gate, up, act);
+    cpu.linear_residual(act, wd, &bd, in_place ? want_partial : residual, want);
+    // The one op.
+    in.partial = &got_partial;
+    Tensor got = in_place ? got_partial : Tensor::empty({rows, d}, DType::F32);
+    cpu.prenorm_mlp_residual(in, wg, &bg, wu, &bu, gate, up, act, wd, &bd,
+                             in_place ? got_partial : residual, got);
+    EXPECT_TRUE(same_bits(got, want));
+    // Refused: out over act (the down projection's x), the normed or gate scratch, or
+    // neither the residual nor apart from it.
+    for (Tensor* bad : {&act, &normed, &gate}) {
+      Tensor over = bad->reshape({bad->numel()}).rows(0, rows * d).reshape({rows, d});
+      EXPECT_THROW(cpu.prenorm_mlp_residual(in, wg, &bg, wu, &bu, gate, up, act, wd, &bd,
+                                            residual, over),
+                   std::logic_error);
+    }
+    Tensor shifted = Tensor::empty({rows + 1, d}, DType::F32);
+    Tensor res_view = shifted.rows(0, rows), out_view = shifted.rows(1, rows + 1);
+    EXPECT_THROW(cpu.prenorm_mlp_residual(in, wg, &bg, wu, &bu, gate, up, act, wd, &bd, res_view,
+                                          out_view),
+                 std::logic_error);
   }
 }
 
