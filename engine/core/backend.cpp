@@ -441,6 +441,22 @@ void Backend::prenorm_linear_swiglu(const PrenormArgs& in, const Tensor& w_gate,
   prenorm_linear_swiglu_impl(in, w_gate, b_gate, w_up, b_up, gate, up, out);
 }
 
+void Backend::prenorm_mlp_residual(const PrenormArgs& in, const Tensor& w_gate,
+                                   const Tensor* b_gate, const Tensor& w_up, const Tensor* b_up,
+                                   Tensor& gate, Tensor& up, Tensor& act, const Tensor& w_down,
+                                   const Tensor* b_down, const Tensor& residual, Tensor& out) {
+  check_prenorm(in);
+  check_phase2(in.mix, *in.partial, *in.gain, *in.normed, capabilities());
+  check_linear_swiglu(*in.normed, w_gate, b_gate, w_up, b_up, gate, up, act, capabilities());
+  check_residual_operands(act, residual, out);
+  check_linear(act, w_down, b_down, out, capabilities());
+  // The scratch the input half writes must outlive its read by the output half.
+  ATTNRES_CHECK(apart(out, *in.normed) && apart(out, gate) && apart(out, up),
+                "prenorm_mlp_residual: out overlaps the normed, gate or up scratch");
+  prenorm_mlp_residual_impl(in, w_gate, b_gate, w_up, b_up, gate, up, act, w_down, b_down,
+                            residual, out);
+}
+
 void Backend::prenorm_qkv_rope_store(const PrenormArgs& in, std::span<const LinearTarget, 3> qkv,
                                      const RopeStoreArgs& rope) {
   ATTNRES_CHECK(rope.inv_freq && rope.batch && rope.cache,

@@ -368,6 +368,17 @@ class Backend {
   void prenorm_linear_swiglu(const PrenormArgs& in, const Tensor& w_gate, const Tensor* b_gate,
                              const Tensor& w_up, const Tensor* b_up, Tensor& gate, Tensor& up,
                              Tensor& out);
+  // The MLP sublayer whole, its residual add included: prenorm_linear_swiglu into gate, up and
+  // act, then linear_residual(act, w_down, b_down, residual, out) (the default: exactly those
+  // two calls, so the same bits). The forward calls it where the two halves are adjacent (no
+  // bank push between) and the residual add is fused (out the partial, or the bank entry the
+  // sum goes into). out may be the residual, which may be the PreNorm's partial: a fusing
+  // backend reads every row it needs of the partial before it writes any of out (CUDA: <= 8
+  // rows, one persistent launch under CudaBackend::set_persistent_mlp).
+  void prenorm_mlp_residual(const PrenormArgs& in, const Tensor& w_gate, const Tensor* b_gate,
+                            const Tensor& w_up, const Tensor* b_up, Tensor& gate, Tensor& up,
+                            Tensor& act, const Tensor& w_down, const Tensor* b_down,
+                            const Tensor& residual, Tensor& out);
   // The attention sublayer's front whole: prenorm_linear_many into q, k and v (qkv: the q, k,
   // v targets in that order, of one input), then qk_norm_rope_store of them (the default:
   // exactly those two calls). A device backend runs the per-head norms, RoPE and the cache
@@ -465,6 +476,14 @@ class Backend {
                                           Tensor& out) {
     depth_phase2_prenorm_impl(in.mix, *in.partial, *in.gain, in.eps, *in.normed);
     linear_swiglu_impl(*in.normed, w_gate, b_gate, w_up, b_up, gate, up, out);
+  }
+  virtual void prenorm_mlp_residual_impl(const PrenormArgs& in, const Tensor& w_gate,
+                                         const Tensor* b_gate, const Tensor& w_up,
+                                         const Tensor* b_up, Tensor& gate, Tensor& up, Tensor& act,
+                                         const Tensor& w_down, const Tensor* b_down,
+                                         const Tensor& residual, Tensor& out) {
+    prenorm_linear_swiglu_impl(in, w_gate, b_gate, w_up, b_up, gate, up, act);
+    linear_residual_impl(act, w_down, b_down, residual, out);
   }
   virtual void prenorm_qkv_rope_store_impl(const PrenormArgs& in,
                                            std::span<const LinearTarget, 3> qkv,

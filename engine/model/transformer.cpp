@@ -340,6 +340,23 @@ void Transformer::mlp_output(int layer, Scratch& s, Tensor& out, const Tensor* r
   output_linear(s.act, w.down_proj, w.down_bias, out, residual);
 }
 
+void Transformer::mlp(const DepthStep& step, const StepMixes& mixes, const RowSplit& split,
+                      Scratch& s, Tensor& out, const Tensor* residual) {
+  // The residual add fused (so neither sharded nor tensor-parallel: output_slot's condition):
+  // the sublayer whole in one op, which CUDA may run as one launch. output_slot queues no op
+  // before the input half here unless it fuses, and then only the partial's copy into its own
+  // buffer, which the PreNorm then reads: the same values.
+  if (residual && !split.sharded) {
+    const LayerWeights& w = weights_.layers[step.layer];
+    backend_.prenorm_mlp_residual(prenorm_args(step, mixes, s), w.gate_proj, bias_of(w.gate_bias),
+                                  w.up_proj, bias_of(w.up_bias), s.gate, s.up, s.act, w.down_proj,
+                                  bias_of(w.down_bias), *residual, out);
+    return;
+  }
+  mlp_input(step, mixes, split, s);
+  mlp_output(step.layer, s, out, residual);
+}
+
 void Transformer::output_linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
                                 const Tensor* residual) {
   if (residual) {
@@ -612,11 +629,14 @@ void Transformer::sublayer(size_t i, const StepMixes& mixes, const BatchMeta& ba
   const DepthStep& step = plan_.steps[i];
   KvCacheLayer& layer_cache = cache.layers[step.layer];
   const bool attention = step.kind == SublayerKind::Attention;
+  // An MLP whose halves are adjacent (no push-and-reset between) runs in mlp(), after the
+  // bank has said where its output goes: whole where the residual add is fused.
+  const bool mlp_whole = !attention && !step.push_and_reset_after_mix;
   // The input half reads the partial (the mix's last source, the residual): before a
   // push-and-reset changes it.
   if (attention) {
     attention_input(step, mixes, batch, layer_cache, split, s);
-  } else {
+  } else if (!mlp_whole) {
     mlp_input(step, mixes, split, s);
   }
   if (step.push_and_reset_after_mix) bank_.push_and_reset();
@@ -628,6 +648,8 @@ void Transformer::sublayer(size_t i, const StepMixes& mixes, const BatchMeta& ba
   Tensor out = slot.out;
   if (attention) {
     attention_output(step.layer, batch, layer_cache, s, out, slot.residual);
+  } else if (mlp_whole) {
+    mlp(step, mixes, split, s, out, slot.residual);
   } else {
     mlp_output(step.layer, s, out, slot.residual);
   }

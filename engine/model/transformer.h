@@ -146,6 +146,11 @@ class Transformer {
   void mlp_input(const DepthStep& step, const StepMixes& mixes, const RowSplit& split,
                  Scratch& scratch);
   void mlp_output(int layer, Scratch& scratch, Tensor& out, const Tensor* residual);
+  // Both halves of an MLP sublayer with no push-and-reset between them, after output_slot:
+  // Backend::prenorm_mlp_residual where the residual add is fused, else mlp_input then
+  // mlp_output.
+  void mlp(const DepthStep& step, const StepMixes& mixes, const RowSplit& split, Scratch& scratch,
+           Tensor& out, const Tensor* residual);
   // The sublayer's last linear, into out or (residual given) added to the residual.
   void output_linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
                      const Tensor* residual);

@@ -95,6 +95,7 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   im.attention_last_block_merge =
       cuda::gemv_lever_wanted_by_env("ATTNRES_CUDA_ATTN_LAST_BLOCK_MERGE");
   im.depth_phase1_grouped = cuda::gemv_lever_wanted_by_env("ATTNRES_CUDA_PHASE1_GROUPED");
+  im.persistent_mlp = cuda::gemv_lever_wanted_by_env("ATTNRES_CUDA_PERSISTENT_MLP");
   CUDA_CHECK(cudaStreamCreateWithFlags(&im.stream, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&im.meta_copied, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&im.rows_copied, cudaEventDisableTiming));
@@ -118,6 +119,10 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
       static_cast<size_t>(im.attention_split_counter_capacity) * sizeof(int32_t);
   CUDA_CHECK(cudaMalloc(&im.attention_split_counters, counter_bytes));
   CUDA_CHECK(cudaMemsetAsync(im.attention_split_counters, 0, counter_bytes, im.stream));
+  // The persistent MLP's barrier words (cuda_persistent_mlp.cu), zeroed the same way.
+  const size_t barrier_bytes = cuda::kPersistentMlpBarrierWords * sizeof(unsigned);
+  CUDA_CHECK(cudaMalloc(&im.persistent_mlp_barrier, barrier_bytes));
+  CUDA_CHECK(cudaMemsetAsync(im.persistent_mlp_barrier, 0, barrier_bytes, im.stream));
 }
 
 CudaBackend::~CudaBackend() {
@@ -129,6 +134,7 @@ CudaBackend::~CudaBackend() {
   if (im.cublas) cublasDestroy(im.cublas);
   if (im.cublas_workspace) cudaFree(im.cublas_workspace);
   if (im.attention_split_counters) cudaFree(im.attention_split_counters);
+  if (im.persistent_mlp_barrier) cudaFree(im.persistent_mlp_barrier);
   im.meta_host.reset();  // (a live CudaGraph may still hold them)
   im.rows_host.reset();
   im.sample_host.reset();
@@ -173,6 +179,8 @@ void CudaBackend::set_attention_last_block_merge(bool on) {
 bool CudaBackend::attention_last_block_merge() const { return impl_->attention_last_block_merge; }
 void CudaBackend::set_depth_phase1_grouped(bool on) { impl_->depth_phase1_grouped = on; }
 bool CudaBackend::depth_phase1_grouped() const { return impl_->depth_phase1_grouped; }
+void CudaBackend::set_persistent_mlp(bool on) { impl_->persistent_mlp = on; }
+bool CudaBackend::persistent_mlp() const { return impl_->persistent_mlp; }
 CudaBackend::LaunchCounts CudaBackend::launch_counts() const {
   return {impl_->launch->kernels.load(), impl_->launch->cublas_calls.load()};
 }

@@ -142,6 +142,11 @@ class CudaBackend : public Backend {
   // before it reduces their sums, one barrier pair per group instead of per entry.
   void set_depth_phase1_grouped(bool on);  // ATTNRES_CUDA_PHASE1_GROUPED
   bool depth_phase1_grouped() const;
+  // The persistent MLP lever (NOTES.md "GEMV levers"): prenorm_mlp_residual at <= 8 rows as one
+  // cooperative launch (PreNorm, gate / up with SwiGLU, a grid-wide barrier, down with the
+  // residual add) instead of two, a launch fewer per MLP sublayer. Same bits either way.
+  void set_persistent_mlp(bool on);  // ATTNRES_CUDA_PERSISTENT_MLP
+  bool persistent_mlp() const;
   // Launches so far: kernels of kernels/cuda (a captured launch counts once, at capture; a
   // graph replay adds none), and calls into cuBLAS (each runs one or more kernels of its own).
   struct LaunchCounts {
@@ -194,6 +199,14 @@ class CudaBackend : public Backend {
   // launch (two); anything else the default (prenorm_linear_many, then qk_norm_rope_store).
   void prenorm_qkv_rope_store_impl(const PrenormArgs& in, std::span<const LinearTarget, 3> qkv,
                                    const RopeStoreArgs& rope) override;
+  // With the persistent MLP lever on, decode-sized (<= 8 rows, the shapes
+  // cuda::persistent_mlp_takes takes): the whole MLP sublayer in one launch
+  // (cuda_persistent_mlp.cu); anything else, or the lever off, the default
+  // (prenorm_linear_swiglu, then linear_residual: two launches).
+  void prenorm_mlp_residual_impl(const PrenormArgs& in, const Tensor& w_gate, const Tensor* b_gate,
+                                 const Tensor& w_up, const Tensor* b_up, Tensor& gate, Tensor& up,
+                                 Tensor& act, const Tensor& w_down, const Tensor* b_down,
+                                 const Tensor& residual, Tensor& out) override;
   void qk_norm_rope_impl(Tensor& q, Tensor& k, int head_dim, const Tensor* q_gain,
                          const Tensor* k_gain, float eps, const Tensor& inv_freq,
                          const BatchMeta& batch) override;

@@ -44,6 +44,12 @@ struct CudaBackend::Impl {
   // Depth attention's lever (cuda_depth_phase1_grouped.cu): Phase 1 reads its bank entries in
   // groups, a reduction per group instead of per entry.
   bool depth_phase1_grouped = false;
+  // The persistent MLP lever (cuda_persistent_mlp.cu): the MLP sublayer of a decode step as
+  // one launch, its grid-wide barrier on kPersistentMlpBarrierWords words allocated and zeroed
+  // when the backend is built and left at their start state by every launch (the arrivals at
+  // 0), so eager launches and graph replays share them.
+  bool persistent_mlp = false;
+  unsigned* persistent_mlp_barrier = nullptr;
 
   // --- the prepared batch (prepare_batch) ---
   // One pinned staging buffer packs every metadata array; one cudaMemcpyAsync moves it to

@@ -62,6 +62,35 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shar
   }
 }
 
+// A cooperative launch (cudaLaunchAttributeCooperative: the runtime refuses, rather than
+// hangs, a grid whose blocks cannot all be resident at once), counted as launch_kernel counts,
+// without the PDL attribute: the CUDA documentation lists the cooperative attribute as valid
+// for launches and graph kernel nodes (so stream capture keeps it) and says nothing of it
+// combined with programmatic stream serialization. For a kernel with a grid-wide barrier
+// (cuda_persistent_mlp.cu); it still begins with wait_for_previous_kernel(), which returns at
+// once without the attribute.
+template <class... Params, class... Args>
+void launch_cooperative_kernel(void (*kernel)(Params...), dim3 grid, dim3 block,
+                               size_t shared_bytes, cudaStream_t stream, Args&&... args) {
+  LaunchContext* context = current_launch_context();
+  cudaLaunchAttribute cooperative[1] = {};
+  cooperative[0].id = cudaLaunchAttributeCooperative;
+  cooperative[0].val.cooperative = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  config.attrs = cooperative;
+  config.numAttrs = 1;
+  if (context) context->kernels.fetch_add(1, std::memory_order_relaxed);
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    throw_cuda_error(err, "cudaLaunchKernelEx (cooperative)", __FILE__, __LINE__);
+  }
+}
+
 // A stored element widened to f32 (bf16: exact shift; f16: exact).
 __device__ __forceinline__ float to_f32(float v) { return v; }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }

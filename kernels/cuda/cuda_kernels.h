@@ -107,6 +107,43 @@ bool launch_gemv_prenorm_swiglu(const GemvPrenorm& prenorm, int64_t rows, int64_
                                 const GemvSegment& gate, const GemvSegment& up, float* out,
                                 cudaStream_t stream);
 
+// --- cuda_persistent_mlp.cu ---
+// The MLP sublayer of a decode step in one launch (Backend::prenorm_mlp_residual under
+// CudaBackend::set_persistent_mlp): the PreNorm prologue, gate / up with SwiGLU into act, a
+// grid-wide barrier, then down with its bias and the residual add into out. Every value has
+// the bits of launch_gemv_prenorm_swiglu then launch_gemv_residual (the same row code in the
+// same order). A cooperative launch of at most as many blocks as fit the SMs at once.
+struct PersistentMlpArgs {
+  GemvPrenorm prenorm;
+  int64_t rows = 0;
+  int64_t d = 0;             // gate / up K, down N: the partial's width
+  int64_t intermediate = 0;  // gate / up N, down K
+  DType w_dtype = DType::BF16;  // of gate, up and down
+  GemvSegment gate, up;         // [intermediate, d]; their out pointers unused
+  float* act = nullptr;         // [rows, intermediate]: the SwiGLU product, down's x
+  GemvSegment down;             // [d, intermediate]; out [rows, d]; residual [rows, d] (may be out)
+  // kPersistentMlpBarrierWords words, zero before the launch and after it (the backend's).
+  unsigned* barrier = nullptr;
+  // The down rows a warp copies into shared memory before the barrier: -1 as many as fit (the
+  // default), 0 none (every row read from global memory after it). For the tests.
+  int max_staged_rows_per_warp = -1;
+};
+constexpr int kPersistentMlpBarrierWords = 2;
+// How a launch is laid out (for the tests): blocks (<= SMs x the blocks per SM that fit),
+// the down rows each warp stages in shared memory, the dynamic shared memory per block.
+struct PersistentMlpPlan {
+  int grid = 0;
+  int blocks_per_sm = 0;
+  int staged_rows_per_warp = 0;
+  size_t shared_bytes = 0;
+};
+// Whether the kernel takes the shapes: 1..8 rows, gemv_prenorm_takes(rows, d), d and
+// intermediate multiples of the weights' 16-byte vector, 16-byte aligned weights and act,
+// and the rows of act in the shared memory a block may opt into. Fills *plan when it does.
+bool persistent_mlp_takes(const PersistentMlpArgs& args, PersistentMlpPlan* plan = nullptr);
+// Launches it; false (nothing launched) where persistent_mlp_takes declines.
+bool launch_persistent_mlp(const PersistentMlpArgs& args, cudaStream_t stream);
+
 // --- cuda_norm_rope.cu ---
 // out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * gain. x, out [rows, n] (may alias when out is
 // F32); out F32 or BF16 (rounded from the f32 value).

@@ -1,7 +1,8 @@
 // CudaBackend's decode projections with the sublayer's PreNorm as their prologue
-// (prenorm_linear_many, prenorm_linear_swiglu: cuda_gemv_prenorm.cu) and the attention front
+// (prenorm_linear_many, prenorm_linear_swiglu: cuda_gemv_prenorm.cu), the attention front
 // whole, RoPE and the KV store as the QKV GEMV's epilogue (prenorm_qkv_rope_store:
-// cuda_gemv_rope.cu).
+// cuda_gemv_rope.cu), and, under the persistent MLP lever, the MLP sublayer whole
+// (prenorm_mlp_residual: cuda_persistent_mlp.cu).
 #include <algorithm>
 #include <cstring>
 #include <optional>
@@ -79,6 +80,43 @@ void CudaBackend::prenorm_linear_swiglu_impl(const PrenormArgs& in, const Tensor
     return;
   }
   Backend::prenorm_linear_swiglu_impl(in, w_gate, b_gate, w_up, b_up, gate, up, out);
+}
+
+void CudaBackend::prenorm_mlp_residual_impl(const PrenormArgs& in, const Tensor& w_gate,
+                                            const Tensor* b_gate, const Tensor& w_up,
+                                            const Tensor* b_up, Tensor& gate, Tensor& up,
+                                            Tensor& act, const Tensor& w_down,
+                                            const Tensor* b_down, const Tensor& residual,
+                                            Tensor& out) {
+  Impl& im = on_device();
+  if (im.persistent_mlp) {
+    // The checks of the calls it stands for: the linears (the partial standing for the normed
+    // rows, act for down's x), the PreNorm's (gemv_prenorm) and the residual's.
+    const std::optional<cuda::GemvPrenorm> prenorm = gemv_prenorm(in);
+    const auto g = gemv_segment(*in.partial, w_gate, b_gate, gate, w_gate.dtype);
+    const auto u = gemv_segment(*in.partial, w_up, b_up, up, w_gate.dtype);
+    auto d = gemv_segment(act, w_down, b_down, out, w_gate.dtype);
+    check_cuda(residual, "prenorm_mlp_residual residual");
+    const int64_t rows = rows_of(*in.partial);
+    if (prenorm && g && u && d && rows > 0) {
+      cuda::PersistentMlpArgs args;
+      args.prenorm = *prenorm;
+      args.rows = rows;
+      args.d = in.partial->dim(-1);
+      args.intermediate = w_gate.dim(0);
+      args.w_dtype = w_gate.dtype;
+      args.gate = *g;
+      args.up = *u;
+      args.act = f32(act);
+      args.down = *d;
+      args.down.residual = f32(residual);
+      args.barrier = im.persistent_mlp_barrier;
+      if (cuda::launch_persistent_mlp(args, im.stream)) return;
+    }
+  }
+  // The lever off, a prefill, or shapes the kernel declines: the two ops, as CUDA runs them.
+  Backend::prenorm_mlp_residual_impl(in, w_gate, b_gate, w_up, b_up, gate, up, act, w_down, b_down,
+                                     residual, out);
 }
 
 void CudaBackend::prenorm_qkv_rope_store_impl(const PrenormArgs& in,

@@ -30,7 +30,8 @@
 #              what racecheck sees of distributed shared memory (docs/RELIABILITY.md);
 #   cluster_repeat  the cluster-exchange tests natively, 20 times over
 #   bench      decode-step timings against the weight-read floor
-#   levers     the decode levers, alone and together, against one baseline (timings, tests)
+#   levers     the decode levers, alone and together, against one baseline (timings)
+#   levers_tests  the tests of the kernels the levers change, with each lever setting on
 #   prefill    prefill attention and 1K / 8K prompts against the GEMM rate
 #   ncu        every kernel of a decode step under Nsight Compute (skipped under gVisor)
 #   peerbench  the transformers peer's decode and prefill beside ours on the same checkpoint

@@ -30,6 +30,7 @@ step_timeout() {
     initcheck) default=50 ;;
     bench|prefill) default=120 ;;
     levers) default=360 ;;
+    levers_tests) default=420 ;;
     ncu|peerbench) default=150 ;;
     *) default=120 ;;
   esac
@@ -284,7 +285,8 @@ step_bench() {
 }
 
 # The decode levers (kernels/cuda/NOTES.md "GEMV levers": the GEMVs' three, attention's
-# last-block merge, Phase 1 over groups of entries), one setting per line: a name, then the environment that switches it on
+# last-block merge, Phase 1 over groups of entries, the persistent MLP), one setting per line:
+# a name, then the environment that switches it on
 # (none: the kernels without a lever).
 levers_settings() {
   echo "baseline"
@@ -294,25 +296,24 @@ levers_settings() {
   echo "bulk ATTNRES_CUDA_GEMV_BULK=1"
   echo "merge ATTNRES_CUDA_ATTN_LAST_BLOCK_MERGE=1"
   echo "phase1 ATTNRES_CUDA_PHASE1_GROUPED=1"
+  echo "persistent ATTNRES_CUDA_PERSISTENT_MLP=1"
   echo "all ATTNRES_CUDA_GEMV_DEEP=1 ATTNRES_CUDA_PDL_PREFETCH=1 ATTNRES_CUDA_GEMV_BULK=1" \
-    "ATTNRES_CUDA_ATTN_LAST_BLOCK_MERGE=1 ATTNRES_CUDA_PHASE1_GROUPED=1"
+    "ATTNRES_CUDA_ATTN_LAST_BLOCK_MERGE=1 ATTNRES_CUDA_PHASE1_GROUPED=1" \
+    "ATTNRES_CUDA_PERSISTENT_MLP=1"
 }
 
 # The levers measured against one baseline in one run on one card: batch-1 and batch-8 decode
-# steps of both 0.6B twins at context 1024 per setting (logs levers-<setting>.log), a summary
-# of each step's time and fraction of the weight-read floor, then the tests of the kernels the
-# levers change with each setting on. The rehearsal runs the same loop over LEVERS_BENCH and
-# LEVERS_TESTS (stand-ins for bench_cuda_backend and attnres_cuda_tests), or skips.
+# steps of both 0.6B twins at context 1024 per setting (logs levers-<setting>.log), and a
+# summary of each step's time and fraction of the weight-read floor. The rehearsal runs the
+# same loop over LEVERS_BENCH (a stand-in for bench_cuda_backend), or skips; levers_tests over
+# LEVERS_TESTS (for attnres_cuda_tests).
 step_levers() {
-  local bench tests name envs status=0
-  local filter='CudaGemvLevers.*:CudaOps.Linear*:CudaFusedDecode.*:CudaBatchInvariance.*:CudaResidualEpilogue.*'
-  filter+=':CudaAttentionLastBlockMerge.*:CudaFlashAttention.*:CudaSanitizerSized.Attention*'
-  filter+=':CudaPhase1Grouped.*:CudaOps.DepthPhase*:CudaDepthModes.*:CudaDepthBankBf16.*'
+  local bench name envs status=0
   if [ "$LEASE_DEVICE" = cuda ]; then
-    bench=$unpacked/bench_cuda_backend tests=$unpacked/attnres_cuda_tests
+    bench=$unpacked/bench_cuda_backend
   else
     [ -n "${LEVERS_BENCH:-}" ] || skip "levers needs the CUDA build (no GPU in a rehearsal)"
-    bench=$LEVERS_BENCH tests=${LEVERS_TESTS:-true}
+    bench=$LEVERS_BENCH
   fi
   while read -r name envs; do
     echo "== bench, $name: ${envs:-no lever}"
@@ -322,8 +323,26 @@ step_levers() {
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   done < <(levers_settings)
   levers_summary
+  return $status
+}
+
+# The tests of the kernels the levers change, once with each setting but the baseline on (the
+# ops step runs them without a lever). A step of its own, so that the timings come back even
+# where the tests run out of time.
+step_levers_tests() {
+  local tests name envs status=0
+  local filter='CudaGemvLevers.*:CudaOps.Linear*:CudaFusedDecode.*:CudaBatchInvariance.*:CudaResidualEpilogue.*'
+  filter+=':CudaAttentionLastBlockMerge.*:CudaFlashAttention.*:CudaSanitizerSized.Attention*'
+  filter+=':CudaPhase1Grouped.*:CudaOps.DepthPhase*:CudaDepthModes.*:CudaDepthBankBf16.*'
+  filter+=':CudaPersistentMlp.*'
+  if [ "$LEASE_DEVICE" = cuda ]; then
+    tests=$unpacked/attnres_cuda_tests
+  else
+    [ -n "${LEVERS_TESTS:-}" ] || skip "levers_tests needs the CUDA build (no GPU in a rehearsal)"
+    tests=$LEVERS_TESTS
+  fi
   while read -r name envs; do
-    [ -z "$envs" ] && continue  # the ops step runs them without a lever
+    [ -z "$envs" ] && continue
     echo "== tests, $name: $envs"
     # shellcheck disable=SC2086
     env $envs "$tests" --gtest_brief=1 --gtest_filter="$filter" || status=1

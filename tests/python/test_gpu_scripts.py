@@ -115,11 +115,12 @@ LEVERS = [("deep", "ATTNRES_CUDA_GEMV_DEEP", "deep"),
           ("prefetch", "ATTNRES_CUDA_PDL_PREFETCH", "prefetch"),
           ("bulk", "ATTNRES_CUDA_GEMV_BULK", "bulk"),
           ("merge", "ATTNRES_CUDA_ATTN_LAST_BLOCK_MERGE", "last-block-merge"),
-          ("phase1", "ATTNRES_CUDA_PHASE1_GROUPED", "phase1-grouped")]
+          ("phase1", "ATTNRES_CUDA_PHASE1_GROUPED", "phase1-grouped"),
+          ("persistent", "ATTNRES_CUDA_PERSISTENT_MLP", "persistent-mlp")]
 # gpu_lease_steps.sh's levers_settings: each setting's name and the levers it switches on.
 LEVER_SETTINGS = [("baseline", ()), ("deep", ("deep",)), ("prefetch", ("prefetch",)),
                   ("both", ("deep", "prefetch")), ("bulk", ("bulk",)), ("merge", ("merge",)),
-                  ("phase1", ("phase1",)),
+                  ("phase1", ("phase1",)), ("persistent", ("persistent",)),
                   ("all", tuple(name for name, _, _ in LEVERS))]
 
 # bench_cuda_backend's step lines, the levers line saying what the environment switched on
@@ -149,11 +150,12 @@ def lease_log(tmp_path, name):
         return tar.extractfile(member).read().decode()
 
 
-def test_lease_rehearses_the_levers_step(attnres_bin, tmp_path):
-    """The levers step over stand-ins for bench_cuda_backend and attnres_cuda_tests: one bench
-    run per setting with that setting's switches in its environment, a summary line per
-    (setting, model, batch) with what the bench says was on, the tests once per lever with it
-    on; a failing bench fails the step; without the stand-ins the step skips."""
+def test_lease_rehearses_the_levers_steps(attnres_bin, tmp_path):
+    """The levers and levers_tests steps over stand-ins for bench_cuda_backend and
+    attnres_cuda_tests: one bench run per setting with that setting's switches in its
+    environment, a summary line per (setting, model, batch) with what the bench says was on,
+    the tests once per setting but the baseline with it on; a failing bench fails the levers
+    step; without the stand-ins both steps skip."""
     require_binary(attnres_bin)
     bench, tests, tests_log = tmp_path / "bench.sh", tmp_path / "tests.sh", tmp_path / "tests.log"
     bench.write_text(FAKE_BENCH)
@@ -162,8 +164,8 @@ def test_lease_rehearses_the_levers_step(attnres_bin, tmp_path):
     tests.chmod(0o755)
     stand_ins = dict(LEVERS_BENCH=str(bench), LEVERS_TESTS=str(tests), FAKE_TESTS_LOG=str(tests_log))
     output, verdicts, logs = run_lease(attnres_bin, tmp_path / "a", "--budget", "60", "levers",
-                                       **stand_ins)
-    assert verdicts == {"levers": "PASS"}, output
+                                       "levers_tests", **stand_ins)
+    assert verdicts == {"levers": "PASS", "levers_tests": "PASS"}, output
     settings = [name for name, _ in LEVER_SETTINGS]
     assert {"levers.log"} | {f"levers-{s}.log" for s in settings} <= logs
     output = lease_log(tmp_path / "a", "levers.log")
@@ -184,7 +186,8 @@ def test_lease_rehearses_the_levers_step(attnres_bin, tmp_path):
     flags = "--gtest_brief=1 --gtest_filter=CudaGemvLevers.*:CudaOps.Linear*:" \
             "CudaFusedDecode.*:CudaBatchInvariance.*:CudaResidualEpilogue.*:" \
             "CudaAttentionLastBlockMerge.*:CudaFlashAttention.*:CudaSanitizerSized.Attention*:" \
-            "CudaPhase1Grouped.*:CudaOps.DepthPhase*:CudaDepthModes.*:CudaDepthBankBf16.*"
+            "CudaPhase1Grouped.*:CudaOps.DepthPhase*:CudaDepthModes.*:CudaDepthBankBf16.*:" \
+            "CudaPersistentMlp.*"
     assert tests_log.read_text().splitlines() == [
         "tests " + " ".join(f"{name}={'1' if name in on else 'unset'}" for name, _, _ in LEVERS)
         + f" {flags}" for setting, on in LEVER_SETTINGS if on]
@@ -192,5 +195,6 @@ def test_lease_rehearses_the_levers_step(attnres_bin, tmp_path):
     output, verdicts, _ = run_lease(attnres_bin, tmp_path / "b", "--budget", "60", "levers",
                                     FAKE_BENCH_EXIT="3", **stand_ins)
     assert verdicts == {"levers": "FAIL"}, output
-    output, verdicts, _ = run_lease(attnres_bin, tmp_path / "c", "--budget", "60", "levers")
-    assert verdicts == {"levers": "SKIP"}, output
+    output, verdicts, _ = run_lease(attnres_bin, tmp_path / "c", "--budget", "60", "levers",
+                                    "levers_tests")
+    assert verdicts == {"levers": "SKIP", "levers_tests": "SKIP"}, output

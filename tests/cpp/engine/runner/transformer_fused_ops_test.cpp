@@ -1,13 +1,18 @@
 // Where the Transformer calls the fused ops (Backend::qk_norm_rope_store, prenorm_linear_many,
-// prenorm_linear_swiglu, prenorm_qkv_rope_store) and where it must not: the final norm (its rows
-// are the LM head's input), delta_v's attention (two mixes feed q / k and v: one
-// depth_phase2_prenorm_pair) and sequence-parallel steps (the normed rows are all-gathered
-// before the projections). On the CPU the fused ops'
-// defaults are the old calls, so the logits also stay those of the plain backend bit for bit.
+// prenorm_linear_swiglu, prenorm_qkv_rope_store, prenorm_mlp_residual) and where it must not:
+// the final norm (its rows are the LM head's input), delta_v's attention (two mixes feed q / k
+// and v: one depth_phase2_prenorm_pair), sequence-parallel steps (the normed rows are
+// all-gathered before the projections), and the whole MLP only where its residual add is fused
+// (a backend with capabilities().fuses_linear_residual, the output entering the partial only).
+// On the CPU the fused ops' defaults are the old calls, so the logits also stay those of the
+// plain backend bit for bit.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <map>
 #include <memory>
+#include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -25,8 +30,27 @@ namespace {
 // default makes inside another op: prenorm_linear_many's own depth_phase2_prenorm is not one).
 class OpCountingBackend : public CpuBackend {
  public:
-  OpCountingBackend() : CpuBackend(1) {}
+  // fuses_residual: what capabilities().fuses_linear_residual says (true: as CUDA's; the
+  // CpuBackend's is false).
+  explicit OpCountingBackend(bool fuses_residual = false) : CpuBackend(1) {
+    capabilities_.fuses_linear_residual = fuses_residual;
+  }
+  const BackendCapabilities& capabilities() const override { return capabilities_; }
   std::map<std::string, int> calls;
+
+  void linear_residual_impl(const Tensor& x, const Tensor& w, const Tensor* bias,
+                            const Tensor& residual, Tensor& out) override {
+    Count c(*this, "linear_residual");
+    CpuBackend::linear_residual_impl(x, w, bias, residual, out);
+  }
+  void prenorm_mlp_residual_impl(const PrenormArgs& in, const Tensor& wg, const Tensor* bg,
+                                 const Tensor& wu, const Tensor* bu, Tensor& gate, Tensor& up,
+                                 Tensor& act, const Tensor& wd, const Tensor* bd,
+                                 const Tensor& residual, Tensor& out) override {
+    Count c(*this, "prenorm_mlp_residual");
+    CpuBackend::prenorm_mlp_residual_impl(in, wg, bg, wu, bu, gate, up, act, wd, bd, residual,
+                                          out);
+  }
 
   void depth_phase2_prenorm_impl(const DepthMixArgs& mix, const Tensor& partial, const Tensor& gain,
                                  float eps, Tensor& out) override {
@@ -89,20 +113,34 @@ class OpCountingBackend : public CpuBackend {
     OpCountingBackend& backend;
   };
   int depth_ = 0;
+  BackendCapabilities capabilities_ = cpu_backend_capabilities();
 };
 
 // The calls one step makes: per layer, the fused projections unless the step reads its normed
 // rows again (an attention step's with RoPE and the KV store); the final norm alone. `fused`:
-// whether the step may fuse (not sequence-parallel).
-std::map<std::string, int> expected_calls(const DepthPlan& plan, bool fused) {
+// whether the step may fuse (not sequence-parallel). `fuses_residual`: the backend's
+// capabilities().fuses_linear_residual (no tensor parallelism): a sublayer whose output only
+// enters the partial (DepthBank::output_slot: not pushed as itself, not accumulated) adds it
+// in its last linear, and an MLP whose halves are adjacent (no push-and-reset between) then
+// runs whole.
+std::map<std::string, int> expected_calls(const DepthPlan& plan, bool fused,
+                                          bool fuses_residual = false) {
   std::map<std::string, int> want;
   for (const DepthStep& step : plan.steps) {
+    const bool residual =
+        fuses_residual && fused && !step.push_output_after && !step.accumulate_output;
     if (step.kind == SublayerKind::Final) {
       ++want["depth_phase2_prenorm"];
     } else if (step.kind == SublayerKind::Mlp) {
+      if (residual && !step.push_and_reset_after_mix) {
+        ++want["prenorm_mlp_residual"];
+        continue;
+      }
       ++want[fused ? "prenorm_linear_swiglu" : "linear_swiglu"];
       if (!fused) ++want["depth_phase2_prenorm"];
+      if (residual) ++want["linear_residual"];
     } else {
+      if (residual) ++want["linear_residual"];
       const bool value_stream = step.value_slot >= 0;
       if (fused && !value_stream) {
         ++want["prenorm_qkv_rope_store"];
@@ -151,8 +189,46 @@ TEST_P(TransformerFusedOps, CalledWhereTheNormedRowsAreNotReadAgain) {
   }
 }
 
+// A backend that fuses the residual add (as CUDA does): every MLP sublayer whose output only
+// enters the partial runs whole (prenorm_mlp_residual), the others keep prenorm_linear_swiglu
+// and their own last linear; the logits stay the plain CPU backend's bit for bit. The delta
+// modes push most outputs as themselves, first_layer its first MLP's: those keep the halves.
+TEST_P(TransformerFusedOps, WholeMlpWhereTheResidualAddIsFused) {
+  const ModelConfig config = test::tp_test_config(GetParam());
+  const ModelWeights weights = make_random_weights(config, {DType::F32, 24, false});
+  const int block_size = 4, n = 11, prefill = 8;
+  const std::vector<int32_t> ids = test::random_ids(n, config.vocab_size, 5);
+  const int blocks = (n + block_size - 1) / block_size;
+
+  auto plain_backend = make_cpu_backend(1);
+  Transformer plain(config, weights, *plain_backend);
+  TransformerRunner plain_runner(plain, blocks, block_size);
+  const std::vector<float> want =
+      test::run_prefill_then_decode(plain_runner, ids, prefill, block_size);
+
+  OpCountingBackend counting(/*fuses_residual=*/true);
+  Transformer model(config, weights, counting);
+  TransformerRunner runner(model, blocks, block_size);
+  const std::vector<float> got = test::run_prefill_then_decode(runner, ids, prefill, block_size);
+  EXPECT_EQ(got, want);
+  const int steps = 1 + n - prefill;
+  EXPECT_EQ(counting.calls, times(expected_calls(model.plan(), true, true), steps));
+  // Not vacuous: every mode has an MLP that runs whole (the delta modes' last one, whose push
+  // is dropped), and the delta modes MLPs that do not.
+  EXPECT_GT(counting.calls["prenorm_mlp_residual"], 0);
+  const std::string mode = GetParam();
+  if (mode == "delta" || mode == "delta_v" || mode == "first_layer") {
+    EXPECT_GT(counting.calls["prenorm_linear_swiglu"], 0);
+  }
+  if (mode.empty() || mode == "block") {  // every MLP whole: none of its halves alone
+    EXPECT_EQ(counting.calls.count("prenorm_linear_swiglu"), 0u);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, TransformerFusedOps,
-                         ::testing::Values("", "block", "full", "delta_v"), [](const auto& info) {
+                         ::testing::Values("", "block", "full", "delta", "delta_v",
+                                           "first_layer"),
+                         [](const auto& info) {
                            const std::string mode = info.param;
                            return mode.empty() ? std::string("plain") : mode;
                          });
@@ -183,6 +259,72 @@ TEST(TransformerFusedOpsParallel, SequenceParallelStepsTakeTheUnfusedCalls) {
     ASSERT_NE(ranks[r], nullptr);
     EXPECT_EQ(ranks[r]->calls, want) << "rank " << r;
     EXPECT_GT(ranks[r]->calls["linear_many"], 0) << "rank " << r << ": no sharded step";
+  }
+}
+
+// Host tensors of uniform values in [-1, 1).
+Tensor random_tensor(const Shape& shape, std::mt19937& rng) {
+  Tensor t = Tensor::empty(shape, DType::F32);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (int64_t i = 0; i < t.numel(); ++i) t.ptr<float>()[i] = dist(rng);
+  return t;
+}
+
+Tensor copy_of(const Tensor& t) {
+  Tensor c = Tensor::empty(t.shape, t.dtype);
+  std::memcpy(c.data, t.data, t.nbytes());
+  return c;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.shape == b.shape && std::memcmp(a.data, b.data, a.nbytes()) == 0;
+}
+
+// The default prenorm_mlp_residual: prenorm_linear_swiglu then linear_residual, bit for bit,
+// with out apart and with out the residual and the partial itself (the forward's case); and
+// the checks of both ops, with out refused over the input half's scratch.
+TEST(PrenormMlpResidualDefault, IsTheTwoOpsBitForBit) {
+  CpuBackend cpu(1);
+  std::mt19937 rng(31);
+  const int64_t rows = 3, d = 16, ffn = 24;
+  const Tensor partial = random_tensor({rows, d}, rng), gain = random_tensor({d}, rng);
+  const Tensor wg = random_tensor({ffn, d}, rng), bg = random_tensor({ffn}, rng);
+  const Tensor wu = random_tensor({ffn, d}, rng), bu = random_tensor({ffn}, rng);
+  const Tensor wd = random_tensor({d, ffn}, rng), bd = random_tensor({d}, rng);
+  const Tensor residual = random_tensor({rows, d}, rng);
+  for (bool in_place : {false, true}) {
+    SCOPED_TRACE(in_place ? "in place" : "out apart");
+    Tensor want_partial = copy_of(partial), got_partial = copy_of(partial);
+    Tensor normed = Tensor::empty({rows, d}, DType::F32);
+    Tensor gate = Tensor::empty({rows, ffn}, DType::F32), up = Tensor::empty({rows, ffn}, DType::F32);
+    Tensor act = Tensor::empty({rows, ffn}, DType::F32);
+    Backend::PrenormArgs in;
+    in.gain = &gain;
+    in.normed = &normed;
+    // The two ops.
+    in.partial = &want_partial;
+    Tensor want = in_place ? want_partial : Tensor::empty({rows, d}, DType::F32);
+    cpu.prenorm_linear_swiglu(in, wg, &bg, wu, &bu, gate, up, act);
+    cpu.linear_residual(act, wd, &bd, in_place ? want_partial : residual, want);
+    // The one op.
+    in.partial = &got_partial;
+    Tensor got = in_place ? got_partial : Tensor::empty({rows, d}, DType::F32);
+    cpu.prenorm_mlp_residual(in, wg, &bg, wu, &bu, gate, up, act, wd, &bd,
+                             in_place ? got_partial : residual, got);
+    EXPECT_TRUE(same_bits(got, want));
+    // Refused: out over act (the down projection's x), the normed or gate scratch, or
+    // neither the residual nor apart from it.
+    for (Tensor* bad : {&act, &normed, &gate}) {
+      Tensor over = bad->reshape({bad->numel()}).rows(0, rows * d).reshape({rows, d});
+      EXPECT_THROW(cpu.prenorm_mlp_residual(in, wg, &bg, wu, &bu, gate, up, act, wd, &bd,
+                                            residual, over),
+                   std::logic_error);
+    }
+    Tensor shifted = Tensor::empty({rows + 1, d}, DType::F32);
+    Tensor res_view = shifted.rows(0, rows), out_view = shifted.rows(1, rows + 1);
+    EXPECT_THROW(cpu.prenorm_mlp_residual(in, wg, &bg, wu, &bu, gate, up, act, wd, &bd, res_view,
+                                          out_view),
+                 std::logic_error);
   }
 }
 

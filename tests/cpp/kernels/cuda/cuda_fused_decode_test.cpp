@@ -65,6 +65,12 @@ class UnfusedCudaBackend : public CudaBackend {
                                    const RopeStoreArgs& rope) override {
     Backend::prenorm_qkv_rope_store_impl(in, qkv, rope);
   }
+  void prenorm_mlp_residual_impl(const PrenormArgs& in, const Tensor& wg, const Tensor* bg,
+                                 const Tensor& wu, const Tensor* bu, Tensor& gate, Tensor& up,
+                                 Tensor& act, const Tensor& wd, const Tensor* bd,
+                                 const Tensor& residual, Tensor& out) override {
+    Backend::prenorm_mlp_residual_impl(in, wg, bg, wu, bu, gate, up, act, wd, bd, residual, out);
+  }
 };
 
 // The CUDA backend with only prenorm_qkv_rope_store the default: the path before the QKV
