@@ -93,6 +93,7 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   im.gemv_levers->weight_prefetch = cuda::gemv_lever_wanted_by_env("ATTNRES_CUDA_PDL_PREFETCH");
   im.attention_last_block_merge =
       cuda::gemv_lever_wanted_by_env("ATTNRES_CUDA_ATTN_LAST_BLOCK_MERGE");
+  im.bank_push_epilogue = cuda::gemv_lever_wanted_by_env("ATTNRES_CUDA_BANK_PUSH_EPILOGUE");
   CUDA_CHECK(cudaStreamCreateWithFlags(&im.stream, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&im.meta_copied, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&im.rows_copied, cudaEventDisableTiming));
@@ -167,6 +168,8 @@ void CudaBackend::set_attention_last_block_merge(bool on) {
   impl_->attention_last_block_merge = on;
 }
 bool CudaBackend::attention_last_block_merge() const { return impl_->attention_last_block_merge; }
+void CudaBackend::set_bank_push_epilogue(bool on) { impl_->bank_push_epilogue = on; }
+bool CudaBackend::bank_push_epilogue() const { return impl_->bank_push_epilogue; }
 CudaBackend::LaunchCounts CudaBackend::launch_counts() const {
   return {impl_->launch->kernels.load(), impl_->launch->cublas_calls.load()};
 }

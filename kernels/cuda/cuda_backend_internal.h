@@ -41,6 +41,9 @@ struct CudaBackend::Impl {
   bool attention_last_block_merge = false;
   int32_t* attention_split_counters = nullptr;
   int64_t attention_split_counter_capacity = 0;
+  // The bank-push lever (CudaBackend::set_bank_push_epilogue): linear_residual_push's entry
+  // stored by the GEMV's epilogue.
+  bool bank_push_epilogue = false;
 
   // --- the prepared batch (prepare_batch) ---
   // One pinned staging buffer packs every metadata array; one cudaMemcpyAsync moves it to
