@@ -284,15 +284,17 @@ step_bench() {
 }
 
 # The decode levers (kernels/cuda/NOTES.md "GEMV levers": the GEMVs' two, attention's
-# last-block merge), one setting per line: a name, then the environment that switches it on
-# (none: the kernels without a lever).
+# last-block merge, the bf16 bank push in the residual GEMV's epilogue), one setting per line:
+# a name, then the environment that switches it on (none: the kernels without a lever).
 levers_settings() {
   echo "baseline"
   echo "deep ATTNRES_CUDA_GEMV_DEEP=1"
   echo "prefetch ATTNRES_CUDA_PDL_PREFETCH=1"
   echo "both ATTNRES_CUDA_GEMV_DEEP=1 ATTNRES_CUDA_PDL_PREFETCH=1"
   echo "merge ATTNRES_CUDA_ATTN_LAST_BLOCK_MERGE=1"
-  echo "all ATTNRES_CUDA_GEMV_DEEP=1 ATTNRES_CUDA_PDL_PREFETCH=1 ATTNRES_CUDA_ATTN_LAST_BLOCK_MERGE=1"
+  echo "push ATTNRES_CUDA_BANK_PUSH_EPILOGUE=1"
+  echo "all ATTNRES_CUDA_GEMV_DEEP=1 ATTNRES_CUDA_PDL_PREFETCH=1 ATTNRES_CUDA_ATTN_LAST_BLOCK_MERGE=1" \
+    "ATTNRES_CUDA_BANK_PUSH_EPILOGUE=1"
 }
 
 # The levers measured against one baseline in one run on one card: batch-1 and batch-8 decode
@@ -304,6 +306,7 @@ step_levers() {
   local bench tests name envs status=0
   local filter='CudaGemvLevers.*:CudaOps.Linear*:CudaFusedDecode.*:CudaBatchInvariance.*:CudaResidualEpilogue.*'
   filter+=':CudaAttentionLastBlockMerge.*:CudaFlashAttention.*:CudaSanitizerSized.Attention*'
+  filter+=':CudaBankPushEpilogue.*:CudaModel.AttnResBlock*'
   if [ "$LEASE_DEVICE" = cuda ]; then
     bench=$unpacked/bench_cuda_backend tests=$unpacked/attnres_cuda_tests
   else

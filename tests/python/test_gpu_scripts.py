@@ -114,12 +114,13 @@ FAKE_BENCH = """#!/bin/sh
 deep=off; [ "${ATTNRES_CUDA_GEMV_DEEP:-}" = 1 ] && deep=on
 prefetch=off; [ "${ATTNRES_CUDA_PDL_PREFETCH:-}" = 1 ] && prefetch=on
 merge=off; [ "${ATTNRES_CUDA_ATTN_LAST_BLOCK_MERGE:-}" = 1 ] && merge=on
+push=off; [ "${ATTNRES_CUDA_BANK_PUSH_EPILOGUE:-}" = 1 ] && push=on
 echo "args: $*"
 for m in attnres-0.6b plain-0.6b; do
   echo "$m: a model, bf16 depth bank"
   for b in 1 8; do
     echo "  batch  $b, context 1024: eager 1.$b ms/step (min 1.0), floor/measured 0.2$b, KV read 1 MB"
-    echo "  batch  $b: kernel launches per decode step 5; levers: deep $deep, prefetch $prefetch, last-block-merge $merge"
+    echo "  batch  $b: kernel launches per decode step 5; levers: deep $deep, prefetch $prefetch, last-block-merge $merge, push-epilogue $push"
     echo "  batch  $b, context 1024: graph 0.$b ms/step (min 0.1), floor/measured 0.3$b, logits identical"
   done
 done
@@ -128,7 +129,8 @@ exit ${FAKE_BENCH_EXIT:-0}
 
 FAKE_TESTS = """#!/bin/sh
 echo "tests deep=${ATTNRES_CUDA_GEMV_DEEP:-unset} prefetch=${ATTNRES_CUDA_PDL_PREFETCH:-unset}" \
-  "merge=${ATTNRES_CUDA_ATTN_LAST_BLOCK_MERGE:-unset} $*" >> "$FAKE_TESTS_LOG"
+  "merge=${ATTNRES_CUDA_ATTN_LAST_BLOCK_MERGE:-unset}" \
+  "push=${ATTNRES_CUDA_BANK_PUSH_EPILOGUE:-unset} $*" >> "$FAKE_TESTS_LOG"
 """
 
 
@@ -154,7 +156,7 @@ def test_lease_rehearses_the_levers_step(attnres_bin, tmp_path):
     output, verdicts, logs = run_lease(attnres_bin, tmp_path / "a", "--budget", "60", "levers",
                                        **stand_ins)
     assert verdicts == {"levers": "PASS"}, output
-    settings = ("baseline", "deep", "prefetch", "both", "merge", "all")
+    settings = ("baseline", "deep", "prefetch", "both", "merge", "push", "all")
     assert {"levers.log"} | {f"levers-{s}.log" for s in settings} <= logs
     output = lease_log(tmp_path / "a", "levers.log")
     assert "args: --only step --context 1024 --batch 1 --batch 8" in output, output
@@ -163,20 +165,24 @@ def test_lease_rehearses_the_levers_step(attnres_bin, tmp_path):
         [setting, model, b, f"1.{b}", f"0.{b}", f"0.3{b}"]
         for setting in settings for model in ("attnres-0.6b", "plain-0.6b")
         for b in ("1", "8")], output
-    on_off = [("off", "off", "off"), ("on", "off", "off"), ("off", "on", "off"),
-              ("on", "on", "off"), ("off", "off", "on"), ("on", "on", "on")]
+    on_off = [("off", "off", "off", "off"), ("on", "off", "off", "off"),
+              ("off", "on", "off", "off"), ("on", "on", "off", "off"),
+              ("off", "off", "on", "off"), ("off", "off", "off", "on"), ("on", "on", "on", "on")]
     assert [s[7:] for s in summary] == [
-        ["deep", f"{deep},", "prefetch", f"{prefetch},", "last-block-merge", merge]
-        for deep, prefetch, merge in on_off for _ in range(4)], output
+        ["deep", f"{deep},", "prefetch", f"{prefetch},", "last-block-merge", f"{merge},",
+         "push-epilogue", push]
+        for deep, prefetch, merge, push in on_off for _ in range(4)], output
     flags = "--gtest_brief=1 --gtest_filter=CudaGemvLevers.*:CudaOps.Linear*:" \
             "CudaFusedDecode.*:CudaBatchInvariance.*:CudaResidualEpilogue.*:" \
-            "CudaAttentionLastBlockMerge.*:CudaFlashAttention.*:CudaSanitizerSized.Attention*"
+            "CudaAttentionLastBlockMerge.*:CudaFlashAttention.*:CudaSanitizerSized.Attention*:" \
+            "CudaBankPushEpilogue.*:CudaModel.AttnResBlock*"
     assert tests_log.read_text().splitlines() == [
-        f"tests deep=1 prefetch=unset merge=unset {flags}",
-        f"tests deep=unset prefetch=1 merge=unset {flags}",
-        f"tests deep=1 prefetch=1 merge=unset {flags}",
-        f"tests deep=unset prefetch=unset merge=1 {flags}",
-        f"tests deep=1 prefetch=1 merge=1 {flags}"]
+        f"tests deep=1 prefetch=unset merge=unset push=unset {flags}",
+        f"tests deep=unset prefetch=1 merge=unset push=unset {flags}",
+        f"tests deep=1 prefetch=1 merge=unset push=unset {flags}",
+        f"tests deep=unset prefetch=unset merge=1 push=unset {flags}",
+        f"tests deep=unset prefetch=unset merge=unset push=1 {flags}",
+        f"tests deep=1 prefetch=1 merge=1 push=1 {flags}"]
 
     output, verdicts, _ = run_lease(attnres_bin, tmp_path / "b", "--budget", "60", "levers",
                                     FAKE_BENCH_EXIT="3", **stand_ins)
