@@ -269,6 +269,18 @@ void Backend::linear_residual(const Tensor& x, const Tensor& w, const Tensor* bi
   linear_residual_impl(x, w, bias, residual, out);
 }
 
+void Backend::linear_residual_push(const Tensor& x, const Tensor& w, const Tensor* bias,
+                                   const Tensor& residual, Tensor& out, Tensor& entry) {
+  check_residual_operands(x, residual, out);
+  check_linear(x, w, bias, out, capabilities());
+  ATTNRES_CHECK(entry.shape == out.shape && (entry.dtype == DType::F32 ||
+                                             capabilities().depth_bank_dtypes.contains(entry.dtype)),
+                "linear_residual_push entry " + described(entry) + " for out " + described(out));
+  ATTNRES_CHECK(apart(entry, x) && apart(entry, residual) && apart(entry, out),
+                "linear_residual_push: entry must not overlap x, the residual or out");
+  linear_residual_push_impl(x, w, bias, residual, out, entry);
+}
+
 void Backend::linear_many(const Tensor& x, std::span<const LinearTarget> targets) {
   for (const LinearTarget& t : targets) {
     ATTNRES_CHECK(t.w && t.out, "linear_many: a target without a weight or an out");

@@ -196,6 +196,14 @@ class Backend {
   void linear_residual(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& residual,
                        Tensor& out);
 
+  // linear_residual that also pushes a depth-bank entry: out as linear_residual writes it,
+  // then entry = out converted as copy() converts it (entry F32, or BF16 where
+  // capabilities().depth_bank_dtypes has BF16). The default is exactly linear_residual then
+  // copy; a device backend may store the entry from the linear's epilogue instead of reading
+  // out back (CUDA: a lever). entry [R, out] must not overlap x, residual or out.
+  void linear_residual_push(const Tensor& x, const Tensor& w, const Tensor* bias,
+                            const Tensor& residual, Tensor& out, Tensor& entry);
+
   // Several linears of one input: outs[i] = x W_i^T (+ b_i), exactly as one linear() per
   // target (the default). A device backend runs them as one launch (a layer's q, k and v
   // projections of a decode step). Each out must not alias x.
@@ -417,6 +425,11 @@ class Backend {
       linear_impl(x, w, bias, out);
       add_inplace_impl(out, residual);
     }
+  }
+  virtual void linear_residual_push_impl(const Tensor& x, const Tensor& w, const Tensor* bias,
+                                         const Tensor& residual, Tensor& out, Tensor& entry) {
+    linear_residual_impl(x, w, bias, residual, out);
+    copy(out, entry);
   }
   virtual void linear_many_impl(const Tensor& x, std::span<const LinearTarget> targets) {
     for (const LinearTarget& t : targets) linear_impl(x, *t.w, t.bias, *t.out);

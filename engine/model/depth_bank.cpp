@@ -23,6 +23,7 @@ void DepthBank::begin(const DepthPlan& plan, const Tensor& partial, bool sharded
   own_partial_ = partial_ = partial;
   partial_in_bank_ = false;
   open_entry_started_ = false;
+  partial_pushed_ahead_ = false;
   bank_ = Tensor();
   phase1_ = Phase1{};
   size_ = 0;
@@ -61,13 +62,19 @@ void DepthBank::take_back_partial(bool keep_values) {
 }
 
 void DepthBank::push_and_reset() {
-  push_partial();
+  if (partial_pushed_ahead_) {  // the last linear wrote the partial into the entry too
+    ++size_;
+    partial_pushed_ahead_ = false;
+  } else {
+    push_partial();
+  }
   take_back_partial(false);
   backend_.fill_zero(partial_);
 }
 
-DepthBank::OutputSlot DepthBank::output_slot(const DepthStep& step, bool can_fuse_residual,
-                                             const Tensor& scratch) {
+DepthBank::OutputSlot DepthBank::output_slot(const DepthStep& step, const DepthStep* next,
+                                             bool can_fuse_residual, const Tensor& scratch) {
+  ATTNRES_CHECK(!partial_pushed_ahead_, "an entry written ahead was never pushed");
   const bool f32_bank = dtype_ == DType::F32;
   Placement& p = placement_ = Placement{};
   p.output_into_bank = step.push_output_after && !sharded_ && f32_bank;
@@ -82,7 +89,16 @@ DepthBank::OutputSlot DepthBank::output_slot(const DepthStep& step, bool can_fus
       step.push_after != step.push_output_after) {
     p.fused_push = step.push_after ? Backend::PushedRow::Sum : Backend::PushedRow::Addend;
   }
+  // A bf16 bank's block boundary (2b): the next step pushes the partial this step's fused
+  // add writes, before anything changes it (its mix only reads it), and this step pushes
+  // nothing itself, so the entry is the next one. Only a bf16 bank, whose push is a rounding
+  // pass of its own (a launch on CUDA); an f32 bank's push stays the plain copy.
+  p.push_ahead = !f32_bank && !sharded_ && p.fuse_residual && !p.sum_into_bank &&
+                 !p.output_into_bank && !p.fused_push && !step.push_after &&
+                 !step.push_output_after && !step.commit_open_entry && next != nullptr &&
+                 next->push_and_reset_after_mix;
   OutputSlot slot;
+  if (p.push_ahead) slot.entry = next_entry();
   slot.out = p.output_into_bank || p.sum_into_bank ? next_entry()
              : p.fuse_residual                     ? partial_
                                                    : scratch;
@@ -115,6 +131,7 @@ void DepthBank::add_output(const DepthStep& step, const Tensor& out) {
   }
   if (step.accumulate_output) accumulate(out);
   if (step.commit_open_entry) commit_open_entry();
+  partial_pushed_ahead_ = p.push_ahead;
 }
 
 Tensor DepthBank::open_entry() {

@@ -13,7 +13,11 @@
 // A bf16 bank stores rounded entries, so there the partial and the open entry keep their own
 // f32 buffers and are copied (rounded) into the bank when pushed; a sharded step's output
 // arrives by reduce-scatter into scratch, so it is copied too. Where the add and a push
-// coincide on a copy, Backend::add_inplace_push does both in one pass.
+// coincide on a copy, Backend::add_inplace_push does both in one pass. And where a bf16
+// bank's push_and_reset will push the partial the sublayer's fused residual add writes (2b's
+// last sublayer of a block: nothing changes the partial before the next step's mix pushes
+// it), that linear writes the entry too (Backend::linear_residual_push), and the push only
+// counts it.
 //
 // The buffers are kept across forwards, grown and never shrunk, each one flat allocation a
 // step views in its own shape. Allocated per step they cost a zero-fill and, past glibc's
@@ -59,6 +63,7 @@ class DepthBank {
   const Phase1& phase1() const { return phase1_; }
 
   // 2b's block boundary, after the mix and before the sublayer: bank += [partial]; partial = 0.
+  // Where output_slot handed the entry to the previous step's linear, it is already written.
   void push_and_reset();
 
   // Where a sublayer step writes its output, chosen before it runs. `residual` non-null: the
@@ -66,12 +71,17 @@ class DepthBank {
   // linear_residual), which is then the new partial. `can_fuse_residual`: the backend fuses
   // the add and the output needs no sum over ranks first; the bank then fuses it where the
   // output is read only through that add (not where it is itself a bank entry or summed into
-  // the open entry).
+  // the open entry). `next`: the step after this one (null after the last). `entry` defined:
+  // the next step's push_and_reset pushes the new partial, so the last linear also writes it
+  // into this entry (Backend::linear_residual_push): a bf16 bank, a step not sharded, the
+  // residual fused, this step pushing nothing itself.
   struct OutputSlot {
     Tensor out;
     const Tensor* residual = nullptr;
+    Tensor entry;
   };
-  OutputSlot output_slot(const DepthStep& step, bool can_fuse_residual, const Tensor& scratch);
+  OutputSlot output_slot(const DepthStep& step, const DepthStep* next, bool can_fuse_residual,
+                         const Tensor& scratch);
   // After the sublayer: `out` (its output summed over the ranks; ignored where output_slot
   // fused the residual add) goes into the partial, and the bank grows as the step says.
   void add_output(const DepthStep& step, const Tensor& out);
@@ -101,6 +111,8 @@ class DepthBank {
   Tensor own_partial_, partial_;
   bool partial_in_bank_ = false;
   bool open_entry_started_ = false;  // whether the open entry holds a sum yet
+  // The next entry holds the partial already (OutputSlot::entry): push_and_reset counts it.
+  bool partial_pushed_ahead_ = false;
 
   // The current step's choice, made in output_slot and carried out in add_output.
   struct Placement {
@@ -108,6 +120,7 @@ class DepthBank {
     bool sum_into_bank = false;     // partial + output is the next bank entry
     bool fuse_residual = false;
     std::optional<Backend::PushedRow> fused_push;  // the add and one push in one op
+    bool push_ahead = false;  // the last linear writes the next step's pushed entry too
   };
   Placement placement_;
 };

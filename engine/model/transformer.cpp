@@ -309,7 +309,8 @@ void Transformer::attention_input(const DepthStep& step, const StepMixes& mixes,
 }
 
 void Transformer::attention_output(int layer, const BatchMeta& batch, const KvCacheLayer& cache,
-                                   Scratch& s, Tensor& out, const Tensor* residual) {
+                                   Scratch& s, Tensor& out, const Tensor* residual,
+                                   Tensor* entry) {
   // yarn multiplies cos and sin by an attention factor, which scales both q and k: the
   // same as scaling the attention logits by its square, so the rope op stays unscaled.
   const float attention_factor = config_.rope_attention_factor();
@@ -317,7 +318,7 @@ void Transformer::attention_output(int layer, const BatchMeta& batch, const KvCa
       attention_factor * attention_factor / std::sqrt(static_cast<float>(config_.head_dim));
   backend_.attention(s.q, cache, batch, config_.head_dim, scale, s.attn);
   const LayerWeights& w = weights_.layers[layer];
-  output_linear(s.attn, w.o_proj, w.o_bias, out, residual);
+  output_linear(s.attn, w.o_proj, w.o_bias, out, residual, entry);
 }
 
 void Transformer::mlp_input(const DepthStep& step, const StepMixes& mixes, const RowSplit& split,
@@ -335,18 +336,19 @@ void Transformer::mlp_input(const DepthStep& step, const StepMixes& mixes, const
                          bias_of(w.gate_bias), w.up_proj, bias_of(w.up_bias), s.gate, s.up, s.act);
 }
 
-void Transformer::mlp_output(int layer, Scratch& s, Tensor& out, const Tensor* residual) {
+void Transformer::mlp_output(int layer, Scratch& s, Tensor& out, const Tensor* residual,
+                             Tensor* entry) {
   const LayerWeights& w = weights_.layers[layer];
-  output_linear(s.act, w.down_proj, w.down_bias, out, residual);
+  output_linear(s.act, w.down_proj, w.down_bias, out, residual, entry);
 }
 
 void Transformer::mlp(const DepthStep& step, const StepMixes& mixes, const RowSplit& split,
-                      Scratch& s, Tensor& out, const Tensor* residual) {
-  // The residual add fused (so neither sharded nor tensor-parallel: output_slot's condition):
-  // the sublayer whole in one op, which CUDA may run as one launch. output_slot queues no op
-  // before the input half here unless it fuses, and then only the partial's copy into its own
-  // buffer, which the PreNorm then reads: the same values.
-  if (residual && !split.sharded) {
+                      Scratch& s, Tensor& out, const Tensor* residual, Tensor* entry) {
+  // The residual add fused (so neither sharded nor tensor-parallel: output_slot's condition)
+  // and no bank entry to write: the sublayer whole in one op, which CUDA may run as one launch.
+  // output_slot queues no op before the input half here unless it fuses, and then only the
+  // partial's copy into its own buffer, which the PreNorm then reads: the same values.
+  if (residual && !entry && !split.sharded) {
     const LayerWeights& w = weights_.layers[step.layer];
     backend_.prenorm_mlp_residual(prenorm_args(step, mixes, s), w.gate_proj, bias_of(w.gate_bias),
                                   w.up_proj, bias_of(w.up_bias), s.gate, s.up, s.act, w.down_proj,
@@ -354,12 +356,15 @@ void Transformer::mlp(const DepthStep& step, const StepMixes& mixes, const RowSp
     return;
   }
   mlp_input(step, mixes, split, s);
-  mlp_output(step.layer, s, out, residual);
+  mlp_output(step.layer, s, out, residual, entry);
 }
 
 void Transformer::output_linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
-                                const Tensor* residual) {
-  if (residual) {
+                                const Tensor* residual, Tensor* entry) {
+  ATTNRES_CHECK(!entry || residual, "a pushed entry without the residual add");
+  if (entry) {
+    backend_.linear_residual_push(x, w, bias_of(bias), *residual, out, *entry);
+  } else if (residual) {
     backend_.linear_residual(x, w, bias_of(bias), *residual, out);
   } else {
     backend_.linear(x, w, bias_of(bias), out);
@@ -641,17 +646,20 @@ void Transformer::sublayer(size_t i, const StepMixes& mixes, const BatchMeta& ba
   }
   if (step.push_and_reset_after_mix) bank_.push_and_reset();
   // The residual add as the last linear's epilogue, where the output needs no sum over the
-  // ranks first (tensor or sequence parallelism); the bank says where the output goes.
+  // ranks first (tensor or sequence parallelism); the bank says where the output goes, and
+  // whether the last linear also writes the entry the next step's push_and_reset pushes.
   const bool can_fuse_residual =
       backend_.capabilities().fuses_linear_residual && !parallel_.comm && !split.sharded;
-  const DepthBank::OutputSlot slot = bank_.output_slot(step, can_fuse_residual, s.sublayer_out);
+  const DepthStep* next = i + 1 < plan_.steps.size() ? &plan_.steps[i + 1] : nullptr;
+  DepthBank::OutputSlot slot = bank_.output_slot(step, next, can_fuse_residual, s.sublayer_out);
   Tensor out = slot.out;
+  Tensor* entry = slot.entry.defined() ? &slot.entry : nullptr;
   if (attention) {
-    attention_output(step.layer, batch, layer_cache, s, out, slot.residual);
+    attention_output(step.layer, batch, layer_cache, s, out, slot.residual, entry);
   } else if (mlp_whole) {
-    mlp(step, mixes, split, s, out, slot.residual);
+    mlp(step, mixes, split, s, out, slot.residual, entry);
   } else {
-    mlp_output(step.layer, s, out, slot.residual);
+    mlp_output(step.layer, s, out, slot.residual, entry);
   }
   bank_.add_output(step, slot.residual ? Tensor() : reduce_output(split, s, out));
 }

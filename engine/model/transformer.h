@@ -136,24 +136,27 @@ class Transformer {
   // mix, RMS-normed, and the projections that read it (attention: q, k and v, roped, k and v
   // stored in the cache; MLP: gate and up with SwiGLU into scratch.act). The output half: the
   // rest into `out`; with a `residual`, out = sublayer output + residual, the add fused into
-  // the last linear (Backend::linear_residual).
+  // the last linear (Backend::linear_residual), and with an `entry` too, out also pushed into
+  // that bank entry (Backend::linear_residual_push; DepthBank::OutputSlot says where).
   Backend::PrenormArgs prenorm_args(const DepthStep& step, const StepMixes& mixes,
                                     Scratch& scratch) const;
   void attention_input(const DepthStep& step, const StepMixes& mixes, const BatchMeta& batch,
                        KvCacheLayer& cache, const RowSplit& split, Scratch& scratch);
   void attention_output(int layer, const BatchMeta& batch, const KvCacheLayer& cache,
-                        Scratch& scratch, Tensor& out, const Tensor* residual);
+                        Scratch& scratch, Tensor& out, const Tensor* residual, Tensor* entry);
   void mlp_input(const DepthStep& step, const StepMixes& mixes, const RowSplit& split,
                  Scratch& scratch);
-  void mlp_output(int layer, Scratch& scratch, Tensor& out, const Tensor* residual);
+  void mlp_output(int layer, Scratch& scratch, Tensor& out, const Tensor* residual,
+                  Tensor* entry);
   // Both halves of an MLP sublayer with no push-and-reset between them, after output_slot:
-  // Backend::prenorm_mlp_residual where the residual add is fused, else mlp_input then
-  // mlp_output.
+  // Backend::prenorm_mlp_residual where the residual add is fused and no entry is pushed from
+  // the down projection, else mlp_input then mlp_output.
   void mlp(const DepthStep& step, const StepMixes& mixes, const RowSplit& split, Scratch& scratch,
-           Tensor& out, const Tensor* residual);
-  // The sublayer's last linear, into out or (residual given) added to the residual.
+           Tensor& out, const Tensor* residual, Tensor* entry);
+  // The sublayer's last linear, into out or (residual given) added to the residual, the sum
+  // also pushed into `entry` where that is given (only with a residual).
   void output_linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
-                     const Tensor* residual);
+                     const Tensor* residual, Tensor* entry);
   Tensor upload(const Tensor& t);
   // Depth introspection: one mix's weights (plan step i, query row `slot` of its group) for
   // the requested rows ([rows, sources], on the device), and the download of every mix's

@@ -96,6 +96,7 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
       cuda::gemv_lever_wanted_by_env("ATTNRES_CUDA_ATTN_LAST_BLOCK_MERGE");
   im.depth_phase1_grouped = cuda::gemv_lever_wanted_by_env("ATTNRES_CUDA_PHASE1_GROUPED");
   im.persistent_mlp = cuda::gemv_lever_wanted_by_env("ATTNRES_CUDA_PERSISTENT_MLP");
+  im.bank_push_epilogue = cuda::gemv_lever_wanted_by_env("ATTNRES_CUDA_BANK_PUSH_EPILOGUE");
   CUDA_CHECK(cudaStreamCreateWithFlags(&im.stream, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&im.meta_copied, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&im.rows_copied, cudaEventDisableTiming));
@@ -181,6 +182,8 @@ void CudaBackend::set_depth_phase1_grouped(bool on) { impl_->depth_phase1_groupe
 bool CudaBackend::depth_phase1_grouped() const { return impl_->depth_phase1_grouped; }
 void CudaBackend::set_persistent_mlp(bool on) { impl_->persistent_mlp = on; }
 bool CudaBackend::persistent_mlp() const { return impl_->persistent_mlp; }
+void CudaBackend::set_bank_push_epilogue(bool on) { impl_->bank_push_epilogue = on; }
+bool CudaBackend::bank_push_epilogue() const { return impl_->bank_push_epilogue; }
 CudaBackend::LaunchCounts CudaBackend::launch_counts() const {
   return {impl_->launch->kernels.load(), impl_->launch->cublas_calls.load()};
 }

@@ -147,6 +147,10 @@ class CudaBackend : public Backend {
   // residual add) instead of two, a launch fewer per MLP sublayer. Same bits either way.
   void set_persistent_mlp(bool on);  // ATTNRES_CUDA_PERSISTENT_MLP
   bool persistent_mlp() const;
+  // The bank-push lever (NOTES.md "GEMV levers"): linear_residual_push on the GEMV path stores
+  // the bf16 depth-bank entry from the GEMV's residual epilogue, a launch fewer per push.
+  void set_bank_push_epilogue(bool on);  // ATTNRES_CUDA_BANK_PUSH_EPILOGUE
+  bool bank_push_epilogue() const;
   // Launches so far: kernels of kernels/cuda (a captured launch counts once, at capture; a
   // graph replay adds none), and calls into cuBLAS (each runs one or more kernels of its own).
   struct LaunchCounts {
@@ -180,6 +184,11 @@ class CudaBackend : public Backend {
   // add_inplace; more rows take the Backend's default (cuBLAS, then the add).
   void linear_residual_impl(const Tensor& x, const Tensor& w, const Tensor* bias,
                             const Tensor& residual, Tensor& out) override;
+  // With the bank-push lever on, decode-sized (<= 8 rows, f32 x) into a BF16 entry: the
+  // entry's rounding in the same GEMV epilogue, one launch; anything else the default
+  // (linear_residual, then copy).
+  void linear_residual_push_impl(const Tensor& x, const Tensor& w, const Tensor* bias,
+                                 const Tensor& residual, Tensor& out, Tensor& entry) override;
   // Decode-sized (<= 8 rows): one GEMV launch for every target, and gate / up with SwiGLU as
   // its epilogue; more rows take the Backend's defaults (cuBLAS per weight).
   void linear_many_impl(const Tensor& x, std::span<const LinearTarget> targets) override;

@@ -50,6 +50,9 @@ struct CudaBackend::Impl {
   // 0), so eager launches and graph replays share them.
   bool persistent_mlp = false;
   unsigned* persistent_mlp_barrier = nullptr;
+  // The bank-push lever (CudaBackend::set_bank_push_epilogue): linear_residual_push's entry
+  // stored by the GEMV's epilogue.
+  bool bank_push_epilogue = false;
 
   // --- the prepared batch (prepare_batch) ---
   // One pinned staging buffer packs every metadata array; one cudaMemcpyAsync moves it to

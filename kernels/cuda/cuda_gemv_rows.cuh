@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/cuda/cuda_bf16_round.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_gemv_bulk.cuh"
 #include "kernels/cuda/cuda_gemv_levers.h"
@@ -343,13 +344,17 @@ __device__ __forceinline__ void bulk_swiglu_warp_rows(int64_t K, const GemvSegme
 // A warp's whole share of gemv_kernel, x [R, K] in global or shared memory: output row
 // (blockIdx.x * kGemvWarps + warp) of the segments, bias then residual (the rounding of linear
 // then add_inplace; the same lane reads residual[i] before it writes out[i], so out may be the
-// residual; kResidual false: segments without one, the code left out). Returns early for a
+// residual; kResidual false: segments without one, the code left out). kPush (the bank-push
+// lever, cuda_gemv_push.cu): lane 0 also stores the output's bf16 rounding into entry, laid
+// out as the segment's out (one segment); without it entry is never read. Returns early for a
 // warp past the last row: no block barriers may follow.
 // kLevers with the bulk lever: the weight row is the warp's copy in shared memory from byte
 // bulk_offset on, which bulk_gemv_warp_row requested.
-template <class W, int R, bool kVectorized, bool kResidual = true, int kLevers = 0>
+template <class W, int R, bool kVectorized, bool kResidual = true, int kLevers = 0,
+          bool kPush = false>
 __device__ __forceinline__ void gemv_warp(const float* __restrict__ x, int64_t K,
-                                          const GemvSegments& segments, size_t bulk_offset = 0) {
+                                          const GemvSegments& segments, size_t bulk_offset = 0,
+                                          uint16_t* entry = nullptr) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
   GemvSegment seg;
@@ -377,6 +382,7 @@ __device__ __forceinline__ void gemv_warp(const float* __restrict__ x, int64_t K
         if (seg.residual) y += seg.residual[r * seg.n + o];
       }
       seg.out[r * seg.n + o] = y;
+      if constexpr (kPush) entry[r * seg.n + o] = round_to_bf16_bits(y);
     }
   }
 }

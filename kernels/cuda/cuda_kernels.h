@@ -52,6 +52,13 @@ void launch_gemv(const float* x, int64_t rows, const void* w, DType w_dtype, con
 void launch_gemv_residual(const float* x, int64_t rows, const void* w, DType w_dtype,
                           const void* bias, DType bias_dtype, int64_t K, int64_t N,
                           const float* residual, float* out, cudaStream_t stream);
+// launch_gemv_residual that also stores entry [rows, N] = round_to_bf16_bits(out) (bf16 bits)
+// from the same epilogue: the bits of launch_gemv_residual then launch_round_to_bf16, in one
+// launch (the bank-push lever, NOTES.md "GEMV levers"). entry must not overlap the others.
+void launch_gemv_residual_push(const float* x, int64_t rows, const void* w, DType w_dtype,
+                               const void* bias, DType bias_dtype, int64_t K, int64_t N,
+                               const float* residual, float* out, uint16_t* entry,
+                               cudaStream_t stream);
 // One weight of a fused GEMV: w [n, K] (the launch's dtype), bias [n] or null, out [rows, n],
 // residual [rows, n] or null (added last; may be out).
 struct GemvSegment {

@@ -1,9 +1,10 @@
-// CudaBackend linear ops (the kernels: cuda_gemv.cu, cuda_lt_gemm.cpp).
+// CudaBackend linear ops (the kernels: cuda_gemv.cu, cuda_gemv_push.cu, cuda_lt_gemm.cpp).
 //
 // linear: up to 8 rows (decode) run the GEMV kernel of cuda_gemv.cu (x stays f32, bias
-// fused, matches the CPU to f32 rounding). More rows go through cuBLAS. Weights are [N, K]
-// row-major, which is column-major [K, N]; x [R, K] row-major is column-major [K, R]; out [R, N]
-// row-major is column-major [N, R]. So
+// fused, matches the CPU to f32 rounding); under the bank-push lever linear_residual_push's
+// GEMV stores the bf16 entry too (cuda_gemv_push.cu). More rows go through cuBLAS. Weights
+// are [N, K] row-major, which is column-major [K, N]; x [R, K] row-major is column-major
+// [K, R]; out [R, N] row-major is column-major [N, R]. So
 //   out_cm[N, R] = W_cm^T [N, K] * x_cm [K, R]:  cublasGemmEx(OP_T, OP_N, m=N, n=R, k=K,
 //   A=W lda=K, B=x ldb=K, C=out ldc=N)
 // F32 weights: an f32 GEMM with CUBLAS_COMPUTE_32F (no TF32), matching the CPU to f32
@@ -106,6 +107,29 @@ void CudaBackend::linear_residual_impl(const Tensor& x, const Tensor& w, const T
   cuda::launch_gemv_residual(f32(x), r_dim, w.data, w.dtype, bias ? bias->data : nullptr,
                              bias ? bias->dtype : DType::F32, k_dim, n_dim, f32(residual), f32(out),
                              im.stream);
+}
+
+void CudaBackend::linear_residual_push_impl(const Tensor& x, const Tensor& w, const Tensor* bias,
+                                            const Tensor& residual, Tensor& out, Tensor& entry) {
+  Impl& im = on_device();
+  check_cuda(entry, "linear_residual_push entry");
+  const int64_t n_dim = w.dim(0), k_dim = w.dim(1);
+  const int64_t r_dim = rows_of(x);
+  // The lever off, or not the GEMV path (more rows, a bf16 x) or not a bf16 entry: the
+  // separate ops (linear_residual, then copy's rounding).
+  if (!im.bank_push_epilogue || r_dim > cuda::kMaxGemvRows || k_dim == 0 ||
+      x.dtype != DType::F32 || entry.dtype != DType::BF16) {
+    Backend::linear_residual_push_impl(x, w, bias, residual, out, entry);
+    return;
+  }
+  check_cuda(residual, "linear_residual_push residual");
+  check_cuda(out, "linear_residual_push out");
+  check_cuda(x, "linear_residual_push x");
+  check_cuda(w, "linear_residual_push w");
+  if (bias) check_cuda(*bias, "linear_residual_push bias");
+  cuda::launch_gemv_residual_push(f32(x), r_dim, w.data, w.dtype, bias ? bias->data : nullptr,
+                                  bias ? bias->dtype : DType::F32, k_dim, n_dim, f32(residual),
+                                  f32(out), static_cast<uint16_t*>(entry.data), im.stream);
 }
 
 std::optional<cuda::GemvSegment> cuda_ops::gemv_segment(const Tensor& x, const Tensor& w,

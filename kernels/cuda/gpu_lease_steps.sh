@@ -285,9 +285,9 @@ step_bench() {
 }
 
 # The decode levers (kernels/cuda/NOTES.md "GEMV levers": the GEMVs' three, attention's
-# last-block merge, Phase 1 over groups of entries, the persistent MLP), one setting per line:
-# a name, then the environment that switches it on
-# (none: the kernels without a lever).
+# last-block merge, Phase 1 over groups of entries, the persistent MLP, the bf16 bank push in
+# the residual GEMV's epilogue), one setting per line: a name, then the environment that
+# switches it on (none: the kernels without a lever).
 levers_settings() {
   echo "baseline"
   echo "deep ATTNRES_CUDA_GEMV_DEEP=1"
@@ -297,9 +297,10 @@ levers_settings() {
   echo "merge ATTNRES_CUDA_ATTN_LAST_BLOCK_MERGE=1"
   echo "phase1 ATTNRES_CUDA_PHASE1_GROUPED=1"
   echo "persistent ATTNRES_CUDA_PERSISTENT_MLP=1"
+  echo "push ATTNRES_CUDA_BANK_PUSH_EPILOGUE=1"
   echo "all ATTNRES_CUDA_GEMV_DEEP=1 ATTNRES_CUDA_PDL_PREFETCH=1 ATTNRES_CUDA_GEMV_BULK=1" \
     "ATTNRES_CUDA_ATTN_LAST_BLOCK_MERGE=1 ATTNRES_CUDA_PHASE1_GROUPED=1" \
-    "ATTNRES_CUDA_PERSISTENT_MLP=1"
+    "ATTNRES_CUDA_PERSISTENT_MLP=1 ATTNRES_CUDA_BANK_PUSH_EPILOGUE=1"
 }
 
 # The levers measured against one baseline in one run on one card: batch-1 and batch-8 decode
@@ -334,7 +335,7 @@ step_levers_tests() {
   local filter='CudaGemvLevers.*:CudaOps.Linear*:CudaFusedDecode.*:CudaBatchInvariance.*:CudaResidualEpilogue.*'
   filter+=':CudaAttentionLastBlockMerge.*:CudaFlashAttention.*:CudaSanitizerSized.Attention*'
   filter+=':CudaPhase1Grouped.*:CudaOps.DepthPhase*:CudaDepthModes.*:CudaDepthBankBf16.*'
-  filter+=':CudaPersistentMlp.*'
+  filter+=':CudaPersistentMlp.*:CudaBankPushEpilogue.*:CudaModel.AttnResBlock*'
   if [ "$LEASE_DEVICE" = cuda ]; then
     tests=$unpacked/attnres_cuda_tests
   else

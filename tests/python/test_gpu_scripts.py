@@ -116,11 +116,12 @@ LEVERS = [("deep", "ATTNRES_CUDA_GEMV_DEEP", "deep"),
           ("bulk", "ATTNRES_CUDA_GEMV_BULK", "bulk"),
           ("merge", "ATTNRES_CUDA_ATTN_LAST_BLOCK_MERGE", "last-block-merge"),
           ("phase1", "ATTNRES_CUDA_PHASE1_GROUPED", "phase1-grouped"),
-          ("persistent", "ATTNRES_CUDA_PERSISTENT_MLP", "persistent-mlp")]
+          ("persistent", "ATTNRES_CUDA_PERSISTENT_MLP", "persistent-mlp"),
+          ("push", "ATTNRES_CUDA_BANK_PUSH_EPILOGUE", "push-epilogue")]
 # gpu_lease_steps.sh's levers_settings: each setting's name and the levers it switches on.
 LEVER_SETTINGS = [("baseline", ()), ("deep", ("deep",)), ("prefetch", ("prefetch",)),
                   ("both", ("deep", "prefetch")), ("bulk", ("bulk",)), ("merge", ("merge",)),
-                  ("phase1", ("phase1",)), ("persistent", ("persistent",)),
+                  ("phase1", ("phase1",)), ("persistent", ("persistent",)), ("push", ("push",)),
                   ("all", tuple(name for name, _, _ in LEVERS))]
 
 # bench_cuda_backend's step lines, the levers line saying what the environment switched on
@@ -187,7 +188,7 @@ def test_lease_rehearses_the_levers_steps(attnres_bin, tmp_path):
             "CudaFusedDecode.*:CudaBatchInvariance.*:CudaResidualEpilogue.*:" \
             "CudaAttentionLastBlockMerge.*:CudaFlashAttention.*:CudaSanitizerSized.Attention*:" \
             "CudaPhase1Grouped.*:CudaOps.DepthPhase*:CudaDepthModes.*:CudaDepthBankBf16.*:" \
-            "CudaPersistentMlp.*"
+            "CudaPersistentMlp.*:CudaBankPushEpilogue.*:CudaModel.AttnResBlock*"
     assert tests_log.read_text().splitlines() == [
         "tests " + " ".join(f"{name}={'1' if name in on else 'unset'}" for name, _, _ in LEVERS)
         + f" {flags}" for setting, on in LEVER_SETTINGS if on]

@@ -2,8 +2,9 @@
 // values worked out by hand: the embedding as entry 0, a push after the add (2a), 2b's push and
 // reset, the delta modes' output as the entry, delta_block's open entry, the partial aliased in
 // the bank and taken back before it changes, a bf16 bank's rounded entries beside an f32
-// partial, and a sequence-parallel step whose output arrives in scratch. Every value is small
-// enough to be exact in f32, so the expectations are equalities.
+// partial, a sequence-parallel step whose output arrives in scratch, and a bf16 bank's entry
+// written by the linear before a push_and_reset. Every value is small enough to be exact in
+// f32 (or compared with the old path's bits), so the expectations are equalities.
 #include "engine/model/depth_bank.h"
 
 #include <gtest/gtest.h>
@@ -79,14 +80,18 @@ class DepthBankTest : public ::testing::Test {
   // One sublayer step the way the Transformer runs it: the bank picks the output's slot, the
   // "sublayer" writes `output` there (the partial plus `output` where it fuses the residual
   // add, as Backend::linear_residual would), then the bank takes it in.
+  // Where the bank hands out an entry too, the sum goes there as well, rounded as
+  // Backend::linear_residual_push (copy) rounds it.
   DepthBank::OutputSlot run_step(DepthBank& bank, const DepthStep& step,
-                                 const std::vector<float>& output, bool can_fuse = false) {
-    DepthBank::OutputSlot slot = bank.output_slot(step, can_fuse, scratch_);
+                                 const std::vector<float>& output, bool can_fuse = false,
+                                 const DepthStep* next = nullptr) {
+    DepthBank::OutputSlot slot = bank.output_slot(step, next, can_fuse, scratch_);
     if (slot.residual != nullptr) {
       write(slot.out, sum(values_of(*slot.residual), output));
     } else {
       write(slot.out, output);
     }
+    if (slot.entry.defined()) backend_.copy(slot.out, slot.entry);
     bank.add_output(step, slot.out);
     return slot;
   }
@@ -248,6 +253,75 @@ TEST_F(DepthBankTest, ShardedStepPushesFromScratch) {
   EXPECT_EQ(slot.out.data, scratch_.data);
   EXPECT_EQ(entry(bank, 2), kOut2);  // the output, copied from scratch
   EXPECT_EQ(values_of(bank.partial()), sum(sum(kEmbedding, kOut), kOut2));
+}
+
+// 2b in a bf16 bank: where the next step's push_and_reset pushes the partial this step's fused
+// add writes, the bank hands that entry to this step's linear (Backend::linear_residual_push)
+// and the push only counts it. The entries, the partial and the bank's size are those of the
+// copy at the push, bit for bit (values that bf16 rounds: not exact).
+TEST_F(DepthBankTest, Bf16BlockBoundaryTakesTheEntryFromTheLastLinear) {
+  const std::vector<float> embedding = {1.0f / 3, 2.5e-3f, -7.1f, 1e5f + 3, 0.1f, -0.2f};
+  const std::vector<float> out = {0.7f, -1.0f / 7, 3.3e-4f, 12.34f, -5.5f, 1.0f / 9};
+  const std::vector<float> out2 = {2.0f / 3, 1e-3f, 4.4f, -1.1f, 0.3f, 9.9f};
+  DepthStep fused;  // a block's last sublayer: its add fused, nothing pushed
+  DepthStep reset;  // the next block's first sublayer
+  reset.push_and_reset_after_mix = true;
+
+  // The old path: no next step given, the push copies (rounds) the partial.
+  DepthBank old_bank(backend_, DType::BF16);
+  old_bank.begin(plan_with_capacity(3), host_tensor(embedding), false);
+  DepthBank::OutputSlot slot = run_step(old_bank, fused, out, /*can_fuse=*/true);
+  EXPECT_FALSE(slot.entry.defined());
+  old_bank.push_and_reset();
+  run_step(old_bank, reset, out2, /*can_fuse=*/true);
+
+  DepthBank bank(backend_, DType::BF16);
+  bank.begin(plan_with_capacity(3), host_tensor(embedding), false);
+  slot = run_step(bank, fused, out, /*can_fuse=*/true, &reset);
+  ASSERT_TRUE(slot.entry.defined());
+  EXPECT_EQ(slot.entry.data, bank.entries_from(1, 1).data);  // entry 1, not pushed yet
+  EXPECT_EQ(slot.entry.dtype, DType::BF16);
+  EXPECT_EQ(slot.entry.shape, (Shape{kRows, kWidth}));
+  EXPECT_THROW(bank.entries(1, 2), std::exception);
+  bank.push_and_reset();
+  EXPECT_EQ(values_of(bank.partial()), kZeros);
+  run_step(bank, reset, out2, /*can_fuse=*/true);
+
+  for (int i = 0; i < 2; ++i) {
+    const Tensor a = bank.entries(i, i + 1), b = old_bank.entries(i, i + 1);
+    EXPECT_EQ(std::memcmp(a.data, b.data, a.nbytes()), 0) << "entry " << i;
+  }
+  EXPECT_NE(entry(bank, 1), sum(embedding, out));  // rounded: the comparison is not vacuous
+  EXPECT_EQ(values_of(bank.partial()), values_of(old_bank.partial()));
+  EXPECT_EQ(values_of(bank.partial()), out2);
+  EXPECT_THROW(bank.entries(2, 3), std::exception);  // the size counted once
+}
+
+// Nowhere else: an f32 bank (the copy stays), a sharded step (no fused add), a next step
+// that does not push, a step that pushes itself, an add that is not fused. And the entry
+// handed out must be pushed by the next step before another slot is chosen.
+TEST_F(DepthBankTest, EntryHandedOutOnlyBeforeABf16PushAndReset) {
+  DepthStep fused, reset, no_reset, push;
+  reset.push_and_reset_after_mix = true;
+  push.push_after = true;
+  const auto entry_of = [&](DType dtype, bool sharded, const DepthStep& step,
+                            const DepthStep* next, bool can_fuse) {
+    DepthBank bank(backend_, dtype);
+    bank.begin(plan_with_capacity(4), host_tensor(kEmbedding), sharded);
+    return bank.output_slot(step, next, can_fuse, scratch_).entry.defined();
+  };
+  EXPECT_TRUE(entry_of(DType::BF16, false, fused, &reset, true));
+  EXPECT_FALSE(entry_of(DType::F32, false, fused, &reset, true));
+  EXPECT_FALSE(entry_of(DType::BF16, true, fused, &reset, true));
+  EXPECT_FALSE(entry_of(DType::BF16, false, fused, &no_reset, true));
+  EXPECT_FALSE(entry_of(DType::BF16, false, fused, nullptr, true));
+  EXPECT_FALSE(entry_of(DType::BF16, false, push, &reset, true));
+  EXPECT_FALSE(entry_of(DType::BF16, false, fused, &reset, false));
+
+  DepthBank bank(backend_, DType::BF16);
+  bank.begin(plan_with_capacity(4), host_tensor(kEmbedding), false);
+  run_step(bank, fused, kOut, /*can_fuse=*/true, &reset);
+  EXPECT_THROW(bank.output_slot(fused, nullptr, true, scratch_), std::exception);
 }
 
 }  // namespace

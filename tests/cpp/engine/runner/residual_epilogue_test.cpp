@@ -3,10 +3,13 @@
 // every AttnRes mode, and never under tensor parallelism (the output is summed over the
 // ranks first). Which sublayers fuse is written out by hand per mode below, from the modes'
 // definitions (docs/ATTNRES.md §2), not read back from the depth plan. And the default op (the
-// CPU's) gives the bits of linear followed by the add, the bias added before the residual.
+// CPU's) gives the bits of linear followed by the add, the bias added before the residual;
+// linear_residual_push's default those of linear_residual then copy into the entry.
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstring>
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
@@ -226,6 +229,70 @@ TEST(ResidualEpilogueDefault, IsTheLinearThenTheAddBitForBit) {
       ASSERT_EQ(in_place.ptr<float>()[i], want[i]) << "rows " << rows << " element " << i;
     }
   }
+}
+
+// linear_residual_push's default: linear_residual, then copy() into the entry (bf16: rounded
+// as f32_to_bf16; f32: the same bits), out and the entry bit for bit, out in place or apart.
+TEST(ResidualEpilogueDefault, PushIsTheLinearResidualThenTheCopy) {
+  CpuBackend backend(1);
+  std::mt19937 rng(37);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  auto random = [&](const Shape& shape) {
+    Tensor t = backend.alloc(shape, DType::F32);
+    for (int64_t i = 0; i < t.numel(); ++i) t.ptr<float>()[i] = u(rng);
+    return t;
+  };
+  for (DType entry_dtype : {DType::BF16, DType::F32}) {
+    for (int64_t rows : {1, 3, 8, 13}) {
+      const int64_t K = 96, N = 64;
+      const Tensor x = random({rows, K}), w = random({N, K}), bias = random({N});
+      const Tensor residual = random({rows, N});
+      Tensor want = backend.alloc({rows, N}, DType::F32);
+      backend.linear_residual(x, w, &bias, residual, want);
+      Tensor want_entry = backend.alloc({rows, N}, entry_dtype);
+      backend.copy(want, want_entry);
+      for (bool in_place : {false, true}) {
+        Tensor out = backend.alloc({rows, N}, DType::F32);
+        if (in_place) backend.copy(residual, out);
+        Tensor entry = backend.alloc({rows, N}, entry_dtype);
+        backend.linear_residual_push(x, w, &bias, in_place ? out : residual, out, entry);
+        const std::string where = std::string(dtype_name(entry_dtype)) + " rows " +
+                                  std::to_string(rows) + (in_place ? " in place" : "");
+        EXPECT_EQ(std::memcmp(out.data, want.data, want.nbytes()), 0) << where;
+        EXPECT_EQ(std::memcmp(entry.data, want_entry.data, want_entry.nbytes()), 0) << where;
+      }
+    }
+  }
+}
+
+TEST(ResidualEpilogueDefault, PushRefusesOverlapsAndMismatches) {
+  CpuBackend backend(1);
+  const Tensor x = backend.alloc({2, 8}, DType::F32), w = backend.alloc({4, 8}, DType::F32);
+  Tensor residual = backend.alloc({2, 4}, DType::F32);
+  auto expect_error = [](const std::function<void()>& f, const std::string& words) {
+    try {
+      f();
+      ADD_FAILURE() << "accepted: " << words;
+    } catch (const std::logic_error& e) {  // ATTNRES_CHECK: a caller's bug
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  Tensor both = backend.alloc({3, 4}, DType::F32);
+  Tensor out = both.rows(0, 2), overlapping = both.rows(1, 3);
+  expect_error([&] { backend.linear_residual_push(x, w, nullptr, residual, out, overlapping); },
+               "entry must not overlap");
+  expect_error([&] { backend.linear_residual_push(x, w, nullptr, out, out, out); },
+               "entry must not overlap");
+  Tensor wide = backend.alloc({2, 8}, DType::BF16);
+  expect_error([&] { backend.linear_residual_push(x, w, nullptr, residual, out, wide); },
+               "linear_residual_push entry");
+  Tensor ints = backend.alloc({2, 4}, DType::I32);
+  expect_error([&] { backend.linear_residual_push(x, w, nullptr, residual, out, ints); },
+               "linear_residual_push entry");
+  Tensor entry = backend.alloc({2, 4}, DType::BF16);
+  Tensor narrow = backend.alloc({2, 2}, DType::F32);
+  expect_error([&] { backend.linear_residual_push(x, w, nullptr, narrow, out, entry); },
+               "one shape");  // linear_residual's own checks too
 }
 
 TEST(ResidualEpilogueDefault, RefusesOverlapsAndMismatches) {

@@ -3,9 +3,11 @@
 // the final norm (its rows are the LM head's input), delta_v's attention (two mixes feed q / k
 // and v: one depth_phase2_prenorm_pair), sequence-parallel steps (the normed rows are
 // all-gathered before the projections), and the whole MLP only where its residual add is fused
-// (a backend with capabilities().fuses_linear_residual, the output entering the partial only).
-// On the CPU the fused ops' defaults are the old calls, so the logits also stay those of the
-// plain backend bit for bit.
+// (a backend with capabilities().fuses_linear_residual, the output entering the partial only)
+// and it pushes no bank entry. And Backend::linear_residual_push: only the last linear before
+// a bf16 bank's push_and_reset (block mode's last down projection of a block), with a backend
+// that fuses the residual add. On the CPU the fused ops' defaults are the old calls, so the
+// logits also stay those of the plain backend bit for bit.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -30,19 +32,27 @@ namespace {
 // default makes inside another op: prenorm_linear_many's own depth_phase2_prenorm is not one).
 class OpCountingBackend : public CpuBackend {
  public:
-  // fuses_residual: what capabilities().fuses_linear_residual says (true: as CUDA's; the
-  // CpuBackend's is false).
+  // fuses_residual: what capabilities().fuses_linear_residual says (the CpuBackend's is false;
+  // true as CUDA's, so that the forward calls linear_residual and linear_residual_push).
   explicit OpCountingBackend(bool fuses_residual = false) : CpuBackend(1) {
     capabilities_.fuses_linear_residual = fuses_residual;
   }
-  const BackendCapabilities& capabilities() const override { return capabilities_; }
   std::map<std::string, int> calls;
+  std::map<const void*, int> pushed_by;  // linear_residual_push's calls per weight
 
+  const BackendCapabilities& capabilities() const override { return capabilities_; }
   void linear_residual_impl(const Tensor& x, const Tensor& w, const Tensor* bias,
                             const Tensor& residual, Tensor& out) override {
     Count c(*this, "linear_residual");
     CpuBackend::linear_residual_impl(x, w, bias, residual, out);
   }
+  void linear_residual_push_impl(const Tensor& x, const Tensor& w, const Tensor* bias,
+                                 const Tensor& residual, Tensor& out, Tensor& entry) override {
+    Count c(*this, "linear_residual_push");
+    if (depth_ == 1) ++pushed_by[w.data];
+    CpuBackend::linear_residual_push_impl(x, w, bias, residual, out, entry);
+  }
+
   void prenorm_mlp_residual_impl(const PrenormArgs& in, const Tensor& wg, const Tensor* bg,
                                  const Tensor& wu, const Tensor* bu, Tensor& gate, Tensor& up,
                                  Tensor& act, const Tensor& wd, const Tensor* bd,
@@ -325,6 +335,104 @@ TEST(PrenormMlpResidualDefault, IsTheTwoOpsBitForBit) {
     EXPECT_THROW(cpu.prenorm_mlp_residual(in, wg, &bg, wu, &bu, gate, up, act, wd, &bd, res_view,
                                           out_view),
                  std::logic_error);
+// linear_residual_push: called for exactly the last linear before each push_and_reset of a
+// bf16 bank (block mode with the final mix, 2b's block sums with reset; tp_test_config's 2
+// blocks of 2 layers: layer 1's down projection, once per forward), never in another mode
+// (block without the final mix pushes 2a's snapshots after the add), with an f32 bank, or where
+// the backend does not fuse the residual add; the other fused residual adds stay
+// linear_residual. The logits equal the plain CPU backend's (no fused residual add, no push in
+// the linear) bit for bit.
+struct BankPushCase {
+  const char* name;
+  const char* mode;
+  bool final_mix;
+  DType bank_dtype;
+  bool fuses;
+};
+
+class TransformerBankPush : public ::testing::TestWithParam<BankPushCase> {};
+
+TEST_P(TransformerBankPush, PushedByTheLastLinearBeforeABf16BlockBoundary) {
+  const BankPushCase c = GetParam();
+  const ModelConfig config = test::tp_test_config(c.mode);
+  const ModelWeights weights = make_random_weights(config, {DType::F32, 24, c.final_mix});
+  const int block_size = 4, n = 11, prefill = 8;
+  const std::vector<int32_t> ids = test::random_ids(n, config.vocab_size, 5);
+  const int blocks = (n + block_size - 1) / block_size;
+  const int forwards = 1 + n - prefill;
+
+  auto plain_backend = make_cpu_backend(1);
+  Transformer plain(config, weights, *plain_backend, {}, c.bank_dtype);
+  TransformerRunner plain_runner(plain, blocks, block_size);
+  const std::vector<float> want =
+      test::run_prefill_then_decode(plain_runner, ids, prefill, block_size);
+
+  OpCountingBackend counting(c.fuses);
+  Transformer model(config, weights, counting, {}, c.bank_dtype);
+  TransformerRunner runner(model, blocks, block_size);
+  const std::vector<float> got = test::run_prefill_then_decode(runner, ids, prefill, block_size);
+  EXPECT_EQ(got, want);
+
+  const bool resetting = std::string(c.mode) == "block" && c.final_mix;
+  const bool pushes = resetting && c.bank_dtype == DType::BF16 && c.fuses;
+  // The plan's block boundaries, read back: one, at layer 2's attention (not a vacuous test).
+  int resets = 0;
+  for (const DepthStep& step : model.plan().steps) resets += step.push_and_reset_after_mix;
+  EXPECT_EQ(resets, resetting ? 1 : 0);
+  std::map<const void*, int> want_pushed;
+  if (pushes) want_pushed[weights.layers[1].down_proj.data] = forwards;
+  EXPECT_EQ(counting.pushed_by, want_pushed);
+  EXPECT_EQ(counting.calls["linear_residual_push"], pushes ? forwards : 0);
+  if (c.fuses) {  // every sublayer of these modes fuses its residual add, one way or the other
+    const int sublayers = 2 * static_cast<int>(weights.layers.size());
+    // The whole-MLP op fuses it too (its default calls linear_residual inside, uncounted).
+    EXPECT_EQ(counting.calls["linear_residual"] + counting.calls["linear_residual_push"] +
+                  counting.calls["prenorm_mlp_residual"],
+              sublayers * forwards);
+    // The MLP whose down projection pushes the entry runs in two ops, not the whole-MLP one.
+    EXPECT_EQ(counting.calls["prenorm_mlp_residual"],
+              (static_cast<int>(weights.layers.size()) - (pushes ? 1 : 0)) * forwards);
+  } else {
+    EXPECT_EQ(counting.calls["linear_residual"], 0);
+    EXPECT_EQ(counting.calls["prenorm_mlp_residual"], 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Modes, TransformerBankPush,
+    ::testing::Values(
+        BankPushCase{"block_final_mix_bf16_bank", "block", true, DType::BF16, true},
+        BankPushCase{"block_final_mix_f32_bank", "block", true, DType::F32, true},
+        BankPushCase{"block_final_mix_bf16_bank_unfused", "block", true, DType::BF16, false},
+        BankPushCase{"block_bf16_bank", "block", false, DType::BF16, true},
+        BankPushCase{"full_bf16_bank", "full", false, DType::BF16, true},
+        BankPushCase{"plain", "", false, DType::F32, true}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// Tensor parallelism sums each rank's output before the residual add: no rank pushes from its
+// linear, and the sequence-parallel prefill's bank gets its entry by copy as before.
+TEST(TransformerBankPushParallel, NeverUnderTensorParallelism) {
+  const ModelConfig config = test::tp_test_config("block");
+  const ModelWeights weights = make_random_weights(config, {DType::F32, 25, true});
+  const int block_size = 4, n = 10, prefill = 8, P = 2;
+  const std::vector<int32_t> ids = test::random_ids(n, config.vocab_size, 6);
+  const int blocks = (n + block_size - 1) / block_size;
+  for (int sp : {0, 2}) {
+    TensorParallelOptions options = test::cpu_tensor_parallel_options(P, blocks, block_size, sp);
+    options.depth_bank_dtype = DType::BF16;
+    std::vector<OpCountingBackend*> ranks(P, nullptr);
+    options.make_backend = [&ranks](int rank) {
+      auto backend = std::make_unique<OpCountingBackend>(/*fuses_residual=*/true);
+      ranks[rank] = backend.get();
+      return std::unique_ptr<Backend>(std::move(backend));
+    };
+    TensorParallelRunner tp(config, weights, options);
+    test::run_prefill_then_decode(tp, ids, prefill, block_size);
+    for (int r = 0; r < P; ++r) {
+      ASSERT_NE(ranks[r], nullptr);
+      EXPECT_EQ(ranks[r]->calls["linear_residual_push"], 0) << "rank " << r << " sp " << sp;
+      EXPECT_EQ(ranks[r]->calls["linear_residual"], 0) << "rank " << r << " sp " << sp;
+    }
   }
 }
 

@@ -23,7 +23,7 @@
 // cuBLAS), and whether they used programmatic dependent launch (--pdl; default: the backend's,
 // on for compute capability 9.0+ unless ATTNRES_CUDA_PDL=0), and the levers the environment
 // switched on (kernels/cuda/NOTES.md "GEMV levers": the GEMVs', attention's last-block merge,
-// the persistent MLP).
+// the persistent MLP, the bf16 bank push in the residual GEMV's epilogue).
 // Attention: the 0.6B layer's attention (16 query heads, 8 KV heads, hd 128, block 16) at
 // batch 1 and 64 decode rows, context 1024 and 4096, f32 and bf16 caches: microseconds per
 // call (eager: many calls between two events; graph: the calls captured once, replayed), the
@@ -331,15 +331,15 @@ void bench_model(const std::string& name, int context, int steps, const std::vec
     std::printf(
         "  batch %2d: kernel launches per decode step %llu (%llu ours + %llu calls into cuBLAS), "
         "%.1f per layer; programmatic dependent launch %s; levers: deep %s, prefetch %s, "
-        "bulk %s, last-block-merge %s, phase1-grouped %s, persistent-mlp %s\n",
+        "bulk %s, last-block-merge %s, phase1-grouped %s, persistent-mlp %s, push-epilogue %s\n",
         batch_size, static_cast<unsigned long long>(kernels + cublas),
         static_cast<unsigned long long>(kernels), static_cast<unsigned long long>(cublas),
         static_cast<double>(kernels + cublas) / c.num_layers,
         be.programmatic_launch() ? "on" : "off", be.gemv_deep() ? "on" : "off",
         be.gemv_weight_prefetch() ? "on" : "off", be.gemv_bulk() ? "on" : "off",
         be.attention_last_block_merge() ? "on" : "off",
-        be.depth_phase1_grouped() ? "on" : "off",
-        be.persistent_mlp() ? "on" : "off");
+        be.depth_phase1_grouped() ? "on" : "off", be.persistent_mlp() ? "on" : "off",
+        be.bank_push_epilogue() ? "on" : "off");
 
     // The same step captured into a CUDA graph and replayed (launch gaps removed). The eager
     // steps above warmed the caching allocator and the staging buffers; the graph keeps its
