@@ -335,6 +335,9 @@ TEST(PrenormMlpResidualDefault, IsTheTwoOpsBitForBit) {
     EXPECT_THROW(cpu.prenorm_mlp_residual(in, wg, &bg, wu, &bu, gate, up, act, wd, &bd, res_view,
                                           out_view),
                  std::logic_error);
+  }
+}
+
 // linear_residual_push: called for exactly the last linear before each push_and_reset of a
 // bf16 bank (block mode with the final mix, 2b's block sums with reset; tp_test_config's 2
 // blocks of 2 layers: layer 1's down projection, once per forward), never in another mode
