@@ -212,6 +212,19 @@ TEST(CudaPersistentMlp, SmallOddShapesAtEveryRowCount) {
   }
 }
 
+// Sanitizer-sized (docs/RELIABILITY.md "GPU sanitizers"): persistent_mlp_kernel's prologue
+// barriers, the down rows' cp.async into shared memory, the grid barrier and act read back
+// into shared memory; rows 1, 3 and 8, the merge and plain prologues, both weight dtypes, at
+// d 72 / ffn 200 (lanes partly idle, down rows past a whole number of warps).
+TEST(CudaSanitizerSized, DecodePersistentMlp) {
+  SKIP_WITHOUT_CUDA();
+  Backends be;
+  uint32_t seed = 290;
+  for (int64_t rows : {1, 3, 8})
+    check_mlp(be, rows, {72, 200}, Mix::Merge, DType::BF16, /*in_place=*/true, seed++);
+  check_mlp(be, 2, {72, 200}, Mix::Plain, DType::F32, /*in_place=*/false, seed++);
+}
+
 // The kernel launched directly: every down row staged in shared memory (-1, as many as fit),
 // none (all read from global memory after the barrier) and at most one per warp: the same
 // bits; the barrier's arrivals back to 0 and its generation one further after each launch.

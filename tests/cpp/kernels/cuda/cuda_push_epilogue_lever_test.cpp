@@ -164,6 +164,21 @@ TEST(CudaBankPushEpilogue, SmallShapesAtEveryRowCount) {
   }
 }
 
+// Sanitizer-sized (docs/RELIABILITY.md "GPU sanitizers"): gemv_push_kernel without a GEMV lever
+// and with the bulk lever (its mbarriers and the TMA's copies), rows 1 and 8, K 64 (fewer
+// vectors than lanes) and 320, a last block of fewer warps than rows.
+TEST(CudaSanitizerSized, DecodeGemvPush) {
+  SKIP_WITHOUT_CUDA();
+  for (const GemvLeverSet& levers : {kGemvLeverSets[0], kGemvLeverSets[4]}) {
+    Backends be(levers);
+    std::mt19937 rng(52);
+    for (int64_t rows : {1, 8}) {
+      check_push(be, levers, {rows, 64, 96, DType::BF16, true, true}, true, rng);
+      check_push(be, levers, {rows, 320, 36, DType::F32, false, true}, true, rng);
+    }
+  }
+}
+
 // Not the lever's path: more rows than the GEMV takes (cuBLAS, then the add and the copy), an
 // f32 entry (a plain copy): the lever-off ops, the same bits and launches either way.
 TEST(CudaBankPushEpilogue, OtherwiseTheSeparateOps) {
