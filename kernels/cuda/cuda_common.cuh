@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "engine/core/dtype.h"
@@ -175,6 +176,30 @@ inline unsigned elementwise_blocks(int64_t n, int threads) {
   if (blocks > 65535LL * 16) blocks = 65535LL * 16;  // grid-stride loops cover the rest
   if (blocks < 1) blocks = 1;
   return static_cast<unsigned>(blocks);
+}
+
+// Calls f(std::integral_constant<int, N>{}) with N = n for n in 1..8, 8 past it: for kernels
+// whose row or query count is a template parameter (registers indexed by constants).
+template <class F>
+void dispatch_1_to_8(int64_t n, F&& f) {
+  switch (n) {
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    case 3:
+      return f(std::integral_constant<int, 3>{});
+    case 4:
+      return f(std::integral_constant<int, 4>{});
+    case 5:
+      return f(std::integral_constant<int, 5>{});
+    case 6:
+      return f(std::integral_constant<int, 6>{});
+    case 7:
+      return f(std::integral_constant<int, 7>{});
+    default:
+      return f(std::integral_constant<int, 8>{});
+  }
 }
 
 // Calls f(W{}) with W the storage type of a float dtype: float, __nv_bfloat16 or __half.

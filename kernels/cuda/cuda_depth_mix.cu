@@ -110,21 +110,8 @@ __global__ void __launch_bounds__(depth_block_threads<V>(), 1)
     const float inv_rms = 1.0f / sqrtf(acc[S] / static_cast<float>(d) + eps);
 #pragma unroll
     for (int l = 0; l < S; ++l) {
-      const float logit = acc[l] * inv_rms;
-      // o = o * keep + w * source: j == 0 starts o; a new max rescales what was accumulated.
-      float keep = 1.0f, w = 1.0f;
-      if (j == 0) {
-        keep = 0.0f;
-        m_run[l] = logit;
-        s_run[l] = 1.0f;
-      } else if (logit > m_run[l]) {
-        keep = expf(m_run[l] - logit);
-        s_run[l] = s_run[l] * keep + 1.0f;
-        m_run[l] = logit;
-      } else {
-        w = expf(logit - m_run[l]);
-        s_run[l] += w;
-      }
+      float keep, w;
+      phase1_online_step(j, acc[l] * inv_rms, m_run[l], s_run[l], keep, w);
       if constexpr (C > 0) {
 #pragma unroll
         for (int c = 0; c < C; ++c) {

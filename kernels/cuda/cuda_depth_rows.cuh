@@ -106,26 +106,10 @@ __device__ __forceinline__ void store_row(uint16_t* row, int64_t i, const float 
 constexpr int kMaxFusedQueries = 8;
 
 // Calls f(std::integral_constant<int, S>{}) with S = queries, 1..kMaxFusedQueries.
+static_assert(kMaxFusedQueries == 8, "dispatch_1_to_8 covers the query counts of a launch");
 template <class F>
 void dispatch_phase1_queries(int queries, F&& f) {
-  switch (queries) {
-    case 1:
-      return f(std::integral_constant<int, 1>{});
-    case 2:
-      return f(std::integral_constant<int, 2>{});
-    case 3:
-      return f(std::integral_constant<int, 3>{});
-    case 4:
-      return f(std::integral_constant<int, 4>{});
-    case 5:
-      return f(std::integral_constant<int, 5>{});
-    case 6:
-      return f(std::integral_constant<int, 6>{});
-    case 7:
-      return f(std::integral_constant<int, 7>{});
-    default:
-      return f(std::integral_constant<int, 8>{});
-  }
+  dispatch_1_to_8(queries, std::forward<F>(f));
 }
 
 // The source value of V elements from i of a bank row: the row widened to f32, gated by
@@ -139,6 +123,27 @@ __device__ __forceinline__ void load_source(const B* row, const float* gate, int
     load_row<V>(gate, i, g);
 #pragma unroll
     for (int k = 0; k < V; ++k) x[k] = x[k] / (1.0f + expf(-g[k]));
+  }
+}
+
+// One bank entry's online-softmax step of Phase 1 for one query (entry j, its logit): the
+// running max m and sum s take it in; keep and w are the factors of o = o * keep + w * source
+// (j == 0 starts o: keep 0; a new max rescales what was accumulated).
+__device__ __forceinline__ void phase1_online_step(int j, float logit, float& m, float& s,
+                                                   float& keep, float& w) {
+  keep = 1.0f;
+  w = 1.0f;
+  if (j == 0) {
+    keep = 0.0f;
+    m = logit;
+    s = 1.0f;
+  } else if (logit > m) {
+    keep = expf(m - logit);
+    s = s * keep + 1.0f;
+    m = logit;
+  } else {
+    w = expf(logit - m);
+    s += w;
   }
 }
 

@@ -24,24 +24,7 @@ static_assert(kGemvWarps == kGemvBulkWarps, "the bulk lever's layout has a slot 
 // template parameter: their accumulators are registers indexed by constants).
 template <class F>
 void dispatch_gemv_rows(int64_t rows, F&& f) {
-  switch (rows) {
-    case 1:
-      return f(std::integral_constant<int, 1>{});
-    case 2:
-      return f(std::integral_constant<int, 2>{});
-    case 3:
-      return f(std::integral_constant<int, 3>{});
-    case 4:
-      return f(std::integral_constant<int, 4>{});
-    case 5:
-      return f(std::integral_constant<int, 5>{});
-    case 6:
-      return f(std::integral_constant<int, 6>{});
-    case 7:
-      return f(std::integral_constant<int, 7>{});
-    default:
-      return f(std::integral_constant<int, 8>{});
-  }
+  dispatch_1_to_8(rows, std::forward<F>(f));
 }
 
 // Widens the kVec weights packed in a 16-byte vector: from global memory through the read-only
