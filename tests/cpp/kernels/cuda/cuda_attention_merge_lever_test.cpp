@@ -319,8 +319,8 @@ void compare_model(const ModelConfig& config, DType weight_dtype) {
   run.weight_seed = 12;
   run.token_seed = 6;
   expect_lever_keeps_logits(
-      config, weight_dtype,
-      [](CudaBackend& be, bool on) { be.set_attention_last_block_merge(on); }, run);
+      config, weight_dtype, [](CudaBackend& be, bool on) { be.set_attention_last_block_merge(on); },
+      run);
 }
 
 TEST(CudaAttentionLastBlockMerge, ModelLogitsEqualTheLeverOff) {
@@ -333,20 +333,10 @@ TEST(CudaAttentionLastBlockMerge, ModelLogitsEqualTheLeverOff) {
 
 TEST(CudaAttentionLastBlockMerge, EnvironmentSwitchesTheLeverWhenABackendIsBuilt) {
   SKIP_WITHOUT_CUDA();
-  const char* var = "ATTNRES_CUDA_ATTN_LAST_BLOCK_MERGE";
-  const SavedEnvironment saved(var);
-  ASSERT_EQ(unsetenv(var), 0);
-  CudaBackend before(0);
-  EXPECT_FALSE(before.attention_last_block_merge());
-  ASSERT_EQ(setenv(var, "1", 1), 0);
-  CudaBackend with(0);
-  ASSERT_EQ(unsetenv(var), 0);
-  EXPECT_TRUE(with.attention_last_block_merge());
-  EXPECT_FALSE(before.attention_last_block_merge());
-  CudaBackend after(0);
-  EXPECT_FALSE(after.attention_last_block_merge());
-  with.set_attention_last_block_merge(false);
-  EXPECT_FALSE(with.attention_last_block_merge());
+  expect_environment_switches_lever(
+      "ATTNRES_CUDA_ATTN_LAST_BLOCK_MERGE",
+      [](const CudaBackend& be) { return be.attention_last_block_merge(); },
+      [](CudaBackend& be, bool on) { be.set_attention_last_block_merge(on); });
 }
 
 // Host only: the counters a launch needs and the bound that covers every split plan.

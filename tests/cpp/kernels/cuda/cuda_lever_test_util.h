@@ -1,6 +1,6 @@
 // What the decode levers' tests share (kernels/cuda/NOTES.md "GEMV levers"): whole forwards
-// with a lever off and on, whose logits must be the same bits, and an environment variable
-// put back when a test that sets it ends.
+// with a lever off and on, whose logits must be the same bits, an environment variable put
+// back when a test that sets it ends, and the check that a lever's variable switches it.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -86,5 +86,28 @@ class SavedEnvironment {
   std::string value_;
   bool had_ = false;
 };
+
+// A lever read from the environment when a backend is built (lever_on reads it, set switches
+// it): with the variable set, a new backend has the lever on; unset, off; a backend built
+// before keeps what it read; the setter switches it afterwards. The variable is put back.
+inline void expect_environment_switches_lever(
+    const char* var, const std::function<bool(const CudaBackend&)>& lever_on,
+    const std::function<void(CudaBackend&, bool)>& set) {
+  const SavedEnvironment saved(var);
+  ASSERT_EQ(unsetenv(var), 0);
+  CudaBackend before(0);
+  EXPECT_FALSE(lever_on(before)) << var << " unset";
+  ASSERT_EQ(setenv(var, "1", 1), 0);
+  CudaBackend with(0);
+  ASSERT_EQ(unsetenv(var), 0);
+  EXPECT_TRUE(lever_on(with)) << var << "=1";
+  EXPECT_FALSE(lever_on(before)) << "a backend built before " << var << " was set";
+  CudaBackend after(0);
+  EXPECT_FALSE(lever_on(after)) << var << " unset again";
+  set(with, false);
+  EXPECT_FALSE(lever_on(with)) << "the setter";
+  set(after, true);
+  EXPECT_TRUE(lever_on(after)) << "the setter";
+}
 
 }  // namespace attnres::test

@@ -4,12 +4,13 @@
 // residual add), against
 // - the same op with the lever off (prenorm_linear_swiglu then linear_residual: two launches),
 //   bit for bit, and the CPU within 2e-5 (the PreNorm-prologue GEMVs' tolerance in
-//   cuda_fused_decode_test.cpp; 2e-2 on the cuBLAS bf16 path of more rows), at the 0.6B shape (d 1024, intermediate 3072) and small odd
-//   ones, rows 1..8, bf16 and f32 weights, the plain PreNorm, the block-mode Phase-2 merge and a
-//   §2d mix the prologue declines (the fallback), out apart from the residual and out the
-//   residual and the partial itself (the forward's case), and a prefill-sized 12 rows (the
-//   fallback); one launch where the lever is on and the kernel takes the shapes (two with it
-//   off), otherwise as many as with the lever off;
+//   cuda_fused_decode_test.cpp; 2e-2 on the cuBLAS bf16 path of more rows), at the 0.6B
+//   shape (d 1024, intermediate 3072) and small odd ones, rows 1..8, bf16 and f32 weights, the
+//   plain PreNorm, the block-mode Phase-2 merge and a §2d mix the prologue declines (the
+//   fallback), out apart from the residual and out the residual and the partial itself (the
+//   forward's case), and a prefill-sized 12 rows (the fallback); one launch where the lever is
+//   on and the kernel takes the shapes (two with it off), otherwise as many as with the lever
+//   off;
 // - the kernel launched directly with every down row staged in shared memory, none, and one
 //   per warp: the same bits, and the barrier's words back at their start (arrivals 0, the
 //   generation one further per launch);
@@ -30,6 +31,7 @@
 #include "engine/model/random_weights.h"
 #include "engine/model/transformer.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "tests/cpp/kernels/cuda/cuda_lever_test_util.h"
 #include "tests/cpp/kernels/cuda/cuda_model_util.h"
 #include "tests/cpp/kernels/cuda/cuda_test_util.h"
 
@@ -129,7 +131,8 @@ MlpRun run_mlp(Backend& be, const MlpInputs& host, int64_t rows, MlpShape shape,
   args.eps = 1e-6f;
   Tensor normed = be.alloc({rows, shape.d}, DType::F32);
   args.normed = &normed;
-  Tensor gate = be.alloc({rows, shape.ffn}, DType::F32), up = be.alloc({rows, shape.ffn}, DType::F32);
+  Tensor gate = be.alloc({rows, shape.ffn}, DType::F32),
+         up = be.alloc({rows, shape.ffn}, DType::F32);
   Tensor act = be.alloc({rows, shape.ffn}, DType::F32);
   Tensor out = in_place ? op.partial : be.upload(filled_host({rows, shape.d}, kNaN));
   const Tensor& residual = in_place ? op.partial : op.residual;
@@ -255,8 +258,8 @@ TEST(CudaPersistentMlp, StagedAndGlobalDownRowsGiveTheSameBits) {
       int launches = 0;
       for (int staged : {-1, 0, 1}) {
         Tensor out = gpu.upload(filled_host({rows, shape.d}, kNaN));
-        args.down = {op.wd.data, op.bd.data, op.bd.dtype, shape.d, out.ptr<float>(),
-                     op.residual.ptr<float>()};
+        args.down = {op.wd.data, op.bd.data,       op.bd.dtype,
+                     shape.d,    out.ptr<float>(), op.residual.ptr<float>()};
         args.max_staged_rows_per_warp = staged;
         cuda::PersistentMlpPlan plan;
         ASSERT_TRUE(cuda::persistent_mlp_takes(args, &plan));
@@ -364,19 +367,9 @@ TEST(CudaPersistentMlp, ModelLogitsEqualTheLeverOffWithALaunchFewerPerMlp) {
 // The environment variable is read when a backend is built.
 TEST(CudaPersistentMlp, EnvironmentSwitchesTheLeverWhenABackendIsBuilt) {
   SKIP_WITHOUT_CUDA();
-  const char* name = "ATTNRES_CUDA_PERSISTENT_MLP";
-  const char* had = std::getenv(name);
-  const std::string saved = had ? had : "";
-  ASSERT_EQ(unsetenv(name), 0);
-  CudaBackend before(0);
-  ASSERT_EQ(setenv(name, "1", 1), 0);
-  CudaBackend with(0);
-  ASSERT_EQ(unsetenv(name), 0);
-  EXPECT_FALSE(before.persistent_mlp());
-  EXPECT_TRUE(with.persistent_mlp());
-  CudaBackend after(0);
-  EXPECT_FALSE(after.persistent_mlp());
-  if (had) setenv(name, saved.c_str(), 1);
+  expect_environment_switches_lever(
+      "ATTNRES_CUDA_PERSISTENT_MLP", [](const CudaBackend& be) { return be.persistent_mlp(); },
+      [](CudaBackend& be, bool on) { be.set_persistent_mlp(on); });
 }
 
 }  // namespace

@@ -103,9 +103,9 @@ TEST(CudaPhase1Grouped, EqualsTheLeverOffAndTheCpu) {
     for (int S : {3, 7}) {
       check(be, {S, 6, 3, 2048, bank}, rng);
       check(be, {S, 5, 3, 64, bank}, rng);
-      check(be, {S, 5, 3, 67, bank}, rng);  // the scalar path
+      check(be, {S, 5, 3, 67, bank}, rng);                 // the scalar path
       check(be, {S, 9, 2, 1000, bank, false, true}, rng);  // scalar, 1000 threads
-      check(be, {S, 7, 2, 1024, bank, true}, rng);        // pre_gated's source gate
+      check(be, {S, 7, 2, 1024, bank, true}, rng);         // pre_gated's source gate
       check(be, {S, 3, 2, 67, bank, true}, rng);
     }
   }
@@ -136,18 +136,10 @@ TEST(CudaPhase1Grouped, ModelLogitsEqualTheLeverOff) {
 
 TEST(CudaPhase1Grouped, EnvironmentSwitchesTheLeverWhenABackendIsBuilt) {
   SKIP_WITHOUT_CUDA();
-  const char* var = "ATTNRES_CUDA_PHASE1_GROUPED";
-  const SavedEnvironment saved(var);
-  ASSERT_EQ(unsetenv(var), 0);
-  CudaBackend before(0);
-  EXPECT_FALSE(before.depth_phase1_grouped());
-  ASSERT_EQ(setenv(var, "1", 1), 0);
-  CudaBackend with(0);
-  ASSERT_EQ(unsetenv(var), 0);
-  EXPECT_TRUE(with.depth_phase1_grouped());
-  EXPECT_FALSE(before.depth_phase1_grouped());
-  CudaBackend after(0);
-  EXPECT_FALSE(after.depth_phase1_grouped());
+  expect_environment_switches_lever(
+      "ATTNRES_CUDA_PHASE1_GROUPED",
+      [](const CudaBackend& be) { return be.depth_phase1_grouped(); },
+      [](CudaBackend& be, bool on) { be.set_depth_phase1_grouped(on); });
 }
 
 // depth_phase1_grouped_kernel<S, V, B, G>: every query count, both vector widths and bank

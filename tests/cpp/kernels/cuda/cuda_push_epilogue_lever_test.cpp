@@ -248,20 +248,10 @@ TEST(CudaBankPushEpilogue, ModelLogitsEqualTheLeverOffWithALaunchFewerPerPush) {
 
 TEST(CudaBankPushEpilogue, EnvironmentSwitchesTheLeverWhenABackendIsBuilt) {
   SKIP_WITHOUT_CUDA();
-  const char* var = "ATTNRES_CUDA_BANK_PUSH_EPILOGUE";
-  const SavedEnvironment saved(var);
-  ASSERT_EQ(unsetenv(var), 0);
-  CudaBackend before(0);
-  EXPECT_FALSE(before.bank_push_epilogue());
-  ASSERT_EQ(setenv(var, "1", 1), 0);
-  CudaBackend with(0);
-  ASSERT_EQ(unsetenv(var), 0);
-  EXPECT_TRUE(with.bank_push_epilogue());
-  EXPECT_FALSE(before.bank_push_epilogue());
-  CudaBackend after(0);
-  EXPECT_FALSE(after.bank_push_epilogue());
-  with.set_bank_push_epilogue(false);
-  EXPECT_FALSE(with.bank_push_epilogue());
+  expect_environment_switches_lever(
+      "ATTNRES_CUDA_BANK_PUSH_EPILOGUE",
+      [](const CudaBackend& be) { return be.bank_push_epilogue(); },
+      [](CudaBackend& be, bool on) { be.set_bank_push_epilogue(on); });
 }
 
 }  // namespace
