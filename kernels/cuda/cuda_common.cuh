@@ -35,24 +35,22 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 #endif
 }
 
-// Launches kernel<<<grid, block, shared_bytes, stream>>>(args...) with the PDL attribute when
-// the current backend's launch context asks for it, and counts the launch. Every launch site
-// of kernels/cuda goes through here; the kernel must begin with wait_for_previous_kernel().
-// Works inside stream capture (the launch becomes a kernel node with a programmatic edge).
+// Launches kernel<<<grid, block, shared_bytes, stream>>>(args...) with the launch attribute
+// `attribute` (none where null) and counts the launch: what launch_kernel and
+// launch_cooperative_kernel share.
 template <class... Params, class... Args>
-void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
-                   cudaStream_t stream, Args&&... args) {
+void launch_kernel_with(const cudaLaunchAttribute* attribute, void (*kernel)(Params...), dim3 grid,
+                        dim3 block, size_t shared_bytes, cudaStream_t stream, Args&&... args) {
   LaunchContext* context = current_launch_context();
-  cudaLaunchAttribute programmatic[1] = {};
-  programmatic[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  programmatic[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attrs[1] = {};
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = shared_bytes;
   config.stream = stream;
-  if (context && context->programmatic.load(std::memory_order_relaxed)) {
-    config.attrs = programmatic;
+  if (attribute) {
+    attrs[0] = *attribute;
+    config.attrs = attrs;
     config.numAttrs = 1;
   }
   if (context) context->kernels.fetch_add(1, std::memory_order_relaxed);
@@ -61,6 +59,22 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shar
     cudaGetLastError();  // reported here, not again by the launcher's CUDA_CHECK_LAUNCH
     throw_cuda_error(err, "cudaLaunchKernelEx", __FILE__, __LINE__);
   }
+}
+
+// Launches kernel<<<grid, block, shared_bytes, stream>>>(args...) with the PDL attribute when
+// the current backend's launch context asks for it, and counts the launch. Every launch site
+// of kernels/cuda goes through here; the kernel must begin with wait_for_previous_kernel().
+// Works inside stream capture (the launch becomes a kernel node with a programmatic edge).
+template <class... Params, class... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+                   cudaStream_t stream, Args&&... args) {
+  const LaunchContext* context = current_launch_context();
+  cudaLaunchAttribute programmatic = {};
+  programmatic.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  programmatic.val.programmaticStreamSerializationAllowed = 1;
+  const bool pdl = context && context->programmatic.load(std::memory_order_relaxed);
+  launch_kernel_with(pdl ? &programmatic : nullptr, kernel, grid, block, shared_bytes, stream,
+                     std::forward<Args>(args)...);
 }
 
 // A cooperative launch (cudaLaunchAttributeCooperative: the runtime refuses, rather than
@@ -73,23 +87,11 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shar
 template <class... Params, class... Args>
 void launch_cooperative_kernel(void (*kernel)(Params...), dim3 grid, dim3 block,
                                size_t shared_bytes, cudaStream_t stream, Args&&... args) {
-  LaunchContext* context = current_launch_context();
-  cudaLaunchAttribute cooperative[1] = {};
-  cooperative[0].id = cudaLaunchAttributeCooperative;
-  cooperative[0].val.cooperative = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = shared_bytes;
-  config.stream = stream;
-  config.attrs = cooperative;
-  config.numAttrs = 1;
-  if (context) context->kernels.fetch_add(1, std::memory_order_relaxed);
-  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    throw_cuda_error(err, "cudaLaunchKernelEx (cooperative)", __FILE__, __LINE__);
-  }
+  cudaLaunchAttribute cooperative = {};
+  cooperative.id = cudaLaunchAttributeCooperative;
+  cooperative.val.cooperative = 1;
+  launch_kernel_with(&cooperative, kernel, grid, block, shared_bytes, stream,
+                     std::forward<Args>(args)...);
 }
 
 // A stored element widened to f32 (bf16: exact shift; f16: exact).
